@@ -1,0 +1,44 @@
+// Package backends turns a key/value store into snapshots of
+// (key → value, revision) and notifications that watched keys changed.
+// It knows nothing of templates or files.
+package backends
+
+import (
+	"context"
+	"time"
+)
+
+// StoreClient is what the resource layer needs of a store.
+type StoreClient interface {
+	// GetValues returns every key equal to, or below (as a path: "/foo"
+	// matches "/foo/x", never "/foobar"), one of keys, all read at one
+	// revision. The revision is 0 for stores that have none.
+	GetValues(ctx context.Context, keys []string) (map[string]string, int64, error)
+	// WatchPrefix blocks until a key under one of keys changes after
+	// revision afterRev, then returns the revision of that change. It
+	// returns ctx.Err() when ctx ends. Stores that can only be polled return
+	// an error wrapping errors.ErrUnsupported.
+	WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error)
+	// Close releases connections.
+	Close() error
+}
+
+// Config selects and configures a store; field names follow confd's flags.
+type Config struct {
+	Backend        string // "etcdv3" (alias "etcd"), "env" or "file"
+	Nodes          []string
+	Scheme         string // for nodes found through SRV records: http or https
+	SRVDomain      string
+	SRVRecord      string
+	ClientCert     string
+	ClientKey      string
+	ClientCAKeys   string
+	ClientInsecure bool
+	BasicAuth      bool
+	Username       string
+	Password       string
+	YAMLFiles      []string // file backend
+	Filter         string   // file backend: glob applied to names under directories in YAMLFiles
+	DialTimeout    time.Duration
+	RequestTimeout time.Duration
+}

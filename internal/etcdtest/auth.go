@@ -1,0 +1,36 @@
+package etcdtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EnableAuth creates user root (password rootPassword) and a read-only user
+// name/password limited to keys under prefix, then turns authentication on.
+func (s *Server) EnableAuth(t testing.TB, rootPassword, name, password, prefix string) {
+	t.Helper()
+	cli := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	steps := []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, "root", rootPassword); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "reader"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "reader", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, name, password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, name, "reader"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("enable auth, step %d: %v", i, err)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package etcdtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestStartPlainAndTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{{"plain", nil}, {"tls", []Option{WithTLS()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Start(t, tc.opts...)
+			rev := s.Put(t, "/a", "1")
+			if rev < 2 {
+				t.Fatalf("revision after first put = %d, want >= 2", rev)
+			}
+			resp, err := s.Client(t).Get(context.Background(), "/a")
+			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "1" {
+				t.Fatalf("get /a = %v, %v", resp, err)
+			}
+		})
+	}
+}
+
+func TestTLSRefusesUntrustedClient(t *testing.T) {
+	s := Start(t, WithTLS())
+	f := *s.TLS
+	f.ClientCert, f.ClientKey = f.UntrustedClientCert, f.UntrustedClientKey
+	tc, err := f.ClientTLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, TLS: tc, DialTimeout: time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := cli.Get(ctx, "/a"); err == nil {
+		t.Fatal("server accepted a client certificate from an untrusted CA")
+	}
+}
