@@ -1,0 +1,182 @@
+package template
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	texttemplate "text/template"
+	"time"
+
+	"github.com/kelseyhightower/memkv"
+)
+
+// FuncMap returns confd 0.16's template functions, with the key lookups
+// bound to store.
+//
+// The key functions are memkv's own methods rather than re-implementations:
+// templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
+// top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
+func FuncMap(store *memkv.Store) texttemplate.FuncMap {
+	return texttemplate.FuncMap{
+		// memkv (store.FuncMap in confd).
+		"exists": store.Exists,
+		"ls":     store.List,
+		"lsdir":  store.ListDir,
+		"get":    store.Get,
+		"gets":   store.GetAll,
+		"getv":   store.GetValue,
+		"getvs":  store.GetAllValues,
+
+		// Thin aliases of the standard library.
+		"base":       path.Base,
+		"dir":        path.Dir,
+		"split":      strings.Split,
+		"join":       strings.Join,
+		"toUpper":    strings.ToUpper,
+		"toLower":    strings.ToLower,
+		"contains":   strings.Contains,
+		"replace":    strings.Replace,
+		"trimSuffix": strings.TrimSuffix,
+		"datetime":   time.Now,
+		"parseBool":  strconv.ParseBool,
+		"atoi":       strconv.Atoi,
+
+		"json":         jsonObject,
+		"jsonArray":    jsonArray,
+		"map":          createMap,
+		"getenv":       getenv,
+		"base64Encode": base64Encode,
+		"base64Decode": base64Decode,
+		"fileExists":   fileExists,
+
+		"lookupIP":   lookupIP,
+		"lookupIPV4": lookupIPV4,
+		"lookupIPV6": lookupIPV6,
+		"lookupSRV":  lookupSRV,
+
+		// A zero divisor panics; text/template turns the panic into an
+		// execution error, which is what confd users get too.
+		"add": func(a, b int) int { return a + b },
+		"sub": func(a, b int) int { return a - b },
+		"mul": func(a, b int) int { return a * b },
+		"div": func(a, b int) int { return a / b },
+		"mod": func(a, b int) int { return a % b },
+
+		"seq":            seq,
+		"reverse":        reverse,
+		"sortByLength":   sortByLength,
+		"sortKVByLength": sortKVByLength,
+	}
+}
+
+func jsonObject(data string) (map[string]interface{}, error) {
+	var v map[string]interface{}
+	err := json.Unmarshal([]byte(data), &v)
+	return v, err
+}
+
+func jsonArray(data string) ([]interface{}, error) {
+	var v []interface{}
+	err := json.Unmarshal([]byte(data), &v)
+	return v, err
+}
+
+// createMap builds a map from alternating keys and values, mainly so a
+// template can hand several values to a sub-template.
+func createMap(pairs ...interface{}) (map[string]interface{}, error) {
+	if len(pairs)%2 != 0 {
+		return nil, errors.New("invalid map call")
+	}
+	m := make(map[string]interface{}, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		k, ok := pairs[i].(string)
+		if !ok {
+			return nil, errors.New("map keys must be strings")
+		}
+		m[k] = pairs[i+1]
+	}
+	return m, nil
+}
+
+// getenv treats an empty variable like an unset one: confd templates rely
+// on `getenv "X" "fallback"` covering both.
+func getenv(key string, def ...string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	if len(def) > 0 {
+		return def[0]
+	}
+	return ""
+}
+
+func base64Encode(s string) string {
+	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+func base64Decode(s string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return string(b), err
+}
+
+// fileExists answers false only for "does not exist"; any other stat
+// failure (permission denied, a file used as a directory) counts as
+// existing, as in confd.
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return !os.IsNotExist(err)
+}
+
+// seq is GNU seq: first..last inclusive, nothing when first > last.
+func seq(first, last int) []int {
+	var out []int
+	for i := first; i <= last; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// reverse reverses in place, so the caller's variable changes too. Only the
+// exact types []string and []memkv.KVPair are reversed: memkv.KVPairs, which
+// gets returns, is a distinct type and comes back untouched, as in confd.
+func reverse(values interface{}) interface{} {
+	switch v := values.(type) {
+	case []string:
+		slices.Reverse(v)
+	case []memkv.KVPair:
+		slices.Reverse(v)
+	}
+	return values
+}
+
+// sortByLength and sortKVByLength sort in place with sort.Sort, as confd
+// does, rather than a stable sort: for up to 6 items both Go 1.10's and
+// today's sort.Sort keep equal lengths in input order, so such lists render
+// as confd 0.16 rendered them (longer lists with ties may differ).
+func sortByLength(values []string) []string {
+	sort.Sort(byLength(values))
+	return values
+}
+
+func sortKVByLength(values []memkv.KVPair) []memkv.KVPair {
+	sort.Sort(kvByKeyLength(values))
+	return values
+}
+
+type byLength []string
+
+func (s byLength) Len() int           { return len(s) }
+func (s byLength) Less(i, j int) bool { return len(s[i]) < len(s[j]) }
+func (s byLength) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
+
+type kvByKeyLength []memkv.KVPair
+
+func (s kvByKeyLength) Len() int           { return len(s) }
+func (s kvByKeyLength) Less(i, j int) bool { return len(s[i].Key) < len(s[j].Key) }
+func (s kvByKeyLength) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }

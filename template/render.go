@@ -1,0 +1,50 @@
+// Package template renders confd templates: Go text/template over a memkv
+// store with confd 0.16's function set. It does no I/O beyond reading the
+// template file, so callers decide where (and whether) the bytes land.
+package template
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	texttemplate "text/template"
+
+	"github.com/kelseyhightower/memkv"
+)
+
+// Render parses the template file at srcPath and executes it over kvs,
+// whose keys are absolute paths ("/app/db/user") already stripped of the
+// resource prefix.
+//
+// The template is named filepath.Base(srcPath), as confd names it, so
+// text/template's own messages ("template: NAME:LINE:COL: ...") read the
+// same as confd's; the returned error adds the full path in front.
+func Render(srcPath string, kvs map[string]string) ([]byte, error) {
+	// A fresh store per render: keys deleted upstream must not linger, and
+	// concurrent renders must not see each other's keys.
+	store := memkv.New()
+	for k, v := range kvs {
+		store.Set(k, v)
+	}
+
+	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
+	// apart from "does not parse"; ParseFiles would do exactly this Parse on
+	// a template of the same name, so the result is the same.
+	src, err := os.ReadFile(srcPath)
+	if err != nil {
+		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
+	}
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(&store)).Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
+	}
+
+	// A buffer, never the destination: a failed execution must not leave a
+	// half-written file behind. confd passes no data (dot is nil).
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, nil); err != nil {
+		return nil, fmt.Errorf("execute template %s: %w", srcPath, err)
+	}
+	return buf.Bytes(), nil
+}
