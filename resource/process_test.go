@@ -1,0 +1,287 @@
+package resource
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeStore serves a fixed snapshot; unit tests need no etcd.
+type fakeStore struct {
+	kvs map[string]string
+	rev int64
+}
+
+func (f *fakeStore) GetValues(_ context.Context, keys []string) (map[string]string, int64, error) {
+	out := map[string]string{}
+	for k, v := range f.kvs {
+		for _, want := range keys {
+			if k == want || strings.HasPrefix(k, strings.TrimSuffix(want, "/")+"/") {
+				out[k] = v
+			}
+		}
+	}
+	return out, f.rev, nil
+}
+
+type fixture struct {
+	t     *testing.T
+	dir   string
+	dest  string
+	marks string // every command run appends a line here
+	s     *Settings
+	store *fakeStore
+}
+
+func newFixture(t *testing.T, extra string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, store: &fakeStore{kvs: map[string]string{"/app/name": "one"}, rev: 5}}
+	out := t.TempDir()
+	f.dest = filepath.Join(out, "app.conf")
+	f.marks = filepath.Join(out, "marks")
+	toml := "[template]\nsrc = \"app.tmpl\"\ndest = \"" + f.dest + "\"\nkeys = [\"/name\"]\nprefix = \"/app\"\nmode = \"0640\"\n" + extra
+	f.dir = confDir(t, map[string]string{"app.toml": toml}, map[string]string{"app.tmpl": "name={{getv \"/name\"}}\n"})
+	f.s, _ = testSettings(f.dir)
+	return f
+}
+
+func (f *fixture) load() *Resource {
+	f.t.Helper()
+	r, err := Load(filepath.Join(f.dir, "conf.d", "app.toml"), f.s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) marksRead() string {
+	b, _ := os.ReadFile(f.marks)
+	return string(b)
+}
+
+func (f *fixture) stageFiles() []string {
+	m, _ := filepath.Glob(filepath.Join(filepath.Dir(f.dest), ".app.conf.*"))
+	return m
+}
+
+func TestProcessWritesWithModeAndSkipsWhenInSync(t *testing.T) {
+	f := newFixture(t, "")
+	r := f.load()
+	r.CheckCmd = "echo check >> " + f.marks
+	r.ReloadCmd = "echo reload >> " + f.marks
+	res, err := r.Process(context.Background(), f.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Changed || !res.Reloaded || res.Revision != 5 {
+		t.Errorf("result = %+v", res)
+	}
+	got, _ := os.ReadFile(f.dest)
+	if string(got) != "name=one\n" {
+		t.Errorf("dest = %q", got)
+	}
+	fi, _ := os.Stat(f.dest)
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode = %#o", fi.Mode().Perm())
+	}
+	if f.marksRead() != "check\nreload\n" {
+		t.Errorf("commands = %q", f.marksRead())
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+
+	// Same snapshot again: no write, no command.
+	res, err = r.Process(context.Background(), f.store)
+	if err != nil || res.Changed || res.Reloaded {
+		t.Fatalf("second pass = %+v, %v", res, err)
+	}
+	fi, _ = os.Stat(f.dest)
+	if fi.Sys().(*syscall.Stat_t).Ino != ino {
+		t.Error("dest was replaced although nothing changed")
+	}
+	if f.marksRead() != "check\nreload\n" {
+		t.Errorf("commands ran again: %q", f.marksRead())
+	}
+
+	// A mode change alone is a change.
+	if err := os.Chmod(f.dest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = r.Process(context.Background(), f.store); err != nil || !res.Changed {
+		t.Fatalf("mode drift pass = %+v, %v", res, err)
+	}
+	if fi, _ = os.Stat(f.dest); fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode after repair = %#o", fi.Mode().Perm())
+	}
+	if len(f.stageFiles()) != 0 {
+		t.Errorf("stage files left: %v", f.stageFiles())
+	}
+}
+
+func TestCheckSeesStageFileWithFinalModeAndContent(t *testing.T) {
+	f := newFixture(t, "")
+	r := f.load()
+	// The check records the stage file's mode and content as it sees them.
+	r.CheckCmd = "stat -c %a {{.src}} >> " + f.marks + " && cat {{.src}} >> " + f.marks + " && echo {{.dest}} >> " + f.marks
+	old := syscall.Umask(0o077) // a strict umask must not change the final mode
+	defer syscall.Umask(old)
+	if _, err := r.Process(context.Background(), f.store); err != nil {
+		t.Fatal(err)
+	}
+	want := "640\nname=one\n" + f.dest + "\n"
+	if f.marksRead() != want {
+		t.Errorf("check saw %q, want %q", f.marksRead(), want)
+	}
+}
+
+func TestFailedCheckLeavesLiveFileAndNoStage(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run("keep="+strconv.FormatBool(keep), func(t *testing.T) {
+			f := newFixture(t, "")
+			f.s.KeepStageFile = keep
+			if err := os.WriteFile(f.dest, []byte("live\n"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			r := f.load()
+			r.CheckCmd = "echo bad bundle >&2; exit 3"
+			r.ReloadCmd = "echo reload >> " + f.marks
+			_, err := r.Process(context.Background(), f.store)
+			var ce *CommandError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), "bad bundle") || !strings.Contains(err.Error(), "app.toml") {
+				t.Fatalf("error = %v", err)
+			}
+			if got, _ := os.ReadFile(f.dest); string(got) != "live\n" {
+				t.Errorf("live file changed to %q", got)
+			}
+			if f.marksRead() != "" {
+				t.Errorf("reload ran after failed check: %q", f.marksRead())
+			}
+			if n := len(f.stageFiles()); (n == 1) != keep || n > 1 {
+				t.Errorf("stage files = %v, keep-stage-file %v", f.stageFiles(), keep)
+			}
+		})
+	}
+}
+
+func TestFailedRenderWritesNothing(t *testing.T) {
+	f := newFixture(t, "")
+	f.store.kvs = map[string]string{}
+	r := f.load()
+	_, err := r.Process(context.Background(), f.store)
+	if err == nil || !strings.Contains(err.Error(), "app.tmpl:1") || !strings.Contains(err.Error(), "/name") {
+		t.Fatalf("error = %v, want template name, line and key", err)
+	}
+	if _, err := os.Stat(f.dest); !os.IsNotExist(err) {
+		t.Errorf("dest exists after failed render: %v", err)
+	}
+	if len(f.stageFiles()) != 0 {
+		t.Errorf("stage files left: %v", f.stageFiles())
+	}
+}
+
+func TestFailedReloadIsRetriedOnNextPass(t *testing.T) {
+	f := newFixture(t, "")
+	r := f.load()
+	flag := filepath.Join(t.TempDir(), "reload-ok")
+	r.ReloadCmd = "test -e " + flag + " && echo reload >> " + f.marks
+	if _, err := r.Process(context.Background(), f.store); err == nil || !strings.Contains(err.Error(), "will retry") {
+		t.Fatalf("first pass error = %v", err)
+	}
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Process(context.Background(), f.store)
+	if err != nil || res.Changed || !res.Reloaded {
+		t.Fatalf("retry pass = %+v, %v", res, err)
+	}
+	if res, _ = r.Process(context.Background(), f.store); res.Reloaded {
+		t.Error("reload ran a third time")
+	}
+	if f.marksRead() != "reload\n" {
+		t.Errorf("reloads = %q", f.marksRead())
+	}
+}
+
+func TestNoopAndSyncOnly(t *testing.T) {
+	f := newFixture(t, "")
+	if err := os.WriteFile(f.dest, []byte("name=zero\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var diff bytes.Buffer
+	f.s.Noop, f.s.DiffOut = true, &diff
+	r := f.load()
+	r.CheckCmd, r.ReloadCmd = "echo check >> "+f.marks, "echo reload >> "+f.marks
+	res, err := r.Process(context.Background(), f.store)
+	if err != nil || !res.Changed {
+		t.Fatalf("noop = %+v, %v", res, err)
+	}
+	if got, _ := os.ReadFile(f.dest); string(got) != "name=zero\n" || f.marksRead() != "" || len(f.stageFiles()) != 0 {
+		t.Errorf("noop wrote or ran something: dest %q, marks %q, stage %v", got, f.marksRead(), f.stageFiles())
+	}
+	for _, want := range []string{"-name=zero", "+name=one", "mode 0644 -> 0640", "--- " + f.dest} {
+		if !strings.Contains(diff.String(), want) {
+			t.Errorf("diff lacks %q:\n%s", want, diff.String())
+		}
+	}
+
+	f.s.Noop, f.s.SyncOnly = false, true
+	if _, err := r.Process(context.Background(), f.store); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(f.dest); string(got) != "name=one\n" || f.marksRead() != "" {
+		t.Errorf("sync-only: dest %q, marks %q", got, f.marksRead())
+	}
+}
+
+func TestCommandTimeoutKillsProcessGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	_, err := runCommand(context.Background(), "sleep 60 & echo $! > "+pidFile+"; wait", 300*time.Millisecond)
+	var ce *CommandError
+	if !errors.As(err, &ce) || !ce.TimedOut || !strings.Contains(err.Error(), "killed after timeout") {
+		t.Fatalf("error = %v", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// The grandchild must be gone (or a zombie awaiting its reaper), not still sleeping.
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err == nil && !strings.Contains(string(stat), ") Z") {
+		t.Errorf("grandchild %d survived the timeout: %s", pid, stat)
+	}
+}
+
+func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
+	shm, err := os.MkdirTemp("/dev/shm", "confd-test")
+	if err != nil {
+		t.Skip("no /dev/shm:", err)
+	}
+	defer os.RemoveAll(shm)
+	dest := filepath.Join(t.TempDir(), "dest")
+	if err := os.WriteFile(dest, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stage := filepath.Join(shm, "stage")
+	if err := os.WriteFile(stage, []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(stage, dest); !errors.Is(err, syscall.EXDEV) {
+		t.Skipf("rename across /dev/shm and temp dir did not give EXDEV: %v", err)
+	}
+	s, _ := testSettings(t.TempDir())
+	if err := replace(stage, dest, []byte("new\n"), 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(dest)
+	fi, _ := os.Stat(dest)
+	if string(got) != "new\n" || fi.Mode().Perm() != 0o644 {
+		t.Errorf("dest = %q mode %#o", got, fi.Mode().Perm())
+	}
+}

@@ -1,0 +1,242 @@
+// Package resource owns confd's template resources: the TOML file that says
+// which keys, which template and which destination, and the write path that
+// turns a snapshot of keys into a checked, atomically replaced file.
+package resource
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults for the command timeouts when neither the resource nor a flag sets them.
+const (
+	DefaultCheckTimeout  = 60 * time.Second
+	DefaultReloadTimeout = 10 * time.Minute
+)
+
+// Settings are the process-wide options that shape every resource.
+type Settings struct {
+	ConfDir       string        // confd's -confdir: resources in conf.d/, templates in templates/
+	Prefix        string        // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
+	Noop          bool          // render and diff, write nothing, run nothing
+	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
+	KeepStageFile bool          // keep the stage file of a failed check for inspection
+	CheckTimeout  time.Duration // default check_cmd timeout
+	ReloadTimeout time.Duration // default reload_cmd timeout
+	Log           logrus.FieldLogger
+	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
+}
+
+// Resource is one parsed and validated template resource.
+type Resource struct {
+	File          string // the TOML file it came from
+	Src           string // absolute template path
+	Dest          string
+	Keys          []string // as written in the file, before the prefix
+	Prefix        string   // always starts with "/"
+	UID, GID      int
+	Mode          os.FileMode // zero: keep the destination's mode, 0644 for a new file
+	CheckCmd      string
+	ReloadCmd     string
+	CheckTimeout  time.Duration
+	ReloadTimeout time.Duration
+
+	settings *Settings
+	// reloadPending remembers a reload_cmd that failed after its file was
+	// replaced: the next pass finds the file in sync, but the service never
+	// saw the change, so the reload must be retried.
+	reloadPending bool
+}
+
+// tomlTemplate mirrors confd's [template] table.
+type tomlTemplate struct {
+	Src           string   `toml:"src"`
+	Dest          string   `toml:"dest"`
+	Keys          []string `toml:"keys"`
+	Prefix        string   `toml:"prefix"`
+	Owner         string   `toml:"owner"`
+	Group         string   `toml:"group"`
+	UID           *int     `toml:"uid"`
+	GID           *int     `toml:"gid"`
+	Mode          string   `toml:"mode"`
+	CheckCmd      string   `toml:"check_cmd"`
+	ReloadCmd     string   `toml:"reload_cmd"`
+	CheckTimeout  string   `toml:"check_cmd_timeout"`
+	ReloadTimeout string   `toml:"reload_cmd_timeout"`
+}
+
+type tomlFile struct {
+	Template *tomlTemplate `toml:"template"`
+}
+
+// Load reads one resource file. The error names the file and, for TOML
+// syntax errors, the line.
+func Load(file string, s *Settings) (*Resource, error) {
+	var tf tomlFile
+	md, err := toml.DecodeFile(file, &tf)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("%s:%d: %s", file, perr.Position.Line, perr.Message)
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	for _, k := range md.Undecoded() {
+		s.log().Warnf("%s: unknown key %q ignored", file, k.String())
+	}
+	if tf.Template == nil {
+		return nil, fmt.Errorf("%s: no [template] table", file)
+	}
+	t := tf.Template
+	r := &Resource{File: file, Dest: t.Dest, Keys: t.Keys, CheckCmd: t.CheckCmd, ReloadCmd: t.ReloadCmd, settings: s}
+	if t.Src == "" {
+		return nil, fmt.Errorf("%s: template.src is empty", file)
+	}
+	if t.Dest == "" {
+		return nil, fmt.Errorf("%s: template.dest is empty", file)
+	}
+	r.Src = filepath.Join(s.ConfDir, "templates", t.Src)
+	if fi, err := os.Stat(r.Src); err != nil {
+		return nil, fmt.Errorf("%s: template.src: %w", file, err)
+	} else if fi.IsDir() {
+		return nil, fmt.Errorf("%s: template.src %s is a directory", file, r.Src)
+	}
+	if r.Prefix = t.Prefix; s.Prefix != "" {
+		r.Prefix = s.Prefix
+	}
+	if !strings.HasPrefix(r.Prefix, "/") {
+		r.Prefix = "/" + r.Prefix
+	}
+	if r.Mode, err = parseMode(t.Mode); err != nil {
+		return nil, fmt.Errorf("%s: template.mode: %w", file, err)
+	}
+	if t.Mode != "" && !strings.HasPrefix(t.Mode, "0") {
+		s.log().Warnf("%s: mode %q read as octal %#o (confd 0.16 read it as decimal); write %q to silence this", file, t.Mode, r.Mode, "0"+t.Mode)
+	}
+	if r.UID, r.GID, err = owner(t); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if r.CheckTimeout, err = duration(t.CheckTimeout, s.CheckTimeout, DefaultCheckTimeout); err != nil {
+		return nil, fmt.Errorf("%s: template.check_cmd_timeout: %w", file, err)
+	}
+	if r.ReloadTimeout, err = duration(t.ReloadTimeout, s.ReloadTimeout, DefaultReloadTimeout); err != nil {
+		return nil, fmt.Errorf("%s: template.reload_cmd_timeout: %w", file, err)
+	}
+	// Parse the command templates now so that a typo fails at load, not after a render.
+	for key, cmd := range map[string]string{"check_cmd": r.CheckCmd, "reload_cmd": r.ReloadCmd} {
+		if _, err := expandCommand(key, cmd, "", ""); err != nil {
+			return nil, fmt.Errorf("%s: template.%s: %w", file, key, err)
+		}
+	}
+	return r, nil
+}
+
+// StoreKeys are the keys to read from the store: each key joined to the prefix.
+func (r *Resource) StoreKeys() []string {
+	out := make([]string, len(r.Keys))
+	for i, k := range r.Keys {
+		out[i] = path.Join(r.Prefix, k)
+	}
+	return out
+}
+
+// parseMode reads an octal permission string. confd 0.16 used base 0, so
+// "644" meant decimal 644 (mode 01204); here digits are always octal.
+func parseMode(s string) (os.FileMode, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
+	v, err := strconv.ParseUint(t, 8, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an octal file mode", s)
+	}
+	if v > 0o7777 {
+		return 0, fmt.Errorf("%q is larger than 07777", s)
+	}
+	return fileMode(uint32(v)), nil
+}
+
+// fileMode maps Unix permission bits, setuid/setgid/sticky included, to os.FileMode.
+func fileMode(v uint32) os.FileMode {
+	m := os.FileMode(v & 0o777)
+	if v&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if v&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if v&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}
+
+// owner resolves uid/gid. confd's default is the process's own effective
+// ids; owner and group names are looked up, and a name contradicting a
+// numeric id is an error rather than a silent choice.
+func owner(t *tomlTemplate) (uid, gid int, err error) {
+	uid, gid = os.Geteuid(), os.Getegid()
+	if t.Owner != "" {
+		u, err := user.Lookup(t.Owner)
+		if err != nil {
+			return 0, 0, fmt.Errorf("template.owner: %w", err)
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		if t.Group == "" && t.GID == nil {
+			gid, _ = strconv.Atoi(u.Gid)
+		}
+		if t.UID != nil && *t.UID != uid {
+			return 0, 0, fmt.Errorf("template.owner %q is uid %d but template.uid is %d", t.Owner, uid, *t.UID)
+		}
+	} else if t.UID != nil {
+		uid = *t.UID
+	}
+	if t.Group != "" {
+		g, err := user.LookupGroup(t.Group)
+		if err != nil {
+			return 0, 0, fmt.Errorf("template.group: %w", err)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+		if t.GID != nil && *t.GID != gid {
+			return 0, 0, fmt.Errorf("template.group %q is gid %d but template.gid is %d", t.Group, gid, *t.GID)
+		}
+	} else if t.GID != nil {
+		gid = *t.GID
+	}
+	return uid, gid, nil
+}
+
+func duration(s string, flagDefault, builtin time.Duration) (time.Duration, error) {
+	if s == "" {
+		if flagDefault > 0 {
+			return flagDefault, nil
+		}
+		return builtin, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be positive", s)
+	}
+	return d, nil
+}
+
+func (s *Settings) log() logrus.FieldLogger {
+	if s.Log == nil {
+		return logrus.StandardLogger()
+	}
+	return s.Log
+}
