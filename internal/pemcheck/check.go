@@ -1,0 +1,158 @@
+package pemcheck
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Options say what a file must hold. The zero value asks only for at least
+// one key or certificate, with certificates valid now.
+type Options struct {
+	// Now is the instant certificates must be valid at; zero means time.Now().
+	Now time.Time
+	// Allow is the set of kinds permitted; zero permits every kind. For
+	// example a CA bundle allows Certificate only, while kube-apiserver's
+	// --service-account-key-file takes Certificate|PublicKey|PrivateKey.
+	Allow Kind
+	// Require lists kinds that must each appear at least once.
+	Require Kind
+	// ForbidPrivate refuses private keys, for bundles that get published.
+	// It is Allow without PrivateKey, kept separate because it is the one
+	// rule whose breach leaks a secret, and reads so at the call site.
+	ForbidPrivate bool
+	// Validate, if set, is called for every permitted key or certificate
+	// block, for rules that belong to one consumer (such as which key
+	// encodings kube-apiserver actually reads). Its error is wrapped with
+	// the block's position.
+	Validate func(Block) error
+}
+
+// Check checks f against opts and returns every problem found, joined.
+func (f *File) Check(opts Options) error {
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	allow := opts.Allow
+	if allow == 0 {
+		allow = keyOrCert
+	}
+	if opts.ForbidPrivate {
+		allow &^= PrivateKey
+	}
+	var errs []error
+	var seen Kind
+	for i := range f.Blocks {
+		b := &f.Blocks[i]
+		if b.Kind == ECParameters {
+			continue
+		}
+		seen |= b.Kind
+		if b.Kind&allow == 0 {
+			switch {
+			case b.Kind == PrivateKey && opts.ForbidPrivate:
+				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
+			case b.Kind == PrivateKey:
+				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: want %s", ErrPrivateKey, allow&keyOrCert)))
+			default:
+				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: %s, want %s", ErrKind, b.Kind, allow&keyOrCert)))
+			}
+			continue
+		}
+		if b.Cert != nil {
+			if err := validAt(b.Cert, now); err != nil {
+				errs = append(errs, blockError(f.Name, b, err))
+			}
+		}
+		if opts.Validate != nil {
+			if err := opts.Validate(*b); err != nil {
+				errs = append(errs, blockError(f.Name, b, err))
+			}
+		}
+	}
+	if seen&keyOrCert == 0 {
+		errs = append(errs, &Error{File: f.Name, Err: ErrNoKey})
+	}
+	for _, k := range []Kind{Certificate, PublicKey, PrivateKey} {
+		if opts.Require&k != 0 && seen&k == 0 {
+			errs = append(errs, &Error{File: f.Name, Err: fmt.Errorf("%w: no %s", ErrMissingKind, k)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validAt(c *x509.Certificate, now time.Time) error {
+	const layout = time.RFC3339
+	if now.Before(c.NotBefore) {
+		return fmt.Errorf("%w: %q is valid from %s (now %s)", ErrNotYetValid, c.Subject.String(),
+			c.NotBefore.UTC().Format(layout), now.UTC().Format(layout))
+	}
+	if now.After(c.NotAfter) {
+		return fmt.Errorf("%w: %q expired at %s (now %s)", ErrExpired, c.Subject.String(),
+			c.NotAfter.UTC().Format(layout), now.UTC().Format(layout))
+	}
+	return nil
+}
+
+// Certificates returns the file's certificates in order.
+func (f *File) Certificates() []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, b := range f.Blocks {
+		if b.Cert != nil {
+			out = append(out, b.Cert)
+		}
+	}
+	return out
+}
+
+func (f *File) first(k Kind) *Block {
+	for i := range f.Blocks {
+		if f.Blocks[i].Kind == k {
+			return &f.Blocks[i]
+		}
+	}
+	return nil
+}
+
+// MatchPair checks that the first certificate in certs (the leaf, as Go's
+// tls.X509KeyPair takes it) belongs to the first private key in keys. The
+// two may be the same File, for combined cert-and-key files.
+func MatchPair(certs, keys *File) error {
+	leaf := certs.first(Certificate)
+	if leaf == nil {
+		return &Error{File: certs.Name, Err: fmt.Errorf("%w: no certificate", ErrMissingKind)}
+	}
+	key := keys.first(PrivateKey)
+	if key == nil {
+		return &Error{File: keys.Name, Err: fmt.Errorf("%w: no private key", ErrMissingKind)}
+	}
+	if err := MatchKey(leaf.Cert, key.Private); err != nil {
+		return blockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w", keys.Name, key, err))
+	}
+	return nil
+}
+
+// MatchKey reports whether cert was issued for key's public half. On a
+// mismatch it names both key IDs, which are hashes of public keys and so
+// safe to print, to help find which file is stale.
+func MatchKey(cert *x509.Certificate, key crypto.PrivateKey) error {
+	signer, ok := key.(interface{ Public() crypto.PublicKey })
+	if !ok {
+		return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, key)
+	}
+	pub := signer.Public()
+	eq, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	if !ok {
+		return fmt.Errorf("%w: certificate public key of type %T cannot be compared", ErrUnsupported, cert.PublicKey)
+	}
+	if eq.Equal(pub) {
+		return nil
+	}
+	certID, _ := KeyID(cert.PublicKey)
+	keyID, _ := KeyID(pub)
+	return fmt.Errorf("%w (certificate %q has key ID %s, private key has key ID %s)",
+		ErrMismatch, cert.Subject.String(), certID, keyID)
+}

@@ -1,0 +1,88 @@
+package pemcheck
+
+import (
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// k8sVectorKey and k8sVectorKID are the published test vector of
+// TestKeyIDStability in k8s.io/kubernetes pkg/serviceaccount/keyid_test.go:
+// kube-apiserver must keep deriving this ID from this key, so we must too.
+const k8sVectorKey = `-----BEGIN PUBLIC KEY-----
+MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA249XwEo9k4tM8fMxV7zx
+OhcrP+WvXn917koM5Qr2ZXs4vo26e4ytdlrV0bQ9SlcLpQVSYjIxNfhTZdDt+ecI
+zshKuv1gKIxbbLQMOuK1eA/4HALyEkFgmS/tleLJrhc65tKPMGD+pKQ/xhmzRuCG
+51RoiMgbQxaCyYxGfNLpLAZK9L0Tctv9a0mJmGIYnIOQM4kC1A1I1n3EsXMWmeJU
+j7OTh/AjjCnMnkgvKT2tpKxYQ59PgDgU8Ssc7RDSmSkLxnrv+OrN80j6xrw0OjEi
+B4Ycr0PqfzZcvy8efTtFQ/Jnc4Bp1zUtFXt7+QeevePtQ2EcyELXE0i63T1CujRM
+WwIDAQAB
+-----END PUBLIC KEY-----
+`
+
+const k8sVectorKID = "JHJehTTTZlsspKHT-GaJxK7Kd1NQgZJu3fyK6K_QDYU"
+
+func TestKeyIDKubernetesVector(t *testing.T) {
+	f, err := Parse("vector", []byte(k8sVectorKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.KeyIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{k8sVectorKID}) {
+		t.Fatalf("KeyIDs = %q, want %q", got, k8sVectorKID)
+	}
+}
+
+func TestKeyIDIndependent(t *testing.T) {
+	rk, ek := rsaKey(t), ecKey(t)
+	for _, pub := range []crypto.PublicKey{&rk.PublicKey, &ek.PublicKey} {
+		der, err := x509.MarshalPKIXPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(der)
+		want := base64.RawURLEncoding.EncodeToString(sum[:])
+		got, err := KeyID(pub)
+		if err != nil || got != want {
+			t.Errorf("KeyID(%T) = %q, %v; want %q", pub, got, err, want)
+		}
+	}
+	if _, err := KeyID(rk); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("KeyID(private key) err = %v, want ErrUnsupported", err)
+	}
+}
+
+// The same key as a certificate, a public key and a private key has one ID.
+func TestPublicKeysEveryBlock(t *testing.T) {
+	rk, ek := rsaKey(t), ecKey(t)
+	now := time.Now()
+	data := cat(certPEM(t, ek, "c", now.Add(-time.Hour), now.Add(time.Hour)),
+		pkixPEM(t, &ek.PublicKey),
+		encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7}),
+		pkcs8PEM(t, ek),
+		encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rk)))
+	f, err := Parse("mixed", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.PublicKeys()); n != 4 {
+		t.Fatalf("PublicKeys: %d keys, want 4", n)
+	}
+	ids, err := f.KeyIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecID, _ := KeyID(&ek.PublicKey)
+	rsaID, _ := KeyID(&rk.PublicKey)
+	if want := []string{ecID, ecID, ecID, rsaID}; !slices.Equal(ids, want) {
+		t.Errorf("KeyIDs = %q, want %q", ids, want)
+	}
+}

@@ -1,0 +1,279 @@
+// Package pemcheck parses and checks PEM bundles of certificates, public keys
+// and private keys, strictly: anything that is not a well-formed, parseable
+// block of a known type is an error naming the file and the block. It is
+// pure apart from ReadFile, so template functions can use it on bytes.
+package pemcheck
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"unicode"
+)
+
+// Kind classifies a block. Kinds are bits so options can name sets of them.
+type Kind uint8
+
+const (
+	Certificate Kind = 1 << iota
+	PublicKey
+	PrivateKey
+	// ECParameters is OpenSSL's "EC PARAMETERS" block, which `openssl ecparam
+	// -genkey` writes before the key. It is accepted and ignored, as
+	// kube-apiserver and Go's TLS loader do.
+	ECParameters
+
+	keyOrCert = Certificate | PublicKey | PrivateKey
+)
+
+func (k Kind) String() string {
+	var names []string
+	for _, n := range []struct {
+		k    Kind
+		name string
+	}{{Certificate, "certificate"}, {PublicKey, "public key"}, {PrivateKey, "private key"}, {ECParameters, "EC parameters"}} {
+		if k&n.k != 0 {
+			names = append(names, n.name)
+		}
+	}
+	if len(names) == 0 {
+		return "nothing"
+	}
+	return strings.Join(names, " or ")
+}
+
+// Encoding is the structure a block's DER actually had, which may differ
+// from what its PEM type claims (loaders such as Go's TLS and
+// kube-apiserver's key reader go by content, so we do too).
+type Encoding string
+
+const (
+	X509  Encoding = "X.509"  // certificate
+	PKIX  Encoding = "PKIX"   // SubjectPublicKeyInfo, "PUBLIC KEY"
+	PKCS1 Encoding = "PKCS#1" // RSA only, public or private
+	PKCS8 Encoding = "PKCS#8" // private key of any algorithm
+	SEC1  Encoding = "SEC1"   // "EC PRIVATE KEY"
+)
+
+// Block is one parsed PEM block. Its String and GoString methods print only
+// its position and type, so a Block logged with %v or %#v leaks no key.
+type Block struct {
+	Index    int    // 1-based position in the file
+	Line     int    // 1-based line of its BEGIN
+	Type     string // PEM type, e.g. "CERTIFICATE"
+	Kind     Kind
+	Encoding Encoding
+
+	Cert    *x509.Certificate // set for certificates
+	Public  crypto.PublicKey  // set for every key or certificate
+	Private crypto.PrivateKey // set for private keys only
+}
+
+func (b Block) String() string {
+	return fmt.Sprintf("block %d (line %d, %s)", b.Index, b.Line, b.Type)
+}
+
+// GoString keeps %#v from dumping a private key's numbers into a log.
+func (b Block) GoString() string { return "pemcheck.Block{" + b.String() + "}" }
+
+// File is a parsed PEM file.
+type File struct {
+	Name   string
+	Blocks []Block
+}
+
+// ReadFile reads and parses the PEM file at path.
+func ReadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The PathError's own message would repeat the path.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
+		}
+		return nil, &Error{File: path, Err: err}
+	}
+	return Parse(path, data)
+}
+
+var (
+	beginMarker = []byte("-----BEGIN ")
+	endMarker   = []byte("\n-----END ")
+)
+
+// Parse parses every PEM block in data; name is used in errors only.
+// Non-PEM bytes before, between or after blocks are an error, unlike
+// encoding/pem, which silently skips them: a bundle with a stray paste in it
+// is a broken bundle. Parse stops at the first structural problem (where the
+// next block starts is then unknowable) but reports every block that fails
+// to parse. On error it returns a nil File.
+func Parse(name string, data []byte) (*File, error) {
+	f := &File{Name: name}
+	var errs []error
+	rest := bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a BOM is an editor's, not garbage
+	line := 1
+	for index := 1; ; index++ {
+		trimmed := bytes.TrimLeftFunc(rest, unicode.IsSpace)
+		line += bytes.Count(rest[:len(rest)-len(trimmed)], []byte("\n"))
+		rest = trimmed
+		if len(rest) == 0 {
+			break
+		}
+		// Never quote the offending bytes: they may be a key pasted
+		// without its armour.
+		if !bytes.HasPrefix(rest, beginMarker) {
+			errs = append(errs, &Error{File: name, Line: line, Err: fmt.Errorf("%w where a BEGIN line was expected", ErrNotPEM)})
+			return nil, errors.Join(errs...)
+		}
+		chunk, err := nextChunk(rest)
+		if err != nil {
+			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest), Err: err})
+			return nil, errors.Join(errs...)
+		}
+		p, after := pem.Decode(chunk)
+		if p == nil || len(bytes.TrimSpace(after)) != 0 {
+			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
+				Err: fmt.Errorf("%w: bad base64, headers or END line", ErrMalformed)})
+			return nil, errors.Join(errs...)
+		}
+		b := Block{Index: index, Line: line, Type: p.Type}
+		if err := parseBlock(&b, p); err != nil {
+			errs = append(errs, blockError(name, &b, err))
+		} else {
+			f.Blocks = append(f.Blocks, b)
+		}
+		line += bytes.Count(chunk, []byte("\n"))
+		rest = rest[len(chunk):]
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(f.Blocks) == 0 {
+		return nil, &Error{File: name, Err: ErrNoBlock}
+	}
+	return f, nil
+}
+
+// nextChunk returns data up to and including the first END line. Cutting
+// there keeps pem.Decode from skipping a broken block and decoding a later
+// one in its place.
+func nextChunk(data []byte) ([]byte, error) {
+	end := bytes.Index(data, endMarker)
+	if end < 0 {
+		return nil, fmt.Errorf("%w: no END line", ErrMalformed)
+	}
+	stop := len(data)
+	if eol := bytes.IndexByte(data[end+1:], '\n'); eol >= 0 {
+		stop = end + 1 + eol + 1
+	}
+	chunk := data[:stop]
+	if bytes.Count(chunk, beginMarker) != 1 {
+		return nil, fmt.Errorf("%w: BEGIN without END", ErrMalformed)
+	}
+	return chunk, nil
+}
+
+// pemType reads the type from a BEGIN line for error messages about blocks
+// that did not decode.
+func pemType(data []byte) string {
+	first, _, _ := bytes.Cut(data, []byte("\n"))
+	t := strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(string(first), string(beginMarker))), "-----")
+	if len(t) > 40 {
+		t = t[:40] + "..."
+	}
+	return t
+}
+
+func parseBlock(b *Block, p *pem.Block) error {
+	if strings.Contains(p.Headers["Proc-Type"], "ENCRYPTED") {
+		return ErrEncrypted
+	}
+	switch p.Type {
+	case "CERTIFICATE":
+		c, err := x509.ParseCertificate(p.Bytes)
+		if err != nil {
+			return fmt.Errorf("%w: certificate: %w", ErrParse, err)
+		}
+		b.Kind, b.Encoding, b.Cert, b.Public = Certificate, X509, c, c.PublicKey
+		return nil
+	case "PUBLIC KEY", "RSA PUBLIC KEY":
+		return parsePublic(b, p)
+	case "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY":
+		return parsePrivate(b, p)
+	case "ENCRYPTED PRIVATE KEY":
+		return ErrEncrypted
+	case "EC PARAMETERS":
+		b.Kind = ECParameters
+		return nil
+	default:
+		return fmt.Errorf("%w %q", ErrUnknownType, p.Type)
+	}
+}
+
+func parsePublic(b *Block, p *pem.Block) error {
+	pkix := func() (any, error) { return x509.ParsePKIXPublicKey(p.Bytes) }
+	pkcs1 := func() (any, error) { return x509.ParsePKCS1PublicKey(p.Bytes) }
+	tries := []struct {
+		enc   Encoding
+		parse func() (any, error)
+	}{{PKIX, pkix}, {PKCS1, pkcs1}}
+	if p.Type == "RSA PUBLIC KEY" {
+		tries[0], tries[1] = tries[1], tries[0]
+	}
+	var first error
+	for _, t := range tries {
+		k, err := t.parse()
+		if err == nil {
+			b.Kind, b.Encoding, b.Public = PublicKey, t.enc, k
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	// The labelled format's error is the one that explains the problem.
+	return fmt.Errorf("%w: public key: %w", ErrParse, first)
+}
+
+func parsePrivate(b *Block, p *pem.Block) error {
+	type try struct {
+		enc   Encoding
+		parse func([]byte) (any, error)
+	}
+	pkcs1 := try{PKCS1, func(d []byte) (any, error) { return x509.ParsePKCS1PrivateKey(d) }}
+	pkcs8 := try{PKCS8, x509.ParsePKCS8PrivateKey}
+	sec1 := try{SEC1, func(d []byte) (any, error) { return x509.ParseECPrivateKey(d) }}
+	var tries []try
+	switch p.Type {
+	case "RSA PRIVATE KEY":
+		tries = []try{pkcs1, pkcs8, sec1}
+	case "EC PRIVATE KEY":
+		tries = []try{sec1, pkcs8, pkcs1}
+	default:
+		tries = []try{pkcs8, pkcs1, sec1}
+	}
+	var first error
+	for _, t := range tries {
+		k, err := t.parse(p.Bytes)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		signer, ok := k.(interface{ Public() crypto.PublicKey })
+		if !ok {
+			return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, k)
+		}
+		b.Kind, b.Encoding, b.Private, b.Public = PrivateKey, t.enc, k, signer.Public()
+		return nil
+	}
+	// x509 and asn1 errors describe structure, never the key's bytes.
+	return fmt.Errorf("%w: private key: %w", ErrParse, first)
+}
