@@ -1,0 +1,233 @@
+// Package preflight checks kube-apiserver's PEM inputs before a restart, so
+// that a broken certificate, key or service-account key bundle stops the
+// restart instead of the apiserver.
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+var (
+	// ErrNoFlags means the flags files named none of the PEM flags preflight
+	// knows, which would otherwise make the check a silent no-op.
+	ErrNoFlags = errors.New("no kube-apiserver PEM flags found")
+	// ErrIgnoredKey marks a key kube-apiserver would skip or refuse.
+	ErrIgnoredKey = errors.New("kube-apiserver would not use this key")
+	// ErrSigningKeyNotPublished means the apiserver would issue tokens that
+	// no --service-account-key-file lets it verify.
+	ErrSigningKeyNotPublished = errors.New("service-account signing key is not in any --service-account-key-file")
+	ErrNoFiles                = errors.New("no files to check")
+)
+
+// Input names what to check.
+type Input struct {
+	Files      []string  // checked generically: parses, >=1 key/cert, certs valid at Now
+	FlagsFiles []string  // files parsed for apiserver flags (EnvironmentFile, flag list, manifest)
+	Now        time.Time // zero means time.Now()
+}
+
+// Run checks everything and returns nil or an error listing every problem
+// found (errors.Join), each naming the file and the reason, and for files
+// named by flags, the flag and the flags file and line it came from.
+// Flags files are read in order as parts of one command line: a repeated
+// scalar flag keeps its last value, as pflag does.
+func Run(ctx context.Context, in Input) error {
+	c := newChecker(in.Now)
+	for _, p := range in.Files {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(c.errs, fmt.Errorf("preflight: %w", err))...)
+		}
+		if f := c.load(p, ""); f != nil {
+			c.add("", f.Check(pemcheck.Options{Now: c.now}))
+		}
+	}
+	if len(in.FlagsFiles) > 0 {
+		c.checkFlags(ctx, in.FlagsFiles)
+	}
+	return errors.Join(c.errs...)
+}
+
+// CheckOptions tune CheckFiles.
+type CheckOptions struct {
+	PublicOnly bool // refuse private keys
+	Now        time.Time
+}
+
+// CheckFiles is the `kube-apiserver-safe-restart check FILE...` core, meant
+// as a confd check_cmd on a staged service-account public-key bundle. Beyond
+// parsing and validity, it refuses keys kube-apiserver's
+// --service-account-key-file reader would silently skip (PKCS#1 "RSA PUBLIC
+// KEY", non-RSA/ECDSA keys): such a bundle would load, and then reject every
+// token signed by the skipped key.
+func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
+	if len(paths) == 0 {
+		return ErrNoFiles
+	}
+	c := newChecker(opts.Now)
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(c.errs, fmt.Errorf("check: %w", err))...)
+		}
+		if f := c.load(p, ""); f != nil {
+			c.add("", f.Check(pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey}))
+		}
+	}
+	return errors.Join(c.errs...)
+}
+
+type loaded struct {
+	f   *pemcheck.File
+	err error
+}
+
+type checker struct {
+	now   time.Time
+	cache map[string]loaded
+	errs  []error
+}
+
+func newChecker(now time.Time) *checker {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return &checker{now: now, cache: map[string]loaded{}}
+}
+
+// load reads and parses path once. A file several flags name gets its read
+// or parse errors reported once, under the first flag.
+func (c *checker) load(path, context string) *pemcheck.File {
+	if l, ok := c.cache[path]; ok {
+		return l.f
+	}
+	f, err := pemcheck.ReadFile(path)
+	c.cache[path] = loaded{f, err}
+	c.add(context, err)
+	return f
+}
+
+// add records err, split into its joined parts so each carries context.
+func (c *checker) add(context string, err error) {
+	if err == nil {
+		return
+	}
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	}
+	for _, e := range list {
+		if context != "" {
+			e = fmt.Errorf("%s: %w", context, e)
+		}
+		c.errs = append(c.errs, e)
+	}
+}
+
+func (c *checker) use(o occurrence, path string, r role) *pemcheck.File {
+	f := c.load(path, o.String())
+	if f != nil {
+		c.add(o.String(), f.Check(options(r, c.now)))
+	}
+	return f
+}
+
+func (c *checker) checkFlags(ctx context.Context, paths []string) {
+	specs := apiserverFlags()
+	occ, errs := readFlags(paths, specs)
+	c.errs = append(c.errs, errs...)
+	occ = effective(occ, specs)
+	if len(occ) == 0 {
+		if len(errs) == 0 {
+			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(paths, ", ")))
+		}
+		return
+	}
+	last := map[string]occurrence{}
+	saKeys := map[string]bool{}
+	var signing *occurrence
+	for _, o := range occ {
+		if err := ctx.Err(); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("preflight: %w", err))
+			return
+		}
+		last[o.flag] = o
+		switch r := specs[o.flag].role; r {
+		case roleSNI:
+			cert, key, err := splitSNI(o.value)
+			if err != nil {
+				c.add(o.String(), err)
+				continue
+			}
+			cf, kf := c.use(o, cert, roleCert), c.use(o, key, roleKey)
+			if cf != nil && kf != nil {
+				c.add(o.String(), pemcheck.MatchPair(cf, kf))
+			}
+		case roleSAKey:
+			if f := c.use(o, o.value, r); f != nil {
+				ids, _ := f.KeyIDs()
+				for _, id := range ids {
+					saKeys[id] = true
+				}
+			}
+		case roleSigningKey:
+			c.use(o, o.value, r)
+			signing = &o
+		default:
+			c.use(o, o.value, r)
+		}
+	}
+	// Pairs are matched once both halves have been checked on their own.
+	for _, o := range occ {
+		spec := specs[o.flag]
+		if spec.role != roleCert {
+			continue
+		}
+		k, ok := last[spec.key]
+		if !ok {
+			continue
+		}
+		cf, kf := c.cache[o.value].f, c.cache[k.value].f
+		if cf != nil && kf != nil {
+			c.add(fmt.Sprintf("%s with %s", o, k), pemcheck.MatchPair(cf, kf))
+		}
+	}
+	if signing != nil && len(saKeys) > 0 {
+		c.add(signing.String(), c.signingKeyPublished(signing.value, saKeys))
+	}
+}
+
+// signingKeyPublished checks the apiserver can verify the tokens it signs:
+// the whole point of distributing every master's public key.
+func (c *checker) signingKeyPublished(path string, saKeys map[string]bool) error {
+	f := c.cache[path].f
+	if f == nil {
+		return nil
+	}
+	for _, b := range f.Blocks {
+		if b.Kind != pemcheck.PrivateKey {
+			continue
+		}
+		id, err := pemcheck.KeyID(b.Public)
+		if err != nil || saKeys[id] {
+			return nil
+		}
+		return fmt.Errorf("%s: %w: its key ID %s is missing, so the apiserver would reject the tokens it issues", path, ErrSigningKeyNotPublished, id)
+	}
+	return nil
+}
+
+// splitSNI parses --tls-sni-cert-key's certfile,keyfile[:name,...].
+func splitSNI(v string) (cert, key string, err error) {
+	files, _, _ := strings.Cut(v, ":")
+	cert, key, ok := strings.Cut(files, ",")
+	cert, key = strings.TrimSpace(cert), strings.TrimSpace(key)
+	if !ok || cert == "" || key == "" {
+		return "", "", fmt.Errorf("want certfile,keyfile[:names], got %q", v)
+	}
+	return cert, key, nil
+}
