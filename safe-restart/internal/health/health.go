@@ -1,0 +1,157 @@
+// Package health is the gate the restart lock is held across: after
+// kube-apiserver restarts, Wait returns only once it has answered ready
+// continuously for a settle period, and, optionally, serves the expected
+// service-account verification keys.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+var (
+	// ErrUnauthorized means the endpoint answered 401 or 403: a credentials
+	// or RBAC problem, which waiting will not fix.
+	ErrUnauthorized = errors.New("kube-apiserver refused the health check's credentials")
+	// ErrNotReady means the apiserver was not ready before the deadline.
+	ErrNotReady = errors.New("kube-apiserver not ready")
+	// ErrJWKS means /openid/v1/jwks could not be fetched or did not serve
+	// exactly the key IDs of the expected key files.
+	ErrJWKS = errors.New("service-account JWKS check failed")
+	// ErrConfig is an unusable Config, reported before any request.
+	ErrConfig = errors.New("invalid health check configuration")
+)
+
+// Config configures Wait.
+type Config struct {
+	URL       string        // e.g. https://127.0.0.1:6443/readyz; "" = gate off (Wait returns nil at once)
+	CACert    string        // PEM CA to verify the server; empty = system roots
+	Cert, Key string        // client cert auth (optional)
+	TokenFile string        // bearer token file (optional; read fresh, trimmed; never logged)
+	Settle    time.Duration // must answer 200 continuously this long (>= 2 consecutive 200s spanning Settle)
+	Timeout   time.Duration // overall deadline for readiness and the JWKS check; 0 = only ctx's
+	Interval  time.Duration // poll interval (default 1s)
+	// JWKSKeyFiles, if set, makes Wait fetch <scheme://host>/openid/v1/jwks
+	// once ready and require its set of "kid"s to equal the KeyIDs of the
+	// public keys in these PEM files.
+	JWKSKeyFiles []string
+}
+
+// Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
+// asked, serves the expected JWKS). Any answer but 200 — including refused
+// connections and TLS errors, normal while it restarts — means "not ready
+// yet" and restarts the settle window; 401/403 end the wait at once with
+// ErrUnauthorized. The bearer token never appears in logs or errors.
+func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
+	if cfg.URL == "" {
+		return nil
+	}
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		log = l
+	}
+	p, err := newProber(cfg)
+	if err != nil {
+		return err
+	}
+	defer p.client.CloseIdleConnections()
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	log = log.WithField("url", p.target.Redacted())
+	if p.tokenFile != "" && p.target.Scheme == "http" {
+		log.Warn("sending a bearer token over plain HTTP")
+	}
+	if err := p.waitReady(ctx, log); err != nil {
+		return err
+	}
+	if p.wantKIDs != nil {
+		return p.checkJWKS(ctx, log)
+	}
+	return nil
+}
+
+func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
+	log.WithFields(logrus.Fields{"settle": p.settle, "interval": p.interval, "timeout": p.timeout}).
+		Info("waiting for kube-apiserver to become ready")
+	var (
+		okSince time.Time
+		okCount int
+		probes  int
+		last    *outcome
+	)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			desc := "no answer"
+			if last != nil {
+				desc = last.String()
+			}
+			if okCount > 0 {
+				desc += fmt.Sprintf(", but only for %s of the %s settle time",
+					time.Since(okSince).Round(time.Millisecond), p.settle)
+			}
+			within := ""
+			if p.timeout > 0 {
+				within = " within " + p.timeout.String()
+			}
+			return fmt.Errorf("%w%s: %s after %d probes (last: %s): %w",
+				ErrNotReady, within, p.target.Redacted(), probes, desc, ctx.Err())
+		case <-timer.C:
+		}
+		out, err := p.get(ctx, p.target.String(), excerptReadLimit)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			// Cut short by our own deadline: keep the last real answer.
+			continue
+		}
+		probes++
+		now := time.Now()
+		entry := log.WithFields(logrus.Fields{"probe": probes, "status": out.String()})
+		logged := false
+		switch {
+		case out.ok():
+			if okCount == 0 {
+				okSince = now
+				entry.Info("kube-apiserver answered 200; settling")
+				logged = true
+			}
+			okCount++
+			if okCount >= 2 && now.Sub(okSince) >= p.settle {
+				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
+				return nil
+			}
+		case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
+			return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
+		default:
+			switch {
+			case okCount > 0:
+				entry.Warn("kube-apiserver stopped answering 200 while settling; starting over")
+				logged = true
+			case last == nil || last.String() != out.String():
+				// Log changes at info, repeats at debug, to keep the log short.
+				entry.Info("kube-apiserver not ready")
+				logged = true
+			}
+			okCount = 0
+		}
+		if !logged {
+			entry.Debug("readiness probe")
+		}
+		last = &out
+		timer.Reset(p.interval)
+	}
+}
