@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -158,12 +159,30 @@ func (s *Server) start() error {
 // waitReady polls with a short request: etcd has no readiness signal a
 // parent can block on besides answering.
 func (s *Server) waitReady(done <-chan struct{}, within time.Duration) error {
+	// Wait for the port first: a gRPC client whose first dial is refused
+	// backs off for a full second before it tries again.
+	host := strings.TrimPrefix(strings.TrimPrefix(s.Endpoint, "https://"), "http://")
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", host, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-done:
+			return errors.New("etcd exited during start-up")
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd not listening on %s within %s: %w", host, within, err)
+		}
+	}
 	cli, err := clientv3.New(s.ClientConfig())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err = cli.Get(ctx, "health-probe")
