@@ -1,0 +1,220 @@
+package etcdv3
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the part of backends.Config this backend uses, with the same
+// field names. It is its own type because package backends imports this
+// one to build clients.
+type Config struct {
+	// Backend is the name the backend was selected by ("etcdv3" or
+	// "etcd"); confd named the SRV record looked up for SRVDomain after it.
+	Backend string
+	// Nodes are endpoints, as URLs or as host:port (scheme chosen as for
+	// SRV nodes).
+	Nodes []string
+	// Scheme is "http" or "https" for nodes without one. https is used
+	// anyway when TLS files or ClientInsecure are given.
+	Scheme    string
+	SRVDomain string
+	SRVRecord string // full name, e.g. _etcd-client._tcp.example.com
+	// ClientCAKeys is a PEM file of the CAs that sign the server
+	// certificate; without it the system roots are used.
+	ClientCAKeys   string
+	ClientCert     string
+	ClientKey      string
+	ClientInsecure bool // skip verification of the server certificate
+	// Username and Password are sent whenever Username is set (confd sent
+	// them only with -basic-auth).
+	Username string
+	Password string
+	// DialTimeout bounds New: connecting, TLS, authentication and one read.
+	DialTimeout time.Duration
+	// RequestTimeout bounds one GetValues.
+	RequestTimeout time.Duration
+}
+
+// Defaults for zero durations, and the node confd used when none was given.
+const (
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultNode           = "127.0.0.1:2379"
+)
+
+// srvResolver is the part of *net.Resolver used for SRV discovery, so that
+// tests can answer without DNS.
+type srvResolver interface {
+	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
+}
+
+func (cfg Config) wantsTLS() bool {
+	return cfg.ClientCAKeys != "" || cfg.ClientCert != "" || cfg.ClientKey != "" || cfg.ClientInsecure
+}
+
+// scheme is the scheme given to nodes that have none.
+func (cfg Config) scheme() (string, error) {
+	switch cfg.Scheme {
+	case "", "http", "https":
+	default:
+		return "", fmt.Errorf("scheme %q: want http or https", cfg.Scheme)
+	}
+	// confd's -scheme defaults to "http" even when certificates are given;
+	// a client certificate is only ever meant for https.
+	if cfg.Scheme == "https" || cfg.wantsTLS() {
+		return "https", nil
+	}
+	return "http", nil
+}
+
+// endpoints returns the URLs to connect to: Nodes, else the nodes named by
+// SRV records, else DefaultNode.
+func endpoints(ctx context.Context, cfg Config, r srvResolver) ([]string, error) {
+	scheme, err := cfg.scheme()
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for _, n := range cfg.Nodes {
+		if n = strings.TrimSpace(n); n != "" {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 && (cfg.SRVRecord != "" || cfg.SRVDomain != "") {
+		if nodes, err = srvNodes(ctx, cfg, r); err != nil {
+			return nil, err
+		}
+	}
+	if len(nodes) == 0 {
+		nodes = []string{DefaultNode}
+	}
+	eps := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		ep, err := normalize(n, scheme)
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, ep)
+	}
+	// clientv3 uses the first endpoint's transport for all of them, so a
+	// mix would fail on some endpoints in ways hard to recognise.
+	first := strings.SplitN(eps[0], "://", 2)[0]
+	for _, ep := range eps[1:] {
+		if s := strings.SplitN(ep, "://", 2)[0]; s != first {
+			return nil, fmt.Errorf("endpoints %s mix %s and %s", strings.Join(eps, ", "), first, s)
+		}
+	}
+	return eps, nil
+}
+
+// srvServices are the services tried, in order, for SRVDomain: confd's
+// "_<backend>._tcp.<domain>", then etcd's own convention.
+func srvServices(backend string) []string {
+	if backend == "" {
+		backend = "etcdv3"
+	}
+	if backend == "etcd-client" {
+		return []string{backend}
+	}
+	return []string{backend, "etcd-client"}
+}
+
+func srvNodes(ctx context.Context, cfg Config, r srvResolver) ([]string, error) {
+	type query struct{ service, proto, name string }
+	var queries []query
+	if cfg.SRVRecord != "" {
+		queries = []query{{"", "", cfg.SRVRecord}}
+	} else {
+		for _, s := range srvServices(cfg.Backend) {
+			queries = append(queries, query{s, "tcp", cfg.SRVDomain})
+		}
+	}
+	var errs []error
+	for _, q := range queries {
+		name := q.name
+		if q.service != "" {
+			name = "_" + q.service + "._" + q.proto + "." + q.name
+		}
+		_, addrs, err := r.LookupSRV(ctx, q.service, q.proto, q.name)
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no records")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SRV %s: %w", name, err))
+			continue
+		}
+		nodes := make([]string, 0, len(addrs))
+		for _, a := range addrs {
+			host := strings.TrimSuffix(a.Target, ".")
+			nodes = append(nodes, net.JoinHostPort(host, strconv.Itoa(int(a.Port))))
+		}
+		return nodes, nil
+	}
+	return nil, fmt.Errorf("no etcd nodes from DNS: %w", errors.Join(errs...))
+}
+
+// normalize turns a node into a URL clientv3 accepts: host:port gets
+// scheme, a URL keeps its own.
+func normalize(node, scheme string) (string, error) {
+	if !strings.Contains(node, "://") {
+		node = scheme + "://" + node
+	}
+	u, err := url.Parse(node)
+	if err != nil {
+		return "", fmt.Errorf("node %q: %w", node, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+	default:
+		return "", fmt.Errorf("node %q: scheme %q, want http or https", node, u.Scheme)
+	}
+	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("node %q: want scheme://host:port", node)
+	}
+	if u.Port() == "" {
+		return "", fmt.Errorf("node %q: no port", node)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// tlsConfig returns nil for plain http endpoints without TLS settings.
+func tlsConfig(cfg Config, eps []string) (*tls.Config, error) {
+	if !cfg.wantsTLS() && !strings.HasPrefix(eps[0], "https://") {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.ClientInsecure}
+	if cfg.ClientCAKeys != "" {
+		pem, err := os.ReadFile(cfg.ClientCAKeys)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificate in it", cfg.ClientCAKeys)
+		}
+		tc.RootCAs = pool
+	}
+	switch {
+	case cfg.ClientCert != "" && cfg.ClientKey != "":
+		cert, err := tls.LoadX509KeyPair(cfg.ClientCert, cfg.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate %s / key %s: %w", cfg.ClientCert, cfg.ClientKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	case cfg.ClientCert != "":
+		return nil, fmt.Errorf("client certificate %s given without its key (-client-key)", cfg.ClientCert)
+	case cfg.ClientKey != "":
+		return nil, fmt.Errorf("client key %s given without its certificate (-client-cert)", cfg.ClientKey)
+	}
+	return tc, nil
+}

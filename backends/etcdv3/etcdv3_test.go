@@ -1,0 +1,414 @@
+package etcdv3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+func connect(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func getValues(t *testing.T, c *Client, keys ...string) (map[string]string, int64) {
+	t.Helper()
+	vals, rev, err := c.GetValues(context.Background(), keys)
+	if err != nil {
+		t.Fatalf("GetValues(%q): %v", keys, err)
+	}
+	return vals, rev
+}
+
+func currentRev(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func TestGetValuesPathRule(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	var last int64
+	for _, kv := range [][2]string{
+		{"/foo", "1"}, {"/foo/a", "2"}, {"/foo/b/c", "3"},
+		{"/foobar", "x"}, {"/foobar/y", "z"}, {"/fo", "no"}, {"/other", "o"},
+	} {
+		last = s.Put(t, kv[0], kv[1])
+	}
+	// A bare host:port, as confd accepted: http is implied.
+	c := connect(t, Config{Nodes: []string{strings.TrimPrefix(s.Endpoint, "http://")}})
+	for _, tc := range []struct {
+		name string
+		keys []string
+		want map[string]string
+	}{
+		{"key and below, not /foobar", []string{"/foo"}, map[string]string{"/foo": "1", "/foo/a": "2", "/foo/b/c": "3"}},
+		{"trailing slash: below only", []string{"/foo/"}, map[string]string{"/foo/a": "2", "/foo/b/c": "3"}},
+		{"leaf", []string{"/foo/a"}, map[string]string{"/foo/a": "2"}},
+		{"several, overlapping", []string{"/foo/b", "/foobar", "/foo/b/c"}, map[string]string{"/foo/b/c": "3", "/foobar": "x", "/foobar/y": "z"}},
+		{"root: everything", []string{"/"}, map[string]string{
+			"/foo": "1", "/foo/a": "2", "/foo/b/c": "3", "/foobar": "x", "/foobar/y": "z", "/fo": "no", "/other": "o",
+		}},
+		{"missing", []string{"/nothing"}, map[string]string{}},
+		{"no keys", nil, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, rev := getValues(t, c, tc.keys...)
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("GetValues(%q) = %v, want %v", tc.keys, got, tc.want)
+			}
+			if rev != last {
+				t.Errorf("revision = %d, want %d (the last put)", rev, last)
+			}
+		})
+	}
+}
+
+// TestGetValuesManyKeysOneRevision requests more keys than fit in one
+// transaction and rewrites all of them between the first transaction and
+// the next: every value must still be the one at the first's revision.
+func TestGetValuesManyKeysOneRevision(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	const n = 300 // 600 reads: 5 transactions
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("/many/%03d", i)
+	}
+	putAll := func(value string) {
+		t.Helper()
+		for start := 0; start < n; start += 100 {
+			var ops []clientv3.Op
+			for _, k := range keys[start : start+100] {
+				ops = append(ops, clientv3.OpPut(k, value+k))
+			}
+			if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	putAll("old")
+	before := currentRev(t, cli)
+
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	batches := 0
+	c.afterBatch = func(attempt, batch int) {
+		batches++
+		if batch == 0 {
+			putAll("new")
+		}
+	}
+	got, rev := getValues(t, c, keys...)
+	if rev != before {
+		t.Errorf("revision = %d, want %d", rev, before)
+	}
+	if batches != 5 {
+		t.Errorf("%d transactions, want 5", batches)
+	}
+	if len(got) != n {
+		t.Errorf("%d keys returned, want %d", len(got), n)
+	}
+	for _, k := range keys {
+		if got[k] != "old"+k {
+			t.Fatalf("%s = %q, want %q: not read at revision %d", k, got[k], "old"+k, rev)
+		}
+	}
+	// The same snapshot etcd itself gives at that revision.
+	resp, err := cli.Get(context.Background(), "/many/", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atRev := make(map[string]string)
+	for _, kv := range resp.Kvs {
+		atRev[string(kv.Key)] = string(kv.Value)
+	}
+	if !maps.Equal(got, atRev) {
+		t.Error("GetValues differs from a Get at its revision")
+	}
+
+	c.afterBatch = nil
+	got, rev = getValues(t, c, keys...)
+	if rev != currentRev(t, cli) || got[keys[n-1]] != "new"+keys[n-1] || len(got) != n {
+		t.Errorf("second read at %d: %d keys, last %q", rev, len(got), got[keys[n-1]])
+	}
+}
+
+func TestGetValuesRetriesAfterCompaction(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	keys := make([]string, 100) // 200 reads: 2 transactions
+	for i := range keys {
+		keys[i] = fmt.Sprintf("/c/%03d", i)
+		s.Put(t, keys[i], "v")
+	}
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	compactAfterFirst := func(attempt, batch int) {
+		if batch != 0 {
+			return
+		}
+		rev := s.Put(t, "/c/000", fmt.Sprintf("attempt %d", attempt))
+		if _, err := cli.Compact(context.Background(), rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var attempts []int
+	c.afterBatch = func(attempt, batch int) {
+		if batch == 0 {
+			attempts = append(attempts, attempt)
+		}
+		if attempt == 1 {
+			compactAfterFirst(attempt, batch)
+		}
+	}
+	got, rev := getValues(t, c, keys...)
+	if len(attempts) != 2 {
+		t.Errorf("attempts %v, want a second after the compaction", attempts)
+	}
+	if len(got) != len(keys) || got["/c/000"] != "attempt 1" || rev != currentRev(t, cli) {
+		t.Errorf("after retry: %d keys, /c/000 = %q, revision %d", len(got), got["/c/000"], rev)
+	}
+
+	// Compacted every time: bounded, and the error says why.
+	c.afterBatch = compactAfterFirst
+	_, _, err := c.GetValues(context.Background(), keys)
+	if !errors.Is(err, rpctypes.ErrCompacted) || !strings.Contains(err.Error(), "/c/000") {
+		t.Errorf("err = %v, want compaction error naming the keys", err)
+	}
+}
+
+func TestWatchPrefix(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	ctx := context.Background()
+
+	t.Run("ignores /foobar, returns /foo's revision", func(t *testing.T) {
+		after := s.Put(t, "/w/init", "x")
+		s.Put(t, "/w/foobar", "not watched")
+		s.Put(t, "/w/fo", "not watched")
+		want := s.Put(t, "/w/foo/x", "watched")
+		s.Put(t, "/w/foo/y", "later")
+		got, err := c.WatchPrefix(ctx, "/w", []string{"/w/foo"}, after)
+		if err != nil || got != want {
+			t.Errorf("WatchPrefix = %d, %v; want %d", got, err, want)
+		}
+	})
+
+	t.Run("blocks until a matching change", func(t *testing.T) {
+		after := currentRev(t, cli)
+		type result struct {
+			rev int64
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			rev, err := c.WatchPrefix(ctx, "/w", []string{"/w/bar", "/w/baz"}, after)
+			done <- result{rev, err}
+		}()
+		// Whenever the watch starts, it starts after `after`: no race.
+		s.Put(t, "/w/barn", "not watched")
+		want := s.Put(t, "/w/baz", "watched")
+		r := <-done
+		if r.err != nil || r.rev != want {
+			t.Errorf("WatchPrefix = %d, %v; want %d", r.rev, r.err, want)
+		}
+	})
+
+	t.Run("delete counts", func(t *testing.T) {
+		after := s.Put(t, "/w/gone", "x")
+		resp, err := cli.Delete(ctx, "/w/gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.WatchPrefix(ctx, "/w", []string{"/w/gone"}, after)
+		if err != nil || got != resp.Header.Revision {
+			t.Errorf("WatchPrefix = %d, %v; want %d", got, err, resp.Header.Revision)
+		}
+	})
+
+	t.Run("compacted", func(t *testing.T) {
+		after := s.Put(t, "/w/k", "1")
+		s.Put(t, "/w/k", "2")
+		last := s.Put(t, "/w/k", "3")
+		if _, err := cli.Compact(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.WatchPrefix(ctx, "/w", []string{"/w/k"}, after)
+		if !errors.Is(err, ErrCompacted) {
+			t.Errorf("err = %v, want ErrCompacted", err)
+		}
+	})
+
+	t.Run("context canceled", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(ctx)
+		after := currentRev(t, cli)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.WatchPrefix(wctx, "/w", []string{"/w/never"}, after)
+			done <- err
+		}()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := c.WatchPrefix(wctx, "/w", []string{"/w/never"}, currentRev(t, cli))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want context.DeadlineExceeded", err)
+		}
+	})
+
+	t.Run("client closed", func(t *testing.T) {
+		c2 := connect(t, Config{Nodes: []string{s.Endpoint}})
+		after := currentRev(t, cli)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c2.WatchPrefix(ctx, "/w", []string{"/w/never"}, after)
+			done <- err
+		}()
+		if err := c2.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := <-done; err == nil || errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want an error saying the watch ended", err)
+		}
+		if err := c2.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	})
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t, etcdtest.WithTLS())
+	s.Put(t, "/tls/k", "v")
+	hostPort := strings.TrimPrefix(s.Endpoint, "https://")
+
+	t.Run("client certificate", func(t *testing.T) {
+		// Bare host:port: the TLS files imply https.
+		c := connect(t, Config{Nodes: []string{hostPort}, ClientCAKeys: s.TLS.CA, ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey})
+		if got, _ := getValues(t, c, "/tls"); got["/tls/k"] != "v" {
+			t.Errorf("GetValues = %v", got)
+		}
+	})
+
+	t.Run("insecure", func(t *testing.T) {
+		c := connect(t, Config{Nodes: []string{s.Endpoint}, ClientInsecure: true, ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey})
+		if got, _ := getValues(t, c, "/tls"); got["/tls/k"] != "v" {
+			t.Errorf("GetValues = %v", got)
+		}
+	})
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"untrusted client certificate",
+			Config{ClientCAKeys: s.TLS.CA, ClientCert: s.TLS.UntrustedClientCert, ClientKey: s.TLS.UntrustedClientKey},
+			[]string{"TLS", "client certificate"}},
+		{"no client certificate", Config{ClientCAKeys: s.TLS.CA}, []string{"TLS", "client certificate"}},
+		{"unknown server CA", Config{ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey},
+			[]string{"TLS handshake", "unknown authority"}},
+		{"plain http to TLS server", Config{Nodes: []string{"http://" + hostPort}}, []string{"TLS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.cfg.Nodes == nil {
+				tc.cfg.Nodes = []string{s.Endpoint}
+			}
+			expectRefused(t, tc.cfg, tc.want...)
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	expectRefused(t, Config{Nodes: []string{etcdtest.UnusedEndpoint(t), etcdtest.UnusedEndpoint(t)}}, "unreachable", "connection refused")
+}
+
+// expectRefused asserts that New fails within about DialTimeout, naming the
+// endpoints and the cause.
+func expectRefused(t *testing.T, cfg Config, causes ...string) {
+	t.Helper()
+	cfg.DialTimeout = 500 * time.Millisecond
+	start := time.Now()
+	c, err := New(context.Background(), cfg)
+	took := time.Since(start)
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("New succeeded")
+	}
+	// DialTimeout, plus up to a second to diagnose, plus slack for a busy machine.
+	if limit := cfg.DialTimeout + 2*time.Second; took > limit {
+		t.Errorf("New took %s, want under %s", took, limit)
+	}
+	for _, want := range append(causes, cfg.Nodes...) {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestNewRespectsContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := New(ctx, Config{Nodes: []string{etcdtest.UnusedEndpoint(t)}, DialTimeout: 5 * time.Second})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestEndpointsFromSRV(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	s.Put(t, "/srv/k", "v")
+	port := s.Endpoint[strings.LastIndex(s.Endpoint, ":")+1:]
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &fakeResolver{records: map[string][]*net.SRV{"_etcd-client._tcp.cluster.test": {{Target: "127.0.0.1.", Port: uint16(p)}}}}
+	c, err := newClient(context.Background(), Config{SRVRecord: "_etcd-client._tcp.cluster.test"}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.Endpoints(); len(got) != 1 || got[0] != s.Endpoint {
+		t.Errorf("Endpoints = %q, want [%s]", got, s.Endpoint)
+	}
+	if got, _ := getValues(t, c, "/srv"); got["/srv/k"] != "v" {
+		t.Errorf("GetValues = %v", got)
+	}
+}
