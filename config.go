@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+)
+
+// fileKeys maps confd.toml keys (confd 0.16's spellings; the dash/underscore
+// variant is accepted too) to the flag they set.
+var fileKeys = map[string]string{
+	"backend":            "backend",
+	"nodes":              "node",
+	"prefix":             "prefix",
+	"confdir":            "confdir",
+	"interval":           "interval",
+	"watch":              "watch",
+	"onetime":            "onetime",
+	"noop":               "noop",
+	"sync-only":          "sync-only",
+	"keep-stage-file":    "keep-stage-file",
+	"log-level":          "log-level",
+	"log-format":         "log-format",
+	"client_cert":        "client-cert",
+	"client_key":         "client-key",
+	"client_cakeys":      "client-ca-keys",
+	"client_insecure":    "client-insecure",
+	"basic_auth":         "basic-auth",
+	"username":           "username",
+	"password":           "password",
+	"srv_domain":         "srv-domain",
+	"srv_record":         "srv-record",
+	"scheme":             "scheme",
+	"file":               "file",
+	"filter":             "filter",
+	"check_cmd_timeout":  "check-cmd-timeout",
+	"reload_cmd_timeout": "reload-cmd-timeout",
+	"dial_timeout":       "dial-timeout",
+	"request_timeout":    "request-timeout",
+}
+
+// otherBackendKeys are confd.toml keys that only confd's other backends
+// (consul, vault, dynamodb, redis, ...) read.
+var otherBackendKeys = map[string]bool{
+	"auth_token": true, "auth_type": true, "app_id": true, "user_id": true, "role_id": true,
+	"secret_id": true, "table": true, "separator": true, "path": true, "secret_keyring": true,
+	"client_cakeys_path": true,
+}
+
+// envKeys are the environment variables read, as confd 0.16 read the first
+// three; credentials in the environment stay out of ps and unit files.
+var envKeys = []struct{ env, flag string }{
+	{"CONFD_CLIENT_CERT", "client-cert"},
+	{"CONFD_CLIENT_KEY", "client-key"},
+	{"CONFD_CLIENT_CAKEYS", "client-ca-keys"},
+	{"CONFD_USERNAME", "username"},
+	{"CONFD_PASSWORD", "password"},
+}
+
+// secretFlags never have their values echoed in errors.
+var secretFlags = map[string]bool{"password": true}
+
+// canonicalKey folds the dash/underscore variants confd's own docs mix.
+func canonicalKey(k string) string {
+	for _, cand := range []string{k, strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(k, "-", "_")} {
+		if _, ok := fileKeys[cand]; ok {
+			return cand
+		}
+	}
+	return k
+}
+
+// applyFileAndEnv fills every flag not given on the command line from the
+// environment, then from confd.toml: flag > environment > file > default.
+// confd 0.16 let the file override flags, against its own documentation.
+func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string, log logrus.FieldLogger) error {
+	onCommandLine := map[string]bool{}
+	fset.Visit(func(f *pflag.Flag) { onCommandLine[f.Name] = true })
+	fromEnv := map[string]bool{}
+	for _, e := range envKeys {
+		if v := getenv(e.env); v != "" && !onCommandLine[e.flag] {
+			if err := fset.Set(e.flag, v); err != nil {
+				return fmt.Errorf("environment %s: %w", e.env, err)
+			}
+			fromEnv[e.flag] = true
+		}
+	}
+	path := c.ConfigFile
+	raw := map[string]interface{}{}
+	_, err := toml.DecodeFile(path, &raw)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !onCommandLine["config-file"] {
+			return nil // the default file is optional
+		}
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, perr.Message)
+		}
+		return fmt.Errorf("config file: %w", err)
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name, known := fileKeys[canonicalKey(k)]
+		switch {
+		case otherBackendKeys[k]:
+			log.Warnf("%s: key %q is used by no backend this confd supports; ignored", path, k)
+			continue
+		case !known:
+			log.Warnf("%s: unknown key %q ignored", path, k)
+			continue
+		case onCommandLine[name] || fromEnv[name]:
+			continue
+		}
+		if err := setFromTOML(fset, name, raw[k]); err != nil {
+			return fmt.Errorf("%s: key %q: %w", path, k, err)
+		}
+	}
+	return nil
+}
+
+func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
+	values, ok := v.([]interface{})
+	if !ok {
+		values = []interface{}{v}
+	}
+	isList := fset.Lookup(name).Value.Type() == "stringSlice" || fset.Lookup(name).Value.Type() == "stringArray"
+	if len(values) != 1 && !isList {
+		return errors.New("takes a single value, not a list")
+	}
+	if isList {
+		// A file's list replaces the flag's default rather than adding to it.
+		if sv, ok := fset.Lookup(name).Value.(pflag.SliceValue); ok {
+			if err := sv.Replace(nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, item := range values {
+		var s string
+		switch x := item.(type) {
+		case string:
+			s = x
+		case bool, int64, float64:
+			s = fmt.Sprint(x)
+		default:
+			return fmt.Errorf("unsupported value type %T", item)
+		}
+		if isList {
+			if err := fset.Lookup(name).Value.(pflag.SliceValue).Append(s); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fset.Set(name, s); err != nil {
+			if secretFlags[name] {
+				return errors.New("invalid value")
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// validate rejects combinations that would fail later in a less clear way.
+func validate(c *Config) error {
+	switch c.Backend {
+	case "etcd", "etcdv3":
+	case "env":
+	case "file":
+		if len(c.YAMLFile) == 0 {
+			return errors.New("-backend=file needs at least one -file")
+		}
+	default:
+		return fmt.Errorf("-backend %q is not supported: use etcdv3 (or etcd), env or file", c.Backend)
+	}
+	if c.Watch && c.Backend != "etcd" && c.Backend != "etcdv3" {
+		return fmt.Errorf("-watch needs the etcd backend; -backend=%s can only be polled with -interval", c.Backend)
+	}
+	if c.Interval <= 0 && !c.OneTime && !c.Watch {
+		return fmt.Errorf("-interval %d must be positive", c.Interval)
+	}
+	if c.Scheme != "http" && c.Scheme != "https" {
+		return fmt.Errorf("-scheme %q: want http or https", c.Scheme)
+	}
+	if (c.ClientCert == "") != (c.ClientKey == "") {
+		return errors.New("-client-cert and -client-key go together")
+	}
+	for name, d := range map[string]interface{ Seconds() float64 }{
+		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
+		"-dial-timeout": c.DialTimeout, "-request-timeout": c.RequestTimeout,
+	} {
+		if d.Seconds() <= 0 {
+			return fmt.Errorf("%s must be positive", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestFlagSpellings(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		check func(*Config) bool
+	}{
+		{"single dash bool", []string{"-watch"}, func(c *Config) bool { return c.Watch }},
+		{"double dash bool", []string{"--watch"}, func(c *Config) bool { return c.Watch }},
+		{"bool =false", []string{"-onetime=false"}, func(c *Config) bool { return !c.OneTime }},
+		{"bool =true", []string{"-onetime=true"}, func(c *Config) bool { return c.OneTime }},
+		{"value after space", []string{"-node", "http://a:2379"}, func(c *Config) bool { return reflect.DeepEqual(c.Nodes, []string{"http://a:2379"}) }},
+		{"value after =", []string{"-node=http://a:2379", "--node", "http://b:2379"}, func(c *Config) bool {
+			return reflect.DeepEqual(c.Nodes, []string{"http://a:2379", "http://b:2379"})
+		}},
+		{"interval", []string{"-interval", "5"}, func(c *Config) bool { return c.Interval == 5 }},
+		{"repeated file", []string{"-backend", "file", "-file", "a.yaml", "-file=b,c.yaml"}, func(c *Config) bool {
+			return reflect.DeepEqual(c.YAMLFile, []string{"a.yaml", "b,c.yaml"})
+		}},
+		{"defaults", nil, func(c *Config) bool {
+			return c.Backend == "etcd" && c.ConfDir == "/etc/confd" && c.Interval == 600 && c.Filter == "*" && c.Scheme == "http" && c.CheckCmdTimeout == time.Minute
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := append([]string{"-config-file", filepath.Join(t.TempDir(), "absent.toml")}, tc.args...)
+			c, log, code := configure(args, &out, &errb, envOf(nil))
+			if log == nil {
+				// an explicitly named but absent config file is an error; use the default path instead
+				c, log, code = configure(tc.args, &out, &errb, envOf(nil))
+			}
+			if log == nil {
+				t.Fatalf("configure(%v) exit %d: %s", tc.args, code, errb.String())
+			}
+			if !tc.check(c) {
+				t.Errorf("configure(%v) = %+v", tc.args, c)
+			}
+		})
+	}
+}
+
+func TestBadFlagsNameTheFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-no-such-flag"}, "no-such-flag"},
+		{[]string{"-interval", "soon"}, "interval"},
+		{[]string{"-backend", "consul"}, `-backend "consul"`},
+		{[]string{"-backend", "file"}, "-file"},
+		{[]string{"-backend", "env", "-watch"}, "-watch"},
+		{[]string{"-log-level", "loud"}, "-log-level"},
+		{[]string{"-client-cert", "a.pem"}, "-client-key"},
+		{[]string{"stray"}, `"stray"`},
+		{[]string{"-config-file", "/nonexistent/confd.toml"}, "/nonexistent/confd.toml"},
+	}
+	for _, tc := range tests {
+		var out, errb bytes.Buffer
+		_, log, code := configure(tc.args, &out, &errb, envOf(nil))
+		if log != nil || code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("configure(%v): exit %d, stderr %q; want exit 2 naming %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "confd.toml")
+	body := `backend = "etcdv3"
+nodes = ["http://file-a:2379", "http://file-b:2379"]
+prefix = "/file"
+interval = 30
+client_cert = "/file/cert.pem"
+client_key = "/file/key.pem"
+client_cakeys = "/file/ca.pem"
+password = "file-secret"
+log-level = "debug"
+sync-only = true
+table = "dynamo"
+colour = "blue"
+`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{"CONFD_CLIENT_CERT": "/env/cert.pem", "CONFD_CLIENT_CAKEYS": "/env/ca.pem"})
+	var out, errb bytes.Buffer
+	c, log, code := configure([]string{"-config-file", file, "-prefix", "/flag", "-client-ca-keys", "/flag/ca.pem"}, &out, &errb, env)
+	if log == nil {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	want := map[string][2]string{
+		"prefix (flag over file)":   {c.Prefix, "/flag"},
+		"ca (flag over env)":        {c.ClientCAKeys, "/flag/ca.pem"},
+		"cert (env over file)":      {c.ClientCert, "/env/cert.pem"},
+		"key (file over default)":   {c.ClientKey, "/file/key.pem"},
+		"backend (file)":            {c.Backend, "etcdv3"},
+		"log-level (dash spelling)": {c.LogLevel, "debug"},
+		"confdir (default)":         {c.ConfDir, "/etc/confd"},
+		"nodes (file list)":         {strings.Join(c.Nodes, ","), "http://file-a:2379,http://file-b:2379"},
+	}
+	for name, gw := range want {
+		if gw[0] != gw[1] {
+			t.Errorf("%s = %q, want %q", name, gw[0], gw[1])
+		}
+	}
+	if c.Interval != 30 || !c.SyncOnly || c.Password != "file-secret" {
+		t.Errorf("interval %d sync-only %v password set %v", c.Interval, c.SyncOnly, c.Password != "")
+	}
+	for _, w := range []string{`key "table" is used by no backend`, `unknown key "colour"`, file} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("warnings lack %q:\n%s", w, errb.String())
+		}
+	}
+	if strings.Contains(errb.String(), "file-secret") {
+		t.Error("password appeared in the log")
+	}
+}
+
+func TestConfigFileErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "confd.toml")
+	if err := os.WriteFile(file, []byte("backend = \"etcd\"\ninterval = \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if _, log, code := configure([]string{"-config-file", file}, &out, &errb, envOf(nil)); log != nil || code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(errb.String(), file+":2") {
+		t.Errorf("stderr %q lacks %s:2", errb.String(), file)
+	}
+	if err := os.WriteFile(file, []byte("interval = \"often\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if _, log, _ := configure([]string{"-config-file", file}, &out, &errb, envOf(nil)); log != nil || !strings.Contains(errb.String(), `key "interval"`) {
+		t.Errorf("bad interval: %s", errb.String())
+	}
+}
+
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	if _, log, code := configure([]string{"--help"}, &out, &errb, envOf(nil)); log != nil || code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, f := range []string{"backend", "node", "prefix", "confdir", "config-file", "interval", "watch", "onetime", "noop",
+		"sync-only", "keep-stage-file", "log-level", "client-cert", "client-key", "client-ca-keys", "client-insecure",
+		"basic-auth", "username", "password", "srv-domain", "srv-record", "scheme", "file", "filter", "version"} {
+		if !strings.Contains(errb.String(), "--"+f+" ") && !strings.Contains(errb.String(), "--"+f+"[=true|false]") {
+			t.Errorf("--help lacks --%s", f)
+		}
+	}
+}
