@@ -46,7 +46,8 @@ type Client struct {
 
 // New connects to etcd and proves the connection with one read, so that an
 // unreachable cluster, a refused certificate or wrong credentials fail here,
-// within cfg.DialTimeout (plus up to a second to name the cause), instead of
+// within cfg.DialTimeout (a quarter of it, at most a second, kept to name
+// the cause), instead of
 // as "context deadline exceeded" on the first GetValues.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	return newClient(ctx, cfg, net.DefaultResolver)
@@ -68,7 +69,10 @@ func newClient(ctx context.Context, cfg Config, r srvResolver) (*Client, error) 
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	where := strings.Join(eps, ", ")
-	deadline := time.Now().Add(cfg.DialTimeout)
+	// Keep part of the dial timeout to name the cause of a failure, so that
+	// New as a whole returns within DialTimeout.
+	diagBudget := min(time.Second, cfg.DialTimeout/4)
+	deadline := time.Now().Add(cfg.DialTimeout - diagBudget)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
 		TLS:         tc,
@@ -104,7 +108,7 @@ func newClient(ctx context.Context, cfg Config, r srvResolver) (*Client, error) 
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("etcd %s: %w", where, ctx.Err())
 	case errors.Is(err, context.DeadlineExceeded) || clientv3.IsConnCanceled(err) || isUnavailable(err):
-		dctx, cancel := context.WithTimeout(ctx, min(cfg.DialTimeout, time.Second))
+		dctx, cancel := context.WithTimeout(ctx, diagBudget)
 		defer cancel()
 		if cause := diagnose(dctx, eps, tc); cause != nil {
 			return nil, fmt.Errorf("etcd %s: no connection within %s: %w", where, cfg.DialTimeout, cause)
