@@ -1,0 +1,138 @@
+package etcdtest
+
+import (
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Proxy is a loopback TCP proxy in front of a server, for cutting a client
+// off: Cut closes every proxied connection and refuses new ones, as a
+// network partition between one client and etcd would.
+type Proxy struct {
+	t      testing.TB
+	target string
+	scheme string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	cut   bool
+	wg    sync.WaitGroup
+}
+
+// NewProxy listens on a free loopback port and forwards each connection to
+// target ("host:port" or a URL such as Server.Endpoint). It is cut when the
+// test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p := &Proxy{t: t, target: target, conns: map[net.Conn]struct{}{}}
+	if strings.Contains(target, "://") {
+		u, err := url.Parse(target)
+		if err != nil {
+			t.Fatalf("proxy target %q: %v", target, err)
+		}
+		p.target, p.scheme = u.Host, u.Scheme
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy listen: %v", err)
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { p.Cut(); p.wg.Wait() })
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Endpoint is the proxy's address with the target's URL scheme (http when
+// the target was given as host:port).
+func (p *Proxy) Endpoint() string {
+	s := p.scheme
+	if s == "" {
+		s = "http"
+	}
+	return s + "://" + p.Addr()
+}
+
+// Cut closes all proxied connections and the listener: from now on
+// connecting to Addr is refused. Safe to call more than once.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return
+	}
+	p.cut = true
+	_ = p.ln.Close()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// track registers c unless the proxy is cut.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go p.serve(in)
+	}
+}
+
+func (p *Proxy) serve(in net.Conn) {
+	defer p.wg.Done()
+	if !p.track(in) {
+		_ = in.Close()
+		return
+	}
+	defer p.untrack(in)
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = in.Close()
+		return
+	}
+	if !p.track(out) {
+		_ = in.Close()
+		_ = out.Close()
+		return
+	}
+	defer p.untrack(out)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// One direction ended: end both, so neither side hangs half-open.
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(out, in)
+	go pipe(in, out)
+	<-done
+	<-done
+}
