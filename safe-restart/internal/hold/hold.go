@@ -1,0 +1,120 @@
+// Package hold stores the "stop the line" record of kube-apiserver-safe-restart:
+// one etcd key, without a lease so that it outlives the process that wrote it,
+// whose presence makes every host refuse to restart until an operator removes it.
+package hold
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Record says who stopped the line, when and why. It is stored as JSON.
+type Record struct {
+	Host   string    `json:"host"`
+	PID    int       `json:"pid,omitempty"`
+	User   string    `json:"user,omitempty"`
+	Reason string    `json:"reason"`
+	Time   time.Time `json:"time"`
+	// Lock is the lock name the writer was using.
+	Lock string `json:"lock,omitempty"`
+	// ExitCode is the exit status the writer ended with, when a failure set the hold.
+	ExitCode int `json:"exit_code,omitempty"`
+	// Raw is the stored value when it was not a JSON record (for example
+	// written by hand with etcdctl put); such a value still holds the line.
+	Raw string `json:"raw,omitempty"`
+	// Revision is the etcd revision that last wrote the key (set on read).
+	Revision int64 `json:"mod_revision,omitempty"`
+}
+
+// String is a one-line description naming host, reason and time.
+func (r *Record) String() string {
+	if r == nil {
+		return "no hold"
+	}
+	if r.Raw != "" {
+		return fmt.Sprintf("hold with a value that is not a record: %q", r.Raw)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "host %s", orUnknown(r.Host))
+	if r.PID != 0 {
+		fmt.Fprintf(&b, " (pid %d)", r.PID)
+	}
+	if r.User != "" {
+		fmt.Fprintf(&b, " user %s", r.User)
+	}
+	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), orUnknown(r.Reason))
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// Decode turns a stored value into a record. A value that is not a JSON
+// object is kept in Raw rather than ignored.
+func Decode(value []byte) *Record {
+	var r Record
+	if err := json.Unmarshal(value, &r); err != nil || (r.Host == "" && r.Reason == "") {
+		return &Record{Raw: string(value)}
+	}
+	r.Raw = ""
+	return &r
+}
+
+// Get reads the hold at key; it returns nil and no error when there is none.
+func Get(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
+	resp, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read hold %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	r := Decode(resp.Kvs[0].Value)
+	r.Revision = resp.Kvs[0].ModRevision
+	return r, nil
+}
+
+// Put writes (or replaces) the hold at key, with no lease.
+func Put(ctx context.Context, kv clientv3.KV, key string, r Record) error {
+	r.Revision = 0
+	r.Raw = ""
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	r.Time = r.Time.UTC()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // reasons quote shell commands: keep > and & readable
+	if err := enc.Encode(r); err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, strings.TrimSpace(buf.String())); err != nil {
+		return fmt.Errorf("write hold %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes the hold and returns the record it removed, or nil when
+// there was none.
+func Delete(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
+	resp, err := kv.Delete(ctx, key, clientv3.WithPrevKV())
+	if err != nil {
+		return nil, fmt.Errorf("delete hold %s: %w", key, err)
+	}
+	if len(resp.PrevKvs) == 0 {
+		return nil, nil
+	}
+	r := Decode(resp.PrevKvs[0].Value)
+	r.Revision = resp.PrevKvs[0].ModRevision
+	return r, nil
+}

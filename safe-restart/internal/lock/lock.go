@@ -1,0 +1,296 @@
+// Package lock holds the restart lock: an etcd concurrency.Mutex under a
+// lock name, so that it excludes and queues with `etcdctl lock <name>`, in a
+// session whose lease also carries a small record of who is waiting or
+// holding (host, pid, start time) for `status` to show.
+//
+// Key layout for lock name N:
+//
+//	N/<lease hex>       mutex keys (exactly as etcdctl lock); the one with the
+//	                    lowest create revision holds the lock, the others wait
+//	                    in create-revision order. Empty value, on the lease.
+//	N-info/<lease hex>  JSON Info of a participant using this package, on the
+//	                    same lease, so it vanishes with the holder or waiter.
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// ErrLeaseLost means the session lease is no longer kept alive: it expired
+// or could not be refreshed, so the lock (if it was held) may now belong to
+// someone else.
+var ErrLeaseLost = errors.New("session lease lost")
+
+// Prefix is the prefix of the mutex keys for name, as concurrency.NewMutex
+// and etcdctl lock build it.
+func Prefix(name string) string { return name + "/" }
+
+// InfoPrefix is the prefix of the participant records for name. It must not
+// share Prefix(name), or the records would join the mutex queue.
+func InfoPrefix(name string) string { return name + "-info/" }
+
+// Info describes a participant (waiter or holder).
+type Info struct {
+	Host     string     `json:"host"`
+	PID      int        `json:"pid"`
+	Started  time.Time  `json:"started"`
+	Acquired *time.Time `json:"acquired,omitempty"`
+	Version  string     `json:"version,omitempty"`
+}
+
+// Config says which lock to take and how.
+type Config struct {
+	Name string
+	// TTL of the session lease in seconds.
+	TTL int
+	// OpTimeout bounds each single etcd request.
+	OpTimeout time.Duration
+	Info      Info
+}
+
+// Session is one lease with (eventually) one held mutex.
+type Session struct {
+	cli  *clientv3.Client
+	cfg  Config
+	sess *concurrency.Session
+	mu   *concurrency.Mutex
+	rev  int64
+	held bool
+}
+
+// Open grants a lease of cfg.TTL, keeps it alive, and publishes cfg.Info
+// under the lease. Nothing is queued yet.
+func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("empty lock name")
+	}
+	if cfg.TTL < 1 {
+		return nil, fmt.Errorf("lease TTL %d s: must be at least 1", cfg.TTL)
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 5 * time.Second
+	}
+	gctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	lease, err := cli.Grant(gctx, int64(cfg.TTL))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("grant session lease (TTL %ds): %w", cfg.TTL, err)
+	}
+	// The lease is granted here, under a deadline; NewSession would grant
+	// with the client's context, which has none.
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(cfg.TTL), concurrency.WithLease(lease.ID))
+	if err != nil {
+		revoke(cli, lease.ID, cfg.OpTimeout)
+		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
+	}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name)}
+	if err := s.putInfo(ctx); err != nil {
+		sess.Orphan()
+		revoke(cli, lease.ID, cfg.OpTimeout)
+		return nil, err
+	}
+	return s, nil
+}
+
+func revoke(cli *clientv3.Client, id clientv3.LeaseID, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, _ = cli.Revoke(ctx, id)
+}
+
+func (s *Session) putInfo(ctx context.Context) error {
+	data, err := json.Marshal(s.cfg.Info)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	if _, err := s.cli.Put(pctx, s.InfoKey(), string(data), clientv3.WithLease(s.sess.Lease())); err != nil {
+		return fmt.Errorf("publish holder info %s: %w", s.InfoKey(), err)
+	}
+	return nil
+}
+
+// Lease is the session lease.
+func (s *Session) Lease() clientv3.LeaseID { return s.sess.Lease() }
+
+// LeaseHex is the lease as etcd tools print it (and as it ends the mutex key).
+func (s *Session) LeaseHex() string { return strconv.FormatInt(int64(s.sess.Lease()), 16) }
+
+// Key is the mutex key, NAME/<lease hex>; what etcdctl passes as ETCD_LOCK_KEY.
+func (s *Session) Key() string { return Prefix(s.cfg.Name) + s.LeaseHex() }
+
+// InfoKey is where this participant's Info lives.
+func (s *Session) InfoKey() string { return InfoPrefix(s.cfg.Name) + s.LeaseHex() }
+
+// Rev is the revision at which the lock was acquired (etcdctl's ETCD_LOCK_REV).
+func (s *Session) Rev() int64 { return s.rev }
+
+// Env is what the command run under the lock gets, as with etcdctl lock.
+func (s *Session) Env() []string {
+	return []string{"ETCD_LOCK_KEY=" + s.Key(), "ETCD_LOCK_REV=" + strconv.FormatInt(s.rev, 10)}
+}
+
+// Done closes when the lease stops being kept alive: lost (expired, or etcd
+// unreachable for longer than the TTL), or given up by Release/Abandon.
+func (s *Session) Done() <-chan struct{} { return s.sess.Done() }
+
+// Lost reports whether the lease is no longer kept alive.
+func (s *Session) Lost() bool {
+	select {
+	case <-s.sess.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// Lock queues for the mutex (FIFO by create revision) and returns once it is
+// held. It returns ctx's error when ctx ends first (the waiter key is then
+// removed, as concurrency.Mutex does), and an error wrapping ErrLeaseLost
+// when the lease is lost while waiting.
+func (s *Session) Lock(ctx context.Context) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.sess.Done():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- s.mu.Lock(lctx) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-lctx.Done():
+		// On cancellation Mutex.Lock deletes its waiter key using the
+		// client's context, which has no deadline: wait for that at most
+		// one request timeout (revoking the lease removes the key anyway).
+		select {
+		case err = <-errc:
+		case <-time.After(s.cfg.OpTimeout):
+			err = lctx.Err()
+		}
+	}
+	if s.Lost() || errors.Is(err, concurrency.ErrSessionExpired) {
+		return fmt.Errorf("waiting for lock %s: %w (lease %s)", s.Key(), ErrLeaseLost, s.LeaseHex())
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("waiting for lock %s: %w", s.Key(), ctx.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for lock %s: %w", s.Key(), err)
+	}
+	s.rev = s.mu.Header().Revision
+	s.held = true
+	now := time.Now().UTC()
+	s.cfg.Info.Acquired = &now
+	// Best effort: status shows since when the lock is held.
+	_ = s.putInfo(context.WithoutCancel(ctx))
+	return nil
+}
+
+// Held reports whether Lock succeeded and Release has not run.
+func (s *Session) Held() bool { return s.held }
+
+// Release unlocks (only if our mutex key is still the one we created) and
+// revokes the lease, removing the info record. When the lease is already
+// lost it touches nothing in etcd and returns ErrLeaseLost: a lock we no
+// longer hold is never released.
+func (s *Session) Release(ctx context.Context) error {
+	if s.Lost() {
+		s.held = false
+		return fmt.Errorf("release lock %s: %w (lease %s); not touching it", s.Key(), ErrLeaseLost, s.LeaseHex())
+	}
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if s.held {
+		uctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+		_, err := s.cli.Txn(uctx).If(s.mu.IsOwner()).Then(clientv3.OpDelete(s.mu.Key())).Commit()
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unlock %s: %w", s.Key(), err))
+		}
+		s.held = false
+	}
+	s.sess.Orphan()
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	_, err := s.cli.Revoke(rctx, s.sess.Lease())
+	cancel()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("revoke lease %s: %w", s.LeaseHex(), err))
+	}
+	return errors.Join(errs...)
+}
+
+// Abandon stops refreshing the lease without revoking it or deleting
+// anything: for a lease that is lost (or may be), where touching the lock
+// could release someone else's.
+func (s *Session) Abandon() {
+	s.held = false
+	s.sess.Orphan()
+}
+
+// Entry is one mutex key: the holder (first) or a waiter.
+type Entry struct {
+	Key            string `json:"key"`
+	Lease          string `json:"lease"`
+	CreateRevision int64  `json:"create_revision"`
+	// Info is nil for participants that publish none (etcdctl lock).
+	Info *Info `json:"info,omitempty"`
+}
+
+// String describes the entry on one line.
+func (e Entry) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (lease %s, created at revision %d)", e.Key, e.Lease, e.CreateRevision)
+	if e.Info == nil {
+		b.WriteString(": no holder info (etcdctl lock or another client)")
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": host %s pid %d started %s", e.Info.Host, e.Info.PID, e.Info.Started.UTC().Format(time.RFC3339))
+	if e.Info.Acquired != nil {
+		fmt.Fprintf(&b, " holding since %s", e.Info.Acquired.UTC().Format(time.RFC3339))
+	}
+	return b.String()
+}
+
+// Queue lists the mutex keys of name in FIFO order (the first holds the
+// lock), with the info of those that published one, read at one revision.
+func Queue(ctx context.Context, kv clientv3.KV, name string) ([]Entry, int64, error) {
+	resp, err := kv.Txn(ctx).Then(
+		clientv3.OpGet(Prefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(InfoPrefix(name), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, 0, fmt.Errorf("list lock %s: %w", name, err)
+	}
+	infos := map[int64]*Info{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var in Info
+		if json.Unmarshal(kv.Value, &in) != nil || kv.Lease == 0 {
+			continue
+		}
+		infos[kv.Lease] = &in
+	}
+	var out []Entry
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		e := Entry{Key: string(kv.Key), CreateRevision: kv.CreateRevision, Info: infos[kv.Lease]}
+		if kv.Lease != 0 {
+			e.Lease = strconv.FormatInt(kv.Lease, 16)
+		}
+		out = append(out, e)
+	}
+	return out, resp.Header.Revision, nil
+}

@@ -1,0 +1,236 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t *testing.T, cli *clientv3.Client, name string, pid int) *Session {
+	t.Helper()
+	s, err := Open(ctxT(t), cli, Config{Name: name, TTL: 5, OpTimeout: 5 * time.Second,
+		Info: Info{Host: "host-" + fmt.Sprint(pid), PID: pid, Started: time.Now()}})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Release(context.Background()) })
+	return s
+}
+
+// waitQueueLen blocks until the lock has n keys, watching rather than polling.
+func waitQueueLen(t *testing.T, cli *clientv3.Client, name string, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		resp, err := cli.Get(ctx, Prefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(resp.Count) == n {
+			return
+		}
+		wc := cli.Watch(ctx, Prefix(name), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		select {
+		case <-wc:
+		case <-ctx.Done():
+			t.Fatalf("queue of %s never reached %d keys", name, n)
+		}
+	}
+}
+
+// TestLock runs the cases against one etcd (starting one costs about a
+// second), in parallel, each under its own lock name.
+func TestLock(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	for name, f := range map[string]func(*testing.T, *clientv3.Client){
+		"LockReleaseAndEnv":               testLockReleaseAndEnv,
+		"FIFOAndInteropWithPlainMutex":    testFIFOAndInteropWithPlainMutex,
+		"CancelWhileWaitingRemovesWaiter": testCancelWhileWaitingRemovesWaiter,
+		"TimeoutWhileWaiting":             testTimeoutWhileWaiting,
+		"LostLeaseIsNotReleased":          testLostLeaseIsNotReleased,
+		"LeaseLostWhileWaiting":           testLeaseLostWhileWaiting,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, cli)
+		})
+	}
+}
+
+func testLockReleaseAndEnv(t *testing.T, cli *clientv3.Client) {
+	sess := open(t, cli, "t1", 1)
+	if err := sess.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sess.Key(), "t1/") || sess.Rev() <= 0 {
+		t.Fatalf("key %q rev %d", sess.Key(), sess.Rev())
+	}
+	env := strings.Join(sess.Env(), " ")
+	if !strings.Contains(env, "ETCD_LOCK_KEY="+sess.Key()) || !strings.Contains(env, fmt.Sprintf("ETCD_LOCK_REV=%d", sess.Rev())) {
+		t.Fatalf("env %q", env)
+	}
+	q, _, err := Queue(ctxT(t), cli, "t1")
+	if err != nil || len(q) != 1 || q[0].Info == nil || q[0].Info.PID != 1 || q[0].Info.Acquired == nil {
+		t.Fatalf("queue = %+v, %v", q, err)
+	}
+	if err := sess.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{Prefix("t1"), InfoPrefix("t1")} {
+		resp, _ := cli.Get(ctxT(t), p, clientv3.WithPrefix())
+		if len(resp.Kvs) != 0 {
+			t.Fatalf("%s keys left after release: %v", p, resp.Kvs)
+		}
+	}
+	ttl, err := cli.TimeToLive(ctxT(t), sess.Lease())
+	if err != nil || ttl.TTL != -1 {
+		t.Fatalf("lease after release: %+v %v", ttl, err)
+	}
+}
+
+func testFIFOAndInteropWithPlainMutex(t *testing.T, cli *clientv3.Client) {
+	// A plain concurrency mutex, as etcdctl lock uses, holds first.
+	other, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	m := concurrency.NewMutex(other, "fifo")
+	if err := m.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	sessions := []*Session{open(t, cli, "fifo", 1), open(t, cli, "fifo", 2), open(t, cli, "fifo", 3)}
+	order := make(chan int, 3)
+	for i, sess := range sessions {
+		go func() {
+			if err := sess.Lock(ctxT(t)); err != nil {
+				t.Errorf("lock %d: %v", i+1, err)
+				order <- -1
+				return
+			}
+			order <- i + 1
+			_ = sess.Release(context.Background())
+		}()
+		waitQueueLen(t, cli, "fifo", i+2) // queue in a known order
+	}
+	q, _, err := Queue(ctxT(t), cli, "fifo")
+	if err != nil || len(q) != 4 {
+		t.Fatalf("queue %v %v", q, err)
+	}
+	if q[0].Info != nil || q[0].Key != m.Key() {
+		t.Fatalf("holder should be the plain mutex without info: %+v", q[0])
+	}
+	for i, e := range q[1:] {
+		if e.Info == nil || e.Info.PID != i+1 {
+			t.Fatalf("waiter %d = %+v", i+1, e)
+		}
+	}
+	select {
+	case n := <-order:
+		t.Fatalf("session %d acquired while the plain mutex held the lock", n)
+	default:
+	}
+	if err := m.Unlock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for want := 1; want <= 3; want++ {
+		if got := <-order; got != want {
+			t.Fatalf("acquisition %d went to session %d", want, got)
+		}
+	}
+}
+
+func testCancelWhileWaitingRemovesWaiter(t *testing.T, cli *clientv3.Client) {
+	holder := open(t, cli, "cancel", 1)
+	if err := holder.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, cli, "cancel", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(ctx) }()
+	waitQueueLen(t, cli, "cancel", 2)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("lock after cancel = %v", err)
+	}
+	waitQueueLen(t, cli, "cancel", 1)
+	if err := waiter.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := cli.Get(ctxT(t), InfoPrefix("cancel"), clientv3.WithPrefix())
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("info keys after the waiter left: %d", len(resp.Kvs))
+	}
+}
+
+func testTimeoutWhileWaiting(t *testing.T, cli *clientv3.Client) {
+	holder := open(t, cli, "timeout", 1)
+	if err := holder.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, cli, "timeout", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := waiter.Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock = %v, want deadline exceeded", err)
+	}
+}
+
+// A lost lease is never released: the new holder's key must survive.
+func testLostLeaseIsNotReleased(t *testing.T, cli *clientv3.Client) {
+	a := open(t, cli, "fence", 1)
+	if err := a.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctxT(t), a.Lease()); err != nil { // as if it expired
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("session did not notice its lease was gone")
+	}
+	b := open(t, cli, "fence", 2)
+	if err := b.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctxT(t)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("release of a lost lock = %v, want ErrLeaseLost", err)
+	}
+	q, _, _ := Queue(ctxT(t), cli, "fence")
+	if len(q) != 1 || q[0].Key != b.Key() {
+		t.Fatalf("queue after the old holder's release: %+v", q)
+	}
+}
+
+func testLeaseLostWhileWaiting(t *testing.T, cli *clientv3.Client) {
+	holder := open(t, cli, "lostwait", 1)
+	if err := holder.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, cli, "lostwait", 2)
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(ctxT(t)) }()
+	waitQueueLen(t, cli, "lostwait", 2)
+	if _, err := cli.Revoke(ctxT(t), waiter.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("lock = %v, want ErrLeaseLost", err)
+	}
+}
