@@ -1,0 +1,379 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+const progName = "kube-apiserver-safe-restart"
+
+var defaultCommand = []string{"systemctl", "restart", "kube-apiserver.service"}
+
+// Subcommands; restart is the default.
+const (
+	cmdRestart = "restart"
+	cmdStatus  = "status"
+	cmdHold    = "hold"
+	cmdUnhold  = "unhold"
+	cmdCheck   = "check"
+	cmdVersion = "version"
+)
+
+var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion}
+
+// options is everything the command line says, after env fallbacks.
+type options struct {
+	sub  string
+	argv []string // restart command; check: files
+
+	// etcd
+	endpoints      []string
+	cacert         string
+	cert           string
+	key            string
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+
+	// lock and hold
+	lockName    string
+	ttl         int
+	lockTimeout time.Duration
+	holdKey     string
+	ignoreHold  bool
+
+	// restart
+	restartTimeout time.Duration
+	attempts       int
+	retryDelay     time.Duration
+	dryRun         bool
+
+	// health gate
+	healthURL      string
+	healthCACert   string
+	healthCert     string
+	healthKey      string
+	healthToken    string
+	healthSettle   time.Duration
+	healthTimeout  time.Duration
+	healthInterval time.Duration
+	jwksKeyFiles   []string
+
+	// preflight
+	preflightFiles      []string
+	preflightFlagsFiles []string
+
+	// subcommands
+	reason     string
+	publicOnly bool
+	output     string
+
+	logLevel  string
+	logFormat string
+	help      bool
+}
+
+// usageError is a command-line mistake (exit 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+func newFlagSet(o *options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(progName, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+
+	fs.StringSliceVar(&o.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated or repeated [env ETCDCTL_ENDPOINTS]")
+	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
+	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
+	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
+	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
+
+	fs.StringVar(&o.lockName, "lock-name", "kube-apiserver-restart", "lock name, shared with etcdctl lock NAME")
+	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl)")
+	fs.DurationVar(&o.lockTimeout, "lock-timeout", 10*time.Minute, "give up waiting for the lock after this long")
+	fs.StringVar(&o.holdKey, "hold-key", "", "etcd key of the hold record (default LOCK-NAME-hold)")
+	fs.BoolVar(&o.ignoreHold, "ignore-hold", false, "restart even while a hold is active")
+
+	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
+	fs.IntVar(&o.attempts, "attempts", 2, "restart attempts (command + health gate) under one lock before stopping the line")
+	fs.DurationVar(&o.retryDelay, "retry-delay", 5*time.Second, "pause between attempts")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen, lock and run nothing")
+
+	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
+	fs.StringVar(&o.healthCACert, "health-cacert", "", "CA bundle to verify the apiserver's serving certificate")
+	fs.StringVar(&o.healthCert, "health-cert", "", "client certificate for the health check")
+	fs.StringVar(&o.healthKey, "health-key", "", "client private key for the health check")
+	fs.StringVar(&o.healthToken, "health-token-file", "", "file holding a bearer token for the health check")
+	fs.DurationVar(&o.healthSettle, "health-settle", 5*time.Second, "how long the apiserver must stay ready")
+	fs.DurationVar(&o.healthTimeout, "health-timeout", 3*time.Minute, "give up waiting for readiness after this long")
+	fs.DurationVar(&o.healthInterval, "health-interval", time.Second, "pause between health probes")
+	fs.StringArrayVar(&o.jwksKeyFiles, "jwks-key-file", nil, "service-account public key file the apiserver's JWKS must serve once ready (repeatable)")
+
+	fs.StringArrayVar(&o.preflightFiles, "preflight-file", nil, "PEM file checked before taking the lock (repeatable)")
+	fs.StringArrayVar(&o.preflightFlagsFiles, "preflight-flags-file", nil, "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable)")
+
+	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
+	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
+	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
+
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
+	fs.BoolVarP(&o.help, "help", "h", false, "show this help")
+	return fs
+}
+
+// flagScope lists the subcommands a flag applies to; flags not listed apply
+// to all but check and version.
+var flagScope = map[string][]string{
+	"ttl": {cmdRestart}, "lock-timeout": {cmdRestart}, "ignore-hold": {cmdRestart},
+	"restart-timeout": {cmdRestart}, "attempts": {cmdRestart}, "retry-delay": {cmdRestart}, "dry-run": {cmdRestart},
+	"health-url": {cmdRestart}, "health-cacert": {cmdRestart}, "health-cert": {cmdRestart}, "health-key": {cmdRestart},
+	"health-token-file": {cmdRestart}, "health-settle": {cmdRestart}, "health-timeout": {cmdRestart},
+	"health-interval": {cmdRestart}, "jwks-key-file": {cmdRestart},
+	"preflight-file": {cmdRestart, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdCheck},
+	"reason":      {cmdHold},
+	"public-only": {cmdCheck},
+	"output":      {cmdStatus, cmdRestart},
+	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
+}
+
+type lookupEnv func(string) (string, bool)
+
+// parseArgs turns the command line into options. The first positional
+// argument (before any --) names the subcommand; none means restart.
+func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
+	o := &options{}
+	fs := newFlagSet(o)
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, usagef("%v", err)
+	}
+	if o.help {
+		return o, fs, nil
+	}
+	pos, after := fs.Args(), []string(nil)
+	if d := fs.ArgsLenAtDash(); d >= 0 {
+		pos, after = fs.Args()[:d], fs.Args()[d:]
+	}
+	o.sub = cmdRestart
+	if len(pos) > 0 {
+		o.sub = pos[0]
+		pos = pos[1:]
+	}
+	known := false
+	for _, s := range subcommands {
+		known = known || s == o.sub
+	}
+	if !known {
+		return nil, fs, usagef("unknown subcommand %q (want one of %s; put a restart command after --)", o.sub, strings.Join(subcommands, ", "))
+	}
+	var bad []string
+	fs.Visit(func(f *pflag.Flag) {
+		scope, ok := flagScope[f.Name]
+		if !ok {
+			if o.sub == cmdCheck || o.sub == cmdVersion {
+				bad = append(bad, "--"+f.Name)
+			}
+			return
+		}
+		for _, s := range scope {
+			if s == o.sub {
+				return
+			}
+		}
+		bad = append(bad, "--"+f.Name)
+	})
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, fs, usagef("%s does not apply to %s", strings.Join(bad, ", "), o.sub)
+	}
+	switch o.sub {
+	case cmdRestart:
+		if len(pos) > 0 {
+			return nil, fs, usagef("unexpected argument %q: put the restart command after --", pos[0])
+		}
+		o.argv = defaultCommand
+		if fs.ArgsLenAtDash() >= 0 {
+			if len(after) == 0 {
+				return nil, fs, usagef("no command after --")
+			}
+			o.argv = after
+		}
+	case cmdCheck:
+		o.argv = append(pos, after...)
+		if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
+			return nil, fs, usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+		}
+	default:
+		if len(pos)+len(after) > 0 {
+			return nil, fs, usagef("%s takes no arguments, got %q", o.sub, append(pos, after...))
+		}
+	}
+	if o.sub != cmdCheck && o.sub != cmdVersion { // they use no etcd
+		if err := applyEnv(o, fs, env); err != nil {
+			return nil, fs, err
+		}
+	}
+	return o, fs, validate(o)
+}
+
+// applyEnv fills etcd settings from etcdctl's environment variables where
+// the flag was not given: a flag beats the environment.
+func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
+	str := func(flag, name string, dst *string) {
+		if v, ok := env(name); ok && !fs.Changed(flag) {
+			*dst = v
+		}
+	}
+	str("cacert", "ETCDCTL_CACERT", &o.cacert)
+	str("cert", "ETCDCTL_CERT", &o.cert)
+	str("key", "ETCDCTL_KEY", &o.key)
+	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
+		o.endpoints = splitList(v)
+	}
+	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
+		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+		if v, ok := env(name); ok && v != "" && !fs.Changed(flag) {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return usagef("%s=%q: %v", name, v, err)
+			}
+			*dst = d
+		}
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func validate(o *options) error {
+	if o.sub == cmdCheck || o.sub == cmdVersion {
+		return nil
+	}
+	var errs []error
+	positive := map[string]time.Duration{
+		"--dial-timeout": o.dialTimeout, "--command-timeout": o.commandTimeout,
+	}
+	if o.sub == cmdRestart {
+		positive["--lock-timeout"] = o.lockTimeout
+		positive["--restart-timeout"] = o.restartTimeout
+		if o.healthURL != "" {
+			positive["--health-timeout"] = o.healthTimeout
+			positive["--health-interval"] = o.healthInterval
+		}
+		if o.ttl < 1 {
+			errs = append(errs, usagef("--ttl %d: must be at least 1 second", o.ttl))
+		}
+		if o.attempts < 1 {
+			errs = append(errs, usagef("--attempts %d: must be at least 1", o.attempts))
+		}
+		if o.retryDelay < 0 || o.healthSettle < 0 {
+			errs = append(errs, usagef("--retry-delay and --health-settle must not be negative"))
+		}
+		if (o.healthCert == "") != (o.healthKey == "") {
+			errs = append(errs, usagef("--health-cert and --health-key go together"))
+		}
+	}
+	names := make([]string, 0, len(positive))
+	for n := range positive {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if positive[n] <= 0 {
+			errs = append(errs, usagef("%s %s: must be positive", n, positive[n]))
+		}
+	}
+	if len(o.endpoints) == 0 {
+		errs = append(errs, usagef("--endpoints: no etcd endpoint"))
+	}
+	if (o.cert == "") != (o.key == "") {
+		errs = append(errs, usagef("--cert and --key go together"))
+	}
+	if o.lockName == "" || strings.HasSuffix(o.lockName, "/") {
+		errs = append(errs, usagef("--lock-name %q: must be non-empty and not end in /", o.lockName))
+	}
+	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
+		errs = append(errs, usagef("hold needs --reason TEXT"))
+	}
+	if o.output != "text" && o.output != "json" {
+		errs = append(errs, usagef("--output %q: want text or json", o.output))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return &usageError{strings.Join(msgs, "; ")}
+}
+
+func (o *options) holdKeyOrDefault() string {
+	if o.holdKey != "" {
+		return o.holdKey
+	}
+	return o.lockName + "-hold"
+}
+
+func writeHelp(w io.Writer, fs *pflag.FlagSet) {
+	var b strings.Builder
+	fmt.Fprintf(&b, `Usage:
+  %[1]s [flags] [-- COMMAND ARGS...]   restart (default command: %[2]s)
+  %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
+  %[1]s hold --reason TEXT             stop every host from restarting
+  %[1]s unhold                         allow restarts again
+  %[1]s check [--public-only] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s version
+
+Restart: preflight the files the new apiserver will read; refuse if a hold is
+active; take the etcd lock (interoperable with `+"`etcdctl lock NAME`"+`; the command
+gets ETCD_LOCK_KEY and ETCD_LOCK_REV); check the hold again; run the command in
+its own process group; hold the lock until the health URL reports ready; on
+failure write a hold that stops every host until `+"`unhold`"+`.
+
+Flags:
+`, progName, strings.Join(defaultCommand, " "))
+	b.WriteString(fs.FlagUsages())
+	b.WriteString("\nExit codes:\n")
+	for _, c := range exitCodeDocs {
+		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
+	}
+	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for etcdctl; a flag beats the\nenvironment.\n")
+	_, _ = io.WriteString(w, b.String())
+}
+
+// hostname is the host name recorded in holder info and holds.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown-host-pid-" + strconv.Itoa(os.Getpid())
+	}
+	return h
+}
+
+func operatorUser() string {
+	for _, v := range []string{"SUDO_USER", "USER", "LOGNAME"} {
+		if u := os.Getenv(v); u != "" {
+			return u
+		}
+	}
+	return ""
+}

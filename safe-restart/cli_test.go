@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) lookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseSubcommandsAndCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		sub  string
+		argv []string
+	}{
+		{nil, cmdRestart, defaultCommand},
+		{[]string{"restart"}, cmdRestart, defaultCommand},
+		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
+		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
+		{[]string{"--lock-name", "x", "status"}, cmdStatus, nil},
+		{[]string{"status", "-o", "json"}, cmdStatus, nil},
+		{[]string{"hold", "--reason", "bad bundle"}, cmdHold, nil},
+		{[]string{"unhold"}, cmdUnhold, nil},
+		{[]string{"check", "--public-only", "a.pem", "b.pem"}, cmdCheck, []string{"a.pem", "b.pem"}},
+		{[]string{"check", "a.pem", "--", "-odd.pem"}, cmdCheck, []string{"a.pem", "-odd.pem"}},
+		{[]string{"version"}, cmdVersion, nil},
+	} {
+		o, _, err := parseArgs(tc.args, env(nil))
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if o.sub != tc.sub || !reflect.DeepEqual(o.argv, tc.argv) {
+			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv, tc.sub, tc.argv)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"systemctl", "restart", "x"},        // command without --
+		{"restart", "extra"},                 // stray argument
+		{"--"},                               // no command after --
+		{"frobnicate"},                       // unknown subcommand
+		{"hold"},                             // no reason
+		{"status", "--reason", "x"},          // flag of another subcommand
+		{"check"},                            // no files
+		{"check", "--endpoints", "x", "f"},   // etcd flags mean nothing to check
+		{"--ttl", "0"},                       // bad values
+		{"--attempts", "0"},                  //
+		{"--lock-timeout", "0s"},             //
+		{"--health-cert", "c"},               // without key
+		{"--cert", "c"},                      // without key
+		{"--output", "yaml", "status"},       //
+		{"--lock-name", "a/", "status"},      //
+		{"--no-such-flag"},                   //
+		{"status", "--dial-timeout", "soon"}, //
+	} {
+		_, _, err := parseArgs(args, env(nil))
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != exitUsage {
+			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
+		}
+	}
+}
+
+func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
+	e := env(map[string]string{
+		"ETCDCTL_ENDPOINTS": "https://a:2379,https://b:2379", "ETCDCTL_CACERT": "/env/ca", "ETCDCTL_CERT": "/env/c",
+		"ETCDCTL_KEY": "/env/k", "ETCDCTL_DIAL_TIMEOUT": "7s", "ETCDCTL_COMMAND_TIMEOUT": "9s",
+	})
+	o, _, err := parseArgs([]string{"status"}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.endpoints, []string{"https://a:2379", "https://b:2379"}) || o.cacert != "/env/ca" ||
+		o.cert != "/env/c" || o.key != "/env/k" || o.dialTimeout != 7*time.Second || o.commandTimeout != 9*time.Second {
+		t.Fatalf("env not applied: %+v", o)
+	}
+	o, _, err = parseArgs([]string{"status", "--endpoints", "x:1", "--endpoints", "y:2,z:3", "--cacert", "/f/ca",
+		"--cert", "/f/c", "--key", "/f/k", "--dial-timeout", "1s", "--command-timeout", "2s"}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.endpoints, []string{"x:1", "y:2", "z:3"}) || o.cacert != "/f/ca" || o.cert != "/f/c" ||
+		o.key != "/f/k" || o.dialTimeout != time.Second || o.commandTimeout != 2*time.Second {
+		t.Fatalf("flags must beat env: %+v", o)
+	}
+	o, _, _ = parseArgs([]string{"status"}, env(nil))
+	if !reflect.DeepEqual(o.endpoints, []string{"127.0.0.1:2379"}) {
+		t.Fatalf("default endpoints %q", o.endpoints)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o, _, err := parseArgs(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.lockName != "kube-apiserver-restart" || o.ttl != 10 || o.holdKeyOrDefault() != "kube-apiserver-restart-hold" ||
+		o.healthURL != "https://127.0.0.1:6443/readyz" {
+		t.Fatalf("defaults %+v", o)
+	}
+	o, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
+	if o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
+		t.Fatalf("overrides %+v", o)
+	}
+}
+
+func TestExitCodesDistinctAndDocumented(t *testing.T) {
+	var help bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	seen := map[int]bool{}
+	for _, c := range exitCodeDocs {
+		if seen[c.code] {
+			t.Fatalf("exit code %d documented twice", c.code)
+		}
+		seen[c.code] = true
+		if !strings.Contains(help.String(), fmt.Sprintf("  %d  %s", c.code, c.text)) {
+			t.Errorf("exit code %d missing from --help", c.code)
+		}
+	}
+	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted} {
+		if !seen[c] {
+			t.Errorf("exit code %d not documented", c)
+		}
+	}
+	if len(seen) != 10 {
+		t.Errorf("%d documented codes, want 10", len(seen))
+	}
+	for _, word := range []string{"status", "hold --reason", "unhold", "check", "ETCDCTL_ENDPOINTS", "--lock-name", "--health-url", "--preflight-file"} {
+		if !strings.Contains(help.String(), word) {
+			t.Errorf("--help does not mention %s", word)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), version) {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+}

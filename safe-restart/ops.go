@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/safe-restart/internal/hold"
+	"github.com/keysync/confd/safe-restart/internal/preflight"
+	"github.com/keysync/confd/safe-restart/internal/status"
+)
+
+// check validates files for confd's check_cmd: exit 0 valid, exitPreflight
+// with the reason on stderr otherwise. It needs no etcd.
+func (a *app) check(ctx context.Context) int {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var errs []error
+	if len(a.o.argv) > 0 {
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, Now: time.Now()}))
+	}
+	// A staged kube-apiserver flags file is checked like a restart's
+	// preflight: every PEM file it names must suit its flag.
+	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
+		errs = append(errs, preflight.Run(cctx, preflight.Input{Files: a.o.preflightFiles, FlagsFiles: a.o.preflightFlagsFiles, Now: time.Now()}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range splitErrors(err) {
+			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
+		}
+		return exitPreflight
+	}
+	return exitOK
+}
+
+func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
+	sctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault())
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("status")
+		return exitError
+	}
+	if a.o.output == "json" {
+		err = r.WriteJSON(a.stdout)
+	} else {
+		err = r.WriteText(a.stdout)
+	}
+	if err != nil {
+		a.log.WithError(err).Error("write status")
+		return exitError
+	}
+	return exitOK
+}
+
+func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	key := a.o.holdKeyOrDefault()
+	prev, err := hold.Get(hctx, cli, key)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("hold")
+		return exitError
+	}
+	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
+	if err := hold.Put(hctx, cli, key, rec); err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("hold")
+		return exitError
+	}
+	if prev != nil {
+		fmt.Fprintf(a.stdout, "replaced hold: %s\n", prev)
+	}
+	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, &rec, progName)
+	return exitOK
+}
+
+func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	key := a.o.holdKeyOrDefault()
+	prev, err := hold.Delete(hctx, cli, key)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("unhold")
+		return exitError
+	}
+	if prev == nil {
+		fmt.Fprintf(a.stdout, "no hold at %s\n", key)
+		return exitOK
+	}
+	a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+	fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
+	return exitOK
+}
