@@ -63,7 +63,7 @@ func Watch(ctx context.Context, rs []Processor, store Watcher, log logrus.FieldL
 	for _, r := range rs {
 		go func(r Processor) {
 			defer func() { done <- struct{}{} }()
-			watchOne(ctx, r, store, log)
+			watchOne(ctx, r, store, log, minBackoff)
 		}(r)
 	}
 	for range rs {
@@ -76,8 +76,8 @@ const (
 	maxBackoff = 30 * time.Second
 )
 
-func watchOne(ctx context.Context, r Processor, store Watcher, log logrus.FieldLogger) {
-	backoff := minBackoff
+func watchOne(ctx context.Context, r Processor, store Watcher, log logrus.FieldLogger, firstBackoff time.Duration) {
+	backoff := firstBackoff
 	wait := func() bool {
 		select {
 		case <-ctx.Done():
@@ -96,7 +96,7 @@ func watchOne(ctx context.Context, r Processor, store Watcher, log logrus.FieldL
 			log.Error(err.Error())
 			return false
 		}
-		rev, backoff = res.Revision, minBackoff
+		rev, backoff = res.Revision, firstBackoff
 		return true
 	}
 	for !process() {
