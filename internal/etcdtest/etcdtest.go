@@ -298,7 +298,7 @@ func (s *Server) Output() string {
 
 // EtcdctlEnv is the environment that points etcdctl at this server.
 func (s *Server) EtcdctlEnv() []string {
-	env := []string{"ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=" + s.Endpoint}
+	env := []string{"ETCDCTL_ENDPOINTS=" + s.Endpoint}
 	if s.TLS != nil {
 		env = append(env, "ETCDCTL_CACERT="+s.TLS.CA, "ETCDCTL_CERT="+s.TLS.ClientCert, "ETCDCTL_KEY="+s.TLS.ClientKey)
 	}
