@@ -1,0 +1,71 @@
+# Service-account key sync on Kubernetes control-plane hosts.
+#
+#   class { 'sa_key_sync': etcd_endpoints => ['https://10.0.0.1:2379', 'https://10.0.0.2:2379'] }
+#
+# Every master publishes its own public key; confd renders all of them into
+# /etc/kubernetes/pki/sa-bundle.pem and restarts kube-apiserver through
+# kube-apiserver-safe-restart (one master at a time, under an etcd lock).
+class sa_key_sync (
+  Array[String] $etcd_endpoints,
+  String        $etcd_ca   = '/etc/kubernetes/pki/etcd/ca.crt',
+  String        $etcd_cert = '/etc/kubernetes/pki/apiserver-etcd-client.crt',
+  String        $etcd_key  = '/etc/kubernetes/pki/apiserver-etcd-client.key',
+) {
+  file { ['/etc/confd', '/etc/confd/conf.d', '/etc/confd/templates']:
+    ensure => directory,
+    mode   => '0755',
+  }
+
+  file { '/etc/confd/confd.toml':
+    content => epp('sa_key_sync/confd.toml.epp', {
+      nodes => $etcd_endpoints, ca => $etcd_ca, cert => $etcd_cert, key => $etcd_key,
+    }),
+    mode    => '0600',
+    notify  => Service['confd'],
+  }
+
+  # Resources and templates exactly as in examples/confd of this repository.
+  ['10-sa-bundle.toml', '20-apiserver-sa-flags.toml'].each |$f| {
+    file { "/etc/confd/conf.d/${f}":
+      source => "puppet:///modules/sa_key_sync/conf.d/${f}",
+      notify => Service['confd'],
+    }
+  }
+  ['sa-bundle.pem.tmpl', 'apiserver-sa.env.tmpl'].each |$f| {
+    file { "/etc/confd/templates/${f}":
+      source => "puppet:///modules/sa_key_sync/templates/${f}",
+      notify => Service['confd'],
+    }
+  }
+
+  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path'].each |$u| {
+    file { "/etc/systemd/system/${u}":
+      source => "puppet:///modules/sa_key_sync/systemd/${u}",
+      notify => Exec['sa_key_sync-daemon-reload'],
+    }
+  }
+  exec { 'sa_key_sync-daemon-reload':
+    command     => '/bin/systemctl daemon-reload',
+    refreshonly => true,
+  }
+
+  service { 'confd':
+    ensure  => running,
+    enable  => true,
+    require => Exec['sa_key_sync-daemon-reload'],
+  }
+  service { 'sa-key-publish.path':
+    ensure  => running,
+    enable  => true,
+    require => Exec['sa_key_sync-daemon-reload'],
+  }
+
+  # Other apiserver inputs Puppet manages (flags, certificates) restart it
+  # the same safe way: notify this oneshot instead of Service['kube-apiserver'].
+  exec { 'kube-apiserver-safe-restart':
+    command     => '/bin/systemctl start kube-apiserver-safe-restart.service',
+    refreshonly => true,
+    timeout     => 1200,
+  }
+  # Example: file { '/etc/kubernetes/apiserver.env': ..., notify => Exec['kube-apiserver-safe-restart'] }
+}
