@@ -43,10 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
 	}
-	rs, loadErrs := resource.LoadAll(settings)
-	for _, err := range loadErrs {
-		log.Error(err.Error())
-	}
+	loader := &resourceLoader{settings: settings, log: log}
+	procs, loadErrs := loader.load()
 
 	dialCtx, cancel := context.WithTimeout(ctx, c.DialTimeout+time.Second)
 	store, err := backends.New(dialCtx, c.backendConfig())
@@ -57,21 +55,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	defer store.Close()
 
-	procs := make([]daemon.Processor, len(rs))
-	for i, r := range rs {
-		procs[i] = r
-	}
 	switch {
 	case c.OneTime:
-		err := daemon.Once(ctx, procs, store, log)
-		if err != nil || len(loadErrs) > 0 {
+		if err := daemon.Once(ctx, procs, store, log); err != nil || loadErrs > 0 {
 			return 1
 		}
 		return 0
 	case c.Watch:
 		daemon.Watch(ctx, procs, store, log)
 	default:
-		daemon.Interval(ctx, procs, store, time.Duration(c.Interval)*time.Second, log)
+		// confd 0.16 re-read conf.d before every interval pass.
+		first := true
+		next := func() []daemon.Processor {
+			if first {
+				first = false
+				return procs
+			}
+			ps, _ := loader.load()
+			return ps
+		}
+		daemon.Interval(ctx, next, store, time.Duration(c.Interval)*time.Second, log)
 	}
 	log.Info("confd stopped")
 	return 0
@@ -124,4 +127,31 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return nil, nil, 2
 	}
 	return c, log, 0
+}
+
+// resourceLoader reads conf.d and keeps the run-time state of a resource
+// (a reload still owed) across re-reads, matched by file.
+type resourceLoader struct {
+	settings *resource.Settings
+	log      logrus.FieldLogger
+	current  map[string]*resource.Resource
+}
+
+// load returns the resources that loaded and logs, and counts, those that did not.
+func (l *resourceLoader) load() ([]daemon.Processor, int) {
+	rs, errs := resource.LoadAll(l.settings)
+	for _, err := range errs {
+		l.log.Error(err.Error())
+	}
+	next := make(map[string]*resource.Resource, len(rs))
+	ps := make([]daemon.Processor, len(rs))
+	for i, r := range rs {
+		if old, ok := l.current[r.File]; ok {
+			r.InheritState(old)
+		}
+		next[r.File] = r
+		ps[i] = r
+	}
+	l.current = next
+	return ps, len(errs)
 }

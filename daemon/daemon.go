@@ -39,13 +39,15 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 }
 
 // Interval processes every resource, then again every interval, until ctx
-// ends. A pass in progress finishes (its commands have their own
-// timeouts): killing a reload half way is worse than a late exit.
-func Interval(ctx context.Context, rs []Processor, store resource.Getter, every time.Duration, log logrus.FieldLogger) {
+// ends. load is called before every pass, so that resource files added or
+// changed since the last pass are picked up, as confd 0.16's interval mode
+// did. A pass in progress finishes (its commands have their own timeouts):
+// killing a reload half way is worse than a late exit.
+func Interval(ctx context.Context, load func() []Processor, store resource.Getter, every time.Duration, log logrus.FieldLogger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		_ = Once(context.WithoutCancel(ctx), rs, store, log)
+		_ = Once(context.WithoutCancel(ctx), load(), store, log)
 		select {
 		case <-ctx.Done():
 			return

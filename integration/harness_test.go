@@ -69,13 +69,14 @@ func (c *confdir) resource(name, toml, tmpl string) string {
 	dest := filepath.Join(c.Out, name)
 	toml = strings.ReplaceAll(toml, "DEST", dest)
 	toml = strings.ReplaceAll(toml, "RESTART", restartBin)
-	if err := os.WriteFile(filepath.Join(c.Dir, "conf.d", name+".toml"), []byte(toml), 0o644); err != nil {
-		c.t.Fatal(err)
-	}
+	// The template first: a running confd may read conf.d at any moment.
 	if tmpl != "" {
 		if err := os.WriteFile(filepath.Join(c.Dir, "templates", name+".tmpl"), []byte(tmpl), 0o644); err != nil {
 			c.t.Fatal(err)
 		}
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "conf.d", name+".toml"), []byte(toml), 0o644); err != nil {
+		c.t.Fatal(err)
 	}
 	return dest
 }

@@ -85,6 +85,12 @@ func TestIntervalPolls(t *testing.T) {
 	if got := ev.next(t, 20*time.Second, log); got != "b" {
 		t.Fatalf("second render = %q", got)
 	}
+	// As in confd 0.16, a resource file added later is picked up by the next pass.
+	s.Put(t, "/j/v", "added")
+	c.resource("j", "[template]\nsrc = \"j.tmpl\"\ndest = \"DEST\"\nkeys = [\"/j\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n", "{{getv \"/j/v\"}}\n")
+	if got := ev.next(t, 20*time.Second, log); got != "added" {
+		t.Fatalf("new resource render = %q", got)
+	}
 }
 
 // TestBindMountedDestIsWrittenInPlace: kubelet and container runtimes bind

@@ -106,6 +106,14 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	return res, nil
 }
 
+// InheritState carries what old learnt at run time (a reload_cmd still
+// owed) over to r, its replacement after the resource files were re-read.
+func (r *Resource) InheritState(old *Resource) {
+	if old.Dest == r.Dest {
+		r.reloadPending = old.reloadPending
+	}
+}
+
 // stripPrefix maps store keys to the template's view, as confd does:
 // "/prefix/a/b" becomes "/a/b".
 func (r *Resource) stripPrefix(kvs map[string]string) map[string]string {

@@ -208,6 +208,21 @@ func TestFailedReloadIsRetriedOnNextPass(t *testing.T) {
 	}
 }
 
+func TestOwedReloadSurvivesReRead(t *testing.T) {
+	f := newFixture(t, "")
+	r := f.load()
+	r.ReloadCmd = "exit 1"
+	if _, err := r.Process(context.Background(), f.store); err == nil {
+		t.Fatal("reload_cmd failure not reported")
+	}
+	fresh := f.load() // conf.d re-read before the next interval pass
+	fresh.InheritState(r)
+	fresh.ReloadCmd = "echo reload >> " + f.marks
+	if res, err := fresh.Process(context.Background(), f.store); err != nil || !res.Reloaded {
+		t.Fatalf("re-read resource did not retry the owed reload: %+v, %v", res, err)
+	}
+}
+
 func TestNoopAndSyncOnly(t *testing.T) {
 	f := newFixture(t, "")
 	if err := os.WriteFile(f.dest, []byte("name=zero\n"), 0o644); err != nil {
