@@ -46,12 +46,12 @@ func TestMain(m *testing.M) {
 
 // confdir is a confd configuration directory under test.
 type confdir struct {
-	t   *testing.T
+	t   testing.TB
 	Dir string // holds conf.d/ and templates/
 	Out string // where the resources' dest files go
 }
 
-func newConfdir(t *testing.T) *confdir {
+func newConfdir(t testing.TB) *confdir {
 	t.Helper()
 	c := &confdir{t: t, Dir: t.TempDir(), Out: t.TempDir()}
 	for _, d := range []string{"conf.d", "templates"} {
@@ -99,7 +99,7 @@ type result struct {
 }
 
 // confd runs the binary to completion with a generous deadline.
-func confd(t *testing.T, env []string, args ...string) result {
+func confd(t testing.TB, env []string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -119,7 +119,7 @@ func confd(t *testing.T, env []string, args ...string) result {
 
 // startConfd runs a long-lived confd (watch or interval mode), stopped
 // with SIGTERM at the end of the test.
-func startConfd(t *testing.T, args ...string) *bytes.Buffer {
+func startConfd(t testing.TB, args ...string) *bytes.Buffer {
 	t.Helper()
 	cmd := exec.Command(confdBin, args...)
 	var errb bytes.Buffer
@@ -149,7 +149,7 @@ type events struct {
 	lines chan string
 }
 
-func newEvents(t *testing.T) *events {
+func newEvents(t testing.TB) *events {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "events")
 	if err := syscall.Mkfifo(p, 0o600); err != nil {
@@ -184,7 +184,7 @@ func newEvents(t *testing.T) *events {
 	return e
 }
 
-func (e *events) next(t *testing.T, within time.Duration, log fmt.Stringer) string {
+func (e *events) next(t testing.TB, within time.Duration, log fmt.Stringer) string {
 	t.Helper()
 	select {
 	case l := <-e.lines:
@@ -195,7 +195,7 @@ func (e *events) next(t *testing.T, within time.Duration, log fmt.Stringer) stri
 	}
 }
 
-func readFile(t *testing.T, p string) string {
+func readFile(t testing.TB, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -206,7 +206,7 @@ func readFile(t *testing.T, p string) string {
 
 // nodeArgs points confd at s, with an empty confd.toml so that a host's
 // /etc/confd/confd.toml cannot leak into the test.
-func nodeArgs(t *testing.T, s *etcdtest.Server) []string {
+func nodeArgs(t testing.TB, s *etcdtest.Server) []string {
 	t.Helper()
 	empty := filepath.Join(t.TempDir(), "confd.toml")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {

@@ -32,7 +32,7 @@ func (f *fakeStore) GetValues(_ context.Context, keys []string) (map[string]stri
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	dest  string
 	marks string // every command run appends a line here
@@ -40,7 +40,7 @@ type fixture struct {
 	store *fakeStore
 }
 
-func newFixture(t *testing.T, extra string) *fixture {
+func newFixture(t testing.TB, extra string) *fixture {
 	t.Helper()
 	f := &fixture{t: t, store: &fakeStore{kvs: map[string]string{"/app/name": "one"}, rev: 5}}
 	out := t.TempDir()

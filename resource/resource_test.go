@@ -13,7 +13,7 @@ import (
 )
 
 // confDir lays out confdir/conf.d and confdir/templates with the given files.
-func confDir(t *testing.T, resources, templates map[string]string) string {
+func confDir(t testing.TB, resources, templates map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for sub, files := range map[string]map[string]string{"conf.d": resources, "templates": templates} {

@@ -1,0 +1,51 @@
+package etcdv3
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+// BenchmarkGetValues reads a resource's keys at one revision from a real
+// etcd on loopback: n requested keys, each a directory of 4 values, so the
+// read spans several 128-operation transactions.
+func BenchmarkGetValues(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := etcdtest.Start(b)
+			cli := s.Client(b)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("/bench/k%05d", i)
+			}
+			ctx := context.Background()
+			for start := 0; start < n; start += 32 {
+				var ops []clientv3.Op
+				for _, k := range keys[start:min(start+32, n)] {
+					for j := 0; j < 4; j++ {
+						ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s/v%d", k, j), "value"))
+					}
+				}
+				if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c, err := New(ctx, Config{Nodes: []string{s.Endpoint}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				vals, _, err := c.GetValues(ctx, keys)
+				if err != nil || len(vals) != 4*n {
+					b.Fatalf("got %d values, %v", len(vals), err)
+				}
+			}
+		})
+	}
+}
