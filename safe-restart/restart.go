@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -142,7 +140,7 @@ func (a *app) preflight(ctx context.Context, log logrus.FieldLogger) int {
 		log.Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
-	if err := checkGateFiles(o); err != nil {
+	if err := checkGate(o); err != nil {
 		for _, e := range splitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
 		}
@@ -294,10 +292,7 @@ func (a *app) gate(ctx context.Context, sess *lock.Session, log *logrus.Entry) o
 		log.Info("health gate off (--health-url empty)")
 		return outcome{code: exitOK}
 	}
-	cfg := health.Config{
-		URL: o.healthURL, CACert: o.healthCACert, Cert: o.healthCert, Key: o.healthKey, TokenFile: o.healthToken,
-		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval, JWKSKeyFiles: o.jwksKeyFiles,
-	}
+	cfg := o.healthConfig()
 	// health.Wait enforces --health-timeout itself; this deadline is a backstop.
 	gctx, cancel := context.WithTimeout(ctx, o.healthSettle+o.healthTimeout+o.commandTimeout)
 	defer cancel()
@@ -401,37 +396,19 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	return exitOK
 }
 
-// checkGateFiles catches a health gate that cannot work (bad URL, missing
-// CA, client certificate, token or JWKS key file) before the restart rather
-// than after it. health.Wait validates fully; this only checks the URL's
-// shape and that the files are readable and not empty. Contents are never
-// logged.
-func checkGateFiles(o *options) error {
-	if o.healthURL == "" {
-		return nil
+// checkGate catches a health gate that cannot work (bad URL, missing CA,
+// client certificate, token or JWKS key file) before the restart rather
+// than after it. Contents are never logged.
+func checkGate(o *options) error {
+	return health.Validate(o.healthConfig())
+}
+
+// healthConfig is the gate's configuration from the command line.
+func (o *options) healthConfig() health.Config {
+	return health.Config{
+		URL: o.healthURL, CACert: o.healthCACert, Cert: o.healthCert, Key: o.healthKey, TokenFile: o.healthToken,
+		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval, JWKSKeyFiles: o.jwksKeyFiles,
 	}
-	u, err := url.Parse(o.healthURL)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return fmt.Errorf("--health-url %q: want http(s)://host[:port]/path", o.healthURL)
-	}
-	files := [][2]string{{"--health-cacert", o.healthCACert}, {"--health-cert", o.healthCert}, {"--health-key", o.healthKey}, {"--health-token-file", o.healthToken}}
-	for _, f := range o.jwksKeyFiles {
-		files = append(files, [2]string{"--jwks-key-file", f})
-	}
-	var errs []error
-	for _, f := range files {
-		if f[1] == "" {
-			continue
-		}
-		data, err := os.ReadFile(f[1])
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", f[0], err))
-		case len(bytes.TrimSpace(data)) == 0:
-			errs = append(errs, fmt.Errorf("%s %s: empty file", f[0], f[1]))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // splitErrors undoes errors.Join, one level, so each problem gets its own line.

@@ -62,6 +62,7 @@ func TestPreflightRefusesBeforeLocking(t *testing.T) {
 		{"garbage PEM", []string{"--preflight-file", garbage}, garbage},
 		{"cert does not match key", []string{"--preflight-flags-file", mismatch}, otherKeyFile},
 		{"expired cert", []string{"--preflight-file", expired}, expired},
+		{"health gate that cannot work", []string{"--health-url", "https://127.0.0.1:6443/readyz", "--health-cacert", garbage}, garbage},
 	} {
 		args := append(lockArgs("preflight", tc.args...), "--", "touch", ran)
 		p := runBin(t, env(s), args...)

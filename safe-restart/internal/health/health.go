@@ -43,6 +43,22 @@ type Config struct {
 	JWKSKeyFiles []string
 }
 
+// Validate reports, without any request, what would make Wait fail with
+// ErrConfig: a bad URL, an unreadable or empty CA, client certificate,
+// token or JWKS key file. Callers run it before a restart, so that a gate
+// that cannot work stops the restart instead of failing after it.
+func Validate(cfg Config) error {
+	if cfg.URL == "" {
+		return nil
+	}
+	p, err := newProber(cfg)
+	if err != nil {
+		return err
+	}
+	p.client.CloseIdleConnections()
+	return nil
+}
+
 // Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
 // asked, serves the expected JWKS). Any answer but 200 — including refused
 // connections and TLS errors, normal while it restarts — means "not ready

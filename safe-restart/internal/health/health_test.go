@@ -417,6 +417,9 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 			tc.mod(&cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
+			if err := Validate(cfg); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Validate err = %v, want ErrConfig", err)
+			}
 			if err := Wait(ctx, cfg, nil); !errors.Is(err, ErrConfig) {
 				t.Fatalf("err = %v, want ErrConfig", err)
 			}
@@ -424,5 +427,8 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 	}
 	if err := Wait(context.Background(), Config{}, nil); err != nil {
 		t.Errorf("gate off: %v", err)
+	}
+	if err := Validate(base); err != nil {
+		t.Errorf("Validate(valid config) = %v", err)
 	}
 }
