@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,7 +65,10 @@ type Session struct {
 	sess *concurrency.Session
 	mu   *concurrency.Mutex
 	rev  int64
-	held bool
+	// relMu serialises Release and Abandon: a signal handler and the normal
+	// path may both try to let go.
+	relMu sync.Mutex
+	held  bool
 }
 
 // Open grants a lease of cfg.TTL, keeps it alive, and publishes cfg.Info
@@ -193,7 +197,9 @@ func (s *Session) Lock(ctx context.Context) error {
 		return fmt.Errorf("waiting for lock %s: %w", s.Key(), err)
 	}
 	s.rev = s.mu.Header().Revision
+	s.relMu.Lock()
 	s.held = true
+	s.relMu.Unlock()
 	now := time.Now().UTC()
 	s.cfg.Info.Acquired = &now
 	// Best effort: status shows since when the lock is held.
@@ -202,13 +208,19 @@ func (s *Session) Lock(ctx context.Context) error {
 }
 
 // Held reports whether Lock succeeded and Release has not run.
-func (s *Session) Held() bool { return s.held }
+func (s *Session) Held() bool {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	return s.held
+}
 
 // Release unlocks (only if our mutex key is still the one we created) and
 // revokes the lease, removing the info record. When the lease is already
 // lost it touches nothing in etcd and returns ErrLeaseLost: a lock we no
 // longer hold is never released.
 func (s *Session) Release(ctx context.Context) error {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
 	if s.Lost() {
 		s.held = false
 		return fmt.Errorf("release lock %s: %w (lease %s); not touching it", s.Key(), ErrLeaseLost, s.LeaseHex())
@@ -238,6 +250,8 @@ func (s *Session) Release(ctx context.Context) error {
 // anything: for a lease that is lost (or may be), where touching the lock
 // could release someone else's.
 func (s *Session) Abandon() {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
 	s.held = false
 	s.sess.Orphan()
 }
