@@ -14,13 +14,9 @@ import (
 func BenchmarkWatchPutToReload(b *testing.B) {
 	s := etcdtest.Start(b)
 	s.Put(b, "/bench/v", "start")
-	c := newConfdir(b)
-	ev := newEvents(b)
-	c.resource("bench", "[template]\nsrc = \"bench.tmpl\"\ndest = \"DEST\"\nkeys = [\"/bench/v\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n", "{{getv \"/bench/v\"}}\n")
-	log := startConfd(b, append(nodeArgs(b, s), "-watch", "-confdir", c.Dir)...)
-	if got := ev.next(b, 20*time.Second, log); got != "start" {
-		b.Fatalf("first render %q", got)
-	}
+	c, ev := newConfdir(b), newEvents(b)
+	c.reporting(ev, "bench", "/bench/v")
+	log := startReporting(b, ev, "start", append(nodeArgs(b, s), "-watch", "-confdir", c.Dir)...)
 	cli := s.Client(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

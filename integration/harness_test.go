@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/testbin"
 )
 
 var (
@@ -23,24 +24,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "confd-integration-bin")
+	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	confdBin = filepath.Join(dir, "confd")
-	restartBin = filepath.Join(dir, "kube-apiserver-safe-restart")
-	root := etcdtest.RepoRoot()
-	for bin, pkg := range map[string]string{confdBin: ".", restartBin: "./safe-restart"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
+	confdBin, restartBin = bins["confd"], bins["kube-apiserver-safe-restart"]
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -79,6 +70,15 @@ func (c *confdir) resource(name, toml, tmpl string) string {
 		c.t.Fatal(err)
 	}
 	return dest
+}
+
+// reporting adds a resource that renders key's value and whose reload_cmd
+// reports each render on ev, so that tests await renders, not sleep.
+func (c *confdir) reporting(ev *events, name, key string) string {
+	c.t.Helper()
+	return c.resource(name,
+		fmt.Sprintf("[template]\nsrc = %q\ndest = \"DEST\"\nkeys = [%q]\nreload_cmd = \"cat {{.dest}} > %s\"\n", name+".tmpl", key, ev.path),
+		fmt.Sprintf("{{getv %q}}\n", key))
 }
 
 func (c *confdir) stageFiles() []string {
@@ -140,6 +140,17 @@ func startConfd(t testing.TB, args ...string) *bytes.Buffer {
 		}
 	})
 	return &errb
+}
+
+// startReporting starts a long-lived confd and waits for its first render,
+// which must report first.
+func startReporting(t testing.TB, ev *events, first string, args ...string) fmt.Stringer {
+	t.Helper()
+	log := startConfd(t, args...)
+	if got := ev.next(t, 20*time.Second, log); got != first {
+		t.Fatalf("first render = %q, want %q", got, first)
+	}
+	return log
 }
 
 // events is a FIFO that reload commands write to, so a test can await a

@@ -19,14 +19,9 @@ import (
 func TestWatchRendersEveryChange(t *testing.T) {
 	s := etcdtest.Start(t)
 	s.Put(t, "/w/v", "0")
-	c := newConfdir(t)
-	ev := newEvents(t)
-	dest := c.resource("w", "[template]\nsrc = \"w.tmpl\"\ndest = \"DEST\"\nprefix = \"/w\"\nkeys = [\"/v\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n",
-		"{{getv \"/v\"}}\n")
-	log := startConfd(t, append(nodeArgs(t, s), "-watch", "-confdir", c.Dir, "-log-level", "debug")...)
-	if got := ev.next(t, 20*time.Second, log); got != "0" {
-		t.Fatalf("first render = %q", got)
-	}
+	c, ev := newConfdir(t), newEvents(t)
+	dest := c.reporting(ev, "w", "/w/v")
+	log := startReporting(t, ev, "0", append(nodeArgs(t, s), "-watch", "-confdir", c.Dir, "-log-level", "debug")...)
 	s.Put(t, "/w/vx", "neighbour") // shares the string prefix, not the path
 	s.Put(t, "/w/v", "1")
 	if got := ev.next(t, 20*time.Second, log); got != "1" {
@@ -56,14 +51,9 @@ func TestWatchRendersEveryChange(t *testing.T) {
 func TestWatchSurvivesEtcdRestart(t *testing.T) {
 	s := etcdtest.Start(t)
 	s.Put(t, "/r/v", "before")
-	c := newConfdir(t)
-	ev := newEvents(t)
-	c.resource("r", "[template]\nsrc = \"r.tmpl\"\ndest = \"DEST\"\nkeys = [\"/r/v\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n",
-		"{{getv \"/r/v\"}}\n")
-	log := startConfd(t, append(nodeArgs(t, s), "-watch", "-confdir", c.Dir)...)
-	if got := ev.next(t, 20*time.Second, log); got != "before" {
-		t.Fatalf("first render = %q", got)
-	}
+	c, ev := newConfdir(t), newEvents(t)
+	c.reporting(ev, "r", "/r/v")
+	log := startReporting(t, ev, "before", append(nodeArgs(t, s), "-watch", "-confdir", c.Dir)...)
 	s.Restart(t)
 	s.Put(t, "/r/v", "after")
 	if got := ev.next(t, 30*time.Second, log); got != "after" {
@@ -74,20 +64,16 @@ func TestWatchSurvivesEtcdRestart(t *testing.T) {
 func TestIntervalPolls(t *testing.T) {
 	s := etcdtest.Start(t)
 	s.Put(t, "/i/v", "a")
-	c := newConfdir(t)
-	ev := newEvents(t)
-	c.resource("i", "[template]\nsrc = \"i.tmpl\"\ndest = \"DEST\"\nkeys = [\"/i\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n", "{{getv \"/i/v\"}}\n")
-	log := startConfd(t, append(nodeArgs(t, s), "-interval", "1", "-confdir", c.Dir)...)
-	if got := ev.next(t, 20*time.Second, log); got != "a" {
-		t.Fatalf("first render = %q", got)
-	}
+	c, ev := newConfdir(t), newEvents(t)
+	c.reporting(ev, "i", "/i/v")
+	log := startReporting(t, ev, "a", append(nodeArgs(t, s), "-interval", "1", "-confdir", c.Dir)...)
 	s.Put(t, "/i/v", "b")
 	if got := ev.next(t, 20*time.Second, log); got != "b" {
 		t.Fatalf("second render = %q", got)
 	}
 	// As in confd 0.16, a resource file added later is picked up by the next pass.
 	s.Put(t, "/j/v", "added")
-	c.resource("j", "[template]\nsrc = \"j.tmpl\"\ndest = \"DEST\"\nkeys = [\"/j\"]\nreload_cmd = \"cat {{.dest}} > "+ev.path+"\"\n", "{{getv \"/j/v\"}}\n")
+	c.reporting(ev, "j", "/j/v")
 	if got := ev.next(t, 20*time.Second, log); got != "added" {
 		t.Fatalf("new resource render = %q", got)
 	}

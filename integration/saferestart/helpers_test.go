@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/testbin"
 )
 
 var (
@@ -29,21 +30,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "safe-restart-bin-")
+	bins, cleanup, err := testbin.Build(buildFlags, map[string]string{"kube-apiserver-safe-restart": "./safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "kube-apiserver-safe-restart")
-	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", binPath, "./safe-restart")...)
-	build.Dir = etcdtest.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./safe-restart: %v\n%s", err, out)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	binPath = bins["kube-apiserver-safe-restart"]
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
