@@ -300,3 +300,33 @@ func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
 		t.Errorf("dest = %q mode %#o", got, fi.Mode().Perm())
 	}
 }
+
+func TestModesAppliedExactly(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	for _, mode := range []string{"0600", "0644", "0755", "4755", "2750", "1777"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t, "")
+			r := f.load()
+			var err error
+			if r.Mode, err = parseMode(mode); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Process(context.Background(), f.store); err != nil {
+				t.Fatal(err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(f.dest, &st); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := strconv.ParseUint(mode, 8, 32)
+			if got := st.Mode & 0o7777; uint64(got) != want {
+				t.Errorf("mode %#o, want %#o", got, want)
+			}
+			// And the file is then in sync: no rewrite for a special bit.
+			if res, err := r.Process(context.Background(), f.store); err != nil || res.Changed {
+				t.Errorf("second pass = %+v, %v", res, err)
+			}
+		})
+	}
+}
