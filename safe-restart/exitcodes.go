@@ -27,6 +27,6 @@ var exitCodeDocs = []struct {
 	{exitLockTimeout, "lock not acquired within --lock-timeout"},
 	{exitRestart, "restart command failed or timed out (a hold was written)"},
 	{exitHealth, "health gate failed: not ready in time, or 401/403 (a hold was written)"},
-	{exitLeaseLost, "session lease lost while waiting or holding: lock not released by us"},
+	{exitLeaseLost, "session lease lost while waiting or holding: command terminated, lock not released by us"},
 	{exitInterrupted, "interrupted by SIGTERM/SIGINT (waiting: left the queue; restarting: hold written)"},
 }

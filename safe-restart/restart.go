@@ -232,15 +232,17 @@ func (a *app) attempts(ctx context.Context, sess *lock.Session, log *logrus.Entr
 
 // attempt runs the restart command, then the health gate.
 //
-// Fencing: if the lease is lost while the command runs, the command is NOT
-// killed (killing systemctl mid-restart stops nothing: systemd carries the
-// job on, and a half-killed generic command is worse); it is waited for,
-// bounded by --restart-timeout as always, so that its result is reported
-// and a supervisor (a systemd oneshot kills its cgroup when we exit) does
-// not cut it short. The health gate is then skipped, and nothing in etcd is
-// touched on the way out. A signal during the command is handled the same
-// way, except that the lock is still ours: the caller writes a hold (the
-// apiserver's state is unknown) and releases it.
+// Fencing: the session declares its lease lost a safety margin before etcd
+// can expire it (lock.SafetyMargin). If that happens while the command
+// runs, the command's process group is terminated within half that margin,
+// so that it has ended before another host can take the lock: the lock's
+// promise is that no two commands overlap, and past the lease nothing backs
+// it. (For `systemctl restart`, systemd carries an already queued job on;
+// killing systemctl stops our waiting for it, not the restart.) The health
+// gate is then skipped, and nothing in etcd is touched on the way out.
+// A signal during the command is different: the lock is still ours, so the
+// command is let finish, then the caller writes a hold (the apiserver's
+// state is unknown) and releases the lock.
 func (a *app) attempt(ctx context.Context, sess *lock.Session, log *logrus.Entry) outcome {
 	o := a.o
 	env := append(os.Environ(), sess.Env()...)
@@ -251,15 +253,22 @@ func (a *app) attempt(ctx context.Context, sess *lock.Session, log *logrus.Entry
 	}
 	log = log.WithField("pid", p.Pid())
 	log.WithField("command", proc.Quote(o.argv)).Info("restart command started")
-	leaseLost, signalled := false, false
-	select {
-	case <-p.Done():
-	case <-sess.Done():
-		leaseLost = true
-		log.Errorf("LEASE LOST while the restart command runs: lock %s (lease %s) may now be held by another host; letting the command finish (up to --restart-timeout %s), then exiting without releasing anything", sess.Key(), sess.LeaseHex(), o.restartTimeout)
-	case <-ctx.Done():
-		signalled = true
-		log.Warnf("interrupted while the restart command runs: letting it finish (up to --restart-timeout %s), skipping the health gate, then stopping the line", o.restartTimeout)
+	leaseLost, signalled, terminated := false, false, false
+	leaseC, sigC := sess.Done(), ctx.Done()
+	for running := true; running; {
+		select {
+		case <-p.Done():
+			running = false
+		case <-leaseC:
+			leaseC = nil
+			leaseLost, terminated = true, true
+			log.Errorf("LEASE LOST while the restart command runs: lock %s (lease %s) is about to expire and go to another host; terminating the command's process group, then exiting without releasing anything", sess.Key(), sess.LeaseHex())
+			p.Terminate(sess.Margin() / 2)
+		case <-sigC:
+			sigC = nil
+			signalled = true
+			log.Warnf("interrupted while the restart command runs: letting it finish (up to --restart-timeout %s), skipping the health gate, then stopping the line", o.restartTimeout)
+		}
 	}
 	res := p.Wait()
 	var failure string
@@ -274,6 +283,10 @@ func (a *app) attempt(ctx context.Context, sess *lock.Session, log *logrus.Entry
 		log.Errorf("LEASE LOST while the restart command ran: lock %s (lease %s) may now be held by another host", sess.Key(), sess.LeaseHex())
 	}
 	switch {
+	case leaseLost && terminated:
+		// Our own kill is no verdict on the restart; and with the lease gone
+		// nothing in etcd is ours to write.
+		return outcome{code: exitLeaseLost}
 	case leaseLost:
 		return outcome{code: exitLeaseLost, failure: failure}
 	case signalled || ctx.Err() != nil:

@@ -116,36 +116,54 @@ func testCutConnectionLosesLease(t *testing.T, s *etcdtest.Server, cli *clientv3
 	dir := t.TempDir()
 	g := newGate(t, dir, "cut")
 	finished := filepath.Join(dir, "finished")
+	ended := filepath.Join(dir, "ended")
+	secondStarted := filepath.Join(dir, "second-started")
 	proxy := etcdtest.NewProxy(t, s.Endpoint)
+	// The command records when SIGTERM ended it; left alone it would block
+	// at the gate for ever.
+	script := fmt.Sprintf(`trap 'date +%%s%%N > %q; exit 143' TERM; %s; touch %q`, ended, g.script(), finished)
 	a := bin(t, env(s), lockArgs("cut", "--endpoints", proxy.Endpoint(), "--ttl", "2", "--dial-timeout", "500ms",
-		"--command-timeout", "1s", "--", "sh", "-c", g.script()+"; touch "+finished)...)
+		"--command-timeout", "1s", "--", "sh", "-c", script)...)
 	g.awaitReady(t)
 	key := queueKeys(t, cli, "cut")[0]
 	proxy.Cut()
-	a.stderr.waitFor(t, "LEASE LOST")
-	if a.exited() {
-		t.Fatal("exited before its command ended")
-	}
-	g.release(t)
+	// Another host queues at once; it may only run once the first command is gone.
+	b := bin(t, env(s), lockArgs("cut", "--", "sh", "-c", fmt.Sprintf("date +%%s%%N > %q", secondStarted))...)
 	if code := a.wait(t); code != codeLeaseLost {
 		t.Fatalf("exit %d, want %d (lease lost)", code, codeLeaseLost)
 	}
 	errOut := a.stderr.String()
 	lease := strings.TrimPrefix(key, "cut/")
-	if !strings.Contains(errOut, key) || !strings.Contains(errOut, lease) || !strings.Contains(errOut, "level=error") {
-		t.Fatalf("log does not name lock key %s and lease %s at error level:\n%s", key, lease, errOut)
+	if !strings.Contains(errOut, "LEASE LOST") || !strings.Contains(errOut, key) || !strings.Contains(errOut, lease) || !strings.Contains(errOut, "level=error") {
+		t.Fatalf("log does not say LEASE LOST naming lock key %s and lease %s at error level:\n%s", key, lease, errOut)
 	}
-	if _, err := os.Stat(finished); err != nil {
-		t.Fatalf("the restart command was not let finish: %v", err)
+	if _, err := os.Stat(finished); err == nil {
+		t.Fatal("the command ran on after the lease was lost")
 	}
-	// The lost holder released nothing; the server expired its lease, and
-	// the lock is free for the next host.
-	if code := runBin(t, env(s), lockArgs("cut", "--", "true")...).code; code != codeOK {
-		t.Fatalf("next holder exit %d", code)
+	if code := b.wait(t); code != codeOK {
+		t.Fatalf("next holder exit %d:\n%s", code, b.stderr)
+	}
+	endNs, startNs := readNs(t, ended), readNs(t, secondStarted)
+	t.Logf("next holder started %s after the cut holder's command ended", time.Duration(startNs-endNs))
+	if startNs <= endNs {
+		t.Fatalf("the next holder's command started %s before the cut holder's command ended", time.Duration(endNs-startNs))
 	}
 	if _, ok := getKey(t, cli, "cut-hold"); ok {
-		t.Fatal("a successful command that lost its lease must not stop the line")
+		t.Fatal("a holder that lost its lease wrote a hold; with the lease gone nothing in etcd is its to write")
 	}
+}
+
+func readNs(t *testing.T, path string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return ns
 }
 
 func testEtcdctlHoldsBinaryWaits(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -69,6 +70,12 @@ type Session struct {
 	// path may both try to let go.
 	relMu sync.Mutex
 	held  bool
+
+	// lost closes when the lease must be taken as lost: etcd said so, or it
+	// has not confirmed a refresh for TTL minus margin (see monitor).
+	lost     chan struct{}
+	lostOnce sync.Once
+	margin   time.Duration
 }
 
 // Open grants a lease of cfg.TTL, keeps it alive, and publishes cfg.Info
@@ -84,6 +91,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		cfg.OpTimeout = 5 * time.Second
 	}
 	gctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	granted := time.Now() // the lease cannot expire before this plus TTL
 	lease, err := cli.Grant(gctx, int64(cfg.TTL))
 	cancel()
 	if err != nil {
@@ -96,7 +104,9 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name)}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), lost: make(chan struct{})}
+	s.margin = SafetyMargin(cfg.TTL)
+	go s.monitor(granted)
 	if err := s.putInfo(ctx); err != nil {
 		sess.Orphan()
 		revoke(cli, lease.ID, cfg.OpTimeout)
@@ -144,19 +154,87 @@ func (s *Session) Env() []string {
 	return []string{"ETCD_LOCK_KEY=" + s.Key(), "ETCD_LOCK_REV=" + strconv.FormatInt(s.rev, 10)}
 }
 
-// Done closes when the lease stops being kept alive: lost (expired, or etcd
-// unreachable for longer than the TTL), or given up by Release/Abandon.
-func (s *Session) Done() <-chan struct{} { return s.sess.Done() }
+// Done closes when the lease must be taken as lost (revoked or expired, or
+// no refresh confirmed by etcd for TTL minus SafetyMargin), or was given up
+// by Release/Abandon.
+func (s *Session) Done() <-chan struct{} { return s.lost }
 
-// Lost reports whether the lease is no longer kept alive.
+// Lost reports whether Done is closed.
 func (s *Session) Lost() bool {
 	select {
-	case <-s.sess.Done():
+	case <-s.lost:
 		return true
 	default:
 		return false
 	}
 }
+
+// SafetyMargin is how long before the lease can expire on the server the
+// holder gives it up: a quarter of the TTL, between 250 ms and 2 s. It is
+// the time the holder has to stop its command before another host can
+// take the lock.
+func SafetyMargin(ttl int) time.Duration {
+	return min(max(time.Duration(ttl)*time.Second/4, 250*time.Millisecond), 2*time.Second)
+}
+
+// Margin is this session's SafetyMargin.
+func (s *Session) Margin() time.Duration { return s.margin }
+
+// monitor declares the lease lost before etcd can expire it. The client
+// library only notices a lost lease once the TTL has passed since the last
+// refresh it saw, which is when etcd may already have given the lock to the
+// next host: two holders at once. Here every refresh is confirmed with its
+// own KeepAliveOnce, and when none has been confirmed for TTL minus margin
+// (measured from when the confirmed request was sent, so the server's
+// expiry is later still) the lease is taken as lost.
+func (s *Session) monitor(lastOK time.Time) {
+	ttl := time.Duration(s.cfg.TTL) * time.Second
+	period := max(ttl/5, 100*time.Millisecond)
+	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - s.margin)))
+	defer deadline.Stop()
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	type probe struct {
+		sent time.Time
+		err  error
+	}
+	results := make(chan probe, 1)
+	inflight := false
+	for {
+		select {
+		case <-s.sess.Done():
+			s.markLost()
+			return
+		case <-deadline.C:
+			s.markLost()
+			return
+		case <-tick.C:
+			if inflight {
+				continue
+			}
+			inflight = true
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), period)
+				defer cancel()
+				sent := time.Now()
+				_, err := s.cli.KeepAliveOnce(ctx, s.sess.Lease())
+				results <- probe{sent, err}
+			}()
+		case r := <-results:
+			inflight = false
+			switch {
+			case r.err == nil:
+				lastOK = r.sent
+				deadline.Reset(time.Until(lastOK.Add(ttl - s.margin)))
+			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+				s.markLost()
+				return
+			}
+		}
+	}
+}
+
+func (s *Session) markLost() { s.lostOnce.Do(func() { close(s.lost) }) }
 
 // Lock queues for the mutex (FIFO by create revision) and returns once it is
 // held. It returns ctx's error when ctx ends first (the waiter key is then
@@ -167,7 +245,7 @@ func (s *Session) Lock(ctx context.Context) error {
 	defer cancel()
 	go func() {
 		select {
-		case <-s.sess.Done():
+		case <-s.lost:
 			cancel()
 		case <-lctx.Done():
 		}

@@ -234,3 +234,65 @@ func testLeaseLostWhileWaiting(t *testing.T, cli *clientv3.Client) {
 		t.Fatalf("lock = %v, want ErrLeaseLost", err)
 	}
 }
+
+// TestLeaseLossNoticedBeforeExpiry: cut off from etcd, a holder must give
+// the lease up before etcd can expire it and hand the lock on, or two
+// hosts would hold the lock at once.
+func TestLeaseLossNoticedBeforeExpiry(t *testing.T) {
+	s := etcdtest.Start(t)
+	direct := s.Client(t)
+	proxy := etcdtest.NewProxy(t, s.Endpoint)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Endpoint()}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	const ttl = 2
+	sess, err := Open(ctxT(t), cli, Config{Name: "early", TTL: ttl, OpTimeout: time.Second, Info: Info{Host: "h", PID: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Abandon()
+	if err := sess.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, direct, "early", 2)
+	acquired := make(chan time.Time, 1)
+	go func() {
+		if err := next.Lock(ctxT(t)); err != nil {
+			t.Errorf("next holder: %v", err)
+		}
+		acquired <- time.Now()
+	}()
+	waitQueueLen(t, direct, "early", 2)
+	proxy.Cut()
+	var noticed time.Time
+	select {
+	case <-sess.Done():
+		noticed = time.Now()
+	case <-time.After(2 * ttl * time.Second):
+		t.Fatal("lease loss not noticed")
+	}
+	var handedOn time.Time
+	select {
+	case handedOn = <-acquired:
+	case <-time.After(3 * ttl * time.Second):
+		t.Fatal("the lock was never handed on")
+	}
+	// The cut holder must have let go well before the next one got the
+	// lock: that gap is the time it has to stop its command.
+	if gap := handedOn.Sub(noticed); gap < SafetyMargin(ttl)/2 {
+		t.Fatalf("lease loss noticed only %s before the lock was handed on, want at least %s", gap, SafetyMargin(ttl)/2)
+	}
+	if m := SafetyMargin(ttl); m != 500*time.Millisecond {
+		t.Errorf("SafetyMargin(%d) = %s", ttl, m)
+	}
+}
+
+func TestSafetyMargin(t *testing.T) {
+	for ttl, want := range map[int]time.Duration{1: 250 * time.Millisecond, 2: 500 * time.Millisecond, 10: 2 * time.Second, 60: 2 * time.Second} {
+		if got := SafetyMargin(ttl); got != want {
+			t.Errorf("SafetyMargin(%d) = %s, want %s", ttl, got, want)
+		}
+	}
+}

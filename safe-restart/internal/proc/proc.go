@@ -77,6 +77,20 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done closes when the command has ended.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// Terminate ends the command early: SIGTERM to its process group, then
+// SIGKILL after grace if it has not ended. It does not wait.
+func (p *Process) Terminate(grace time.Duration) {
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}()
+}
+
 // Wait blocks until the command has ended and returns how.
 func (p *Process) Wait() Result {
 	<-p.done
