@@ -69,14 +69,17 @@ func runCommand(ctx context.Context, cmd string, timeout time.Duration) (string,
 	out := &cappedBuffer{max: maxOutput}
 	c.Stdout, c.Stderr = out, out
 	err := c.Run()
+	// Output goes to logs and errors: a check that echoes the staged file
+	// must not put a private key there.
+	output := redact(out.String())
 	if err == nil {
-		return out.String(), nil
+		return output, nil
 	}
-	ce := &CommandError{Command: cmd, Err: err, Output: out.String(), Timeout: timeout}
+	ce := &CommandError{Command: cmd, Err: err, Output: output, Timeout: timeout}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		ce.TimedOut = true
 	}
-	return out.String(), ce
+	return output, ce
 }
 
 type cappedBuffer struct {

@@ -330,3 +330,17 @@ func TestModesAppliedExactly(t *testing.T) {
 		})
 	}
 }
+
+func TestCommandOutputNeverCarriesPrivateKeys(t *testing.T) {
+	f := newFixture(t, "")
+	f.store.kvs["/app/name"] = "\n-----BEGIN RSA PRIVATE KEY-----\nU0VDUkVUS0VZQllURVM=\n-----END RSA PRIVATE KEY-----"
+	r := f.load()
+	r.CheckCmd = "cat {{.src}}; exit 1" // a careless check that echoes what it checks
+	_, err := r.Process(context.Background(), f.store)
+	if err == nil {
+		t.Fatal("check passed")
+	}
+	if strings.Contains(err.Error(), "U0VDUkVUS0VZQllURVM=") || !strings.Contains(err.Error(), "redacted") {
+		t.Fatalf("error carries key material or no redaction marker: %v", err)
+	}
+}
