@@ -173,31 +173,31 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 
 // validate rejects combinations that would fail later in a less clear way.
 func validate(c *Config) error {
-	switch c.Backend {
+	switch c.Store.Backend {
 	case "etcd", "etcdv3":
 	case "env":
 	case "file":
-		if len(c.YAMLFile) == 0 {
+		if len(c.Store.YAMLFiles) == 0 {
 			return errors.New("-backend=file needs at least one -file")
 		}
 	default:
-		return fmt.Errorf("-backend %q is not supported: use etcdv3 (or etcd), env or file", c.Backend)
+		return fmt.Errorf("-backend %q is not supported: use etcdv3 (or etcd), env or file", c.Store.Backend)
 	}
-	if c.Watch && c.Backend != "etcd" && c.Backend != "etcdv3" {
-		return fmt.Errorf("-watch needs the etcd backend; -backend=%s can only be polled with -interval", c.Backend)
+	if c.Watch && c.Store.Backend != "etcd" && c.Store.Backend != "etcdv3" {
+		return fmt.Errorf("-watch needs the etcd backend; -backend=%s can only be polled with -interval", c.Store.Backend)
 	}
 	if c.Interval <= 0 && !c.OneTime && !c.Watch {
 		return fmt.Errorf("-interval %d must be positive", c.Interval)
 	}
-	if c.Scheme != "http" && c.Scheme != "https" {
-		return fmt.Errorf("-scheme %q: want http or https", c.Scheme)
+	if c.Store.Scheme != "http" && c.Store.Scheme != "https" {
+		return fmt.Errorf("-scheme %q: want http or https", c.Store.Scheme)
 	}
-	if (c.ClientCert == "") != (c.ClientKey == "") {
+	if (c.Store.ClientCert == "") != (c.Store.ClientKey == "") {
 		return errors.New("-client-cert and -client-key go together")
 	}
 	for name, d := range map[string]interface{ Seconds() float64 }{
 		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
-		"-dial-timeout": c.DialTimeout, "-request-timeout": c.RequestTimeout,
+		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
 	} {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)

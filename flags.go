@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/backends"
 )
 
 // Config is the one value that main builds from defaults, confd.toml, the
 // environment and the command line, in rising precedence.
 type Config struct {
-	Backend          string
-	Nodes            []string
+	Store            backends.Config // backend selection and connection
 	Prefix           string
 	ConfDir          string
 	ConfigFile       string
@@ -25,22 +26,8 @@ type Config struct {
 	KeepStageFile    bool
 	LogLevel         string
 	LogFormat        string
-	ClientCert       string
-	ClientKey        string
-	ClientCAKeys     string
-	ClientInsecure   bool
-	BasicAuth        bool
-	Username         string
-	Password         string
-	SRVDomain        string
-	SRVRecord        string
-	Scheme           string
-	YAMLFile         []string
-	Filter           string
 	CheckCmdTimeout  time.Duration
 	ReloadCmdTimeout time.Duration
-	DialTimeout      time.Duration
-	RequestTimeout   time.Duration
 	PrintVersion     bool
 }
 
@@ -52,8 +39,8 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("confd", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.SortFlags = true
-	fs.StringVar(&c.Backend, "backend", "etcd", "backend to use: etcdv3 (alias etcd), env or file")
-	fs.StringSliceVar(&c.Nodes, "node", nil, "backend node URL, e.g. https://10.0.0.1:2379 (repeatable; comma-separated also accepted)")
+	fs.StringVar(&c.Store.Backend, "backend", "etcd", "backend to use: etcdv3 (alias etcd), env or file")
+	fs.StringSliceVar(&c.Store.Nodes, "node", nil, "backend node URL, e.g. https://10.0.0.1:2379 (repeatable; comma-separated also accepted)")
 	fs.StringVar(&c.Prefix, "prefix", "", "key path prefix; when set it replaces every resource's own prefix")
 	fs.StringVar(&c.ConfDir, "confdir", "/etc/confd", "confd conf directory (holds conf.d/ and templates/)")
 	fs.StringVar(&c.ConfigFile, "config-file", defaultConfigFile, "the confd config file (a missing default file is not an error)")
@@ -65,22 +52,22 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&c.KeepStageFile, "keep-stage-file", false, "keep the stage file of a failed check_cmd for inspection")
 	fs.StringVar(&c.LogLevel, "log-level", "", "level which confd should log messages (debug, info, warn, error; default info)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text (confd's) or json")
-	fs.StringVar(&c.ClientCert, "client-cert", "", "the client cert (PEM) for TLS to etcd; env CONFD_CLIENT_CERT")
-	fs.StringVar(&c.ClientKey, "client-key", "", "the client key (PEM) for TLS to etcd; env CONFD_CLIENT_KEY")
-	fs.StringVar(&c.ClientCAKeys, "client-ca-keys", "", "the CA certificates (PEM) that sign etcd's server certificate; env CONFD_CLIENT_CAKEYS")
-	fs.BoolVar(&c.ClientInsecure, "client-insecure", false, "do not verify etcd's server certificate (testing only)")
-	fs.BoolVar(&c.BasicAuth, "basic-auth", false, "accepted for confd compatibility; username/password are sent whenever -username is set")
-	fs.StringVar(&c.Username, "username", "", "the username to authenticate to etcd as; env CONFD_USERNAME")
-	fs.StringVar(&c.Password, "password", "", "the password to authenticate with; prefer env CONFD_PASSWORD or confd.toml, which ps cannot show")
-	fs.StringVar(&c.SRVDomain, "srv-domain", "", "the domain whose SRV records (_<backend>._tcp as confd 0.16, then _etcd-client._tcp) list the nodes")
-	fs.StringVar(&c.SRVRecord, "srv-record", "", "the SRV record to search for backend nodes, e.g. _etcd-client._tcp.example.com")
-	fs.StringVar(&c.Scheme, "scheme", "http", "the URI scheme for nodes retrieved from DNS SRV records (http or https)")
-	fs.StringArrayVar(&c.YAMLFile, "file", nil, "the YAML/JSON file or directory to read (repeatable; only with -backend=file)")
-	fs.StringVar(&c.Filter, "filter", "*", "file name filter for directories given to -file (only with -backend=file)")
+	fs.StringVar(&c.Store.ClientCert, "client-cert", "", "the client cert (PEM) for TLS to etcd; env CONFD_CLIENT_CERT")
+	fs.StringVar(&c.Store.ClientKey, "client-key", "", "the client key (PEM) for TLS to etcd; env CONFD_CLIENT_KEY")
+	fs.StringVar(&c.Store.ClientCAKeys, "client-ca-keys", "", "the CA certificates (PEM) that sign etcd's server certificate; env CONFD_CLIENT_CAKEYS")
+	fs.BoolVar(&c.Store.ClientInsecure, "client-insecure", false, "do not verify etcd's server certificate (testing only)")
+	fs.BoolVar(&c.Store.BasicAuth, "basic-auth", false, "accepted for confd compatibility; username/password are sent whenever -username is set")
+	fs.StringVar(&c.Store.Username, "username", "", "the username to authenticate to etcd as; env CONFD_USERNAME")
+	fs.StringVar(&c.Store.Password, "password", "", "the password to authenticate with; prefer env CONFD_PASSWORD or confd.toml, which ps cannot show")
+	fs.StringVar(&c.Store.SRVDomain, "srv-domain", "", "the domain whose SRV records (_<backend>._tcp as confd 0.16, then _etcd-client._tcp) list the nodes")
+	fs.StringVar(&c.Store.SRVRecord, "srv-record", "", "the SRV record to search for backend nodes, e.g. _etcd-client._tcp.example.com")
+	fs.StringVar(&c.Store.Scheme, "scheme", "http", "the URI scheme for nodes retrieved from DNS SRV records (http or https)")
+	fs.StringArrayVar(&c.Store.YAMLFiles, "file", nil, "the YAML/JSON file or directory to read (repeatable; only with -backend=file)")
+	fs.StringVar(&c.Store.Filter, "filter", "*", "file name filter for directories given to -file (only with -backend=file)")
 	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", 60*time.Second, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", 10*time.Minute, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
-	fs.DurationVar(&c.DialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the backend to answer at start")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Second, "deadline of each backend read")
+	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the backend to answer at start")
+	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", 10*time.Second, "deadline of each backend read")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage of confd:\n  confd [flags]\n\nFlags may be written -flag or --flag, with -flag=value or -flag value, as with confd 0.16.\n\n%s", fs.FlagUsages())

@@ -46,11 +46,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	loader := &resourceLoader{settings: settings, log: log}
 	procs, loadErrs := loader.load()
 
-	dialCtx, cancel := context.WithTimeout(ctx, c.DialTimeout+time.Second)
-	store, err := backends.New(dialCtx, c.backendConfig())
+	dialCtx, cancel := context.WithTimeout(ctx, c.Store.DialTimeout+time.Second)
+	store, err := backends.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
-		log.Errorf("backend %s: %v", c.Backend, err)
+		log.Errorf("backend %s: %v", c.Store.Backend, err)
 		return 1
 	}
 	defer store.Close()
@@ -78,15 +78,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	log.Info("confd stopped")
 	return 0
-}
-
-func (c *Config) backendConfig() backends.Config {
-	return backends.Config{
-		Backend: c.Backend, Nodes: c.Nodes, Scheme: c.Scheme, SRVDomain: c.SRVDomain, SRVRecord: c.SRVRecord,
-		ClientCert: c.ClientCert, ClientKey: c.ClientKey, ClientCAKeys: c.ClientCAKeys,
-		ClientInsecure: c.ClientInsecure, BasicAuth: c.BasicAuth, Username: c.Username, Password: c.Password,
-		YAMLFiles: c.YAMLFile, Filter: c.Filter, DialTimeout: c.DialTimeout, RequestTimeout: c.RequestTimeout,
-	}
 }
 
 // configure builds the Config from flags, environment and confd.toml. A nil

@@ -24,16 +24,16 @@ func TestFlagSpellings(t *testing.T) {
 		{"double dash bool", []string{"--watch"}, func(c *Config) bool { return c.Watch }},
 		{"bool =false", []string{"-onetime=false"}, func(c *Config) bool { return !c.OneTime }},
 		{"bool =true", []string{"-onetime=true"}, func(c *Config) bool { return c.OneTime }},
-		{"value after space", []string{"-node", "http://a:2379"}, func(c *Config) bool { return reflect.DeepEqual(c.Nodes, []string{"http://a:2379"}) }},
+		{"value after space", []string{"-node", "http://a:2379"}, func(c *Config) bool { return reflect.DeepEqual(c.Store.Nodes, []string{"http://a:2379"}) }},
 		{"value after =", []string{"-node=http://a:2379", "--node", "http://b:2379"}, func(c *Config) bool {
-			return reflect.DeepEqual(c.Nodes, []string{"http://a:2379", "http://b:2379"})
+			return reflect.DeepEqual(c.Store.Nodes, []string{"http://a:2379", "http://b:2379"})
 		}},
 		{"interval", []string{"-interval", "5"}, func(c *Config) bool { return c.Interval == 5 }},
 		{"repeated file", []string{"-backend", "file", "-file", "a.yaml", "-file=b,c.yaml"}, func(c *Config) bool {
-			return reflect.DeepEqual(c.YAMLFile, []string{"a.yaml", "b,c.yaml"})
+			return reflect.DeepEqual(c.Store.YAMLFiles, []string{"a.yaml", "b,c.yaml"})
 		}},
 		{"defaults", nil, func(c *Config) bool {
-			return c.Backend == "etcd" && c.ConfDir == "/etc/confd" && c.Interval == 600 && c.Filter == "*" && c.Scheme == "http" && c.CheckCmdTimeout == time.Minute
+			return c.Store.Backend == "etcd" && c.ConfDir == "/etc/confd" && c.Interval == 600 && c.Store.Filter == "*" && c.Store.Scheme == "http" && c.CheckCmdTimeout == time.Minute
 		}},
 	}
 	for _, tc := range tests {
@@ -106,21 +106,21 @@ colour = "blue"
 	}
 	want := map[string][2]string{
 		"prefix (flag over file)":   {c.Prefix, "/flag"},
-		"ca (flag over env)":        {c.ClientCAKeys, "/flag/ca.pem"},
-		"cert (env over file)":      {c.ClientCert, "/env/cert.pem"},
-		"key (file over default)":   {c.ClientKey, "/file/key.pem"},
-		"backend (file)":            {c.Backend, "etcdv3"},
+		"ca (flag over env)":        {c.Store.ClientCAKeys, "/flag/ca.pem"},
+		"cert (env over file)":      {c.Store.ClientCert, "/env/cert.pem"},
+		"key (file over default)":   {c.Store.ClientKey, "/file/key.pem"},
+		"backend (file)":            {c.Store.Backend, "etcdv3"},
 		"log-level (dash spelling)": {c.LogLevel, "debug"},
 		"confdir (default)":         {c.ConfDir, "/etc/confd"},
-		"nodes (file list)":         {strings.Join(c.Nodes, ","), "http://file-a:2379,http://file-b:2379"},
+		"nodes (file list)":         {strings.Join(c.Store.Nodes, ","), "http://file-a:2379,http://file-b:2379"},
 	}
 	for name, gw := range want {
 		if gw[0] != gw[1] {
 			t.Errorf("%s = %q, want %q", name, gw[0], gw[1])
 		}
 	}
-	if c.Interval != 30 || !c.SyncOnly || c.Password != "file-secret" {
-		t.Errorf("interval %d sync-only %v password set %v", c.Interval, c.SyncOnly, c.Password != "")
+	if c.Interval != 30 || !c.SyncOnly || c.Store.Password != "file-secret" {
+		t.Errorf("interval %d sync-only %v password set %v", c.Interval, c.SyncOnly, c.Store.Password != "")
 	}
 	for _, w := range []string{`key "table" is used by no backend`, `unknown key "colour"`, file} {
 		if !strings.Contains(errb.String(), w) {
