@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/keysync/confd/internal/tlsconf"
 )
 
 // app is one invocation.
@@ -101,24 +101,12 @@ func (a *app) etcdClient() (*clientv3.Client, error) {
 		tlsNeeded = tlsNeeded || strings.HasPrefix(e, "https://")
 	}
 	if tlsNeeded {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if o.cacert != "" {
-			pem, err := os.ReadFile(o.cacert)
-			if err != nil {
-				return nil, fmt.Errorf("--cacert: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--cacert %s: no PEM certificate found", o.cacert)
-			}
-			tc.RootCAs = pool
+		if o.key != "" && o.cert == "" {
+			return nil, fmt.Errorf("--key %s given without --cert", o.key)
 		}
-		if o.cert != "" {
-			pair, err := tls.LoadX509KeyPair(o.cert, o.key)
-			if err != nil {
-				return nil, fmt.Errorf("--cert %s / --key %s: %w", o.cert, o.key, err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
+		tc, err := tlsconf.Client(o.cacert, o.cert, o.key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS (--cacert, --cert, --key): %w", err)
 		}
 		cfg.TLS = tc
 	}

@@ -3,15 +3,15 @@ package etcdv3
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keysync/confd/internal/tlsconf"
 )
 
 // Config is the part of backends.Config this backend uses, with the same
@@ -192,29 +192,16 @@ func tlsConfig(cfg Config, eps []string) (*tls.Config, error) {
 	if !cfg.wantsTLS() && !strings.HasPrefix(eps[0], "https://") {
 		return nil, nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.ClientInsecure}
-	if cfg.ClientCAKeys != "" {
-		pem, err := os.ReadFile(cfg.ClientCAKeys)
-		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA file %s: no PEM certificate in it", cfg.ClientCAKeys)
-		}
-		tc.RootCAs = pool
-	}
 	switch {
-	case cfg.ClientCert != "" && cfg.ClientKey != "":
-		cert, err := tls.LoadX509KeyPair(cfg.ClientCert, cfg.ClientKey)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate %s / key %s: %w", cfg.ClientCert, cfg.ClientKey, err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	case cfg.ClientCert != "":
+	case cfg.ClientCert != "" && cfg.ClientKey == "":
 		return nil, fmt.Errorf("client certificate %s given without its key (-client-key)", cfg.ClientCert)
-	case cfg.ClientKey != "":
+	case cfg.ClientKey != "" && cfg.ClientCert == "":
 		return nil, fmt.Errorf("client key %s given without its certificate (-client-cert)", cfg.ClientKey)
 	}
+	tc, err := tlsconf.Client(cfg.ClientCAKeys, cfg.ClientCert, cfg.ClientKey)
+	if err != nil {
+		return nil, err
+	}
+	tc.InsecureSkipVerify = cfg.ClientInsecure
 	return tc, nil
 }
