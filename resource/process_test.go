@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeStore serves a fixed snapshot; unit tests need no etcd.
@@ -266,10 +268,20 @@ func TestCommandTimeoutKillsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	// The grandchild must be gone (or a zombie awaiting its reaper), not still sleeping.
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err == nil && !strings.Contains(string(stat), ") Z") {
-		t.Errorf("grandchild %d survived the timeout: %s", pid, stat)
+	// The grandchild (sleep 60, no longer our child) must die of the group
+	// kill. SIGKILL is delivered asynchronously, so await its exit through a
+	// pidfd, which becomes readable when the process exits.
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return // already gone
+	}
+	if err != nil {
+		t.Skipf("pidfd_open: %v", err)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 10_000); err != nil || n != 1 {
+		t.Errorf("grandchild %d still alive 10 s after the timeout killed its group (poll %d, %v)", pid, n, err)
 	}
 }
 
