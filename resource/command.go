@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/keysync/confd/internal/redact"
 )
 
 // maxOutput bounds what a chatty command can make us keep in memory.
@@ -71,7 +73,7 @@ func runCommand(ctx context.Context, cmd string, timeout time.Duration) (string,
 	err := c.Run()
 	// Output goes to logs and errors: a check that echoes the staged file
 	// must not put a private key there.
-	output := redact(out.String())
+	output := redact.String(out.String())
 	if err == nil {
 		return output, nil
 	}

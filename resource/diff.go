@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+
+	"github.com/keysync/confd/internal/redact"
 )
 
 // describeChange is what -noop prints: owner and mode changes, then a
@@ -25,33 +26,12 @@ func describeChange(dest string, live liveFile, content []byte, mode os.FileMode
 		}
 	}
 	diff, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A:        difflib.SplitLines(redact(string(live.content))),
-		B:        difflib.SplitLines(redact(string(content))),
+		A:        difflib.SplitLines(redact.String(string(live.content))),
+		B:        difflib.SplitLines(redact.String(string(content))),
 		FromFile: dest,
 		ToFile:   dest + " (rendered)",
 		Context:  3,
 	})
 	b.WriteString(diff)
 	return b.Bytes()
-}
-
-// redact replaces the body of every PEM private key block.
-func redact(s string) string {
-	if !strings.Contains(s, "PRIVATE KEY-----") {
-		return s
-	}
-	lines := strings.SplitAfter(s, "\n")
-	inKey := false
-	for i, l := range lines {
-		t := strings.TrimSpace(l)
-		switch {
-		case strings.HasPrefix(t, "-----BEGIN ") && strings.HasSuffix(t, "PRIVATE KEY-----"):
-			inKey = true
-		case strings.HasPrefix(t, "-----END ") && inKey:
-			inKey = false
-		case inKey:
-			lines[i] = "[private key redacted]\n"
-		}
-	}
-	return strings.Join(lines, "")
 }

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,16 +163,5 @@ func TestLoadAllKeepsGoodResources(t *testing.T) {
 	}
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "broken.toml:2") {
 		t.Errorf("errors = %v, want one naming broken.toml and its line", errs)
-	}
-}
-
-func TestRedact(t *testing.T) {
-	in := "a\n-----BEGIN RSA PRIVATE KEY-----\nSECRETBYTES\n-----END RSA PRIVATE KEY-----\n-----BEGIN PUBLIC KEY-----\nPUB\n-----END PUBLIC KEY-----\n"
-	out := redact(in)
-	if strings.Contains(out, "SECRETBYTES") || !strings.Contains(out, "PUB") {
-		t.Fatalf("redact = %q", out)
-	}
-	if !bytes.Contains([]byte(out), []byte("[private key redacted]")) {
-		t.Fatalf("redact = %q", out)
 	}
 }
