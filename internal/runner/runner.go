@@ -29,6 +29,10 @@ const (
 	DefaultGrace     = 10 * time.Second
 	DefaultPipeDrain = 500 * time.Millisecond
 	DefaultTailLines = 20
+	MaxDrainFactor   = 20
+	// maxBuffered bounds what the pipes (up to 1 MiB each, see
+	// F_SETPIPE_SZ) and our reader can hold when the command exits.
+	maxBuffered = 2*(1<<20) + 2*MaxLine
 	// MaxLine bounds one output line; the rest of a longer line is dropped
 	// (and counted) so that a command printing megabytes without a newline
 	// cannot make us hold them.
@@ -64,9 +68,12 @@ type Spec struct {
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
-	// PipeDrain is how long output is still read after the command exited,
-	// for lines a background child (which inherited the pipe) writes or the
-	// pipe buffer holds. Zero means DefaultPipeDrain.
+	// PipeDrain is how long output may stay idle after the command exited
+	// before we stop delivering it. What the pipes held when it exited is
+	// always delivered, however slow OnLine is; what a background child
+	// (which inherited a pipe) keeps writing without such a pause is
+	// delivered for at most MaxDrainFactor times PipeDrain. Zero means
+	// DefaultPipeDrain.
 	PipeDrain time.Duration
 	// OnLine receives every output line (without its newline, redacted,
 	// at most MaxLine bytes) as it arrives. Calls are serialised.
@@ -74,6 +81,10 @@ type Spec struct {
 	// Stdout and Stderr, when set, receive the same redacted lines with a
 	// newline each, for callers that pass output through.
 	Stdout, Stderr io.Writer
+	// CombinedOutput sends stderr into the same pipe as stdout, so that
+	// lines keep the order the command wrote them in (all are reported as
+	// Stdout); for output that is read as one story, as in a log.
+	CombinedOutput bool
 	// TailLines is how many of the last lines Result.Tail keeps. Zero means
 	// DefaultTailLines.
 	TailLines int
@@ -101,8 +112,8 @@ type Result struct {
 	Tail []string
 	// Dropped counts output lines that fell out of Tail.
 	Dropped int
-	// PipeHeld is set when output was still open PipeDrain after the command
-	// exited (a background child holds it) and reading stopped there.
+	// PipeHeld is set when output was still open after the command exited
+	// (a background child holds it) and delivery stopped (see PipeDrain).
 	PipeHeld bool
 	// Err is set when the command did not succeed; it says why in words.
 	Err error
@@ -160,7 +171,11 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
 	var childEnds []*os.File
-	for _, s := range []Stream{Stdout, Stderr} {
+	streams := []Stream{Stdout, Stderr}
+	if spec.CombinedOutput {
+		streams = streams[:1]
+	}
+	for _, s := range streams {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(childEnds)
@@ -170,7 +185,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		p.readers.Add(1)
 		go p.read(s, r)
 	}
-	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[1]
+	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[len(childEnds)-1]
 	started := make(chan error, 1)
 	go p.run(started)
 	err := <-started
@@ -264,14 +279,24 @@ func (p *Process) supervise(ctx context.Context) {
 func (p *Process) drain() bool {
 	finished := make(chan struct{})
 	go func() { p.readers.Wait(); close(finished) }()
+	limit := time.Now().Add(MaxDrainFactor * p.spec.PipeDrain)
+	_, atExit := p.out.activity()
 	t := time.NewTimer(p.spec.PipeDrain)
 	defer t.Stop()
-	select {
-	case <-finished:
-		return false
-	case <-t.C:
-		p.out.stop()
-		return true
+	for {
+		select {
+		case <-finished:
+			return false
+		case <-t.C:
+		}
+		last, n := p.out.activity()
+		idle := time.Since(last)
+		// Past maxBuffered bytes since the exit, someone else is writing.
+		if idle >= p.spec.PipeDrain || (time.Now().After(limit) && n-atExit > maxBuffered) {
+			p.out.stop()
+			return true
+		}
+		t.Reset(max(p.spec.PipeDrain-idle, time.Millisecond))
 	}
 }
 
@@ -331,6 +356,7 @@ func (p *Process) read(s Stream, f *os.File) {
 	var filter redact.Lines
 	for {
 		line, err := br.ReadSlice('\n')
+		p.out.touch(len(line))
 		text := string(line)
 		cut := 0
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -338,6 +364,7 @@ func (p *Process) read(s Stream, f *os.File) {
 			for errors.Is(err, bufio.ErrBufferFull) {
 				var more []byte
 				more, err = br.ReadSlice('\n')
+				p.out.touch(len(more))
 				cut += len(more)
 			}
 			cut -= trailingNewline(err)
@@ -373,6 +400,21 @@ type collector struct {
 	full    bool
 	dropped int
 	stopped bool
+	last    time.Time // when a reader last got bytes or delivered a line
+	read    int64     // bytes read from the pipes
+}
+
+func (c *collector) touch(n int) {
+	c.mu.Lock()
+	c.last = time.Now()
+	c.read += int64(n)
+	c.mu.Unlock()
+}
+
+func (c *collector) activity() (time.Time, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.read
 }
 
 // stop ends delivery: lines read from now on are discarded.
@@ -388,6 +430,7 @@ func (c *collector) line(s Stream, text string) {
 	if c.stopped {
 		return
 	}
+	c.last = time.Now()
 	if c.spec.OnLine != nil {
 		c.spec.OnLine(s, text)
 	}

@@ -287,3 +287,25 @@ func waitGone(t *testing.T, pid int) {
 		return
 	}
 }
+
+func TestCombinedOutputKeepsOrder(t *testing.T) {
+	var got []string
+	r := Run(context.Background(), Spec{Argv: Shell(`for i in 1 2 3 4 5 6 7 8; do echo out$i; echo err$i >&2; done`), CombinedOutput: true,
+		OnLine: func(s Stream, l string) { got = append(got, s.String()+":"+l) }})
+	want := "stdout:out1 stdout:err1 stdout:out2 stdout:err2 stdout:out3 stdout:err3 stdout:out4 stdout:err4 stdout:out5 stdout:err5 stdout:out6 stdout:err6 stdout:out7 stdout:err7 stdout:out8 stdout:err8"
+	if !r.OK() || strings.Join(got, " ") != want {
+		t.Fatalf("got %q, %+v", got, r)
+	}
+}
+
+// What the command wrote before it exited is delivered in full, however
+// slow the consumer: only an idle pipe held by someone else is cut off.
+func TestSlowConsumerGetsEverything(t *testing.T) {
+	var last string
+	n := 0
+	r := Run(context.Background(), Spec{Argv: Shell(`seq 1 1000`), PipeDrain: 20 * time.Millisecond,
+		OnLine: func(_ Stream, l string) { time.Sleep(100 * time.Microsecond); last = l; n++ }})
+	if !r.OK() || r.PipeHeld || n != 1000 || last != "1000" {
+		t.Fatalf("got %d lines, last %q, %+v", n, last, r)
+	}
+}
