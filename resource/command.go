@@ -72,6 +72,8 @@ func (r *Resource) runCommand(ctx context.Context, kind, cmd string, timeout tim
 		Env:     r.settings.CommandEnv,
 		Timeout: timeout,
 		Grace:   r.settings.CommandGrace,
+		// One pipe: the log shows the lines in the order they were written.
+		CombinedOutput: true,
 		// %q: one log record per line, whatever the line holds, as confd
 		// 0.16 quoted its command output.
 		OnLine: func(_ runner.Stream, l string) { logLine("%s output: %q", kind, l) },
