@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/keysync/confd/internal/redact"
 )
 
@@ -68,12 +70,12 @@ type Spec struct {
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
-	// PipeDrain is how long output may stay idle after the command exited
-	// before we stop delivering it. What the pipes held when it exited is
-	// always delivered, however slow OnLine is; what a background child
-	// (which inherited a pipe) keeps writing without such a pause is
-	// delivered for at most MaxDrainFactor times PipeDrain. Zero means
-	// DefaultPipeDrain.
+	// PipeDrain is how long, after the command exited, we wait on an empty
+	// output pipe that is still open (a background child inherited it)
+	// before we stop delivering its output. What the pipes held is always
+	// delivered first, however slow OnLine is; what a background child
+	// keeps writing without such a pause is delivered for at most
+	// MaxDrainFactor times PipeDrain. Zero means DefaultPipeDrain.
 	PipeDrain time.Duration
 	// OnLine receives every output line (without its newline, redacted,
 	// at most MaxLine bytes) as it arrives. Calls are serialised.
@@ -92,6 +94,13 @@ type Spec struct {
 	// if this process dies first (PR_SET_PDEATHSIG), so that a crashed
 	// parent does not leave the command running unsupervised.
 	ParentDeathSignal syscall.Signal
+}
+
+func (s *Spec) streams() []Stream {
+	if s.CombinedOutput {
+		return []Stream{Stdout}
+	}
+	return []Stream{Stdout, Stderr}
 }
 
 // Shell returns the argv that runs a command line under /bin/sh -c.
@@ -171,17 +180,17 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
 	var childEnds []*os.File
-	streams := []Stream{Stdout, Stderr}
-	if spec.CombinedOutput {
-		streams = streams[:1]
-	}
-	for _, s := range streams {
+	for _, s := range spec.streams() {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(childEnds)
 			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
 		}
 		childEnds = append(childEnds, w)
+		if p.out.pipes == nil {
+			p.out.pipes = map[Stream]*os.File{}
+		}
+		p.out.pipes[s] = r
 		p.readers.Add(1)
 		go p.read(s, r)
 	}
@@ -280,23 +289,20 @@ func (p *Process) drain() bool {
 	finished := make(chan struct{})
 	go func() { p.readers.Wait(); close(finished) }()
 	limit := time.Now().Add(MaxDrainFactor * p.spec.PipeDrain)
-	_, atExit := p.out.activity()
-	t := time.NewTimer(p.spec.PipeDrain)
-	defer t.Stop()
+	atExit := p.out.bytesRead()
+	tick := time.NewTicker(max(p.spec.PipeDrain/5, time.Millisecond))
+	defer tick.Stop()
 	for {
 		select {
 		case <-finished:
 			return false
-		case <-t.C:
+		case <-tick.C:
 		}
-		last, n := p.out.activity()
-		idle := time.Since(last)
 		// Past maxBuffered bytes since the exit, someone else is writing.
-		if idle >= p.spec.PipeDrain || (time.Now().After(limit) && n-atExit > maxBuffered) {
+		if p.out.idleFor(p.spec.PipeDrain) || (time.Now().After(limit) && p.out.bytesRead()-atExit > maxBuffered) {
 			p.out.stop()
 			return true
 		}
-		t.Reset(max(p.spec.PipeDrain-idle, time.Millisecond))
 	}
 }
 
@@ -352,11 +358,11 @@ func (p *Process) Wait() Result {
 func (p *Process) read(s Stream, f *os.File) {
 	defer p.readers.Done()
 	defer f.Close()
-	br := bufio.NewReaderSize(f, MaxLine)
+	defer p.out.readerDone(s)
+	br := bufio.NewReaderSize(pipeReader{f: f, c: p.out, s: s}, MaxLine)
 	var filter redact.Lines
 	for {
 		line, err := br.ReadSlice('\n')
-		p.out.touch(len(line))
 		text := string(line)
 		cut := 0
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -364,7 +370,6 @@ func (p *Process) read(s Stream, f *os.File) {
 			for errors.Is(err, bufio.ErrBufferFull) {
 				var more []byte
 				more, err = br.ReadSlice('\n')
-				p.out.touch(len(more))
 				cut += len(more)
 			}
 			cut -= trailingNewline(err)
@@ -400,21 +405,79 @@ type collector struct {
 	full    bool
 	dropped int
 	stopped bool
-	last    time.Time // when a reader last got bytes or delivered a line
-	read    int64     // bytes read from the pipes
+	read    int64                // bytes read from the pipes
+	waiting map[Stream]time.Time // since when a reader waits on an empty pipe
+	done    map[Stream]bool      // readers that reached EOF
+	pipes   map[Stream]*os.File
 }
 
-func (c *collector) touch(n int) {
+// pipeReader tells the collector when its reader waits on an empty pipe:
+// only then has everything written so far been delivered.
+type pipeReader struct {
+	f *os.File
+	c *collector
+	s Stream
+}
+
+func (r pipeReader) Read(b []byte) (int, error) {
+	r.c.mu.Lock()
+	if r.c.waiting == nil {
+		r.c.waiting = map[Stream]time.Time{}
+	}
+	r.c.waiting[r.s] = time.Now()
+	r.c.mu.Unlock()
+	n, err := r.f.Read(b)
+	r.c.mu.Lock()
+	delete(r.c.waiting, r.s)
+	r.c.read += int64(n)
+	r.c.mu.Unlock()
+	return n, err
+}
+
+func (c *collector) readerDone(s Stream) {
 	c.mu.Lock()
-	c.last = time.Now()
-	c.read += int64(n)
+	if c.done == nil {
+		c.done = map[Stream]bool{}
+	}
+	c.done[s] = true
 	c.mu.Unlock()
 }
 
-func (c *collector) activity() (time.Time, int64) {
+// idleFor reports whether every reader still running has waited on an
+// empty pipe for at least d.
+func (c *collector) idleFor(d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.last, c.read
+	live := false
+	for _, s := range c.spec.streams() {
+		if c.done[s] {
+			continue
+		}
+		live = true
+		since, ok := c.waiting[s]
+		if !ok || time.Since(since) < d || pending(c.pipes[s]) {
+			return false
+		}
+	}
+	return live
+}
+
+// pending reports whether f still has bytes to read (TIOCINQ is FIONREAD
+// on Linux): a reader slow to be scheduled must not pass for one waiting on
+// an empty pipe.
+func pending(f *os.File) bool {
+	if f == nil {
+		return false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if err := rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return false
+	}
+	return n > 0
 }
 
 // stop ends delivery: lines read from now on are discarded.
@@ -424,13 +487,18 @@ func (c *collector) stop() {
 	c.mu.Unlock()
 }
 
+func (c *collector) bytesRead() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.read
+}
+
 func (c *collector) line(s Stream, text string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
 		return
 	}
-	c.last = time.Now()
 	if c.spec.OnLine != nil {
 		c.spec.OnLine(s, text)
 	}

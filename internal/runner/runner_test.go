@@ -83,12 +83,13 @@ func TestTimeoutSendsTermAndWaitsForGrace(t *testing.T) {
 	dir := t.TempDir()
 	mark := filepath.Join(dir, "term")
 	// The command catches SIGTERM and exits cleanly: no SIGKILL is owed.
+	// The timeout leaves ample time for the shell to set its trap.
 	r := Run(context.Background(), Spec{
 		Argv:    Shell(`trap 'echo term > ` + mark + `; exit 7' TERM; echo ready; while :; do sleep 1; done`),
-		Timeout: 200 * time.Millisecond,
+		Timeout: time.Second,
 		Grace:   time.Minute,
 	})
-	if !r.TimedOut || r.Killed || r.OK() || r.ExitCode != 7 || !strings.Contains(r.Err.Error(), "did not finish within 200ms") {
+	if !r.TimedOut || r.Killed || r.OK() || r.ExitCode != 7 || !strings.Contains(r.Err.Error(), "did not finish within 1s") {
 		t.Fatalf("result %+v", r)
 	}
 	if b, err := os.ReadFile(mark); err != nil || string(b) != "term\n" {
@@ -99,10 +100,11 @@ func TestTimeoutSendsTermAndWaitsForGrace(t *testing.T) {
 func TestTimeoutKillsAfterGrace(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "child")
-	// Shell and child ignore SIGTERM, so only SIGKILL after the grace ends
-	// them; the background child goes with its group.
+	// Shell and child ignore SIGTERM from their start (no race with a
+	// trap), so only SIGKILL after the grace ends them; the background
+	// child goes with its group.
 	r := Run(context.Background(), Spec{
-		Argv:    Shell(`trap '' TERM; sleep 300 & echo $! > ` + pidFile + `; wait; wait`),
+		Argv:    []string{"env", "--ignore-signal=TERM", "sh", "-c", `sleep 300 & echo $! > ` + pidFile + `; wait; wait`},
 		Timeout: 100 * time.Millisecond,
 		Grace:   100 * time.Millisecond,
 	})
@@ -303,9 +305,9 @@ func TestCombinedOutputKeepsOrder(t *testing.T) {
 func TestSlowConsumerGetsEverything(t *testing.T) {
 	var last string
 	n := 0
-	r := Run(context.Background(), Spec{Argv: Shell(`seq 1 1000`), PipeDrain: 20 * time.Millisecond,
-		OnLine: func(_ Stream, l string) { time.Sleep(100 * time.Microsecond); last = l; n++ }})
-	if !r.OK() || r.PipeHeld || n != 1000 || last != "1000" {
+	r := Run(context.Background(), Spec{Argv: Shell(`seq 1 300`), PipeDrain: 50 * time.Millisecond,
+		OnLine: func(_ Stream, l string) { time.Sleep(time.Millisecond); last = l; n++ }})
+	if !r.OK() || r.PipeHeld || n != 300 || last != "300" {
 		t.Fatalf("got %d lines, last %q, %+v", n, last, r)
 	}
 }
