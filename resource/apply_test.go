@@ -234,7 +234,7 @@ func TestCommandTimeoutTermsFirst(t *testing.T) {
 	f.s.CommandGrace = time.Minute
 	term := filepath.Join(t.TempDir(), "term")
 	r := f.load()
-	r.ReloadTimeout = 200 * time.Millisecond
+	r.ReloadTimeout = time.Second // ample time for the shell to set its trap
 	r.ReloadCmd = "trap 'sleep 0.3; echo clean > " + term + "; exit 3' TERM; while :; do sleep 1; done"
 	_, err := r.Process(context.Background(), f.store)
 	var ce *CommandError
