@@ -306,6 +306,13 @@ func TestKeptStageFileIsPrivateAndSingle(t *testing.T) {
 	if b, _ := os.ReadFile(kept[0]); string(b) != "name=v2\n" {
 		t.Errorf("kept stage file holds %q, want the last refused content", b)
 	}
+	r.CheckCmd = ""
+	if _, err := r.Process(context.Background(), f.store); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.stageFiles(); len(left) != 0 {
+		t.Errorf("refused file kept after a later update went live: %v", left)
+	}
 }
 
 func logged(h *test.Hook, level logrus.Level, substr string) bool {

@@ -112,6 +112,11 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 		}
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
+	// A refused file kept from an earlier pass is obsolete now, and may
+	// hold the very key its check refused.
+	if kept := keptStagePath(r.Dest); os.Remove(kept) == nil {
+		log.Infof("Removed %s, kept from an earlier failed check", kept)
+	}
 	if owe && s.SyncOnly {
 		log.Warnf("reload_cmd for %s, owed since an earlier update, is not run with -sync-only; it is retried on the next run without it", r.Dest)
 	}
