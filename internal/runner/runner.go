@@ -341,9 +341,13 @@ func (p *Process) Terminate(grace time.Duration) {
 		case <-p.exited:
 		case <-t.C:
 			p.termMu.Lock()
-			p.killed = true
-			p.termMu.Unlock()
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			defer p.termMu.Unlock()
+			select {
+			case <-p.exited: // exited just now: the group is no longer ours to kill
+			default:
+				p.killed = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
 		}
 	}()
 }
