@@ -2,7 +2,7 @@ package template
 
 import (
 	"encoding/pem"
-	"errors"
+	"strings"
 	"fmt"
 	"sort"
 
@@ -252,7 +252,7 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 	// Every bad value is reported, not just the first: fixing one at a
 	// time across a fleet's masters is slow.
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("publicKeys: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("publicKeys: %w", oneLine(errs))
 	}
 	out := make([]PublicKey, 0, len(byID))
 	for _, k := range byID {
@@ -261,3 +261,16 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out, nil
 }
+
+// oneLine joins errors on one line: a render error ends up in one log line.
+type oneLine []error
+
+func (e oneLine) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e }
