@@ -2,9 +2,9 @@ package template
 
 import (
 	"encoding/pem"
-	"strings"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/kelseyhightower/memkv"
 
