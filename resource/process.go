@@ -45,13 +45,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
-	mode := r.Mode
-	if mode == 0 {
-		mode = 0o644
-		if live.exists {
-			mode = live.mode
-		}
-	}
+	mode := r.effectiveMode(live)
 	if live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content) {
 		log.Debugf("Target config %s in sync", r.Dest)
 		if r.reloadPending && !r.settings.Noop && !r.settings.SyncOnly {
