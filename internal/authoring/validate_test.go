@@ -36,7 +36,7 @@ func runValidate(t *testing.T, confdir, mock string, noop bool, names ...string)
 func TestValidateMockDataForms(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "app.conf")
 	dir := writeTree(t, map[string]string{
-		"conf.d/app.toml": "[template]\nsrc = \"app.tmpl\"\ndest = \"" + dest + "\"\nprefix = \"/myapp\"\nkeys = [\"/db\"]\n",
+		"conf.d/app.toml":    "[template]\nsrc = \"app.tmpl\"\ndest = \"" + dest + "\"\nprefix = \"/myapp\"\nkeys = [\"/db\"]\n",
 		"templates/app.tmpl": "user={{getv \"/db/user\"}}\n{{range gets \"/db/hosts/*\"}}host={{.Value}}\n{{end}}",
 		"flat.json":          `{"/myapp/db/user": "alice", "/myapp/db/hosts/0": "h0", "/myapp/db/hosts/1": "h1", "/other": "x"}`,
 		"flat.yaml":          "/myapp/db/user: alice\n/myapp/db/hosts/0: h0\n/myapp/db/hosts/1: h1\n",
