@@ -54,7 +54,9 @@ func TestExampleBundleRepublishRestartsNothing(t *testing.T) {
 	dir, out, reloads := exampleConfdir(t)
 	k1, _ := rsa.GenerateKey(rand.Reader, 2048)
 	k2, _ := rsa.GenerateKey(rand.Reader, 2048)
-	enc := func(typ string, der []byte) string { return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})) }
+	enc := func(typ string, der []byte) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+	}
 	pkix := func(k *rsa.PrivateKey) string {
 		der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
 		return enc("PUBLIC KEY", der)
