@@ -6,9 +6,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kelseyhightower/memkv"
+
+	"github.com/keysync/confd/template"
 )
 
 // deadStore is a TCP listener on 127.0.0.1 that counts connections: given
@@ -144,5 +149,43 @@ func TestResourceLimitsOnetime(t *testing.T) {
 	}
 	if code, _, _ := runConfd(common...); code != 1 {
 		t.Errorf("all resources, one broken: exit %d, want 1", code)
+	}
+}
+
+func TestHelpDocumentsAuthoringFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if _, log, code := configure([]string{"--help"}, &out, &errb, envOf(nil)); log != nil || code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, f := range []string{"--check-config", "--validate", "--mock-data string", "--resource stringArray"} {
+		if !strings.Contains(errb.String(), f) {
+			t.Errorf("--help lacks %s", f)
+		}
+	}
+}
+
+// The template author's page lists every template function with a line.
+func TestReadmeListsEveryTemplateFunction(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "## For template authors")
+	if start < 0 {
+		t.Fatal("README has no template author's page")
+	}
+	page := readme[start:]
+	page = page[:strings.Index(page, "\n## ")]
+	store := memkv.New()
+	for name := range template.FuncMap(&store) {
+		if !regexp.MustCompile("\\| `(" + `[a-zA-Z0-9 ,` + "`" + `]*\b)?` + regexp.QuoteMeta(name) + "\\b").MatchString(page) {
+			t.Errorf("the template author's page has no table row for %s", name)
+		}
+	}
+	for _, flag := range []string{"-check-config", "-validate -mock-data FILE", "-resource NAME"} {
+		if !strings.Contains(page, "`"+flag+"`") {
+			t.Errorf("the template author's page lacks %s", flag)
+		}
 	}
 }
