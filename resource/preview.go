@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -39,7 +40,7 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	}
 	p := Preview{Dest: r.Dest, Content: content}
 	mode := r.effectiveMode(live)
-	p.InSync = live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && string(live.content) == string(content)
+	p.InSync = r.inSync(live, content, mode)
 	if !p.InSync {
 		p.Change = describeChange(r.Dest, live, content, mode, r.UID, r.GID)
 	}
@@ -56,4 +57,10 @@ func (r *Resource) effectiveMode(live liveFile) os.FileMode {
 		return live.mode
 	}
 	return 0o644
+}
+
+// inSync says whether the live destination already is content with mode
+// and r's owner, so that nothing needs writing.
+func (r *Resource) inSync(live liveFile, content []byte, mode os.FileMode) bool {
+	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content)
 }

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +45,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
 	mode := r.effectiveMode(live)
-	if live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content) {
+	if r.inSync(live, content, mode) {
 		log.Debugf("Target config %s in sync", r.Dest)
 		if r.reloadPending && !r.settings.Noop && !r.settings.SyncOnly {
 			log.Infof("Retrying reload_cmd for %s, which failed after the last update", r.Dest)
