@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,14 +44,8 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
-	mode := r.Mode
-	if mode == 0 {
-		mode = 0o644
-		if live.exists {
-			mode = live.mode
-		}
-	}
-	if live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content) {
+	mode := r.effectiveMode(live)
+	if r.inSync(live, content, mode) {
 		log.Debugf("Target config %s in sync", r.Dest)
 		if r.reloadPending && !r.settings.Noop && !r.settings.SyncOnly {
 			log.Infof("Retrying reload_cmd for %s, which failed after the last update", r.Dest)

@@ -1,0 +1,66 @@
+package resource
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/keysync/confd/internal/redact"
+	"github.com/keysync/confd/template"
+)
+
+// Preview is what a resource would render, found without writing a file or
+// running a command.
+type Preview struct {
+	Dest    string
+	Content []byte // the rendered file, unmasked: callers print it through redact
+	InSync  bool   // bytes, mode and owner equal the live destination
+	Change  []byte // what -noop prints (mode, owner, unified diff), private keys masked; empty when in sync
+}
+
+// Masked is the rendered content with private key bodies masked, for
+// printing: a dry run's output ends up in terminals, tickets and CI logs.
+func (p Preview) Masked() string { return redact.String(string(p.Content)) }
+
+// Preview renders r from store and compares the result with the live
+// destination. It writes nothing and runs neither check_cmd nor reload_cmd.
+func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
+	kvs, _, err := store.GetValues(ctx, r.StoreKeys())
+	if err != nil {
+		return Preview{}, fmt.Errorf("%s: read keys: %w", r.File, err)
+	}
+	content, err := template.Render(r.Src, r.stripPrefix(kvs))
+	if err != nil {
+		return Preview{}, fmt.Errorf("%s: %w", r.File, err)
+	}
+	live, err := readLive(r.Dest)
+	if err != nil {
+		return Preview{}, fmt.Errorf("%s: %w", r.File, err)
+	}
+	p := Preview{Dest: r.Dest, Content: content}
+	mode := r.effectiveMode(live)
+	p.InSync = r.inSync(live, content, mode)
+	if !p.InSync {
+		p.Change = describeChange(r.Dest, live, content, mode, r.UID, r.GID)
+	}
+	return p, nil
+}
+
+// effectiveMode is the mode the destination gets: the resource's, else the
+// live file's, else 0644.
+func (r *Resource) effectiveMode(live liveFile) os.FileMode {
+	switch {
+	case r.Mode != 0:
+		return r.Mode
+	case live.exists:
+		return live.mode
+	}
+	return 0o644
+}
+
+// inSync says whether the live destination already is content with mode
+// and r's owner, so that nothing needs writing.
+func (r *Resource) inSync(live liveFile, content []byte, mode os.FileMode) bool {
+	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content)
+}
