@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"sort"
 	"strings"
@@ -216,6 +217,37 @@ func validate(c *Config) error {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)
 		}
+	}
+	return nil
+}
+
+// authoringFlags rejects -check-config, -validate and -mock-data used in a
+// way that would silently do something else.
+func authoringFlags(c *Config) error {
+	switch {
+	case c.CheckConfig && c.Validate:
+		return errors.New("-check-config and -validate are separate runs: use one")
+	case c.Validate && c.MockData == "":
+		return errors.New("-validate needs -mock-data FILE: it renders from that file, never from a store")
+	case c.MockData != "" && !c.Validate:
+		return errors.New("-mock-data is only read with -validate")
+	}
+	return nil
+}
+
+// checkFileKey says what applyFileAndEnv would make of one confd.toml key,
+// for -check-config, applying it to a scratch configuration only.
+func checkFileKey(k string, v interface{}) error {
+	name, known := fileKeys[canonicalKey(k)]
+	switch {
+	case otherBackendKeys[k]:
+		return fmt.Errorf("key %q is used by no backend this confd supports (ignored)", k)
+	case !known:
+		return fmt.Errorf("unknown key %q", k)
+	}
+	fset := newFlagSet(&Config{}, io.Discard)
+	if err := setFromTOML(fset, name, v); err != nil {
+		return fmt.Errorf("key %q: %w", k, err)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type Config struct {
 	ReloadCmdTimeout time.Duration
 	CommandGrace     time.Duration
 	PrintVersion     bool
+	CheckConfig      bool     // vet confd.toml, resources and templates; no store
+	Validate         bool     // render from MockData; no store, no writes, no commands
+	MockData         string   // the key/values -validate renders from
+	Resources        []string // limit any mode to these resource files
 }
 
 const defaultConfigFile = "/etc/confd/confd.toml"
@@ -71,6 +75,10 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the backend to answer at start")
 	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", 10*time.Second, "deadline of each backend read")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
+	fs.BoolVar(&c.CheckConfig, "check-config", false, "check confd.toml, every resource and the templates they name (syntax, keys, functions) without contacting a store; exit 0 when all are fine, 1 otherwise")
+	fs.BoolVar(&c.Validate, "validate", false, "render resources from -mock-data instead of a store and print them (with -noop: the diff against the live file); writes nothing, runs no command")
+	fs.StringVar(&c.MockData, "mock-data", "", "the JSON or YAML file of key/values -validate renders from: absolute keys to strings, or the file backend's nested YAML")
+	fs.StringArrayVar(&c.Resources, "resource", nil, "process only this resource file, relative to conf.d, with or without .toml (repeatable; any mode)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage of confd:\n  confd [flags]\n\nFlags may be written -flag or --flag, with -flag=value or -flag value, as with confd 0.16.\n\n%s", fs.FlagUsages())
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/daemon"
+	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/resource"
 	"github.com/sirupsen/logrus"
@@ -36,15 +37,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if log == nil {
 		return code
 	}
-	log.Infof("Starting confd %s", Version)
-
 	settings := &resource.Settings{
 		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
 	}
-	loader := &resourceLoader{settings: settings, log: log}
+	switch {
+	case c.CheckConfig:
+		return authoring.Check(ctx, authoring.CheckOptions{
+			Config: authoring.ConfigFile{
+				Path: c.ConfigFile, Required: c.ConfigFile != defaultConfigFile, Set: checkFileKey,
+			},
+			Settings: *settings, Resources: c.Resources, Out: stdout,
+			Validate: func() error { return validate(c) },
+		})
+	case c.Validate:
+		return authoring.Validate(ctx, authoring.ValidateOptions{
+			MockData: c.MockData, Settings: *settings, Resources: c.Resources,
+			Noop: c.Noop, Out: stdout, Log: log,
+		})
+	}
+	log.Infof("Starting confd %s", Version)
+	loader := &resourceLoader{settings: settings, resources: c.Resources, log: log}
 	procs, loadErrs := loader.load()
 
 	dialCtx, cancel := context.WithTimeout(ctx, c.Store.DialTimeout+time.Second)
@@ -106,13 +121,27 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	if err != nil {
 		log, _ = logfmt.New(stderr, "", "")
 	}
-	if err := applyFileAndEnv(fset, c, getenv, log); err != nil {
+	if c.CheckConfig {
+		// -check-config reports confd.toml's problems itself, every one
+		// with its line, rather than stopping at the first here.
+		log.SetOutput(io.Discard)
+	}
+	if err := applyFileAndEnv(fset, c, getenv, log); err != nil && !c.CheckConfig {
 		log.Error(err.Error())
 		return nil, nil, 2
 	}
 	if log, err = logfmt.New(stderr, c.LogLevel, c.LogFormat); err != nil {
 		fmt.Fprintf(stderr, "confd: %v\n", err)
 		return nil, nil, 2
+	}
+	if err := authoringFlags(c); err != nil {
+		log.Error(err.Error())
+		return nil, nil, 2
+	}
+	if c.CheckConfig || c.Validate {
+		// These modes contact no store, so the store settings cannot stop
+		// them; -check-config reports validate's verdict as a problem.
+		return c, log, 0
 	}
 	if err := validate(c); err != nil {
 		log.Error(err.Error())
@@ -124,13 +153,14 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 // resourceLoader reads conf.d. A reload still owed is recorded on disk
 // beside its destination, so a re-read resource picks it up by itself.
 type resourceLoader struct {
-	settings *resource.Settings
-	log      logrus.FieldLogger
+	settings  *resource.Settings
+	resources []string // -resource: only these files; none means all
+	log       logrus.FieldLogger
 }
 
 // load returns the resources that loaded and logs, and counts, those that did not.
 func (l *resourceLoader) load() ([]daemon.Processor, int) {
-	rs, errs := resource.LoadAll(l.settings)
+	rs, errs := resource.LoadNamed(l.settings, l.resources)
 	for _, err := range errs {
 		l.log.Error(err.Error())
 	}

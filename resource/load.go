@@ -7,13 +7,25 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // LoadAll reads every *.toml below confdir/conf.d, recursively as confd
 // does. A broken file yields an error naming it, and the others still load.
 func LoadAll(s *Settings) ([]*Resource, []error) {
+	return LoadNamed(s, nil)
+}
+
+// LoadNamed is LoadAll limited to the resource files named (as -resource
+// takes them: relative to conf.d, with or without ".toml"); no names means
+// all. Files not named are not even parsed, so a broken one does not stop
+// work on another, and a name that matches no file is an error.
+func LoadNamed(s *Settings, names []string) ([]*Resource, []error) {
 	dir := filepath.Join(s.ConfDir, "conf.d")
 	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) && len(names) > 0 {
+			return nil, []error{fmt.Errorf("-resource %s: confdir %q has no conf.d directory", strings.Join(names, ", "), s.ConfDir)}
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			s.log().Warnf("cannot load template resources: confdir %q has no conf.d directory", s.ConfDir)
 			return nil, nil
@@ -26,6 +38,9 @@ func LoadAll(s *Settings) ([]*Resource, []error) {
 	}
 	var rs []*Resource
 	var errs []error
+	if len(names) > 0 {
+		files, errs = selectFiles(dir, files, names)
+	}
 	for _, f := range files {
 		r, err := Load(f, s)
 		if err != nil {
@@ -79,4 +94,30 @@ func findTOML(root string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// selectFiles keeps the files that names name, in conf.d order.
+func selectFiles(dir string, files, names []string) ([]string, []error) {
+	var errs []error
+	want := map[string]bool{}
+	for _, n := range names {
+		found := false
+		clean := filepath.Clean(n)
+		for _, f := range files {
+			rel, err := filepath.Rel(dir, f)
+			if err == nil && (rel == clean || rel == clean+".toml") {
+				want[f], found = true, true
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("-resource %s: no such resource file in %s", n, dir))
+		}
+	}
+	var out []string
+	for _, f := range files {
+		if want[f] {
+			out = append(out, f)
+		}
+	}
+	return out, errs
 }

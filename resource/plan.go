@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -48,15 +47,9 @@ func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
 	if p.live, err = readLive(r.Dest); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
-	p.Mode = r.Mode
-	if p.Mode == 0 {
-		p.Mode = 0o644
-		if p.live.exists {
-			p.Mode = p.live.mode
-		}
-	}
+	p.Mode = r.effectiveMode(p.live)
+	p.Write = !r.inSync(p.live, p.Content, p.Mode)
 	l := p.live
-	p.Write = !(l.exists && l.mode == p.Mode && l.uid == p.UID && l.gid == p.GID && bytes.Equal(l.content, p.Content))
 	owed, err := readOwed(r.Dest)
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)

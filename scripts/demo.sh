@@ -82,7 +82,7 @@ before=$(sha256sum "$work/out/pki/sa-bundle.pem")
 if confd -onetime 2>"$work/refused.log"; then
   echo "unexpected: confd accepted a private key" >&2; exit 1
 fi
-grep -m1 'check_cmd failed' "$work/refused.log" | sed 's/^.*ERROR /   ERROR /'
+grep -m1 -E 'check_cmd failed|must never be published' "$work/refused.log" | sed 's/^.*ERROR /   ERROR /'
 [ "$before" = "$(sha256sum "$work/out/pki/sa-bundle.pem")" ] && echo "   live bundle unchanged"
 
 echo "== the key is corrected; -noop shows what would change"

@@ -23,7 +23,7 @@ import (
 // templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
 // top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
 func FuncMap(store *memkv.Store) texttemplate.FuncMap {
-	return texttemplate.FuncMap{
+	m := texttemplate.FuncMap{
 		// memkv (store.FuncMap in confd).
 		"exists": store.Exists,
 		"ls":     store.List,
@@ -73,6 +73,11 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 		"sortByLength":   sortByLength,
 		"sortKVByLength": sortKVByLength,
 	}
+	// This implementation's additions; none shadows a confd name.
+	for name, fn := range pemFuncs() {
+		m[name] = fn
+	}
+	return m
 }
 
 func jsonObject(data string) (map[string]interface{}, error) {

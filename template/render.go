@@ -28,16 +28,9 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 		store.Set(k, v)
 	}
 
-	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
-	// apart from "does not parse"; ParseFiles would do exactly this Parse on
-	// a template of the same name, so the result is the same.
-	src, err := os.ReadFile(srcPath)
+	tmpl, err := parseFile(srcPath, &store)
 	if err != nil {
-		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
-	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(&store)).Parse(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
+		return nil, err
 	}
 
 	// A buffer, never the destination: a failed execution must not leave a
@@ -47,4 +40,27 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 		return nil, fmt.Errorf("execute template %s: %w", srcPath, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// CheckFile parses the template at srcPath without executing it, so that
+// syntax errors and unknown function names show before any key is read.
+func CheckFile(srcPath string) error {
+	store := memkv.New()
+	_, err := parseFile(srcPath, &store)
+	return err
+}
+
+func parseFile(srcPath string, store *memkv.Store) (*texttemplate.Template, error) {
+	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
+	// apart from "does not parse"; ParseFiles would do exactly this Parse on
+	// a template of the same name, so the result is the same.
+	src, err := os.ReadFile(srcPath)
+	if err != nil {
+		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
+	}
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(store)).Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
+	}
+	return tmpl, nil
 }

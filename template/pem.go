@@ -1,0 +1,276 @@
+package template
+
+import (
+	"encoding/pem"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kelseyhightower/memkv"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+// The PEM functions read values through pemcheck, the same strict reader
+// the bundle's check_cmd uses, so a template never renders a block the
+// check would refuse or kube-apiserver would skip. None of their errors
+// quotes a value: values may hold private keys.
+
+// PEMBlock is one block of a value, as pemBlocks returns it.
+type PEMBlock struct {
+	Type  string // the PEM type as written, e.g. "RSA PUBLIC KEY"
+	Kind  string // "certificate", "public key", "private key" or "EC parameters"
+	Bytes []byte // the DER content
+
+	source string // the key or "value N" it came from, for errors
+	block  pemcheck.Block
+}
+
+// String is the block re-armoured under its own type with LF line endings
+// and 64-column base64, so {{.}} prints a clean copy of the block.
+func (b PEMBlock) String() string {
+	return string(pem.EncodeToMemory(&pem.Block{Type: b.Type, Bytes: b.Bytes}))
+}
+
+// PublicKey is one public key found by publicKeys.
+type PublicKey struct {
+	KeyID   string   // Kubernetes' service-account key ID (the JWKS "kid")
+	PEM     string   // the key as pemNormalize writes it
+	Sources []string // the keys (or "value N") it was found in, in input order
+}
+
+// String is the canonical PEM, so {{.}} prints the key.
+func (k PublicKey) String() string { return k.PEM }
+
+func pemFuncs() map[string]any {
+	return map[string]any{
+		"pemBlocks":    pemBlocks,
+		"keyID":        keyID,
+		"pemNormalize": pemNormalize,
+		"publicKeys":   publicKeys,
+	}
+}
+
+// parseValue names the value "value" in errors; callers that know the
+// key pass it instead.
+func parseValue(name, value string) ([]pemcheck.Block, error) {
+	f, err := pemcheck.Parse(name, []byte(value))
+	if err != nil {
+		return nil, err
+	}
+	return f.Blocks, nil
+}
+
+// pemBlocks returns the blocks of a PEM value in order.
+func pemBlocks(value string) ([]PEMBlock, error) {
+	return toPEMBlocks("value", value)
+}
+
+func toPEMBlocks(name, value string) ([]PEMBlock, error) {
+	blocks, err := parseValue(name, value)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PEMBlock, 0, len(blocks))
+	for _, b := range blocks {
+		pb := PEMBlock{Type: b.Type, Kind: b.Kind.String(), source: name, block: b}
+		if b.Kind != pemcheck.ECParameters {
+			if pb.Bytes, err = b.DER(); err != nil {
+				return nil, blockErr(name, b, err)
+			}
+		}
+		out = append(out, pb)
+	}
+	return out, nil
+}
+
+func blockErr(name string, b pemcheck.Block, err error) error {
+	return &pemcheck.Error{File: name, Block: b.Index, Line: b.Line, Type: b.Type, Err: err}
+}
+
+// blocksOf accepts what a template may hold: a PEM string, one block from
+// pemBlocks, or a key from publicKeys.
+func blocksOf(fn string, v any) ([]pemcheck.Block, string, error) {
+	switch x := v.(type) {
+	case string:
+		bs, err := parseValue("value", x)
+		return bs, "value", err
+	case PEMBlock:
+		return []pemcheck.Block{x.block}, x.source, nil
+	case *PEMBlock:
+		return []pemcheck.Block{x.block}, x.source, nil
+	case PublicKey:
+		bs, err := parseValue("key "+x.KeyID, x.PEM)
+		return bs, "key " + x.KeyID, err
+	case memkv.KVPair:
+		bs, err := parseValue(x.Key, x.Value)
+		return bs, x.Key, err
+	}
+	return nil, "", fmt.Errorf("%s: cannot read PEM from a %T", fn, v)
+}
+
+// keyID returns the key ID kube-apiserver gives the key in v (a public key,
+// certificate or private key; an EC PARAMETERS block beside it is ignored).
+// A value holding two different keys is an error: which one was meant?
+func keyID(v any) (string, error) {
+	blocks, name, err := blocksOf("keyID", v)
+	if err != nil {
+		return "", err
+	}
+	id := ""
+	for _, b := range blocks {
+		if b.Public == nil {
+			continue
+		}
+		kid, err := pemcheck.KeyID(b.Public)
+		if err != nil {
+			return "", blockErr(name, b, err)
+		}
+		if id != "" && kid != id {
+			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, id, kid)
+		}
+		id = kid
+	}
+	if id == "" {
+		return "", fmt.Errorf("keyID: %s: %w", name, pemcheck.ErrNoKey)
+	}
+	return id, nil
+}
+
+// pemNormalize re-encodes every public key in v canonically (PKIX
+// "PUBLIC KEY", LF, 64 columns, one trailing newline); a certificate gives
+// its public key. A private key is an error, not silently reduced to its
+// public half: a private key where a public one belongs is a leak to stop.
+func pemNormalize(v any) (string, error) {
+	blocks, name, err := blocksOf("pemNormalize", v)
+	if err != nil {
+		return "", err
+	}
+	var out []byte
+	for _, b := range blocks {
+		p, err := normalizeBlock(name, b)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, p...)
+	}
+	if len(out) == 0 {
+		return "", fmt.Errorf("pemNormalize: %s: %w", name, pemcheck.ErrNoKey)
+	}
+	return string(out), nil
+}
+
+// normalizeBlock returns nil for blocks that carry no key (EC PARAMETERS).
+func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
+	if b.Kind == pemcheck.PrivateKey {
+		return nil, blockErr(name, b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
+	}
+	if b.Public == nil {
+		return nil, nil
+	}
+	p, err := pemcheck.PublicPEM(b.Public)
+	if err != nil {
+		return nil, blockErr(name, b, err)
+	}
+	return p, nil
+}
+
+// publicKeys collects the public keys of every value given (strings, lists
+// of strings as getvs returns, or key/value pairs as gets returns, whose
+// keys then name the value in errors), de-duplicated by key ID and sorted by
+// key ID, so the result depends only on the set of keys published.
+func publicKeys(values ...any) ([]PublicKey, error) {
+	type named struct{ name, value string }
+	var all []named
+	var add func(v any) error
+	add = func(v any) error {
+		switch x := v.(type) {
+		case string:
+			all = append(all, named{fmt.Sprintf("value %d", len(all)+1), x})
+		case []string:
+			for _, s := range x {
+				all = append(all, named{fmt.Sprintf("value %d", len(all)+1), s})
+			}
+		case memkv.KVPair:
+			all = append(all, named{x.Key, x.Value})
+		case memkv.KVPairs:
+			for _, p := range x {
+				all = append(all, named{p.Key, p.Value})
+			}
+		case []memkv.KVPair:
+			for _, p := range x {
+				all = append(all, named{p.Key, p.Value})
+			}
+		case []any:
+			for _, item := range x {
+				if err := add(item); err != nil {
+					return err
+				}
+			}
+		default:
+			return fmt.Errorf("publicKeys: cannot read PEM from a %T", v)
+		}
+		return nil
+	}
+	for _, v := range values {
+		if err := add(v); err != nil {
+			return nil, err
+		}
+	}
+	byID := map[string]*PublicKey{}
+	var errs []error
+	for _, n := range all {
+		blocks, err := parseValue(n.name, n.value)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, b := range blocks {
+			p, err := normalizeBlock(n.name, b)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if p == nil {
+				continue
+			}
+			id, err := pemcheck.KeyID(b.Public)
+			if err != nil {
+				errs = append(errs, blockErr(n.name, b, err))
+				continue
+			}
+			k, ok := byID[id]
+			if !ok {
+				k = &PublicKey{KeyID: id, PEM: string(p)}
+				byID[id] = k
+			}
+			if len(k.Sources) == 0 || k.Sources[len(k.Sources)-1] != n.name {
+				k.Sources = append(k.Sources, n.name)
+			}
+		}
+	}
+	// Every bad value is reported, not just the first: fixing one at a
+	// time across a fleet's masters is slow.
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("publicKeys: %w", oneLine(errs))
+	}
+	out := make([]PublicKey, 0, len(byID))
+	for _, k := range byID {
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
+	return out, nil
+}
+
+// oneLine joins errors on one line: a render error ends up in one log line.
+type oneLine []error
+
+func (e oneLine) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e oneLine) Unwrap() []error { return e }
