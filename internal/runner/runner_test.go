@@ -311,3 +311,28 @@ func TestSlowConsumerGetsEverything(t *testing.T) {
 		t.Fatalf("got %d lines, last %q, %+v", n, last, r)
 	}
 }
+
+// Terminate, as safe-restart uses it when its lease is lost: SIGTERM now,
+// SIGKILL after the given grace for a command that ignores SIGTERM.
+func TestTerminateKillsAfterItsGrace(t *testing.T) {
+	ready := make(chan struct{})
+	var once sync.Once
+	p, err := Start(context.Background(), Spec{
+		Argv:   []string{"env", "--ignore-signal=TERM", "sh", "-c", "echo ready; while :; do sleep 1; done"},
+		Grace:  time.Hour, // Terminate's own grace applies, not the Spec's
+		OnLine: func(Stream, string) { once.Do(func() { close(ready) }) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ready
+	p.Terminate(50 * time.Millisecond)
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("not ended a minute after Terminate")
+	}
+	if r := p.Wait(); !r.Terminated || !r.Killed || r.Signal != syscall.SIGKILL || r.OK() {
+		t.Fatalf("result %+v", r)
+	}
+}
