@@ -323,3 +323,29 @@ func logged(h *test.Hook, level logrus.Level, substr string) bool {
 	}
 	return false
 }
+
+// A reload that finishes its work in the grace after confd's SIGTERM and
+// exits 0 is done: it is not run a second time.
+func TestStopDuringReloadThatCompletesIsNotRepeated(t *testing.T) {
+	f := newFixture(t, "")
+	f.s.CommandGrace = time.Minute
+	started := filepath.Join(t.TempDir(), "started")
+	if err := syscall.Mkfifo(started, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := f.load()
+	r.ReloadCmd = "trap 'echo reload >> " + f.marks + "; exit 0' TERM; echo go > " + started + "; while :; do sleep 1; done"
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = os.ReadFile(started)
+		cancel()
+	}()
+	if res, err := r.Process(ctx, f.store); err != nil || !res.Reloaded {
+		t.Fatalf("stopped pass = %+v, %v", res, err)
+	}
+	next := f.load()
+	next.ReloadCmd = "echo again >> " + f.marks
+	if res, err := next.Process(context.Background(), f.store); err != nil || res.Reloaded || f.marksRead() != "reload\n" {
+		t.Fatalf("next run = %+v, %v, reloads %q", res, err, f.marksRead())
+	}
+}

@@ -112,7 +112,8 @@ type Result struct {
 	ExitCode int
 	Signal   syscall.Signal
 	TimedOut bool
-	// Terminated is set when Terminate or the context ended the command early.
+	// Terminated is set when Terminate or the context ended the command
+	// early. Exit status 0 within the grace still counts as success.
 	Terminated bool
 	// Killed is set when SIGTERM was not enough and the group got SIGKILL.
 	Killed   bool
@@ -270,7 +271,8 @@ func (p *Process) supervise(ctx context.Context) {
 	switch {
 	case timedOut:
 		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.argv, p.spec.Timeout, how)
-	case r.Terminated:
+	case r.Terminated && (r.Signal != 0 || r.ExitCode != 0):
+		// A command that exits 0 in its grace finished its job: success.
 		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.argv, how)
 	case r.Signal != 0:
 		r.Err = fmt.Errorf("%s was killed by signal %s", p.argv, r.Signal)

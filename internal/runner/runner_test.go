@@ -131,11 +131,19 @@ func TestContextCancelTerminatesWithGrace(t *testing.T) {
 	<-started
 	cancel()
 	r := p.Wait()
-	if !r.Terminated || r.Killed || r.OK() || !strings.Contains(r.Err.Error(), "stopped before it finished") {
+	// It finished its work in the grace and said so with status 0.
+	if !r.Terminated || r.Killed || !r.OK() {
 		t.Fatalf("result %+v", r)
 	}
 	if _, err := os.Stat(mark); err != nil {
 		t.Fatalf("the command's TERM handler did not finish: %v", err)
+	}
+	// Stopped and not finished: a failure that says so.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	r = Run(ctx, Spec{Argv: []string{"sleep", "60"}})
+	if !r.Terminated || r.OK() || r.Signal != syscall.SIGTERM || !strings.Contains(r.Err.Error(), "stopped before it finished; its process group got SIGTERM") {
+		t.Fatalf("result %+v", r)
 	}
 }
 
