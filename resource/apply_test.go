@@ -222,9 +222,21 @@ func TestCommandOutputLoggedPerLineAndTailKept(t *testing.T) {
 
 	f.store.kvs["/app/name"] = "two"
 	r.CheckCmd = "seq 1 20000; echo 'the real error' >&2; exit 1"
+	hook.Reset()
 	_, err := r.Process(context.Background(), f.store)
 	if err == nil || !strings.HasSuffix(err.Error(), "19998 | 19999 | 20000 | the real error") {
 		t.Fatalf("error = %.300v", err)
+	}
+	// The log holds the first lines as they came, then the last ones.
+	var recs []string
+	for _, e := range hook.AllEntries() {
+		if strings.Contains(e.Message, "check_cmd output: ") {
+			recs = append(recs, e.Message)
+		}
+	}
+	if len(recs) != maxLoggedLines+1+20 || recs[0] != `check_cmd output: "1"` || recs[maxLoggedLines-1] != `check_cmd output: "1000"` ||
+		recs[maxLoggedLines] != "check_cmd output: 18981 more lines not logged; the last 20 follow" || recs[len(recs)-1] != `check_cmd output: "the real error"` {
+		t.Errorf("%d records: first %q, after the cut %q, last %q", len(recs), recs[0], recs[min(maxLoggedLines, len(recs)-1)], recs[len(recs)-1])
 	}
 }
 

@@ -64,9 +64,15 @@ func (e *CommandError) Error() string {
 
 func (e *CommandError) Unwrap() error { return e.Result.Err }
 
+// maxLoggedLines bounds how many output lines of one command are logged as
+// they arrive; beyond it only the last lines are, when the command ends, so
+// that a command printing megabytes cannot flood the log.
+const maxLoggedLines = 1000
+
 // runCommand runs one check_cmd or reload_cmd under /bin/sh -c, logging
 // each output line as it arrives through logLine.
 func (r *Resource) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
+	lines := 0
 	res := r.settings.runner().Run(ctx, runner.Spec{
 		Argv:    runner.Shell(cmd),
 		Env:     r.settings.CommandEnv,
@@ -76,8 +82,19 @@ func (r *Resource) runCommand(ctx context.Context, kind, cmd string, timeout tim
 		CombinedOutput: true,
 		// %q: one log record per line, whatever the line holds, as confd
 		// 0.16 quoted its command output.
-		OnLine: func(_ runner.Stream, l string) { logLine("%s output: %q", kind, l) },
+		OnLine: func(_ runner.Stream, l string) {
+			if lines++; lines <= maxLoggedLines {
+				logLine("%s output: %q", kind, l)
+			}
+		},
 	})
+	if skipped := lines - maxLoggedLines; skipped > 0 {
+		n := min(skipped, len(res.Tail))
+		logLine("%s output: %d more lines not logged; the last %d follow", kind, skipped-n, n)
+		for _, l := range res.Tail[len(res.Tail)-n:] {
+			logLine("%s output: %q", kind, l)
+		}
+	}
 	if res.PipeHeld {
 		log.Debugf("%s exited; a background process it started still holds its output, which is no longer read", kind)
 	}
