@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,36 +24,100 @@ func owedResource(t *testing.T, c *confdir, pre string) (dest, reloads string) {
 	return dest, reloads
 }
 
-// A directory fsync failing after the rename (injected with strace) must
-// not lose the reload: the first run exits 1 saying it is owed, the next
-// -onetime run performs it, and only once.
-func TestFsyncFailureAfterRenameReloadsOnNextOnetime(t *testing.T) {
+// straceConfd runs confd under strace, failing fsyncs of dir with EIO as
+// inject says (e.g. "when=2"; "" for every one). It returns confd's stderr
+// and whether it exited 0.
+func straceConfd(t *testing.T, dir, when string, args []string) (string, bool) {
+	t.Helper()
+	inject := "inject=fsync:error=EIO"
+	if when != "" {
+		inject += ":" + when
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "strace", append([]string{"-f", "-o", "/dev/null", "-P", dir, "-e", "trace=fsync", "-e", inject, confdBin}, args...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatalf("strace confd: %v", err)
+	}
+	return errb.String(), err == nil
+}
+
+func needStrace(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("strace"); err != nil {
 		t.Skip("no strace")
 	}
 	if err := exec.Command("strace", "-o", "/dev/null", "true").Run(); err != nil {
 		t.Skipf("strace cannot trace here: %v", err)
 	}
+}
+
+// A directory fsync failing after the rename (injected with strace) must
+// not lose the reload: the first run exits 1 saying it is owed, the next
+// -onetime run performs it, and only once.
+func TestFsyncFailureAfterRenameReloadsOnNextOnetime(t *testing.T) {
+	needStrace(t)
+	s := etcdtest.Start(t)
+	s.Put(t, "/w/v", "new")
+	// The destination's directory may be fsynced more than once (here:
+	// after recording the owed reload, then after the rename); the one
+	// after the rename is to fail. strace counts per thread and Go may run
+	// them on different threads, so attempts alternate between failing the
+	// first and the second, and one that did not fail the fsync after the
+	// rename (the file is not yet new) is repeated afresh.
+	for attempt := 1; ; attempt++ {
+		c := newConfdir(t)
+		dest, reloads := owedResource(t, c, "")
+		args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir)
+		stderr, ok := straceConfd(t, filepath.Dir(dest), fmt.Sprintf("when=%d", 2-attempt%2), args)
+		if !strings.Contains(stderr, "fsync directory") || readFileOr(dest) != "new\n" {
+			if attempt < 10 {
+				continue
+			}
+			t.Skipf("the injected fsync failure never hit the fsync after the rename in %d attempts", attempt)
+		}
+		if ok || !strings.Contains(stderr, "reload_cmd is owed and will be retried on the next run") {
+			t.Fatalf("first run (exit 0: %v) does not say the reload is owed:\n%s", ok, stderr)
+		}
+		if readFileOr(dest) != "new\n" || readFileOr(reloads) != "" {
+			t.Fatalf("after first run: dest %q, reloads %q", readFileOr(dest), readFileOr(reloads))
+		}
+		for i := 0; i < 2; i++ {
+			if r := confd(t, nil, args...); r.code != 0 {
+				t.Fatalf("run %d: exit %d:\n%s", i+2, r.code, r.stderr)
+			}
+		}
+		if readFileOr(reloads) != "reload\n" {
+			t.Errorf("reloads = %q, want exactly one", readFileOr(reloads))
+		}
+		if len(c.stageFiles()) != 0 {
+			t.Errorf("files left beside dest: %v", c.stageFiles())
+		}
+		return
+	}
+}
+
+// Every fsync of the destination's directory failing: the first one (the
+// owed-reload record's) stops the update before the rename, the live file
+// is unchanged, and the next run updates and reloads once.
+func TestFsyncFailureBeforeRenameLeavesLiveFile(t *testing.T) {
+	needStrace(t)
 	s := etcdtest.Start(t)
 	s.Put(t, "/w/v", "new")
 	c := newConfdir(t)
 	dest, reloads := owedResource(t, c, "")
+	if err := os.WriteFile(dest, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir)
-	// fsyncs of the destination's directory, in order: after recording the
-	// owed reload, then after the rename: the second is the one to fail.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "strace", append([]string{"-f", "-o", "/dev/null", "-P", filepath.Dir(dest),
-		"-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=2", confdBin}, args...)...)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Run(); err == nil {
-		t.Fatalf("first run exit 0 despite the failed fsync:\n%s", errb.String())
+	stderr, ok := straceConfd(t, filepath.Dir(dest), "", args)
+	if ok || !strings.Contains(stderr, dest+" left unchanged") {
+		t.Fatalf("first run (exit 0: %v) does not say the file is unchanged:\n%s", ok, stderr)
 	}
-	if !strings.Contains(errb.String(), "fsync directory") || !strings.Contains(errb.String(), "reload_cmd is owed and will be retried on the next run") {
-		t.Fatalf("first run does not say the reload is owed:\n%s", errb.String())
-	}
-	if readFileOr(dest) != "new\n" || readFileOr(reloads) != "" {
+	if readFileOr(dest) != "old\n" || readFileOr(reloads) != "" {
 		t.Fatalf("after first run: dest %q, reloads %q", readFileOr(dest), readFileOr(reloads))
 	}
 	for i := 0; i < 2; i++ {
@@ -60,11 +125,8 @@ func TestFsyncFailureAfterRenameReloadsOnNextOnetime(t *testing.T) {
 			t.Fatalf("run %d: exit %d:\n%s", i+2, r.code, r.stderr)
 		}
 	}
-	if readFileOr(reloads) != "reload\n" {
-		t.Errorf("reloads = %q, want exactly one", readFileOr(reloads))
-	}
-	if len(c.stageFiles()) != 0 {
-		t.Errorf("files left beside dest: %v", c.stageFiles())
+	if readFileOr(dest) != "new\n" || readFileOr(reloads) != "reload\n" {
+		t.Errorf("dest %q, reloads %q, want the update and exactly one reload", readFileOr(dest), readFileOr(reloads))
 	}
 }
 
