@@ -23,6 +23,8 @@ var fileKeys = map[string]string{
 	"watch":              "watch",
 	"onetime":            "onetime",
 	"noop":               "noop",
+	"noop_show_secrets":  "noop-show-secrets",
+	"secret_keyring":     "secret-keyring",
 	"sync-only":          "sync-only",
 	"keep-stage-file":    "keep-stage-file",
 	"log-level":          "log-level",
@@ -49,7 +51,7 @@ var fileKeys = map[string]string{
 // (consul, vault, dynamodb, redis, ...) read.
 var otherBackendKeys = map[string]bool{
 	"auth_token": true, "auth_type": true, "app_id": true, "user_id": true, "role_id": true,
-	"secret_id": true, "table": true, "separator": true, "path": true, "secret_keyring": true,
+	"secret_id": true, "table": true, "separator": true, "path": true,
 	"client_cakeys_path": true,
 }
 

@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
+		NoopShowSecrets: c.NoopShowSecrets,
 	}
 	loader := &resourceLoader{settings: settings, log: log}
 	procs, loadErrs := loader.load()
@@ -85,7 +86,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func configure(args []string, stdout, stderr io.Writer, getenv func(string) string) (*Config, *logrus.Logger, int) {
 	c := &Config{}
 	fset := newFlagSet(c, stderr)
-	if err := fset.Parse(normalizeArgs(fset, args)); err != nil {
+	normalized, err := normalizeArgs(fset, args)
+	if err == nil {
+		err = fset.Parse(normalized)
+	}
+	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil, nil, 0
 		}

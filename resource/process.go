@@ -68,7 +68,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	if r.settings.Noop {
 		log.Warnf("Noop mode enabled. %s will not be modified", r.Dest)
 		if r.settings.DiffOut != nil {
-			_, _ = r.settings.DiffOut.Write(describeChange(r.Dest, live, content, mode, r.UID, r.GID))
+			_, _ = r.settings.DiffOut.Write(describeChange(r.Dest, live, content, mode, r.UID, r.GID, r.settings.NoopShowSecrets))
 		}
 		return res, nil
 	}

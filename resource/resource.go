@@ -26,15 +26,18 @@ const (
 
 // Settings are the process-wide options that shape every resource.
 type Settings struct {
-	ConfDir       string        // confd's -confdir: resources in conf.d/, templates in templates/
-	Prefix        string        // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
-	Noop          bool          // render and diff, write nothing, run nothing
-	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
-	KeepStageFile bool          // keep the stage file of a failed check for inspection
-	CheckTimeout  time.Duration // default check_cmd timeout
-	ReloadTimeout time.Duration // default reload_cmd timeout
-	Log           logrus.FieldLogger
-	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
+	ConfDir string // confd's -confdir: resources in conf.d/, templates in templates/
+	Prefix  string // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
+	Noop    bool   // render and diff, write nothing, run nothing
+	// NoopShowSecrets lets -noop print the diff of a file that is not
+	// world-readable; otherwise only its changed line counts are shown.
+	NoopShowSecrets bool
+	SyncOnly        bool          // write files but run neither check_cmd nor reload_cmd
+	KeepStageFile   bool          // keep the stage file of a failed check for inspection
+	CheckTimeout    time.Duration // default check_cmd timeout
+	ReloadTimeout   time.Duration // default reload_cmd timeout
+	Log             logrus.FieldLogger
+	DiffOut         interface{ Write([]byte) (int, error) } // where -noop prints diffs
 }
 
 // Resource is one parsed and validated template resource.
