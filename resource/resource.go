@@ -94,11 +94,13 @@ func Load(file string, s *Settings) (*Resource, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	for _, k := range md.Undecoded() {
-		s.log().Warnf("%s: unknown key %q ignored", file, k.String())
-	}
 	if tf.Template == nil {
 		return nil, fmt.Errorf("%s: no [template] table", file)
+	}
+	// An unknown key is an error, not a warning: "checkcmd", or check_cmd
+	// written above [template], would otherwise let unchecked content go live.
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return nil, unknownKeyError(file, undecoded[0])
 	}
 	t := tf.Template
 	r := &Resource{File: file, Dest: t.Dest, Keys: t.Keys, CheckCmd: t.CheckCmd, ReloadCmd: t.ReloadCmd, settings: s}
