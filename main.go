@@ -17,6 +17,7 @@ import (
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/resource"
+	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 )
@@ -43,6 +44,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
 		NoopShowSecrets: c.NoopShowSecrets,
+	}
+	if c.SecretKeyring != "" {
+		kr, err := template.ReadKeyring(c.SecretKeyring)
+		if err != nil {
+			log.Error(err.Error())
+			return 2
+		}
+		settings.Keyring = kr
 	}
 	loader := &resourceLoader{settings: settings, log: log}
 	procs, loadErrs := loader.load()

@@ -37,7 +37,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 		return Result{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	res := Result{Revision: rev}
-	content, err := template.Render(r.Src, r.stripPrefix(kvs))
+	content, err := template.Render(r.Src, r.stripPrefix(kvs), template.WithKeyring(r.settings.Keyring))
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}

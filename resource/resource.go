@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 )
 
@@ -32,12 +33,14 @@ type Settings struct {
 	// NoopShowSecrets lets -noop print the diff of a file that is not
 	// world-readable; otherwise only its changed line counts are shown.
 	NoopShowSecrets bool
-	SyncOnly        bool          // write files but run neither check_cmd nor reload_cmd
-	KeepStageFile   bool          // keep the stage file of a failed check for inspection
-	CheckTimeout    time.Duration // default check_cmd timeout
-	ReloadTimeout   time.Duration // default reload_cmd timeout
-	Log             logrus.FieldLogger
-	DiffOut         interface{ Write([]byte) (int, error) } // where -noop prints diffs
+	// Keyring decrypts for the crypt template functions (-secret-keyring); nil without one.
+	Keyring       *template.Keyring
+	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
+	KeepStageFile bool          // keep the stage file of a failed check for inspection
+	CheckTimeout  time.Duration // default check_cmd timeout
+	ReloadTimeout time.Duration // default reload_cmd timeout
+	Log           logrus.FieldLogger
+	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
 }
 
 // Resource is one parsed and validated template resource.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"slices"
@@ -44,8 +45,8 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 		"replace":    strings.Replace,
 		"trimSuffix": strings.TrimSuffix,
 		"datetime":   time.Now,
-		"parseBool":  strconv.ParseBool,
-		"atoi":       strconv.Atoi,
+		"parseBool":  parseBool,
+		"atoi":       atoi,
 
 		"json":         jsonObject,
 		"jsonArray":    jsonArray,
@@ -75,16 +76,65 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 	}
 }
 
+// The functions below take key values, which can be secrets: their errors
+// say what is wrong with the value without quoting it (strconv quotes the
+// whole input; encoding/json quotes the offending character).
+
+// atoi is strconv.Atoi without the value in its error.
+func atoi(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, numError("atoi", "an integer", len(s), err)
+	}
+	return n, nil
+}
+
+// parseBool is strconv.ParseBool without the value in its error.
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, numError("parseBool", "a boolean", len(s), err)
+	}
+	return b, nil
+}
+
+func numError(fn, want string, n int, err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		err = ne.Err
+	}
+	return fmt.Errorf("%s: value (%d bytes, not shown) is not %s: %w", fn, n, want, err)
+}
+
 func jsonObject(data string) (map[string]interface{}, error) {
 	var v map[string]interface{}
-	err := json.Unmarshal([]byte(data), &v)
-	return v, err
+	if err := json.Unmarshal([]byte(data), &v); err != nil {
+		return nil, jsonError("json", len(data), err)
+	}
+	return v, nil
 }
 
 func jsonArray(data string) ([]interface{}, error) {
 	var v []interface{}
-	err := json.Unmarshal([]byte(data), &v)
-	return v, err
+	if err := json.Unmarshal([]byte(data), &v); err != nil {
+		return nil, jsonError("jsonArray", len(data), err)
+	}
+	return v, nil
+}
+
+// jsonError keeps the position of a syntax error and the types of a type
+// mismatch, neither of which is part of the value.
+func jsonError(fn string, n int, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("%s: value (%d bytes, not shown) is not valid JSON: syntax error at byte %d", fn, n, se.Offset)
+	case errors.As(err, &te):
+		return fmt.Errorf("%s: value (%d bytes, not shown) holds a JSON %s where %s is expected", fn, n, te.Value, te.Type)
+	default:
+		return fmt.Errorf("%s: value (%d bytes, not shown) is not valid JSON", fn, n)
+	}
 }
 
 // createMap builds a map from alternating keys and values, mainly so a
@@ -122,7 +172,11 @@ func base64Encode(s string) string {
 
 func base64Decode(s string) (string, error) {
 	b, err := base64.StdEncoding.DecodeString(s)
-	return string(b), err
+	if err != nil {
+		// The error names a byte offset, never the input.
+		return "", fmt.Errorf("base64Decode: value (%d bytes, not shown): %w", len(s), err)
+	}
+	return string(b), nil
 }
 
 // fileExists answers false only for "does not exist"; any other stat

@@ -20,7 +20,11 @@ import (
 // The template is named filepath.Base(srcPath), as confd names it, so
 // text/template's own messages ("template: NAME:LINE:COL: ...") read the
 // same as confd's; the returned error adds the full path in front.
-func Render(srcPath string, kvs map[string]string) ([]byte, error) {
+func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	// A fresh store per render: keys deleted upstream must not linger, and
 	// concurrent renders must not see each other's keys.
 	store := memkv.New()
@@ -35,7 +39,12 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
 	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(&store)).Parse(string(src))
+	funcs := FuncMap(&store)
+	var decrypted []string
+	for name, fn := range cryptFuncs(funcs, o.keyring, func(v string) { decrypted = append(decrypted, v) }) {
+		funcs[name] = fn
+	}
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}
@@ -44,7 +53,7 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 	// half-written file behind. confd passes no data (dot is nil).
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, nil); err != nil {
-		return nil, fmt.Errorf("execute template %s: %w", srcPath, err)
+		return nil, fmt.Errorf("execute template %s: %w", srcPath, withoutValues(err, kvs, decrypted))
 	}
 	return buf.Bytes(), nil
 }
