@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strings"
 
@@ -102,7 +103,7 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 		}
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, perr.Message)
+			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, secretSafeMessage(path, perr))
 		}
 		return fmt.Errorf("config file: %w", err)
 	}
@@ -206,4 +207,29 @@ func validate(c *Config) error {
 		}
 	}
 	return nil
+}
+
+// secretKeyWords mark confd.toml keys whose values are credentials.
+var secretKeyWords = []string{"password", "token", "secret_id"}
+
+// secretSafeMessage is perr's message unless the line it points at sets a
+// credential: the TOML parser quotes what it found ("expected value but
+// found \"hunter\" instead"), and a half-typed password is still one.
+func secretSafeMessage(path string, perr toml.ParseError) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return perr.Message
+	}
+	lines := strings.Split(string(b), "\n")
+	if perr.Position.Line < 1 || perr.Position.Line > len(lines) {
+		return perr.Message
+	}
+	key, _, ok := strings.Cut(lines[perr.Position.Line-1], "=")
+	key = strings.ToLower(strings.Trim(strings.TrimSpace(key), `"'`))
+	for _, w := range secretKeyWords {
+		if ok && strings.Contains(key, w) {
+			return fmt.Sprintf("the value of %q does not parse as TOML (message not shown: it would quote the value); quote it as \"...\" or '...'", key)
+		}
+	}
+	return perr.Message
 }

@@ -218,3 +218,15 @@ func TestNoopShowSecretsAndKeyringFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigParseErrorNeverQuotesAPassword(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "confd.toml")
+	if err := os.WriteFile(file, []byte("backend = \"etcdv3\"\npassword = hunter2pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	_, log, code := configure([]string{"-config-file", file}, &out, &errb, envOf(nil))
+	if log != nil || code != 2 || strings.Contains(errb.String(), "hunter") || !strings.Contains(errb.String(), file+":2:") || !strings.Contains(errb.String(), `"password"`) {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
