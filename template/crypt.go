@@ -85,6 +85,13 @@ func cryptFuncs(base texttemplate.FuncMap, k *Keyring, seen func(string)) textte
 		seen(p)
 		return p, nil
 	}
+	if get == nil || gets == nil || getv == nil || getvs == nil {
+		// A store whose functions changed shape: fail the render, not panic.
+		broken := func(string) (string, error) {
+			return "", errors.New("crypt functions: the store's get/gets/getv/getvs have unexpected types")
+		}
+		return texttemplate.FuncMap{"cget": broken, "cgets": broken, "cgetv": broken, "cgetvs": broken}
+	}
 	return texttemplate.FuncMap{
 		"cget": func(key string) (memkv.KVPair, error) {
 			kv, err := get(key)

@@ -170,3 +170,12 @@ func TestReadKeyringErrorsNameTheFile(t *testing.T) {
 		}
 	}
 }
+
+// TestCryptFuncsFindTheStoreFunctions guards the coupling to FuncMap: if
+// get/gets/getv/getvs change type, the crypt functions would only fail.
+func TestCryptFuncsFindTheStoreFunctions(t *testing.T) {
+	got, err := renderWith(t, `{{cgetv "/x"}}`, map[string]string{"/x": "v"})
+	if err == nil || !strings.Contains(err.Error(), "needs -secret-keyring") {
+		t.Fatalf("cgetv without keyring = %q, %v; want the -secret-keyring error (store functions not found?)", got, err)
+	}
+}
