@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -80,6 +81,27 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 		fmt.Fprintf(out, "Usage of confd:\n  confd [flags]\n\nFlags may be written -flag or --flag, with -flag=value or -flag value, as with confd 0.16.\n\n%s", fs.FlagUsages())
 	}
 	return fs
+}
+
+// parseFlags parses args as confd 0.16 accepted them and reports errors
+// with flag names spelt as the user wrote them.
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	normalized, err := normalizeArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	err = fs.Parse(normalized)
+	if err == nil || errors.Is(err, pflag.ErrHelp) {
+		return err
+	}
+	msg := err.Error()
+	for _, a := range args {
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			name, _, _ := strings.Cut(a[1:], "=")
+			msg = strings.ReplaceAll(msg, `"--`+name+`"`, `"-`+name+`"`)
+		}
+	}
+	return errors.New(msg)
 }
 
 // normalizeArgs turns Go flag package spellings (-watch, -node=X, -node X)

@@ -95,11 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func configure(args []string, stdout, stderr io.Writer, getenv func(string) string) (*Config, *logrus.Logger, int) {
 	c := &Config{}
 	fset := newFlagSet(c, stderr)
-	normalized, err := normalizeArgs(fset, args)
-	if err == nil {
-		err = fset.Parse(normalized)
-	}
-	if err != nil {
+	if err := parseFlags(fset, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil, nil, 0
 		}

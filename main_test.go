@@ -178,6 +178,7 @@ func TestUnknownFlagsNamedAsWritten(t *testing.T) {
 		{[]string{"--auth-token", "x"}, "confd: unknown flag: --auth-token\n"},
 		{[]string{"-onetime", "-table", "t"}, "confd: unknown flag: -table\n"},
 		{[]string{"-a"}, "confd: unknown flag: -a\n"},
+		{[]string{"-onetime=maybe"}, "confd: invalid argument \"maybe\" for \"-onetime\" flag: must be true or false\n"},
 	} {
 		var out, errb bytes.Buffer
 		_, log, code := configure(tc.args, &out, &errb, envOf(nil))
