@@ -68,7 +68,8 @@ var errNoKeyring = errors.New("needs -secret-keyring (the crypt functions decryp
 
 // cryptFuncs returns cget, cgets, cgetv and cgetvs over the key functions of
 // base (so they read whatever store base reads), decrypting with k. Every
-// decrypted value is passed to seen, so that errors can be kept clean of it.
+// decrypted value is passed to seen (when not nil), so that errors can be
+// kept clean of it.
 func cryptFuncs(base texttemplate.FuncMap, k *Keyring, seen func(string)) texttemplate.FuncMap {
 	get, _ := base["get"].(func(string) (memkv.KVPair, error))
 	gets, _ := base["gets"].(func(string) (memkv.KVPairs, error))
@@ -82,7 +83,9 @@ func cryptFuncs(base texttemplate.FuncMap, k *Keyring, seen func(string)) textte
 		if err != nil {
 			return "", fmt.Errorf("%s %q: %w", fn, key, err)
 		}
-		seen(p)
+		if seen != nil {
+			seen(p)
+		}
 		return p, nil
 	}
 	if get == nil || gets == nil || getv == nil || getvs == nil {

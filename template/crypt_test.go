@@ -12,6 +12,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/kelseyhightower/memkv"
 )
 
 // testKeyring writes an armoured secret keyring as `gpg --export-secret-keys
@@ -177,5 +178,17 @@ func TestCryptFuncsFindTheStoreFunctions(t *testing.T) {
 	got, err := renderWith(t, `{{cgetv "/x"}}`, map[string]string{"/x": "v"})
 	if err == nil || !strings.Contains(err.Error(), "needs -secret-keyring") {
 		t.Fatalf("cgetv without keyring = %q, %v; want the -secret-keyring error (store functions not found?)", got, err)
+	}
+}
+
+// TestFuncMapDefinesCryptFunctions: every parse of a template (a render,
+// or a check of its syntax) knows the crypt functions.
+func TestFuncMapDefinesCryptFunctions(t *testing.T) {
+	store := memkv.New()
+	m := FuncMap(&store)
+	for _, name := range []string{"cget", "cgets", "cgetv", "cgetvs"} {
+		if m[name] == nil {
+			t.Errorf("FuncMap lacks %s", name)
+		}
 	}
 }

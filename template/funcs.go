@@ -23,8 +23,12 @@ import (
 // The key functions are memkv's own methods rather than re-implementations:
 // templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
 // top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
+//
+// The crypt functions (cget, cgets, cgetv, cgetvs) are always defined, so a
+// template using them parses; they decrypt only when Render is given a
+// keyring (WithKeyring), and fail naming -secret-keyring otherwise.
 func FuncMap(store *memkv.Store) texttemplate.FuncMap {
-	return texttemplate.FuncMap{
+	m := texttemplate.FuncMap{
 		// memkv (store.FuncMap in confd).
 		"exists": store.Exists,
 		"ls":     store.List,
@@ -74,6 +78,10 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 		"sortByLength":   sortByLength,
 		"sortKVByLength": sortKVByLength,
 	}
+	for name, fn := range cryptFuncs(m, nil, nil) {
+		m[name] = fn
+	}
+	return m
 }
 
 // The functions below take key values, which can be secrets: their errors
