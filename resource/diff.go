@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/pmezard/go-difflib/difflib"
-
 	"github.com/keysync/confd/internal/redact"
 )
 
@@ -46,7 +44,8 @@ func describeChange(dest string, live liveFile, content []byte, mode os.FileMode
 }
 
 // splitLines cuts text after each newline; the last line has none when the
-// text does not end in one. (difflib.SplitLines adds a phantom empty line.)
+// text does not end in one (go-difflib's SplitLines added a phantom empty
+// line).
 func splitLines(b []byte) []string {
 	if len(b) == 0 {
 		return nil
@@ -58,27 +57,94 @@ func splitLines(b []byte) []string {
 	return lines
 }
 
-// matcher compares whole lines without difflib's "popular line" heuristic,
-// which would treat the repeated lines of a PEM bundle as junk.
-func matcher(a, b []string) *difflib.SequenceMatcher {
-	return difflib.NewMatcherWithJunk(a, b, false, nil)
+// op is a run of equal lines ('e') or a change ('c': lines I1..I2 of a
+// replaced by J1..J2 of b, either side possibly empty).
+type op struct {
+	tag            byte
+	i1, i2, j1, j2 int
+}
+
+// opcodes turns diffLines' marks into runs.
+func opcodes(a, b []string) []op {
+	ca, cb := diffLines(a, b)
+	var ops []op
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if i < len(a) && j < len(b) && !ca[i] && !cb[j] {
+			o := op{tag: 'e', i1: i, j1: j}
+			for i < len(a) && j < len(b) && !ca[i] && !cb[j] {
+				i++
+				j++
+			}
+			o.i2, o.j2 = i, j
+			ops = append(ops, o)
+			continue
+		}
+		o := op{tag: 'c', i1: i, j1: j}
+		for i < len(a) && ca[i] {
+			i++
+		}
+		for j < len(b) && cb[j] {
+			j++
+		}
+		o.i2, o.j2 = i, j
+		ops = append(ops, o)
+	}
+	return ops
 }
 
 func changedLines(a, b []string) (removed, added int) {
-	for _, op := range matcher(a, b).GetOpCodes() {
-		if op.Tag != 'e' {
-			removed += op.I2 - op.I1
-			added += op.J2 - op.J1
+	for _, o := range opcodes(a, b) {
+		if o.tag != 'e' {
+			removed += o.i2 - o.i1
+			added += o.j2 - o.j1
 		}
 	}
 	return removed, added
+}
+
+// hunks groups the runs as diff -u does: each change with up to context
+// equal lines around it, and changes closer than 2*context+1 lines in one
+// hunk.
+func hunks(ops []op, context int) [][]op {
+	var out [][]op
+	var cur []op
+	for k, o := range ops {
+		if o.tag != 'e' {
+			cur = append(cur, o)
+			continue
+		}
+		n := o.i2 - o.i1
+		switch {
+		case k == 0: // leading context
+			if n > context {
+				o.i1, o.j1 = o.i2-context, o.j2-context
+			}
+			cur = append(cur, o)
+		case k == len(ops)-1: // trailing context
+			if n > context {
+				o.i2, o.j2 = o.i1+context, o.j1+context
+			}
+			cur = append(cur, o)
+		case n > 2*context:
+			cur = append(cur, op{'e', o.i1, o.i1 + context, o.j1, o.j1 + context})
+			out = append(out, cur)
+			cur = []op{{'e', o.i2 - context, o.i2, o.j2 - context, o.j2}}
+		default:
+			cur = append(cur, o)
+		}
+	}
+	if len(cur) > 0 && !(len(cur) == 1 && cur[0].tag == 'e') {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // unifiedDiff prints a and b as diff -u does, from the hunk headers on:
 // ranges "start,count" ("start" alone for one line), and "\ No newline at
 // end of file" after a last line without one.
 func unifiedDiff(fromFile, toFile string, a, b []string) string {
-	groups := matcher(a, b).GetGroupedOpCodes(diffContext)
+	groups := hunks(opcodes(a, b), diffContext)
 	if len(groups) == 0 {
 		return ""
 	}
@@ -86,18 +152,14 @@ func unifiedDiff(fromFile, toFile string, a, b []string) string {
 	fmt.Fprintf(&w, "--- %s\n+++ %s\n", fromFile, toFile)
 	for _, g := range groups {
 		first, last := g[0], g[len(g)-1]
-		fmt.Fprintf(&w, "@@ -%s +%s @@\n", hunkRange(first.I1, last.I2), hunkRange(first.J1, last.J2))
-		for _, op := range g {
-			if op.Tag == 'e' {
-				writeLines(&w, ' ', a[op.I1:op.I2])
+		fmt.Fprintf(&w, "@@ -%s +%s @@\n", hunkRange(first.i1, last.i2), hunkRange(first.j1, last.j2))
+		for _, o := range g {
+			if o.tag == 'e' {
+				writeLines(&w, ' ', a[o.i1:o.i2])
 				continue
 			}
-			if op.Tag == 'r' || op.Tag == 'd' {
-				writeLines(&w, '-', a[op.I1:op.I2])
-			}
-			if op.Tag == 'r' || op.Tag == 'i' {
-				writeLines(&w, '+', b[op.J1:op.J2])
-			}
+			writeLines(&w, '-', a[o.i1:o.i2])
+			writeLines(&w, '+', b[o.j1:o.j2])
 		}
 	}
 	return w.String()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,5 +116,101 @@ func TestNoopDiffOfPrivateDestThroughProcess(t *testing.T) {
 	}
 	if strings.Contains(diff.String(), "name=") || !strings.Contains(diff.String(), "1 line(s) removed, 1 line(s) added") {
 		t.Fatalf("noop output:\n%s", diff.String())
+	}
+}
+
+// TestUnifiedDiffMatchesDiffURandom compares with diff -u over seeded
+// random files of three kinds: PEM bundles gaining and losing keys (whose
+// repeated BEGIN/END lines make many equally short diffs), short files of
+// few distinct lines, and long files with scattered edits; files without a
+// final newline included.
+func TestUnifiedDiffMatchesDiffURandom(t *testing.T) {
+	diffPath, err := exec.LookPath("diff")
+	if err != nil {
+		t.Skip("no diff(1) on this machine")
+	}
+	r := rand.New(rand.NewSource(1))
+	pem := func(ids []int) string {
+		var b strings.Builder
+		b.WriteString("# bundle\n")
+		for _, i := range ids {
+			fmt.Fprintf(&b, "-----BEGIN PUBLIC KEY-----\nMIIB%04dAAAA\nBBBB%04dCCCC\n-----END PUBLIC KEY-----\n", i, i)
+		}
+		return b.String()
+	}
+	short := func(alpha, size int) string {
+		var b strings.Builder
+		for k := r.Intn(size + 1); k > 0; k-- {
+			fmt.Fprintf(&b, "%c\n", 'a'+r.Intn(alpha))
+		}
+		s := b.String()
+		if r.Intn(5) == 0 && s != "" {
+			s = s[:len(s)-1]
+		}
+		return s
+	}
+	type pair struct{ a, b string }
+	var cases []pair
+	for n := 0; n < 60; n++ {
+		var ia, ib []int
+		for i := 0; i < 8; i++ {
+			if r.Intn(3) > 0 {
+				ia = append(ia, i)
+			}
+			if r.Intn(3) > 0 {
+				ib = append(ib, i)
+			}
+		}
+		cases = append(cases, pair{pem(ia), pem(ib)})
+	}
+	for n := 0; n < 120; n++ {
+		alpha, size := 2+r.Intn(6), r.Intn(40)
+		cases = append(cases, pair{short(alpha, size), short(alpha, size)})
+	}
+	for n := 0; n < 10; n++ {
+		alpha := 3 + r.Intn(60)
+		var lines []string
+		for i := 500 + r.Intn(2000); i > 0; i-- {
+			lines = append(lines, fmt.Sprintf("l%d\n", r.Intn(alpha)))
+		}
+		a := strings.Join(lines, "")
+		for e := r.Intn(30); e > 0; e-- {
+			p := r.Intn(len(lines))
+			switch r.Intn(3) {
+			case 0:
+				lines = append(lines[:p], lines[p+1:]...)
+			case 1:
+				lines = append(lines[:p], append([]string{fmt.Sprintf("l%d\n", r.Intn(alpha+5))}, lines[p:]...)...)
+			default:
+				lines[p] = fmt.Sprintf("l%d\n", r.Intn(alpha+5))
+			}
+		}
+		cases = append(cases, pair{a, strings.Join(lines, "")})
+	}
+	dir := t.TempDir()
+	fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for n, c := range cases {
+		if err := os.WriteFile(fa, []byte(c.a), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(fb, []byte(c.b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(context.Background(), diffPath, "-u", fa, fb).Output()
+		var ee *exec.ExitError
+		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+			t.Fatal(err)
+		}
+		want := string(out)
+		if i := strings.Index(want, "@@"); i >= 0 {
+			want = want[i:]
+		}
+		got := unifiedDiff("a", "b", splitLines([]byte(c.a)), splitLines([]byte(c.b)))
+		if i := strings.Index(got, "@@"); i >= 0 {
+			got = got[i:]
+		}
+		if got != want {
+			t.Fatalf("case %d: a=%q b=%q\ndiff:\n%s\ndiff -u:\n%s", n, c.a, c.b, got, want)
+		}
 	}
 }
