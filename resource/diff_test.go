@@ -214,3 +214,34 @@ func TestUnifiedDiffMatchesDiffURandom(t *testing.T) {
 		}
 	}
 }
+
+// TestUnifiedDiffOfHugeRewriteEnds: two long files of the same few lines
+// in different orders need a huge edit search; the diff must still end,
+// and be a correct (if not minimal) diff.
+func TestUnifiedDiffOfHugeRewriteEnds(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	gen := func() []string {
+		out := make([]string, 60000)
+		for i := range out {
+			out[i] = fmt.Sprintf("%d\n", r.Intn(4))
+		}
+		return out
+	}
+	a, b := gen(), gen()
+	ca, cb := diffLines(a, b)
+	// The unchanged lines of both sides must be the same sequence.
+	var ka, kb []string
+	for i, c := range ca {
+		if !c {
+			ka = append(ka, a[i])
+		}
+	}
+	for i, c := range cb {
+		if !c {
+			kb = append(kb, b[i])
+		}
+	}
+	if strings.Join(ka, "") != strings.Join(kb, "") {
+		t.Fatal("unchanged lines differ between the two sides")
+	}
+}

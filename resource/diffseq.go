@@ -7,7 +7,7 @@ package resource
 // of each run of changes to its final place. Written from the description
 // of GNU diff's analyze.c and diffseq.h; no code is shared.
 
-// changedLines marks the lines of a and b that are not part of the common
+// diffLines marks the lines of a and b that are not part of the common
 // subsequence diff -u would choose.
 func diffLines(a, b []string) (ca, cb []bool) {
 	ids := map[string]int{}
@@ -198,15 +198,33 @@ func (s *seq) compare(xoff, xlim, yoff, ylim int) {
 			s.xchg[s.xidx[xoff]] = true
 		}
 	default:
-		xmid, ymid := s.middle(xoff, xlim, yoff, ylim)
+		xmid, ymid, ok := s.middle(xoff, xlim, yoff, ylim)
+		if !ok {
+			// Too many differences to search for the shortest script
+			// (time grows with their number times the length): show the
+			// range as replaced rather than hang a dry run.
+			for ; xoff < xlim; xoff++ {
+				s.xchg[s.xidx[xoff]] = true
+			}
+			for ; yoff < ylim; yoff++ {
+				s.ychg[s.yidx[yoff]] = true
+			}
+			return
+		}
 		s.compare(xoff, xmid, yoff, ymid)
 		s.compare(xmid, xlim, ymid, ylim)
 	}
 }
 
+// maxEditCost bounds the search of middle: beyond this many edit steps in
+// one range the diff is no longer minimal. GNU diff switches to heuristics
+// of its own at the same count for files below millions of lines, so up to
+// here the two agree; files of key bundles never get near.
+const maxEditCost = 4096
+
 // middle finds the midpoint of a shortest edit script, searching from both
 // ends at once.
-func (s *seq) middle(xoff, xlim, yoff, ylim int) (int, int) {
+func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 	const maxInt = int(^uint(0) >> 1)
 	fd := func(d int) *int { return &s.fd[d+s.off] }
 	bd := func(d int) *int { return &s.bd[d+s.off] }
@@ -216,7 +234,7 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (int, int) {
 	odd := (fmid-bmid)&1 != 0
 	*fd(fmid) = xoff
 	*bd(bmid) = xlim
-	for {
+	for c := 1; c <= maxEditCost; c++ {
 		if fmin > dmin {
 			fmin--
 			*fd(fmin - 1) = -1
@@ -242,7 +260,7 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (int, int) {
 			}
 			*fd(d) = x
 			if odd && bmin <= d && d <= bmax && *bd(d) <= x {
-				return x, y
+				return x, y, true
 			}
 		}
 		if bmin > dmin {
@@ -270,10 +288,11 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (int, int) {
 			}
 			*bd(d) = x
 			if !odd && fmin <= d && d <= fmax && x <= *fd(d) {
-				return x, y
+				return x, y, true
 			}
 		}
 	}
+	return 0, 0, false
 }
 
 // shiftBoundaries slides each run of changed lines of one file (padded:
