@@ -3,11 +3,14 @@ package template
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
@@ -190,5 +193,57 @@ func TestFuncMapDefinesCryptFunctions(t *testing.T) {
 		if m[name] == nil {
 			t.Errorf("FuncMap lacks %s", name)
 		}
+	}
+}
+
+// TestCryptDecryptsGnuPGKeyrings uses the real tools of confd users: a
+// keyring made and exported by gpg, and a value encrypted by gpg as
+// base64(gpg --encrypt(gzip(value))). Skipped without gpg.
+func TestCryptDecryptsGnuPGKeyrings(t *testing.T) {
+	if _, err := exec.LookPath("gpg"); err != nil {
+		t.Skip("no gpg on this machine")
+	}
+	// default: ed25519 with a cv25519 subkey; rsa2048: one RSA key that
+	// also encrypts, as older confd set-ups made them.
+	for algo, usage := range map[string]string{"default": "default", "rsa2048": "sign,encr"} {
+		t.Run(algo, func(t *testing.T) {
+			home := t.TempDir()
+			gpg := func(stdin []byte, args ...string) []byte {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, "gpg", append([]string{"--batch", "--quiet"}, args...)...)
+				cmd.Env = append(os.Environ(), "GNUPGHOME="+home)
+				cmd.Stdin = bytes.NewReader(stdin)
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("gpg %v: %v", args, err)
+				}
+				return out
+			}
+			t.Cleanup(func() {
+				cmd := exec.CommandContext(context.Background(), "gpgconf", "--kill", "gpg-agent")
+				cmd.Env = append(os.Environ(), "GNUPGHOME="+home)
+				_ = cmd.Run()
+			})
+			gpg(nil, "--passphrase", "", "--quick-gen-key", "confd test <confd@example.com>", algo, usage, "never")
+			ring := filepath.Join(t.TempDir(), "secring.asc")
+			if err := os.WriteFile(ring, gpg(nil, "--export-secret-keys", "--armor", "confd@example.com"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			_, _ = zw.Write([]byte("s3cret-from-gpg"))
+			_ = zw.Close()
+			enc := gpg(gz.Bytes(), "--trust-model", "always", "--recipient", "confd@example.com", "--encrypt")
+			kr, err := ReadKeyring(ring)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := renderWith(t, `{{cgetv "/v"}}`, map[string]string{"/v": base64.StdEncoding.EncodeToString(enc)}, WithKeyring(kr))
+			if err != nil || got != "s3cret-from-gpg" {
+				t.Fatalf("cgetv = %q, %v", got, err)
+			}
+		})
 	}
 }
