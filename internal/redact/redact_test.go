@@ -201,3 +201,16 @@ func TestLinesStream(t *testing.T) {
 		t.Fatalf("Lines = %q", got)
 	}
 }
+
+// TestStringIsIdempotent: output masked by one path (a command's output)
+// passes through another (the log formatter) unchanged.
+func TestStringIsIdempotent(t *testing.T) {
+	for name, form := range keyForms(t) {
+		for pname, pf := range prefixes {
+			once := String("x\n" + pf(form) + "y\n")
+			if twice := String(once); twice != once {
+				t.Errorf("%s/%s: second pass changed\n%s\ninto\n%s", name, pname, once, twice)
+			}
+		}
+	}
+}
