@@ -39,15 +39,14 @@ func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, erro
 	if err != nil {
 		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
 	}
-	funcs := FuncMap(&store)
-	var decrypted []string
-	for name, fn := range cryptFuncs(funcs, o.keyring, func(v string) { decrypted = append(decrypted, v) }) {
-		funcs[name] = fn
-	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(string(src))
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(&store)).Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}
+	// The crypt functions FuncMap defined are swapped for ones that decrypt
+	// with this render's keyring and remember what they decrypted.
+	var decrypted []string
+	tmpl.Funcs(cryptFuncs(FuncMap(&store), o.keyring, func(v string) { decrypted = append(decrypted, v) }))
 
 	// A buffer, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
