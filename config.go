@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 )
@@ -209,12 +210,9 @@ func validate(c *Config) error {
 	return nil
 }
 
-// secretKeyWords mark confd.toml keys whose values are credentials.
-var secretKeyWords = []string{"password", "token", "secret_id"}
-
 // secretSafeMessage is perr's message unless the line it points at sets a
-// credential: the TOML parser quotes what it found ("expected value but
-// found \"hunter\" instead"), and a half-typed password is still one.
+// credential: the TOML parser quotes what it found, and a half-typed
+// password is still one.
 func secretSafeMessage(path string, perr toml.ParseError) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -224,12 +222,8 @@ func secretSafeMessage(path string, perr toml.ParseError) string {
 	if perr.Position.Line < 1 || perr.Position.Line > len(lines) {
 		return perr.Message
 	}
-	key, _, ok := strings.Cut(lines[perr.Position.Line-1], "=")
-	key = strings.ToLower(strings.Trim(strings.TrimSpace(key), `"'`))
-	for _, w := range secretKeyWords {
-		if ok && strings.Contains(key, w) {
-			return fmt.Sprintf("the value of %q does not parse as TOML (message not shown: it would quote the value); quote it as \"...\" or '...'", key)
-		}
+	if key, ok := redact.CredentialKey(lines[perr.Position.Line-1]); ok {
+		return fmt.Sprintf("the value of %q does not parse as TOML (message not shown: it would quote the value); quote it as \"...\" or '...'", key)
 	}
 	return perr.Message
 }

@@ -214,3 +214,20 @@ func TestStringIsIdempotent(t *testing.T) {
 		}
 	}
 }
+
+func TestCredentialKey(t *testing.T) {
+	for line, want := range map[string]string{
+		"password = hunter2":       "password",
+		`"auth_token" = "x`:        "auth_token",
+		"  secret_id=abc":          "secret_id",
+		"secret_keyring = '/x":     "secret_keyring",
+		"interval = soon":          "",
+		"no assignment password":   "",
+		"client_key = /etc/k.pem ": "",
+	} {
+		got, ok := CredentialKey(line)
+		if got != want || ok != (want != "") {
+			t.Errorf("CredentialKey(%q) = %q, %v; want %q", line, got, ok, want)
+		}
+	}
+}
