@@ -12,6 +12,7 @@
 package redact
 
 import (
+	"encoding/base64"
 	"regexp"
 	"strings"
 )
@@ -34,6 +35,9 @@ var (
 	urlPassRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@"']*:)([^/\s@"']+)(@)`)
 	// b64RunRE is a run of base64 text long enough to be key material.
 	b64RunRE = regexp.MustCompile(`[A-Za-z0-9+/=]{16,}`)
+	// b64PEMRE is a whole PEM file base64-encoded on one line, as
+	// kubeconfig's client-key-data holds it: "-----BEGIN" is "LS0tLS1CRUdJTi".
+	b64PEMRE = regexp.MustCompile(`LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}`)
 )
 
 // String masks every private key block in s, and passwords in URLs. The
@@ -42,7 +46,7 @@ func String(s string) string {
 	if strings.Contains(s, "://") {
 		s = urlPassRE.ReplaceAllString(s, "${1}"+PasswordMask+"${3}")
 	}
-	if !strings.Contains(s, "KEY") {
+	if !strings.Contains(s, "KEY") && !strings.Contains(s, "LS0tLS1CRUdJTi") {
 		return s
 	}
 	lines := strings.SplitAfter(s, "\n")
@@ -99,6 +103,9 @@ type Lines struct {
 
 // Line returns l with any private key material masked.
 func (f *Lines) Line(l string) string {
+	if strings.Contains(l, "LS0tLS1CRUdJTi") {
+		l = b64PEMRE.ReplaceAllStringFunc(l, maskEncodedKey)
+	}
 	var b strings.Builder
 	rest := l
 	if f.inKey {
@@ -178,4 +185,18 @@ func (f *Lines) keepPrefix(l string) string {
 		}
 	}
 	return l[:n]
+}
+
+// maskEncodedKey masks a base64-encoded PEM text when it holds a private key.
+func maskEncodedKey(enc string) string {
+	dec, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		dec, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(enc, "="))
+	}
+	if err != nil || beginRE.Match(dec) {
+		// Undecodable text that starts like an encoded BEGIN line is
+		// masked too: a cut-off key is still a key.
+		return Mask
+	}
+	return enc
 }

@@ -231,3 +231,18 @@ func TestCredentialKey(t *testing.T) {
 		}
 	}
 }
+
+func TestStringMasksBase64EncodedPEM(t *testing.T) {
+	forms := keyForms(t)
+	key := base64.StdEncoding.EncodeToString([]byte(forms["pkcs1"]))
+	cert := base64.StdEncoding.EncodeToString([]byte("-----BEGIN CERTIFICATE-----\nMIIBcert\n-----END CERTIFICATE-----\n"))
+	in := "users:\n- user:\n    client-certificate-data: " + cert + "\n+    client-key-data: " + key + "\n"
+	out := String(in)
+	if strings.Contains(out, key[20:40]) || !strings.Contains(out, "client-key-data: "+Mask) || !strings.Contains(out, cert) {
+		t.Fatalf("String =\n%s", out)
+	}
+	var f Lines
+	if got := f.Line("client-key-data: " + key[:100]); got != "client-key-data: "+Mask {
+		t.Errorf("cut-off encoded key: %q", got)
+	}
+}
