@@ -42,7 +42,7 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	mode := r.effectiveMode(live)
 	p.InSync = r.inSync(live, content, mode)
 	if !p.InSync {
-		p.Change = describeChange(r.Dest, live, content, mode, r.UID, r.GID)
+		p.Change = describeChange(r.Dest, live, content, mode, r.UID, r.GID, r.settings.NoopShowSecrets)
 	}
 	return p, nil
 }

@@ -36,7 +36,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 		return Result{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	res := Result{Revision: rev}
-	content, err := template.Render(r.Src, r.stripPrefix(kvs))
+	content, err := template.Render(r.Src, r.stripPrefix(kvs), template.WithKeyring(r.settings.Keyring))
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
@@ -61,7 +61,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	if r.settings.Noop {
 		log.Warnf("Noop mode enabled. %s will not be modified", r.Dest)
 		if r.settings.DiffOut != nil {
-			_, _ = r.settings.DiffOut.Write(describeChange(r.Dest, live, content, mode, r.UID, r.GID))
+			_, _ = r.settings.DiffOut.Write(describeChange(r.Dest, live, content, mode, r.UID, r.GID, r.settings.NoopShowSecrets))
 		}
 		return res, nil
 	}
