@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
@@ -26,6 +28,8 @@ var fileKeys = map[string]string{
 	"watch":              "watch",
 	"onetime":            "onetime",
 	"noop":               "noop",
+	"noop_show_secrets":  "noop-show-secrets",
+	"secret_keyring":     "secret-keyring",
 	"sync-only":          "sync-only",
 	"keep-stage-file":    "keep-stage-file",
 	"log-level":          "log-level",
@@ -53,7 +57,7 @@ var fileKeys = map[string]string{
 // (consul, vault, dynamodb, redis, ...) read.
 var otherBackendKeys = map[string]bool{
 	"auth_token": true, "auth_type": true, "app_id": true, "user_id": true, "role_id": true,
-	"secret_id": true, "table": true, "separator": true, "path": true, "secret_keyring": true,
+	"secret_id": true, "table": true, "separator": true, "path": true,
 	"client_cakeys_path": true,
 }
 
@@ -107,14 +111,17 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 	}
 	path := c.ConfigFile
 	raw := map[string]interface{}{}
-	_, err := toml.DecodeFile(path, &raw)
+	src, err := os.ReadFile(path)
+	if err == nil {
+		_, err = toml.Decode(string(src), &raw)
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && !onCommandLine["config-file"] {
 			return nil // the default file is optional
 		}
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, perr.Message)
+			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, redact.ParseMessage(src, perr.Position.Line, perr.Message))
 		}
 		return fmt.Errorf("config file: %w", err)
 	}

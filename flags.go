@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -34,6 +35,11 @@ type Config struct {
 	Validate         bool     // render from MockData; no store, no writes, no commands
 	MockData         string   // the key/values -validate renders from
 	Resources        []string // limit any mode to these resource files
+	// NoopShowSecrets lets -noop print the diff of files that are not world-readable.
+	NoopShowSecrets bool
+	// SecretKeyring is the armoured OpenPGP secret keyring for cget, cgets,
+	// cgetv and cgetvs (confd 0.16's -secret-keyring).
+	SecretKeyring string
 }
 
 const defaultConfigFile = "/etc/confd/confd.toml"
@@ -53,6 +59,8 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&c.Watch, "watch", false, "enable watch support: render on every change of a resource's keys")
 	fs.BoolVar(&c.OneTime, "onetime", false, "run once and exit; non-zero exit when any resource failed")
 	fs.BoolVar(&c.Noop, "noop", false, "only show pending changes (unified diff on stdout); write nothing, run nothing")
+	fs.BoolVar(&c.NoopShowSecrets, "noop-show-secrets", false, "with -noop, also print the diff of files that are not world-readable (mode 0600, 0640, ...); without it only changed line counts are shown")
+	fs.StringVar(&c.SecretKeyring, "secret-keyring", "", "path to an armored PGP secret keyring (for use with the crypt functions cget, cgets, cgetv, cgetvs)")
 	fs.BoolVar(&c.SyncOnly, "sync-only", false, "sync without check_cmd and reload_cmd")
 	fs.BoolVar(&c.KeepStageFile, "keep-stage-file", false, "keep the stage file of a failed check_cmd for inspection")
 	fs.StringVar(&c.LogLevel, "log-level", "", "level which confd should log messages (debug, info, warn, error; default info)")
@@ -85,22 +93,61 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args as confd 0.16 accepted them and reports errors
+// with flag names spelt as the user wrote them.
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	normalized, err := normalizeArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	err = fs.Parse(normalized)
+	if err == nil || errors.Is(err, pflag.ErrHelp) {
+		return err
+	}
+	msg := err.Error()
+	for _, a := range args {
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			name, _, _ := strings.Cut(a[1:], "=")
+			msg = strings.ReplaceAll(msg, `"--`+name+`"`, `"-`+name+`"`)
+		}
+	}
+	return errors.New(msg)
+}
+
 // normalizeArgs turns Go flag package spellings (-watch, -node=X, -node X)
 // into pflag's (--watch ...), so that existing systemd units keep working.
-// Only names of declared flags are rewritten; "--" ends flag processing.
-func normalizeArgs(fs *pflag.FlagSet, args []string) []string {
+// Only names of declared flags are rewritten; "--" ends flag processing. A
+// single-dash name that is not declared is reported as the user wrote it
+// ("unknown flag: -auth-token"): pflag would read it as a cluster of
+// one-letter flags and complain about the first letter.
+func normalizeArgs(fs *pflag.FlagSet, args []string) ([]string, error) {
 	out := make([]string, 0, len(args))
-	for i, a := range args {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
-			return append(out, args[i:]...)
+			return append(out, args[i:]...), nil
 		}
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
-			name := strings.SplitN(a[1:], "=", 2)[0]
-			if fs.Lookup(name) != nil {
-				a = "-" + a
-			}
+		if len(a) < 2 || a[0] != '-' {
+			out = append(out, a)
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		switch {
+		case f == nil && (name == "h" || name == "help"):
+			// pflag answers -h and --help with the usage text.
+		case f == nil && a[1] != '-':
+			return nil, fmt.Errorf("unknown flag: -%s", name)
+		case f != nil && a[1] != '-':
+			a = "-" + a
 		}
 		out = append(out, a)
+		// A value given as the next argument is taken whatever it looks
+		// like ("-prefix -x" sets the prefix to "-x"), as Go's flag did.
+		if f != nil && !hasValue && f.NoOptDefVal == "" && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
 	}
-	return out
+	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/resource"
+	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 )
@@ -42,6 +43,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
+		NoopShowSecrets: c.NoopShowSecrets,
+	}
+	if c.SecretKeyring != "" {
+		kr, err := template.ReadKeyring(c.SecretKeyring)
+		if err != nil {
+			log.Error(err.Error())
+			return 2
+		}
+		settings.Keyring = kr
 	}
 	switch {
 	case c.CheckConfig:
@@ -101,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func configure(args []string, stdout, stderr io.Writer, getenv func(string) string) (*Config, *logrus.Logger, int) {
 	c := &Config{}
 	fset := newFlagSet(c, stderr)
-	if err := fset.Parse(normalizeArgs(fset, args)); err != nil {
+	if err := parseFlags(fset, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil, nil, 0
 		}

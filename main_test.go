@@ -167,3 +167,67 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownFlagsNamedAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-auth-token", "x"}, "confd: unknown flag: -auth-token\n"},
+		{[]string{"-auth-token=x"}, "confd: unknown flag: -auth-token\n"},
+		{[]string{"--auth-token", "x"}, "confd: unknown flag: --auth-token\n"},
+		{[]string{"-onetime", "-table", "t"}, "confd: unknown flag: -table\n"},
+		{[]string{"-a"}, "confd: unknown flag: -a\n"},
+		{[]string{"-onetime=maybe"}, "confd: invalid argument \"maybe\" for \"-onetime\" flag: must be true or false\n"},
+	} {
+		var out, errb bytes.Buffer
+		_, log, code := configure(tc.args, &out, &errb, envOf(nil))
+		if log != nil || code != 2 || errb.String() != tc.want {
+			t.Errorf("configure(%v): exit %d, stderr %q; want %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+	// A value that looks like a flag is still a value, as with Go's flag.
+	var out, errb bytes.Buffer
+	c, log, _ := configure([]string{"-config-file", filepath.Join(t.TempDir(), "none.toml"), "-prefix", "-odd", "-onetime"}, &out, &errb, envOf(nil))
+	if log != nil || c != nil {
+		// the named config file is absent: only the flag parsing is under test
+		t.Logf("configured: %+v", c)
+	}
+	if strings.Contains(errb.String(), "unknown flag") {
+		t.Errorf("value -odd read as a flag: %s", errb.String())
+	}
+}
+
+func TestNoopShowSecretsAndKeyringFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "confd.toml")
+	if err := os.WriteFile(file, []byte("noop_show_secrets = true\nsecret_keyring = \"/etc/confd/ring.asc\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"-noop-show-secrets", "-secret-keyring", "/etc/confd/ring.asc"},
+		{"--noop-show-secrets", "--secret-keyring=/etc/confd/ring.asc"},
+		{"-config-file", file},
+	} {
+		var out, errb bytes.Buffer
+		c, log, code := configure(args, &out, &errb, envOf(nil))
+		if log == nil {
+			t.Fatalf("configure(%v): exit %d: %s", args, code, errb.String())
+		}
+		if !c.NoopShowSecrets || c.SecretKeyring != "/etc/confd/ring.asc" || strings.Contains(errb.String(), "ignored") {
+			t.Errorf("configure(%v) = %+v; stderr %s", args, c, errb.String())
+		}
+	}
+}
+
+func TestConfigParseErrorNeverQuotesAPassword(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "confd.toml")
+	if err := os.WriteFile(file, []byte("backend = \"etcdv3\"\npassword = hunter2pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	_, log, code := configure([]string{"-config-file", file}, &out, &errb, envOf(nil))
+	if log != nil || code != 2 || strings.Contains(errb.String(), "hunter") || !strings.Contains(errb.String(), file+":2:") || !strings.Contains(errb.String(), `"password"`) {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}

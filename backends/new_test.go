@@ -71,7 +71,9 @@ func TestNewEtcdAuth(t *testing.T) {
 	const password = "reader-Pa55word"
 	s.EnableAuth(t, "root-Pa55word", "reader", password, "/app")
 	ctx := context.Background()
-	base := Config{Nodes: []string{s.Endpoint}, DialTimeout: time.Second}
+	// etcd checks passwords with bcrypt: five logins at once on a busy
+	// 2-core machine take more than a second. This test is about outcomes.
+	base := Config{Nodes: []string{s.Endpoint}, DialTimeout: 15 * time.Second}
 
 	for _, tc := range []struct {
 		name      string

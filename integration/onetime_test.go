@@ -66,7 +66,7 @@ mode = "0600"
 
 	// The global -prefix replaces the resource's prefix, as in confd 0.16.
 	s.Put(t, "/other/db/host", "other.internal")
-	r = confd(t, nil, append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir, "-prefix", "/other", "-noop")...)
+	r = confd(t, nil, append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir, "-prefix", "/other", "-noop", "-noop-show-secrets")...) // the file is 0600
 	if r.code != 0 || !strings.Contains(r.stdout, "+db=other.internal:5432") {
 		t.Errorf("-prefix /other -noop: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -28,9 +28,10 @@ type Plan struct {
 }
 
 // Diff is what -noop prints for the plan: owner and mode changes, then a
-// unified diff, private key material masked.
-func (p *Plan) Diff(dest string) []byte {
-	return describeChange(dest, p.live, p.Content, p.Mode, p.UID, p.GID)
+// unified diff, private key material masked; for a file others may not
+// read, only line counts unless showSecrets.
+func (p *Plan) Diff(dest string, showSecrets bool) []byte {
+	return describeChange(dest, p.live, p.Content, p.Mode, p.UID, p.GID, showSecrets)
 }
 
 // Plan reads one snapshot of the resource's keys, renders the template and
@@ -41,7 +42,7 @@ func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.Render(r.Src, r.stripPrefix(kvs)); err != nil {
+	if p.Content, err = template.Render(r.Src, r.stripPrefix(kvs), template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	if p.live, err = readLive(r.Dest); err != nil {

@@ -30,7 +30,7 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	}
 	pv := Preview{Dest: r.Dest, Content: p.Content, InSync: !p.Write}
 	if p.Write {
-		pv.Change = p.Diff(r.Dest)
+		pv.Change = p.Diff(r.Dest, r.settings.NoopShowSecrets)
 	}
 	return pv, nil
 }

@@ -55,7 +55,7 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 			log.Warnf("Noop mode enabled. reload_cmd for %s, owed since an earlier update, will not be run", r.Dest)
 		}
 		if s.DiffOut != nil {
-			_, _ = s.DiffOut.Write(p.Diff(r.Dest))
+			_, _ = s.DiffOut.Write(p.Diff(r.Dest, r.settings.NoopShowSecrets))
 		}
 		return res, nil
 	}

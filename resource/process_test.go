@@ -230,7 +230,7 @@ func TestNoopAndSyncOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var diff bytes.Buffer
-	f.s.Noop, f.s.DiffOut = true, &diff
+	f.s.Noop, f.s.DiffOut, f.s.NoopShowSecrets = true, &diff, true
 	r := f.load()
 	r.CheckCmd, r.ReloadCmd = "echo check >> "+f.marks, "echo reload >> "+f.marks
 	res, err := r.Process(context.Background(), f.store)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/runner"
@@ -28,9 +29,14 @@ const (
 
 // Settings are the process-wide options that shape every resource.
 type Settings struct {
-	ConfDir       string        // confd's -confdir: resources in conf.d/, templates in templates/
-	Prefix        string        // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
-	Noop          bool          // render and diff, write nothing, run nothing
+	ConfDir string // confd's -confdir: resources in conf.d/, templates in templates/
+	Prefix  string // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
+	Noop    bool   // render and diff, write nothing, run nothing
+	// NoopShowSecrets lets -noop print the diff of a file that is not
+	// world-readable; otherwise only its changed line counts are shown.
+	NoopShowSecrets bool
+	// Keyring decrypts for the crypt template functions (-secret-keyring); nil without one.
+	Keyring       *template.Keyring
 	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
 	KeepStageFile bool          // keep the stage file of a failed check for inspection
 	CheckTimeout  time.Duration // default check_cmd timeout
@@ -99,11 +105,13 @@ func Load(file string, s *Settings) (*Resource, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	for _, k := range md.Undecoded() {
-		s.log().Warnf("%s: unknown key %q ignored", file, k.String())
-	}
 	if tf.Template == nil {
 		return nil, fmt.Errorf("%s: no [template] table", file)
+	}
+	// An unknown key is an error, not a warning: "checkcmd", or check_cmd
+	// written above [template], would otherwise let unchecked content go live.
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return nil, unknownKeyError(file, undecoded[0])
 	}
 	t := tf.Template
 	r := &Resource{File: file, Dest: t.Dest, Keys: t.Keys, CheckCmd: t.CheckCmd, ReloadCmd: t.ReloadCmd, settings: s}

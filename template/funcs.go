@@ -4,11 +4,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	texttemplate "text/template"
 	"time"
@@ -22,6 +22,10 @@ import (
 // The key functions are memkv's own methods rather than re-implementations:
 // templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
 // top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
+//
+// The crypt functions (cget, cgets, cgetv, cgetvs) are always defined, so a
+// template using them parses; they decrypt only when Render is given a
+// keyring (WithKeyring), and fail naming -secret-keyring otherwise.
 func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 	m := texttemplate.FuncMap{
 		// memkv (store.FuncMap in confd).
@@ -44,8 +48,8 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 		"replace":    strings.Replace,
 		"trimSuffix": strings.TrimSuffix,
 		"datetime":   time.Now,
-		"parseBool":  strconv.ParseBool,
-		"atoi":       strconv.Atoi,
+		"parseBool":  parseBool,
+		"atoi":       atoi,
 
 		"json":         jsonObject,
 		"jsonArray":    jsonArray,
@@ -77,19 +81,26 @@ func FuncMap(store *memkv.Store) texttemplate.FuncMap {
 	for name, fn := range pemFuncs() {
 		m[name] = fn
 	}
+	for name, fn := range cryptFuncs(m, nil, nil) {
+		m[name] = fn
+	}
 	return m
 }
 
 func jsonObject(data string) (map[string]interface{}, error) {
 	var v map[string]interface{}
-	err := json.Unmarshal([]byte(data), &v)
-	return v, err
+	if err := json.Unmarshal([]byte(data), &v); err != nil {
+		return nil, jsonError("json", len(data), err)
+	}
+	return v, nil
 }
 
 func jsonArray(data string) ([]interface{}, error) {
 	var v []interface{}
-	err := json.Unmarshal([]byte(data), &v)
-	return v, err
+	if err := json.Unmarshal([]byte(data), &v); err != nil {
+		return nil, jsonError("jsonArray", len(data), err)
+	}
+	return v, nil
 }
 
 // createMap builds a map from alternating keys and values, mainly so a
@@ -127,7 +138,11 @@ func base64Encode(s string) string {
 
 func base64Decode(s string) (string, error) {
 	b, err := base64.StdEncoding.DecodeString(s)
-	return string(b), err
+	if err != nil {
+		// The error names a byte offset, never the input.
+		return "", fmt.Errorf("base64Decode: value (%d bytes, not shown): %w", len(s), err)
+	}
+	return string(b), nil
 }
 
 // fileExists answers false only for "does not exist"; any other stat

@@ -20,7 +20,11 @@ import (
 // The template is named filepath.Base(srcPath), as confd names it, so
 // text/template's own messages ("template: NAME:LINE:COL: ...") read the
 // same as confd's; the returned error adds the full path in front.
-func Render(srcPath string, kvs map[string]string) ([]byte, error) {
+func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	// A fresh store per render: keys deleted upstream must not linger, and
 	// concurrent renders must not see each other's keys.
 	store := memkv.New()
@@ -32,12 +36,16 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The crypt functions FuncMap defined are swapped for ones that decrypt
+	// with this render's keyring and remember what they decrypted.
+	var decrypted []string
+	tmpl.Funcs(cryptFuncs(FuncMap(&store), o.keyring, func(v string) { decrypted = append(decrypted, v) }))
 
 	// A buffer, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, nil); err != nil {
-		return nil, fmt.Errorf("execute template %s: %w", srcPath, err)
+		return nil, fmt.Errorf("execute template %s: %w", srcPath, withoutValues(err, kvs, decrypted))
 	}
 	return buf.Bytes(), nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/internal/redact"
 	"io"
 	"io/fs"
 	"os"
@@ -115,7 +116,7 @@ func checkConfigFile(c ConfigFile) []Problem {
 	if _, err := toml.Decode(string(data), &raw); err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return []Problem{{File: c.Path, Line: perr.Position.Line, Msg: perr.Message}}
+			return []Problem{{File: c.Path, Line: perr.Position.Line, Msg: redact.ParseMessage(data, perr.Position.Line, perr.Message)}}
 		}
 		return []Problem{{File: c.Path, Msg: err.Error()}}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/redact"
 )
 
 // ConfdFormatter prints "TIME HOST TAG[PID]: LEVEL message", as confd did;
@@ -53,11 +55,24 @@ func New(w io.Writer, level, format string) (*logrus.Logger, error) {
 	switch format {
 	case "", "text":
 		host, _ := os.Hostname()
-		l.SetFormatter(&ConfdFormatter{Tag: filepath.Base(os.Args[0]), Hostname: host, PID: os.Getpid()})
+		l.SetFormatter(redacting{&ConfdFormatter{Tag: filepath.Base(os.Args[0]), Hostname: host, PID: os.Getpid()}})
 	case "json":
-		l.SetFormatter(&logrus.JSONFormatter{})
+		l.SetFormatter(redacting{&logrus.JSONFormatter{}})
 	default:
 		return nil, fmt.Errorf("-log-format %q: want text or json", format)
 	}
 	return l, nil
+}
+
+// redacting masks private keys and URL passwords in every formatted record,
+// whatever put them into the message or a field: the last guard before the
+// log. (In JSON records a key's newlines are escaped; redact handles that.)
+type redacting struct{ logrus.Formatter }
+
+func (r redacting) Format(e *logrus.Entry) ([]byte, error) {
+	b, err := r.Formatter.Format(e)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(redact.String(string(b))), nil
 }

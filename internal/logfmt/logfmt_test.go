@@ -34,3 +34,18 @@ func TestFormats(t *testing.T) {
 }
 
 var b0 bytes.Buffer
+
+func TestRecordsAreRedacted(t *testing.T) {
+	key := "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBgh6/4vBhHETAcq3TpoAoGCCqGSM49\n-----END EC PRIVATE KEY-----"
+	for _, format := range []string{"text", "json"} {
+		var b bytes.Buffer
+		l, err := New(&b, "info", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.WithField("output", "+"+strings.ReplaceAll(key, "\n", "\n+")).Errorf("check failed: %s; node https://root:pw1234@h:2379", key)
+		if strings.Contains(b.String(), "MHcCAQEEIBkg") || strings.Contains(b.String(), "pw1234") {
+			t.Errorf("%s record leaks: %s", format, b.String())
+		}
+	}
+}

@@ -1,16 +1,52 @@
-// Package redact masks secrets (private key material) in text that is about
-// to reach a log, an error or a terminal. Both binaries use it for every
-// output path that can carry file contents or command output.
+// Package redact masks secrets (private key material, credentials in URLs)
+// in text that is about to reach a log, an error or a terminal. Both
+// binaries use it for every output path that can carry file contents or
+// command output.
+//
+// A private key block is recognised by its armour markers wherever they sit
+// in a line: after a diff marker ("+", "-", "> ", "< "), a log prefix, an
+// indentation, or inside a JSON string whose newlines are escaped ("\n").
+// Everything between a BEGIN marker and its END marker is masked, whether
+// the two are on one line or many; a BEGIN without an END masks to the end
+// of the text (or, for Lines, of the stream).
 package redact
 
-import "strings"
+import (
+	"encoding/base64"
+	"regexp"
+	"strings"
+)
 
-// Mask replaces a private key body line.
+// Mask replaces private key material.
 const Mask = "[private key redacted]"
 
-// String masks the body of every PEM private key block in s.
+// PasswordMask replaces the password of a URL's user information.
+const PasswordMask = "xxxxx"
+
+var (
+	// beginRE matches the BEGIN armour of any private key PEM type: PKCS#1
+	// ("RSA PRIVATE KEY"), SEC1 ("EC PRIVATE KEY"), PKCS#8 ("PRIVATE KEY",
+	// "ENCRYPTED PRIVATE KEY"), OpenSSH, DSA, and OpenPGP ("PGP PRIVATE KEY
+	// BLOCK"; some tools write "SECRET KEY").
+	beginRE = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*(?:PRIVATE|SECRET) KEY[A-Z ]*-----`)
+	// endRE matches any END armour; inside a key block the first one closes it.
+	endRE = regexp.MustCompile(`-----END [A-Z0-9 ]*-----`)
+	// urlPassRE finds "scheme://user:password@" in URLs printed by clients.
+	urlPassRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@"']*:)([^/\s@"']+)(@)`)
+	// b64RunRE is a run of base64 text long enough to be key material.
+	b64RunRE = regexp.MustCompile(`[A-Za-z0-9+/=]{16,}`)
+	// b64PEMRE is a whole PEM file base64-encoded on one line, as
+	// kubeconfig's client-key-data holds it: "-----BEGIN" is "LS0tLS1CRUdJTi".
+	b64PEMRE = regexp.MustCompile(`LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}`)
+)
+
+// String masks every private key block in s, and passwords in URLs. The
+// number of lines is kept, so a masked diff or log still lines up.
 func String(s string) string {
-	if !strings.Contains(s, "PRIVATE KEY") {
+	if strings.Contains(s, "://") {
+		s = urlPassRE.ReplaceAllString(s, "${1}"+PasswordMask+"${3}")
+	}
+	if !strings.Contains(s, "KEY") && !strings.Contains(s, "LS0tLS1CRUdJTi") {
 		return s
 	}
 	lines := strings.SplitAfter(s, "\n")
@@ -22,7 +58,37 @@ func String(s string) string {
 			lines[i] += "\n"
 		}
 	}
+	maskOrphanBodies(lines)
 	return strings.Join(lines, "")
+}
+
+// maskOrphanBodies masks key bodies whose BEGIN line is not in the text
+// (output cut to its last lines): base64 lines directly above an END armour
+// of a private key that no BEGIN opened.
+func maskOrphanBodies(lines []string) {
+	for i, l := range lines {
+		if !strings.Contains(l, "-----END ") || strings.Contains(l, Mask) {
+			continue
+		}
+		m := endRE.FindString(l)
+		if !strings.Contains(m, "PRIVATE KEY") && !strings.Contains(m, "SECRET KEY") {
+			continue
+		}
+		for j := i - 1; j >= 0; j-- {
+			if !looksLikeKeyBody(lines[j]) {
+				break
+			}
+			lines[j] = Mask + "\n"
+		}
+	}
+}
+
+// looksLikeKeyBody is true for a base64 line or a PEM header line
+// ("Proc-Type: ...", "DEK-Info: ...") with any short prefix.
+func looksLikeKeyBody(l string) bool {
+	t := strings.TrimSpace(l)
+	return b64RunRE.MatchString(t) && !strings.Contains(t, "-----") ||
+		strings.Contains(t, "Proc-Type:") || strings.Contains(t, "DEK-Info:")
 }
 
 // Lines masks private key blocks in a stream of lines, one call per line
@@ -30,18 +96,107 @@ func String(s string) string {
 // value is ready to use; it remembers whether it is inside a key block.
 type Lines struct {
 	inKey bool
+	// prefix is the diff marker or indentation in front of the BEGIN
+	// armour, kept on masked body lines so a diff stays readable.
+	prefix string
 }
 
-// Line returns l, or the mask when l belongs to a private key block.
+// Line returns l with any private key material masked.
 func (f *Lines) Line(l string) string {
-	t := strings.TrimSpace(l)
-	switch {
-	case strings.HasPrefix(t, "-----BEGIN ") && strings.HasSuffix(t, "PRIVATE KEY-----"):
-		f.inKey = true
-	case strings.HasPrefix(t, "-----END ") && f.inKey:
+	if strings.Contains(l, "LS0tLS1CRUdJTi") {
+		l = b64PEMRE.ReplaceAllStringFunc(l, maskEncodedKey)
+	}
+	var b strings.Builder
+	rest := l
+	if f.inKey {
+		loc := endRE.FindStringIndex(rest)
+		if loc == nil {
+			return f.keepPrefix(l) + Mask
+		}
+		before := rest[:loc[0]]
+		if b64RunRE.MatchString(before) {
+			b.WriteString(f.keepPrefix(before))
+			b.WriteString(Mask)
+		} else {
+			b.WriteString(before)
+		}
+		b.WriteString(rest[loc[0]:loc[1]])
+		rest = rest[loc[1]:]
 		f.inKey = false
-	case f.inKey:
+	}
+	for {
+		loc := beginRE.FindStringIndex(rest)
+		if loc == nil {
+			b.WriteString(rest)
+			return b.String()
+		}
+		b.WriteString(rest[:loc[1]])
+		if b.Len() == loc[1] && !f.inKey {
+			f.prefix = rest[:loc[0]]
+		} else {
+			f.prefix = ""
+		}
+		rest = rest[loc[1]:]
+		end := endRE.FindStringIndex(rest)
+		if end == nil {
+			// The block goes on past this line.
+			if strings.TrimSpace(rest) != "" {
+				b.WriteString(Mask)
+			}
+			f.inKey = true
+			return b.String()
+		}
+		body := rest[:end[0]]
+		b.WriteString(edgeBreak(body, strings.HasPrefix))
+		b.WriteString(Mask)
+		b.WriteString(edgeBreak(body, strings.HasSuffix))
+		b.WriteString(rest[end[0]:end[1]])
+		rest = rest[end[1]:]
+	}
+}
+
+// edgeBreak returns the escaped line break (`\n`, `\r\n`, `\\n`) or blank
+// at one edge of a key body written on one line, so the masked form keeps
+// the shape of the original.
+func edgeBreak(body string, at func(s, edge string) bool) string {
+	for _, nl := range []string{`\\r\\n`, `\\n`, `\r\n`, `\n`, " "} {
+		if at(body, nl) {
+			return nl
+		}
+	}
+	return ""
+}
+
+// keepPrefix returns the part of a body line that is the diff marker or
+// indentation seen before the BEGIN armour, and nothing of the key itself.
+func (f *Lines) keepPrefix(l string) string {
+	n := len(f.prefix)
+	if n == 0 || n > len(l) {
+		return ""
+	}
+	for i := 0; i < n; i++ {
+		p, c := f.prefix[i], l[i]
+		switch {
+		case p == c && strings.IndexByte("+-<>| \t", p) >= 0:
+		case (p == '+' || p == '-') && (c == '+' || c == '-'):
+		case (p == ' ' || p == '\t') && (c == ' ' || c == '\t'):
+		default:
+			return ""
+		}
+	}
+	return l[:n]
+}
+
+// maskEncodedKey masks a base64-encoded PEM text when it holds a private key.
+func maskEncodedKey(enc string) string {
+	dec, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		dec, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(enc, "="))
+	}
+	if err != nil || beginRE.Match(dec) {
+		// Undecodable text that starts like an encoded BEGIN line is
+		// masked too: a cut-off key is still a key.
 		return Mask
 	}
-	return l
+	return enc
 }

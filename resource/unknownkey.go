@@ -1,0 +1,90 @@
+package resource
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// resourceKeys are the keys of [template]; the TOML tags of tomlTemplate.
+var resourceKeys = []string{"src", "dest", "keys", "prefix", "owner", "group", "uid", "gid", "mode",
+	"check_cmd", "reload_cmd", "check_cmd_timeout", "reload_cmd_timeout"}
+
+// unknownKeyError names the file, the line and the key, and what was
+// probably meant.
+func unknownKeyError(file string, k toml.Key) error {
+	where := file
+	if line := keyLine(file, k); line > 0 {
+		where = fmt.Sprintf("%s:%d", file, line)
+	}
+	name := k[len(k)-1]
+	hint := ""
+	switch {
+	case len(k) == 1 && contains(resourceKeys, name):
+		hint = "; it belongs in the [template] table: move it below the [template] line"
+	case len(k) == 2 && k[0] == "template":
+		if m := closestKey(name); m != "" {
+			hint = fmt.Sprintf("; did you mean %q?", m)
+		}
+	}
+	return fmt.Errorf("%s: unknown key %q%s (the resource is skipped)", where, k.String(), hint)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// closestKey matches keys that differ only in case, dashes and underscores
+// ("checkcmd", "check-cmd", "CheckCmd" → "check_cmd").
+func closestKey(name string) string {
+	fold := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	}
+	for _, k := range resourceKeys {
+		if fold(k) == fold(name) {
+			return k
+		}
+	}
+	return ""
+}
+
+// keyLine finds the line that defines k: a "name =" line inside k's table,
+// or the header of a table k names. BurntSushi/toml keeps no positions for
+// keys; 0 means not found (dotted or inline forms).
+func keyLine(file string, k toml.Key) int {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	table := ""
+	want := strings.Join(k[:len(k)-1], ".")
+	name := k[len(k)-1]
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(l, "[") {
+			table = strings.Trim(strings.Trim(l, "[] \t"), `"`)
+			if i := strings.Index(l, "]"); i > 0 {
+				table = strings.Trim(strings.TrimSpace(strings.Trim(l[:i], "[")), `"`)
+			}
+			if table == k.String() {
+				return n
+			}
+			continue
+		}
+		key, _, ok := strings.Cut(l, "=")
+		if ok && table == want && strings.Trim(strings.TrimSpace(key), `"'`) == name {
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,139 @@
+package template
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	texttemplate "text/template"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/kelseyhightower/memkv"
+)
+
+// Keyring holds the OpenPGP secret keys of confd's -secret-keyring, which
+// the crypt functions (cget, cgets, cgetv, cgetvs) decrypt values with.
+type Keyring struct {
+	entities openpgp.EntityList
+}
+
+// ReadKeyring reads an armoured OpenPGP secret keyring, as confd 0.16's
+// -secret-keyring. The error names the file, never its content.
+func ReadKeyring(path string) (*Keyring, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("-secret-keyring: %w", err)
+	}
+	defer f.Close()
+	el, err := openpgp.ReadArmoredKeyRing(f)
+	if err != nil {
+		return nil, fmt.Errorf("-secret-keyring %s: not an armored OpenPGP keyring: %w", path, err)
+	}
+	hasSecret := false
+	for _, e := range el {
+		hasSecret = hasSecret || e.PrivateKey != nil
+	}
+	if !hasSecret {
+		return nil, fmt.Errorf("-secret-keyring %s: holds no secret key, so no value can be decrypted", path)
+	}
+	return &Keyring{entities: el}, nil
+}
+
+// decrypt undoes confd's crypt encoding (xordataexchange/crypt's secconf):
+// base64(OpenPGP(gzip(value))). The error never carries the value.
+func (k *Keyring) decrypt(value string) (string, error) {
+	md, err := openpgp.ReadMessage(base64.NewDecoder(base64.StdEncoding, bytes.NewBufferString(value)), k.entities, nil, nil)
+	if err != nil {
+		return "", fmt.Errorf("not an OpenPGP message for -secret-keyring: %w", err)
+	}
+	zr, err := gzip.NewReader(md.UnverifiedBody)
+	if err != nil {
+		return "", fmt.Errorf("decrypted value is not gzip data: %w", err)
+	}
+	defer zr.Close()
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return "", fmt.Errorf("decrypted value: %w", err)
+	}
+	return string(b), nil
+}
+
+// errNoKeyring is what a crypt function says without -secret-keyring.
+// confd 0.16 left the functions undefined then ("function cget not
+// defined"); naming the flag says what to do.
+var errNoKeyring = errors.New("needs -secret-keyring (the crypt functions decrypt with its keys)")
+
+// cryptFuncs returns cget, cgets, cgetv and cgetvs over the key functions of
+// base (so they read whatever store base reads), decrypting with k. Every
+// decrypted value is passed to seen (when not nil), so that errors can be
+// kept clean of it.
+func cryptFuncs(base texttemplate.FuncMap, k *Keyring, seen func(string)) texttemplate.FuncMap {
+	get, _ := base["get"].(func(string) (memkv.KVPair, error))
+	gets, _ := base["gets"].(func(string) (memkv.KVPairs, error))
+	getv, _ := base["getv"].(func(string, ...string) (string, error))
+	getvs, _ := base["getvs"].(func(string) ([]string, error))
+	dec := func(fn, key, v string) (string, error) {
+		if k == nil {
+			return "", fmt.Errorf("%s %q: %w", fn, key, errNoKeyring)
+		}
+		p, err := k.decrypt(v)
+		if err != nil {
+			return "", fmt.Errorf("%s %q: %w", fn, key, err)
+		}
+		if seen != nil {
+			seen(p)
+		}
+		return p, nil
+	}
+	if get == nil || gets == nil || getv == nil || getvs == nil {
+		// A store whose functions changed shape: fail the render, not panic.
+		broken := func(string) (string, error) {
+			return "", errors.New("crypt functions: the store's get/gets/getv/getvs have unexpected types")
+		}
+		return texttemplate.FuncMap{"cget": broken, "cgets": broken, "cgetv": broken, "cgetvs": broken}
+	}
+	return texttemplate.FuncMap{
+		"cget": func(key string) (memkv.KVPair, error) {
+			kv, err := get(key)
+			if err != nil {
+				return kv, err
+			}
+			kv.Value, err = dec("cget", kv.Key, kv.Value)
+			return kv, err
+		},
+		"cgets": func(pattern string) (memkv.KVPairs, error) {
+			kvs, err := gets(pattern)
+			if err != nil {
+				return kvs, err
+			}
+			for i := range kvs {
+				if kvs[i].Value, err = dec("cgets", kvs[i].Key, kvs[i].Value); err != nil {
+					return nil, err
+				}
+			}
+			return kvs, nil
+		},
+		"cgetv": func(key string) (string, error) {
+			v, err := getv(key)
+			if err != nil {
+				return "", err
+			}
+			return dec("cgetv", key, v)
+		},
+		"cgetvs": func(pattern string) ([]string, error) {
+			vs, err := getvs(pattern)
+			if err != nil {
+				return vs, err
+			}
+			for i := range vs {
+				if vs[i], err = dec("cgetvs", pattern, vs[i]); err != nil {
+					return nil, err
+				}
+			}
+			return vs, nil
+		},
+	}
+}
