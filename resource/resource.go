@@ -44,7 +44,7 @@ type Settings struct {
 	Log           logrus.FieldLogger
 	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
 	// CommandGrace is how long a check_cmd or reload_cmd has between
-	// SIGTERM (its timeout, or confd stopping) and SIGKILL; zero means
+	// SIGTERM (its timeout, or its context ending) and SIGKILL; zero means
 	// runner.DefaultGrace.
 	CommandGrace time.Duration
 	// CommandEnv is the environment of check_cmd and reload_cmd, without
