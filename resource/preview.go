@@ -3,11 +3,9 @@ package resource
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/keysync/confd/internal/redact"
-	"github.com/keysync/confd/template"
 )
 
 // Preview is what a resource would render, found without writing a file or
@@ -26,25 +24,15 @@ func (p Preview) Masked() string { return redact.String(string(p.Content)) }
 // Preview renders r from store and compares the result with the live
 // destination. It writes nothing and runs neither check_cmd nor reload_cmd.
 func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
-	kvs, _, err := store.GetValues(ctx, r.StoreKeys())
+	p, err := r.Plan(ctx, store)
 	if err != nil {
-		return Preview{}, fmt.Errorf("%s: read keys: %w", r.File, err)
+		return Preview{}, err
 	}
-	content, err := template.Render(r.Src, r.stripPrefix(kvs))
-	if err != nil {
-		return Preview{}, fmt.Errorf("%s: %w", r.File, err)
+	pv := Preview{Dest: r.Dest, Content: p.Content, InSync: !p.Write}
+	if p.Write {
+		pv.Change = p.Diff(r.Dest, r.settings.NoopShowSecrets)
 	}
-	live, err := readLive(r.Dest)
-	if err != nil {
-		return Preview{}, fmt.Errorf("%s: %w", r.File, err)
-	}
-	p := Preview{Dest: r.Dest, Content: content}
-	mode := r.effectiveMode(live)
-	p.InSync = r.inSync(live, content, mode)
-	if !p.InSync {
-		p.Change = describeChange(r.Dest, live, content, mode, r.UID, r.GID, r.settings.NoopShowSecrets)
-	}
-	return p, nil
+	return pv, nil
 }
 
 // effectiveMode is the mode the destination gets: the resource's, else the
