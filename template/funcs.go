@@ -14,15 +14,17 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/memkv"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // FuncMap returns confd 0.16's template functions, with the key lookups
 // bound to store.
 //
-// The key functions are memkv's own methods rather than re-implementations:
-// templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
-// top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
-func FuncMap(store *memkv.Store) texttemplate.FuncMap {
+// The key functions are store.Index's, which give memkv v0.1.1's results
+// (templates depend on its quirks: getvs sorts by value, ls "/" lists only
+// top-level keys, lsdir "/" lists nothing) from an index instead of a scan.
+func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
 	return texttemplate.FuncMap{
 		// memkv (store.FuncMap in confd).
 		"exists": store.Exists,

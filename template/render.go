@@ -1,5 +1,5 @@
-// Package template renders confd templates: Go text/template over a memkv
-// store with confd 0.16's function set. It does no I/O beyond reading the
+// Package template renders confd templates: Go text/template over a
+// memkv-compatible store with confd 0.16's function set. It does no I/O beyond reading the
 // template file, so callers decide where (and whether) the bytes land.
 package template
 
@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	texttemplate "text/template"
 
-	"github.com/kelseyhightower/memkv"
+	kvstore "github.com/keysync/confd/store"
 )
 
 // Render parses the template file at srcPath and executes it over kvs,
@@ -23,10 +23,9 @@ import (
 func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 	// A fresh store per render: keys deleted upstream must not linger, and
 	// concurrent renders must not see each other's keys.
-	store := memkv.New()
-	for k, v := range kvs {
-		store.Set(k, v)
-	}
+	// The index borrows kvs rather than copying it: at 100k keys a second
+	// map would double the render's memory.
+	store := kvstore.New(kvs)
 
 	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
 	// apart from "does not parse"; ParseFiles would do exactly this Parse on
@@ -35,7 +34,7 @@ func Render(srcPath string, kvs map[string]string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
 	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(&store)).Parse(string(src))
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(store)).Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}
