@@ -6,14 +6,16 @@ package store
 
 import (
 	"path"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kelseyhightower/memkv"
 )
 
-// Index is a read-only snapshot of keys and values. It is built once per
-// render and never changed, so it needs no lock.
+// Index is a read-only snapshot of keys and values, built once per render;
+// it is safe for concurrent use.
 type Index struct {
 	m map[string]string
 	// byKey holds every pair in key order: a glob's literal head selects one
@@ -21,8 +23,10 @@ type Index struct {
 	byKey []memkv.KVPair
 	// byDir holds every key in the order of path.Dir(key): memkv's ls and
 	// lsdir select keys by the cleaned directory, not by the raw key, so a
-	// key such as "/x/../a/b" belongs to "/a".
-	byDir []dirEntry
+	// key such as "/x/../a/b" belongs to "/a". Built on the first ls or
+	// lsdir: a template that only calls gets never pays for it.
+	byDir     []dirEntry
+	byDirOnce sync.Once
 }
 
 type dirEntry struct {
@@ -33,18 +37,25 @@ type dirEntry struct {
 // New indexes kvs. The map is kept, not copied: the caller must not change
 // it while the Index is in use.
 func New(kvs map[string]string) *Index {
-	ix := &Index{
-		m:     kvs,
-		byKey: make([]memkv.KVPair, 0, len(kvs)),
-		byDir: make([]dirEntry, 0, len(kvs)),
-	}
+	ix := &Index{m: kvs, byKey: make([]memkv.KVPair, 0, len(kvs))}
 	for k, v := range kvs {
 		ix.byKey = append(ix.byKey, memkv.KVPair{Key: k, Value: v})
-		ix.byDir = append(ix.byDir, dirEntry{dir: path.Dir(k), key: k})
 	}
-	sort.Slice(ix.byKey, func(i, j int) bool { return ix.byKey[i].Key < ix.byKey[j].Key })
-	sort.Slice(ix.byDir, func(i, j int) bool { return ix.byDir[i].dir < ix.byDir[j].dir })
+	slices.SortFunc(ix.byKey, func(a, b memkv.KVPair) int { return strings.Compare(a.Key, b.Key) })
 	return ix
+}
+
+func (ix *Index) dirs() []dirEntry {
+	ix.byDirOnce.Do(func() {
+		ix.byDir = make([]dirEntry, len(ix.byKey))
+		for i, kv := range ix.byKey {
+			ix.byDir[i] = dirEntry{dir: path.Dir(kv.Key), key: kv.Key}
+		}
+		// Stable over key order: equal directories keep their keys sorted,
+		// which costs nothing and keeps runs deterministic.
+		slices.SortStableFunc(ix.byDir, func(a, b dirEntry) int { return strings.Compare(a.dir, b.dir) })
+	})
+	return ix.byDir
 }
 
 // Len is the number of keys.
@@ -92,20 +103,23 @@ func (ix *Index) GetAll(pattern string) (memkv.KVPairs, error) {
 	if _, err := path.Match(pattern, ix.byKey[0].Key); err != nil {
 		return nil, err
 	}
-	// Only keys that start with the pattern's literal head can match.
+	// Only keys that start with the pattern's literal head can match: one
+	// run of byKey.
 	head := literalHead(pattern)
 	lo := sort.Search(len(ix.byKey), func(i int) bool { return ix.byKey[i].Key >= head })
-	for _, kv := range ix.byKey[lo:] {
-		if !strings.HasPrefix(kv.Key, head) {
-			break
+	run := ix.byKey[lo:]
+	run = run[:sort.Search(len(run), func(i int) bool { return !strings.HasPrefix(run[i].Key, head) })]
+	if head == pattern {
+		// No meta characters: only the key itself matches, first in the run.
+		if len(run) > 0 && run[0].Key == pattern {
+			ks = append(ks, run[0])
 		}
-		if head == pattern {
-			// No meta characters: only the key itself matches.
-			if kv.Key == pattern {
-				ks = append(ks, kv)
-			}
-			break
-		}
+		return ks, nil
+	}
+	// Sized for the whole run: "/*" over 100k keys would otherwise copy
+	// the result over and over as it grows.
+	ks = make(memkv.KVPairs, 0, len(run))
+	for _, kv := range run {
 		if ok, _ := path.Match(pattern, kv.Key); ok {
 			ks = append(ks, kv)
 		}
@@ -179,21 +193,23 @@ func (ix *Index) ListDir(filePath string) []string {
 
 // dirRange is the entries whose directory is exactly dir.
 func (ix *Index) dirRange(dir string) []dirEntry {
-	lo := sort.Search(len(ix.byDir), func(i int) bool { return ix.byDir[i].dir >= dir })
+	d := ix.dirs()
+	lo := sort.Search(len(d), func(i int) bool { return d[i].dir >= dir })
 	hi := lo
-	for hi < len(ix.byDir) && ix.byDir[hi].dir == dir {
+	for hi < len(d) && d[hi].dir == dir {
 		hi++
 	}
-	return ix.byDir[lo:hi]
+	return d[lo:hi]
 }
 
 // dirPrefixRange is the entries whose directory starts with prefix.
 func (ix *Index) dirPrefixRange(prefix string) []dirEntry {
-	lo := sort.Search(len(ix.byDir), func(i int) bool { return ix.byDir[i].dir >= prefix })
-	hi := lo + sort.Search(len(ix.byDir)-lo, func(i int) bool {
-		return !strings.HasPrefix(ix.byDir[lo+i].dir, prefix)
+	d := ix.dirs()
+	lo := sort.Search(len(d), func(i int) bool { return d[i].dir >= prefix })
+	hi := lo + sort.Search(len(d)-lo, func(i int) bool {
+		return !strings.HasPrefix(d[lo+i].dir, prefix)
 	})
-	return ix.byDir[lo:hi]
+	return d[lo:hi]
 }
 
 // firstSegment is strings.Split(s, "/")[0] without the slice.

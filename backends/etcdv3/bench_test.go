@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/kvload"
 )
 
 // BenchmarkGetValues reads a resource's keys at one revision from a real
@@ -39,10 +40,40 @@ func BenchmarkGetValues(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
+			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				vals, _, err := c.GetValues(ctx, keys)
 				if err != nil || len(vals) != 4*n {
+					b.Fatalf("got %d values, %v", len(vals), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGetValuesPrefix reads target 1's shape: n keys under one
+// prefix, which comes in pages of pageKeys at one revision.
+func BenchmarkGetValuesPrefix(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := etcdtest.Start(b)
+			ctx := context.Background()
+			if _, err := kvload.Load(ctx, s.Client(b), n, func(i int) (string, string) {
+				return fmt.Sprintf("/flat/k%07d", i), fmt.Sprintf("value-%08d-%049d", i, 0)
+			}); err != nil {
+				b.Fatal(err)
+			}
+			c, err := New(ctx, Config{Nodes: []string{s.Endpoint}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				vals, _, err := c.GetValues(ctx, []string{"/flat"})
+				if err != nil || len(vals) != n {
 					b.Fatalf("got %d values, %v", len(vals), err)
 				}
 			}
