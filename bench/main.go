@@ -88,9 +88,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
 	c.WorkDir = dir
 	rep, err := runBench(ctx, c)
+	_ = os.RemoveAll(dir)
 	if rep != nil {
 		fmt.Print(rep.table())
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -110,9 +111,10 @@ func procStatus(pid int, field string) string {
 // fileWatch reports files renamed or written into one directory, so a
 // measurement sees a rendered file the moment it lands, without polling.
 type fileWatch struct {
-	fd     int
+	fd, wd int
 	dir    string
 	events chan fileEvent
+	closed atomic.Bool
 }
 
 type fileEvent struct {
@@ -125,19 +127,24 @@ func watchDir(dir string) (*fileWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+	wd, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE)
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify %s: %w", dir, err)
 	}
-	w := &fileWatch{fd: fd, dir: dir, events: make(chan fileEvent, 65536)}
+	w := &fileWatch{fd: fd, wd: wd, dir: dir, events: make(chan fileEvent, 65536)}
 	go w.loop()
 	return w, nil
 }
 
+// loop reads events until close. It alone closes the descriptor, after its
+// last read: closing it under a blocked read would let that read's next
+// call land on whatever descriptor reuses the number (another watch's).
 func (w *fileWatch) loop() {
 	defer close(w.events)
+	defer unix.Close(w.fd)
 	buf := make([]byte, 64*1024)
-	for {
+	for !w.closed.Load() {
 		n, err := unix.Read(w.fd, buf)
 		if err != nil || n <= 0 {
 			if err == unix.EINTR {
@@ -151,20 +158,28 @@ func (w *fileWatch) loop() {
 			nameb := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			name := string(bytes.TrimRight(nameb, "\x00"))
-			w.events <- fileEvent{name: name, at: at}
+			if !w.closed.Load() {
+				select {
+				case w.events <- fileEvent{name: name, at: at}:
+				default: // nobody reads any more, or far behind: drop
+				}
+			}
 		}
 	}
 }
 
-func (w *fileWatch) close() { unix.Close(w.fd) }
+// close ends loop: removing the watch queues IN_IGNORED, which wakes its read.
+func (w *fileWatch) close() {
+	w.closed.Store(true)
+	_, _ = unix.InotifyRmWatch(w.fd, uint32(w.wd))
+}
 
 // waitContent waits until file name in the watched directory holds want,
-// and returns when it was seen.
-func (w *fileWatch) waitContent(name, want string, within time.Duration) (time.Time, error) {
+// and returns when it was seen. Events from before since are not counted:
+// the file read then may already hold a newer write, whose own event is
+// still queued.
+func (w *fileWatch) waitContent(name, want string, since time.Time, within time.Duration) (time.Time, error) {
 	path := filepath.Join(w.dir, name)
-	if b, err := os.ReadFile(path); err == nil && string(b) == want {
-		return time.Now(), nil
-	}
 	timeout := time.After(within)
 	for {
 		select {
@@ -172,7 +187,7 @@ func (w *fileWatch) waitContent(name, want string, within time.Duration) (time.T
 			if !ok {
 				return time.Time{}, fmt.Errorf("inotify on %s closed", w.dir)
 			}
-			if ev.name != name {
+			if ev.name != name || ev.at.Before(since) {
 				continue
 			}
 			if b, err := os.ReadFile(path); err == nil && string(b) == want {
