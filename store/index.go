@@ -51,9 +51,14 @@ func (ix *Index) dirs() []dirEntry {
 		for i, kv := range ix.byKey {
 			ix.byDir[i] = dirEntry{dir: path.Dir(kv.Key), key: kv.Key}
 		}
-		// Stable over key order: equal directories keep their keys sorted,
-		// which costs nothing and keeps runs deterministic.
-		slices.SortStableFunc(ix.byDir, func(a, b dirEntry) int { return strings.Compare(a.dir, b.dir) })
+		// Keys break ties so the order is total and runs are deterministic
+		// without a stable sort (Go's is O(n log² n) in moves).
+		slices.SortFunc(ix.byDir, func(a, b dirEntry) int {
+			if c := strings.Compare(a.dir, b.dir); c != 0 {
+				return c
+			}
+			return strings.Compare(a.key, b.key)
+		})
 	})
 	return ix.byDir
 }

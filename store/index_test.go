@@ -179,3 +179,4 @@ func TestIndexDirectoryLoop(t *testing.T) {
 		}
 	}
 }
+
