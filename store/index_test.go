@@ -179,4 +179,3 @@ func TestIndexDirectoryLoop(t *testing.T) {
 		}
 	}
 }
-
