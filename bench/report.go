@@ -118,10 +118,10 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "# Benchmark results\n\nWritten by `make bench` (`go run ./bench`) on %s; %s.\n\n",
 		r.started.UTC().Format(time.RFC3339), mode)
 	m := r.machine
-	fmt.Fprintf(&b, "## Machine\n\n- %s\n- CPU: %s, %d cores\n- memory: %s\n- load average at start: %s; at end: %s\n- %s; %s\n- confd: `%s`\n",
-		m.kernel, m.cpu, runtime.NumCPU(), m.mem, m.loadStart, m.loadEnd, runtime.Version(), m.etcd, r.cfg.Confd)
+	fmt.Fprintf(&b, "## Machine\n\n- %s\n- CPU: %s, %d cores\n- memory: %s\n- load average at start: %s; at end: %s\n- %s; %s\n- confd: `%s` (%s)\n",
+		m.kernel, m.cpu, runtime.NumCPU(), m.mem, m.loadStart, m.loadEnd, runtime.Version(), m.etcd, r.cfg.Confd, version(r.cfg.Confd))
 	if r.cfg.Ref != "" {
-		fmt.Fprintf(&b, "- reference (CONFD_REF): `%s`\n", r.cfg.Ref)
+		fmt.Fprintf(&b, "- reference (CONFD_REF): `%s` (%s)\n", r.cfg.Ref, version(r.cfg.Ref))
 	}
 	fmt.Fprintf(&b, "\nData: %d keys flat; %d directories × %d keys (and a tenth of that for linearity); "+
 		"%d watch samples; %d puts back to back; %d resources idle.\n\n",
@@ -160,6 +160,15 @@ func machineInfo(etcdBin string) machine {
 		m.etcd = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 	}
 	return m
+}
+
+// version is what a confd binary says of itself.
+func version(bin string) string {
+	out, err := exec.Command(bin, "-version").Output()
+	if err != nil {
+		return "version unknown"
+	}
+	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 }
 
 func loadAvg() string {

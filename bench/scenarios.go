@@ -561,10 +561,10 @@ func (b *bench) burst(ctx context.Context) error {
 }
 
 // settledLines counts the lines of the reload log once no reload has run
-// for a second (a reload takes 200 ms).
+// for half a second (a reload takes 200 ms).
 func settledLines(path string) (int, error) {
 	prev, stable := -1, 0
-	for stable < 10 {
+	for stable < 5 {
 		b, err := os.ReadFile(path)
 		if err != nil && !os.IsNotExist(err) {
 			return 0, err
