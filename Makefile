@@ -1,11 +1,12 @@
 # Build, test and demo targets. `make demo` and `make test` are the two
 # commands the README promises work on a fresh machine with Go installed.
 GO      ?= go
+BENCH_RUNS ?= 5
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.Version=$(VERSION)
 export ETCD_BIN_DIR := $(CURDIR)/.tools/bin
 
-.PHONY: all build etcd test unit integration race vet fmt-check bench demo clean
+.PHONY: all build etcd test unit integration race vet fmt-check bench bench-smoke demo clean
 
 all: build
 
@@ -37,8 +38,17 @@ integration: etcd build
 race: etcd
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-bench: etcd
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+# The issue-10 harness: its own etcd, every target's scenario several times,
+# one table, bench/results.md. CONFD_REF=path runs another confd beside ours.
+# Then the Go benchmarks (allocations included).
+bench: etcd build
+	$(GO) run ./bench -runs $(BENCH_RUNS)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
+
+# The harness with tiny data and one run: proves it works, measures nothing.
+bench-smoke: etcd build
+	$(GO) run ./bench -smoke -out ''
+
 
 demo: etcd build
 	./scripts/demo.sh

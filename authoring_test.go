@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kelseyhightower/memkv"
+	kvstore "github.com/keysync/confd/store"
 
 	"github.com/keysync/confd/template"
 )
@@ -177,8 +177,7 @@ func TestReadmeListsEveryTemplateFunction(t *testing.T) {
 	}
 	page := readme[start:]
 	page = page[:strings.Index(page, "\n## ")]
-	store := memkv.New()
-	for name := range template.FuncMap(&store) {
+	for name := range template.FuncMap(kvstore.New(nil)) {
 		if !regexp.MustCompile("\\| `(" + `[a-zA-Z0-9 ,` + "`" + `]*\b)?` + regexp.QuoteMeta(name) + "\\b").MatchString(page) {
 			t.Errorf("the template author's page has no table row for %s", name)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
-	"github.com/kelseyhightower/memkv"
+	kvstore "github.com/keysync/confd/store"
 )
 
 // testKeyring writes an armoured secret keyring as `gpg --export-secret-keys
@@ -187,8 +187,7 @@ func TestCryptFuncsFindTheStoreFunctions(t *testing.T) {
 // TestFuncMapDefinesCryptFunctions: every parse of a template (a render,
 // or a check of its syntax) knows the crypt functions.
 func TestFuncMapDefinesCryptFunctions(t *testing.T) {
-	store := memkv.New()
-	m := FuncMap(&store)
+	m := FuncMap(kvstore.New(nil))
 	for _, name := range []string{"cget", "cgets", "cgetv", "cgetvs"} {
 		if m[name] == nil {
 			t.Errorf("FuncMap lacks %s", name)

@@ -14,19 +14,21 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/memkv"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // FuncMap returns confd 0.16's template functions, with the key lookups
 // bound to store.
 //
-// The key functions are memkv's own methods rather than re-implementations:
-// templates depend on memkv's quirks (getvs sorts by value, ls "/" lists only
-// top-level keys, lsdir "/" lists nothing), and calling memkv keeps them.
+// The key functions are store.Index's, which give memkv v0.1.1's results
+// (templates depend on its quirks: getvs sorts by value, ls "/" lists only
+// top-level keys, lsdir "/" lists nothing) from an index instead of a scan.
 //
 // The crypt functions (cget, cgets, cgetv, cgetvs) are always defined, so a
 // template using them parses; they decrypt only when Render is given a
 // keyring (WithKeyring), and fail naming -secret-keyring otherwise.
-func FuncMap(store *memkv.Store) texttemplate.FuncMap {
+func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
 	m := texttemplate.FuncMap{
 		// memkv (store.FuncMap in confd).
 		"exists": store.Exists,

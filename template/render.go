@@ -1,5 +1,5 @@
-// Package template renders confd templates: Go text/template over a memkv
-// store with confd 0.16's function set. It does no I/O beyond reading the
+// Package template renders confd templates: Go text/template over a
+// memkv-compatible store with confd 0.16's function set. It does no I/O beyond reading the
 // template file, so callers decide where (and whether) the bytes land.
 package template
 
@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	texttemplate "text/template"
 
-	"github.com/kelseyhightower/memkv"
+	kvstore "github.com/keysync/confd/store"
 )
 
 // Render parses the template file at srcPath and executes it over kvs,
@@ -27,19 +27,18 @@ func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, erro
 	}
 	// A fresh store per render: keys deleted upstream must not linger, and
 	// concurrent renders must not see each other's keys.
-	store := memkv.New()
-	for k, v := range kvs {
-		store.Set(k, v)
-	}
+	// The index borrows kvs rather than copying it: at 100k keys a second
+	// map would double the render's memory.
+	store := kvstore.New(kvs)
 
-	tmpl, err := parseFile(srcPath, &store)
+	tmpl, err := parseFile(srcPath, store)
 	if err != nil {
 		return nil, err
 	}
 	// The crypt functions FuncMap defined are swapped for ones that decrypt
 	// with this render's keyring and remember what they decrypted.
 	var decrypted []string
-	tmpl.Funcs(cryptFuncs(FuncMap(&store), o.keyring, func(v string) { decrypted = append(decrypted, v) }))
+	tmpl.Funcs(cryptFuncs(FuncMap(store), o.keyring, func(v string) { decrypted = append(decrypted, v) }))
 
 	// A buffer, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
@@ -53,12 +52,11 @@ func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, erro
 // CheckFile parses the template at srcPath without executing it, so that
 // syntax errors and unknown function names show before any key is read.
 func CheckFile(srcPath string) error {
-	store := memkv.New()
-	_, err := parseFile(srcPath, &store)
+	_, err := parseFile(srcPath, kvstore.New(nil))
 	return err
 }
 
-func parseFile(srcPath string, store *memkv.Store) (*texttemplate.Template, error) {
+func parseFile(srcPath string, store *kvstore.Index) (*texttemplate.Template, error) {
 	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
 	// apart from "does not parse"; ParseFiles would do exactly this Parse on
 	// a template of the same name, so the result is the same.

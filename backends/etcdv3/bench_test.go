@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/kvload"
 )
 
 // BenchmarkGetValues reads a resource's keys at one revision from a real
@@ -39,6 +40,7 @@ func BenchmarkGetValues(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
+			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				vals, _, err := c.GetValues(ctx, keys)
@@ -48,4 +50,46 @@ func BenchmarkGetValues(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGetValuesPrefix reads target 1's shape: n keys under one
+// prefix, which comes in pages at one revision; page=0 is the default
+// pageKeys, the others show what the page size trades (each page makes etcd
+// count the rest of the range; a bigger page is a bigger response held at
+// once).
+func BenchmarkGetValuesPrefix(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		for _, page := range []int{0, 1000, 20_000, 1 << 30} {
+			if n < 100_000 && page != 0 {
+				continue
+			}
+			benchPrefix(b, n, page)
+		}
+	}
+}
+
+func benchPrefix(b *testing.B, n, page int) {
+	b.Run(fmt.Sprintf("keys=%d/page=%d", n, page), func(b *testing.B) {
+		s := etcdtest.Start(b)
+		ctx := context.Background()
+		if _, err := kvload.Load(ctx, s.Client(b), n, func(i int) (string, string) {
+			return fmt.Sprintf("/flat/k%07d", i), fmt.Sprintf("value-%08d-%049d", i, 0)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		c, err := New(ctx, Config{Nodes: []string{s.Endpoint}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		c.pageKeys = page
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			vals, _, err := c.GetValues(ctx, []string{"/flat"})
+			if err != nil || len(vals) != n {
+				b.Fatalf("got %d values, %v", len(vals), err)
+			}
+		}
+	})
 }

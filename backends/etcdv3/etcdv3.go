@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,6 +27,12 @@ var ErrCompacted = errors.New("etcd revision compacted")
 // maxTxnOps is etcd's default --max-txn-ops; a larger transaction is refused.
 const maxTxnOps = 128
 
+// pageKeys bounds the keys one response carries: a prefix of 100k keys is
+// read in pages at one revision instead of one response that the client
+// holds whole, beside the map it fills, at its peak. Each page request makes
+// etcd count the rest of the range, so pages too small cost server time.
+const pageKeys = 5000
+
 // readAttempts bounds how often GetValues starts over when the revision it
 // reads at is compacted between two of its transactions.
 const readAttempts = 3
@@ -38,8 +45,11 @@ type Client struct {
 	closeOnce      sync.Once
 	closeErr       error
 
-	// afterBatch, when set by tests, runs between the transactions of one
-	// GetValues, to provoke what can happen there.
+	// pageKeys, when set by tests, replaces the package's pageKeys.
+	pageKeys int
+
+	// afterBatch, when set by tests, runs after each request (transaction
+	// or page) of one GetValues, to provoke what can happen between them.
 	afterBatch func(attempt, batch int)
 }
 
@@ -70,8 +80,9 @@ func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints
 
 // GetValues returns every key equal to or below (as a path) one of keys,
 // all read at one revision, and that revision. Keys are read in
-// transactions of at most maxTxnOps gets; the first fixes the revision and
-// the others read at it.
+// transactions of at most maxTxnOps gets, each answering about pageKeys
+// keys at most; the first fixes the revision, and the others, and the
+// further pages of ranges that did not fit, read at it.
 func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]string, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
@@ -122,13 +133,34 @@ func planReads(keys []string) []read {
 }
 
 func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[string]string, int64, error) {
-	vals := make(map[string]string)
+	var vals map[string]string
 	var rev int64 // 0: the first transaction reads the newest revision
-	for batch, start := 0, 0; start < len(reads) || batch == 0; batch, start = batch+1, start+maxTxnOps {
+	page := c.pageKeys
+	if page <= 0 {
+		page = pageKeys
+	}
+	requests := 0
+	after := func() {
+		if c.afterBatch != nil {
+			c.afterBatch(attempt, requests)
+		}
+		requests++
+	}
+	atRev := func(err error) error {
+		if rev != 0 {
+			return fmt.Errorf("at revision %d: %w", rev, err)
+		}
+		return err
+	}
+	for start := 0; start < len(reads) || requests == 0; start += maxTxnOps {
 		part := reads[start:min(start+maxTxnOps, len(reads))]
+		// One transaction answers at most about one page of keys: each
+		// range gets an equal share, and a range that has more continues
+		// in pages of its own below.
+		limit := int64(max(page/max(len(part), 1), 1))
 		ops := make([]clientv3.Op, len(part))
 		for i, r := range part {
-			opts := []clientv3.OpOption{clientv3.WithRev(rev)}
+			opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithLimit(limit)}
 			if r.prefix {
 				opts = append(opts, clientv3.WithPrefix())
 			}
@@ -137,10 +169,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 		// An empty transaction still answers with the current revision.
 		resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			if rev != 0 {
-				return nil, 0, fmt.Errorf("at revision %d: %w", rev, err)
-			}
-			return nil, 0, err
+			return nil, 0, atRev(err)
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -148,6 +177,24 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 		if len(resp.Responses) != len(part) {
 			return nil, 0, fmt.Errorf("transaction answered %d of %d reads", len(resp.Responses), len(part))
 		}
+		if vals == nil {
+			// etcd counts every key in each range, beyond the limit: size
+			// the map once instead of growing it (each growth holds the old
+			// and the new table at once).
+			var hint int64
+			for _, r := range resp.Responses {
+				if rr := r.GetResponseRange(); rr != nil {
+					hint += rr.Count
+				}
+			}
+			vals = make(map[string]string, hint)
+		}
+		// Ranges that did not fit, with the last key each one returned.
+		type rest struct {
+			r    read
+			last string
+		}
+		var more []rest
 		// Responses come in the order of the ops of this batch; index
 		// within the batch, never within all reads.
 		for i, r := range resp.Responses {
@@ -155,17 +202,47 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 			if rr == nil {
 				return nil, 0, fmt.Errorf("transaction answered read %q with no range", part[i].from)
 			}
-			for _, kv := range rr.Kvs {
-				if k := string(kv.Key); keypath.Under(k, part[i].key) {
-					vals[k] = string(kv.Value)
-				}
+			keep(vals, rr.Kvs, part[i].key)
+			if rr.More && len(rr.Kvs) > 0 {
+				more = append(more, rest{part[i], string(rr.Kvs[len(rr.Kvs)-1].Key)})
 			}
 		}
-		if c.afterBatch != nil {
-			c.afterBatch(attempt, batch)
+		after()
+		for _, m := range more {
+			end := prefixEnd(m.r.from)
+			for from := m.last + "\x00"; ; {
+				r, err := c.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(page)))
+				if err != nil {
+					return nil, 0, atRev(err)
+				}
+				keep(vals, r.Kvs, m.r.key)
+				after()
+				if !r.More || len(r.Kvs) == 0 {
+					break
+				}
+				from = string(r.Kvs[len(r.Kvs)-1].Key) + "\x00"
+			}
 		}
 	}
 	return vals, rev, nil
+}
+
+// keep copies into vals the kvs that lie on or below key as a path.
+func keep(vals map[string]string, kvs []*mvccpb.KeyValue, key string) {
+	for _, kv := range kvs {
+		if k := string(kv.Key); keypath.Under(k, key) {
+			vals[k] = string(kv.Value)
+		}
+	}
+}
+
+// prefixEnd is the end of the range WithPrefix(from) reads: every key
+// from "from" on when from is empty, as in clientv3.
+func prefixEnd(from string) string {
+	if from == "" {
+		return "\x00"
+	}
+	return clientv3.GetPrefixRangeEnd(from)
 }
 
 // WatchPrefix watches prefix from afterRev+1 (from now when afterRev is 0)

@@ -451,3 +451,61 @@ type srvRecords map[string][]*net.SRV
 func (m srvRecords) LookupSRV(_ context.Context, _, _, name string) (string, []*net.SRV, error) {
 	return name, m[name], nil
 }
+
+// TestGetValuesPagesAtOneRevision reads ranges larger than a page: they
+// come in several requests, never one response, and every page is read at
+// the revision of the first even though all keys change after it.
+func TestGetValuesPagesAtOneRevision(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	putAll := func(prefix string, n int, value string) {
+		t.Helper()
+		var ops []clientv3.Op
+		for i := 0; i < n; i++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%03d", prefix, i), value))
+		}
+		if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putAll("/big/", 95, "old")
+	putAll("/small/", 3, "old")
+	putAll("/bigger/", 40, "old") // "/big" must not read these
+	s.Put(t, "/big", "old")
+	before := currentRev(t, cli)
+
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.pageKeys = 10
+	requests := 0
+	c.afterBatch = func(attempt, batch int) {
+		requests++
+		if batch == 0 {
+			putAll("/big/", 95, "new")
+			putAll("/small/", 3, "new")
+		}
+	}
+	got, rev := getValues(t, c, "/big", "/small", "")
+	if rev != before {
+		t.Errorf("revision = %d, want %d", rev, before)
+	}
+	// One transaction of 5 reads (limit 2 each), then /big/ in pages of 10
+	// after its first 2 keys (93 more: 10 pages), /small/ after its first 2
+	// (1 page), and all 139 keys ("") after its first 2 (14 pages).
+	if requests != 26 {
+		t.Errorf("%d requests, want 26 (one transaction and 25 pages)", requests)
+	}
+	if len(got) != 95+3+40+1 {
+		t.Errorf("%d keys, want %d", len(got), 95+3+40+1)
+	}
+	for k, v := range got {
+		if v != "old" {
+			t.Fatalf("%s = %q: a page was not read at revision %d", k, v, rev)
+		}
+	}
+	c.afterBatch = nil
+	got, _ = getValues(t, c, "/big")
+	if len(got) != 96 || got["/big/094"] != "new" || got["/bigger/000"] != "" {
+		t.Errorf("second read: %d keys, /big/094 = %q", len(got), got["/big/094"])
+	}
+}

@@ -1,0 +1,235 @@
+// Package store is the key/value store that templates query: memkv v0.1.1's
+// behaviour (function names, result order, quirks, error values) found
+// through sorted indexes instead of a scan of every key on every call, so a
+// template that calls gets or lsdir once per directory stays linear in keys.
+package store
+
+import (
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kelseyhightower/memkv"
+)
+
+// Index is a read-only snapshot of keys and values, built once per render;
+// it is safe for concurrent use.
+type Index struct {
+	m map[string]string
+	// byKey holds every pair in key order: a glob's literal head selects one
+	// contiguous run, and the run is already in the order memkv sorts to.
+	byKey []memkv.KVPair
+	// byDir holds every key in the order of path.Dir(key): memkv's ls and
+	// lsdir select keys by the cleaned directory, not by the raw key, so a
+	// key such as "/x/../a/b" belongs to "/a". Built on the first ls or
+	// lsdir: a template that only calls gets never pays for it.
+	byDir     []dirEntry
+	byDirOnce sync.Once
+}
+
+type dirEntry struct {
+	dir string // path.Dir(key)
+	key string
+}
+
+// New indexes kvs. The map is kept, not copied: the caller must not change
+// it while the Index is in use.
+func New(kvs map[string]string) *Index {
+	ix := &Index{m: kvs, byKey: make([]memkv.KVPair, 0, len(kvs))}
+	for k, v := range kvs {
+		ix.byKey = append(ix.byKey, memkv.KVPair{Key: k, Value: v})
+	}
+	slices.SortFunc(ix.byKey, func(a, b memkv.KVPair) int { return strings.Compare(a.Key, b.Key) })
+	return ix
+}
+
+func (ix *Index) dirs() []dirEntry {
+	ix.byDirOnce.Do(func() {
+		ix.byDir = make([]dirEntry, len(ix.byKey))
+		for i, kv := range ix.byKey {
+			ix.byDir[i] = dirEntry{dir: path.Dir(kv.Key), key: kv.Key}
+		}
+		// Keys break ties so the order is total and runs are deterministic
+		// without a stable sort (Go's is O(n log² n) in moves).
+		slices.SortFunc(ix.byDir, func(a, b dirEntry) int {
+			if c := strings.Compare(a.dir, b.dir); c != 0 {
+				return c
+			}
+			return strings.Compare(a.key, b.key)
+		})
+	})
+	return ix.byDir
+}
+
+// Len is the number of keys.
+func (ix *Index) Len() int { return len(ix.m) }
+
+// Exists reports whether key is in the store (memkv Exists).
+func (ix *Index) Exists(key string) bool {
+	_, ok := ix.m[key]
+	return ok
+}
+
+// Get returns the pair of key, or a *memkv.KeyError wrapping
+// memkv.ErrNotExist (memkv Get).
+func (ix *Index) Get(key string) (memkv.KVPair, error) {
+	v, ok := ix.m[key]
+	if !ok {
+		return memkv.KVPair{}, &memkv.KeyError{Key: key, Err: memkv.ErrNotExist}
+	}
+	return memkv.KVPair{Key: key, Value: v}, nil
+}
+
+// GetValue returns the value of key; when key is missing it returns the
+// first default if one is given, else Get's error (memkv GetValue).
+func (ix *Index) GetValue(key string, v ...string) (string, error) {
+	val, ok := ix.m[key]
+	if !ok {
+		if len(v) > 0 {
+			return v[0], nil
+		}
+		return "", &memkv.KeyError{Key: key, Err: memkv.ErrNotExist}
+	}
+	return val, nil
+}
+
+// GetAll returns the pairs whose key matches pattern (path.Match syntax),
+// sorted by key (memkv GetAll). A malformed pattern is an error only when
+// the store holds a key, because memkv learns of it from path.Match.
+func (ix *Index) GetAll(pattern string) (memkv.KVPairs, error) {
+	ks := make(memkv.KVPairs, 0)
+	if len(ix.byKey) == 0 {
+		return ks, nil
+	}
+	// path.Match checks the whole pattern whatever the name, so one call
+	// tells a malformed pattern as every call in memkv's scan would.
+	if _, err := path.Match(pattern, ix.byKey[0].Key); err != nil {
+		return nil, err
+	}
+	// Only keys that start with the pattern's literal head can match: one
+	// run of byKey.
+	head := literalHead(pattern)
+	lo := sort.Search(len(ix.byKey), func(i int) bool { return ix.byKey[i].Key >= head })
+	run := ix.byKey[lo:]
+	run = run[:sort.Search(len(run), func(i int) bool { return !strings.HasPrefix(run[i].Key, head) })]
+	if head == pattern {
+		// No meta characters: only the key itself matches, first in the run.
+		if len(run) > 0 && run[0].Key == pattern {
+			ks = append(ks, run[0])
+		}
+		return ks, nil
+	}
+	// Sized for the whole run: "/*" over 100k keys would otherwise copy
+	// the result over and over as it grows.
+	ks = make(memkv.KVPairs, 0, len(run))
+	for _, kv := range run {
+		if ok, _ := path.Match(pattern, kv.Key); ok {
+			ks = append(ks, kv)
+		}
+	}
+	return ks, nil
+}
+
+// literalHead is the part of pattern before its first meta character.
+func literalHead(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
+}
+
+// GetAllValues returns the values of GetAll(pattern), sorted by value
+// (memkv GetAllValues); on error the slice is empty, not nil.
+func (ix *Index) GetAllValues(pattern string) ([]string, error) {
+	vs := make([]string, 0)
+	ks, err := ix.GetAll(pattern)
+	if err != nil {
+		return vs, err
+	}
+	for _, kv := range ks {
+		vs = append(vs, kv.Value)
+	}
+	sort.Strings(vs)
+	return vs, nil
+}
+
+// List returns the sorted, distinct names of the keys and directories
+// directly below filePath, and the base name of filePath itself when it is
+// a key (memkv List, quirks included: ls "/" names only top-level keys).
+func (ix *Index) List(filePath string) []string {
+	names := make(map[string]bool)
+	if _, ok := ix.m[filePath]; ok {
+		names[path.Base(filePath)] = true
+	}
+	// memkv takes a key when the terms of path.Dir(key) start with the
+	// terms of path.Clean(filePath): the directory is that path or lies
+	// below it.
+	c := path.Clean(filePath)
+	visit := func(e dirEntry) {
+		if e.key != filePath {
+			names[firstSegment(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"))] = true
+		}
+	}
+	for _, e := range ix.dirRange(c) {
+		visit(e)
+	}
+	for _, e := range ix.dirPrefixRange(c + "/") {
+		visit(e)
+	}
+	return sortedNames(names)
+}
+
+// ListDir returns the sorted, distinct names of the directories directly
+// below filePath that hold keys starting with filePath (memkv ListDir,
+// quirks included: lsdir "/" lists nothing).
+func (ix *Index) ListDir(filePath string) []string {
+	names := make(map[string]bool)
+	under := path.Clean(filePath) + "/"
+	for _, e := range ix.dirPrefixRange(under) {
+		if !strings.HasPrefix(e.key, filePath) {
+			continue
+		}
+		names[firstSegment(e.dir[len(under):])] = true
+	}
+	return sortedNames(names)
+}
+
+// dirRange is the entries whose directory is exactly dir.
+func (ix *Index) dirRange(dir string) []dirEntry {
+	d := ix.dirs()
+	lo := sort.Search(len(d), func(i int) bool { return d[i].dir >= dir })
+	hi := lo
+	for hi < len(d) && d[hi].dir == dir {
+		hi++
+	}
+	return d[lo:hi]
+}
+
+// dirPrefixRange is the entries whose directory starts with prefix.
+func (ix *Index) dirPrefixRange(prefix string) []dirEntry {
+	d := ix.dirs()
+	lo := sort.Search(len(d), func(i int) bool { return d[i].dir >= prefix })
+	hi := lo + sort.Search(len(d)-lo, func(i int) bool {
+		return !strings.HasPrefix(d[lo+i].dir, prefix)
+	})
+	return d[lo:hi]
+}
+
+// firstSegment is strings.Split(s, "/")[0] without the slice.
+func firstSegment(s string) string {
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func sortedNames(set map[string]bool) []string {
+	vs := make([]string, 0, len(set))
+	for k := range set {
+		vs = append(vs, k)
+	}
+	sort.Strings(vs)
+	return vs
+}
