@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/safe-restart/internal/lock"
 )
 
 const progName = "kube-apiserver-safe-restart"
@@ -287,6 +289,10 @@ func validate(o *options) error {
 		if o.retryDelay < 0 || o.healthSettle < 0 {
 			errs = append(errs, usagef("--retry-delay and --health-settle must not be negative"))
 		}
+		// A gate that must stay ready for as long as it may wait can never pass.
+		if o.healthURL != "" && o.healthTimeout > 0 && o.healthSettle >= o.healthTimeout {
+			errs = append(errs, usagef("--health-settle %s must be shorter than --health-timeout %s", o.healthSettle, o.healthTimeout))
+		}
 		if (o.healthCert == "") != (o.healthKey == "") {
 			errs = append(errs, usagef("--health-cert and --health-key go together"))
 		}
@@ -309,6 +315,11 @@ func validate(o *options) error {
 	}
 	if o.lockName == "" || strings.HasSuffix(o.lockName, "/") {
 		errs = append(errs, usagef("--lock-name %q: must be non-empty and not end in /", o.lockName))
+	}
+	// A hold key under the lock's prefix would join the mutex queue as its
+	// oldest key: every restarter would wait behind it forever.
+	if o.lockName != "" && strings.HasPrefix(o.holdKeyOrDefault(), lock.Prefix(o.lockName)) {
+		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))

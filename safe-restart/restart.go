@@ -57,7 +57,7 @@ func (a *app) restart(ctx context.Context) int {
 		Name:      o.lockName,
 		TTL:       o.ttl,
 		OpTimeout: o.commandTimeout,
-		Info:      lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version},
+		Info:      lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},
 	})
 	if err != nil {
 		if ctx.Err() != nil {

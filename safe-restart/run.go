@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{o: o, stdout: stdout, stderr: stderr, log: log, host: hostname()}
 	switch o.sub {
 	case cmdVersion:
-		fmt.Fprintf(stdout, "%s %s\n", progName, version)
+		fmt.Fprintf(stdout, "%s %s\n", progName, Version)
 		return exitOK
 	case cmdCheck:
 		return a.check(ctx)

@@ -146,3 +146,11 @@ func TestCheckSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// The Makefile stamps main.Version; `version` must print that stamp.
+func TestVersionPrintsTheStamp(t *testing.T) {
+	p := runBin(t, env(nil), "version")
+	if p.code != codeOK || strings.TrimSpace(p.stdout.String()) != "kube-apiserver-safe-restart "+stampedVersion {
+		t.Fatalf("version: exit %d, %q", p.code, p.stdout.String())
+	}
+}
