@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -121,10 +120,6 @@ func (a *app) etcdClient() (*clientv3.Client, error) {
 // short by a signal (cleanup after a signal must still reach etcd).
 func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), a.o.commandTimeout)
-}
-
-func interrupted(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled)
 }
 
 // etcdErr names the endpoints in an etcd error, so that "context deadline
