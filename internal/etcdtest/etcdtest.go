@@ -30,11 +30,11 @@ type Server struct {
 	// TLS holds the certificate files when the server was started WithTLS.
 	TLS *TLSFiles
 
-	t        testing.TB
-	dataDir  string
-	peerURL  string
-	useTLS   bool
-	binDir   string
+	t       testing.TB
+	dataDir string
+	peerURL string
+	useTLS  bool
+	binDir  string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
