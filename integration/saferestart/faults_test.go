@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,13 +98,26 @@ func holdRecord(t *testing.T, cli *clientv3.Client, key string) map[string]any {
 
 // SIGKILL of the helper mid-command (confd's timeout kill, OOM): the
 // command must die with it, before the next host can take the lock.
+// Its own children (here a background sleep, like a service it launched)
+// go too.
 func testHelperKilled(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
-	g := newGate(t, t.TempDir(), "killed")
-	a := bin(t, env(s), lockArgs("killed", "--", "sh", "-c", g.script())...)
+	dir := t.TempDir()
+	g := newGate(t, dir, "killed")
+	childFile := filepath.Join(dir, "child")
+	a := bin(t, env(s), lockArgs("killed", "--", "sh", "-c", fmt.Sprintf("sleep 300 & echo $! > %q; %s", childFile, g.script()))...)
 	pid := g.awaitReady(t)
+	data, err := os.ReadFile(childFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	a.signal(t, syscall.SIGKILL)
 	a.wait(t)
 	awaitGone(t, pid)
+	awaitGone(t, child)
 }
 
 // SIGHUP and SIGQUIT are handled like SIGTERM: the running command is let
