@@ -76,6 +76,7 @@ type options struct {
 	// subcommands
 	reason      string
 	publicOnly  bool
+	keysOnly    bool
 	requireKeys []string
 	output      string
 
@@ -131,6 +132,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
+	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
 	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
 	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
 
@@ -152,6 +154,7 @@ var flagScope = map[string][]string{
 	"reason":      {cmdHold},
 	"public-only": {cmdCheck},
 	"require-key": {cmdCheck},
+	"keys-only":   {cmdCheck},
 	"output":      {cmdStatus, cmdRestart},
 	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
 }
@@ -374,7 +377,7 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is

@@ -21,7 +21,7 @@ func (a *app) check(ctx context.Context) int {
 	defer cancel()
 	var errs []error
 	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, RequireKeys: a.o.requireKeys, Now: time.Now()}))
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys, Now: time.Now()}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.

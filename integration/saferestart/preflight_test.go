@@ -100,7 +100,8 @@ func TestCheckSubcommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := writeFile(t, filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	_, keyPEM := ca.Issue(t, "signer", false, time.Now().Add(time.Hour))
+	certPEM, keyPEM := ca.Issue(t, "signer", false, time.Now().Add(time.Hour))
+	cert := writeFile(t, filepath.Join(dir, "cert.pem"), certPEM)
 	priv := writeFile(t, filepath.Join(dir, "sa.key"), keyPEM)
 	garbage := writeFile(t, filepath.Join(dir, "garbage.pem"), []byte("not pem at all\n"))
 	// A staged apiserver flags file whose signing key is (or is not) in its bundle.
@@ -137,6 +138,9 @@ func TestCheckSubcommand(t *testing.T) {
 		{[]string{"check", "--public-only", "--require-key", signing, bundle}, codeOK, ""},
 		{[]string{"check", "--public-only", "--require-key", signing, pub}, codePreflight, "sa.pub"},
 		{[]string{"check", "--require-key", signing, "--preflight-flags-file", goodFlags}, codeUsage, "--require-key"},
+		// A certificate published as a key: loaded by the apiserver, refused with --keys-only.
+		{[]string{"check", "--public-only", "--keys-only", cert}, codePreflight, "cert.pem: block 1"},
+		{[]string{"check", "--public-only", "--keys-only", bundle}, codeOK, ""},
 		// kube-apiserver would not see a key after a BOM or an indented BEGIN.
 		{[]string{"check", bom}, codePreflight, "bom.pem: line 1"},
 		{[]string{"check", indented}, codePreflight, "indented.pem: block 2 (line 10"},

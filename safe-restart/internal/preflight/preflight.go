@@ -58,6 +58,9 @@ func Run(ctx context.Context, in Input) error {
 // CheckOptions tune CheckFiles.
 type CheckOptions struct {
 	PublicOnly bool // refuse private keys
+	// KeysOnly refuses certificates: a published service-account key must
+	// be a key, and a certificate there is a paste of the wrong file.
+	KeysOnly bool
 	// RequireKeys are PEM files (public or private keys, or certificates)
 	// whose public keys every checked file must hold, as kube-apiserver
 	// loads them: a bundle without this host's own key must not go live.
@@ -81,7 +84,11 @@ func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 			return errors.Join(append(c.errs, fmt.Errorf("check: %w", err))...)
 		}
 		if f := c.load(p, ""); f != nil {
-			c.add("", f.Check(pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true}))
+			o := pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true}
+			if opts.KeysOnly {
+				o.Allow = pemcheck.PublicKey | pemcheck.PrivateKey
+			}
+			c.add("", f.Check(o))
 			c.add("", c.requireKeys(f, opts.RequireKeys))
 		}
 	}

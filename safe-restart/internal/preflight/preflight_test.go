@@ -285,6 +285,10 @@ func TestCheckFiles(t *testing.T) {
 			opts: CheckOptions{PublicOnly: true, RequireKeys: []string{p.path("sa.key")}}},
 		{name: "own key required, by public key", paths: []string{p.path("sa.pub")},
 			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", pkixPEM(t, &k.PublicKey), []byte{})}}, errs: []error{ErrRequiredKeyMissing}},
+		{name: "certificate allowed", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true}},
+		{name: "certificate refused with KeysOnly", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true, KeysOnly: true},
+			errs: []error{pemcheck.ErrKind}},
+		{name: "public keys pass KeysOnly", paths: []string{p.path("sa.pub")}, opts: CheckOptions{PublicOnly: true, KeysOnly: true}},
 		{name: "required key only behind a BOM", paths: []string{bom},
 			opts: CheckOptions{RequireKeys: []string{p.path("sa.key")}}, errs: []error{pemcheck.ErrInvisible}},
 	}
