@@ -45,6 +45,7 @@ func TestFaults(t *testing.T) {
 				"HoldNeverOverwritten":           testHoldNeverOverwritten,
 				"LockKeyDeletedIsLost":           testLockKeyDeleted,
 				"EtcdctlLockInterop":             testEtcdctlInterop,
+				"PreflightAgainUnderTheLock":     testPreflightAgain,
 			} {
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
@@ -276,5 +277,39 @@ func testEtcdctlInterop(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) 
 	}
 	if _, err := os.Stat(ran); err != nil {
 		t.Fatal("never ran")
+	}
+}
+
+// A file that breaks while the helper waits in the queue is caught by the
+// preflight that runs again once the lock is held: nothing runs, no hold.
+func testPreflightAgain(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
+	dir := t.TempDir()
+	ca := etcdtest.NewCA(t, "preflight again")
+	file := writeFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
+	g := newGate(t, dir, "pfa")
+	ctl := startProc(t, env(s), s.Tool(t, "etcdctl"), "lock", "pfa", "--", "sh", "-c", g.script())
+	g.awaitReady(t)
+	ran := filepath.Join(dir, "ran")
+	b := bin(t, env(s), lockArgs("pfa", "--preflight-file", file, "--", "touch", ran)...)
+	waitQueue(t, cli, "pfa", 2)
+	writeFile(t, file, append([]byte("\xef\xbb\xbf"), ca.PEM...))
+	g.release(t)
+	if code := ctl.wait(t); code != 0 {
+		t.Fatalf("etcdctl exit %d", code)
+	}
+	if code := b.wait(t); code != codePreflight {
+		t.Fatalf("exit %d, want %d\n%s", code, codePreflight, b.stderr)
+	}
+	if !strings.Contains(b.stderr.String(), "ca.pem: line 1") {
+		t.Fatalf("stderr does not name the file and line:\n%s", b.stderr)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the command ran")
+	}
+	if _, ok := getKey(t, cli, "pfa-hold"); ok {
+		t.Fatal("hold written although nothing ran")
+	}
+	if keys := queueKeys(t, cli, "pfa"); len(keys) != 0 {
+		t.Fatalf("lock not released: %v", keys)
 	}
 }
