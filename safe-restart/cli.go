@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/safe-restart/internal/lock"
 )
 
 const progName = "kube-apiserver-safe-restart"
@@ -38,6 +40,8 @@ type options struct {
 	cacert         string
 	cert           string
 	key            string
+	user           string
+	password       string
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 
@@ -70,9 +74,11 @@ type options struct {
 	preflightFlagsFiles []string
 
 	// subcommands
-	reason     string
-	publicOnly bool
-	output     string
+	reason      string
+	publicOnly  bool
+	keysOnly    bool
+	requireKeys []string
+	output      string
 
 	logLevel  string
 	logFormat string
@@ -95,6 +101,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
 	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
 	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
+	fs.StringVar(&o.user, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
+	fs.StringVar(&o.password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
 	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
 
@@ -107,7 +115,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
 	fs.IntVar(&o.attempts, "attempts", 2, "restart attempts (command + health gate) under one lock before stopping the line")
 	fs.DurationVar(&o.retryDelay, "retry-delay", 5*time.Second, "pause between attempts")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen, lock and run nothing")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
 
 	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
 	fs.StringVar(&o.healthCACert, "health-cacert", "", "CA bundle to verify the apiserver's serving certificate")
@@ -124,6 +132,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
+	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
+	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
 	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
 
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -143,6 +153,8 @@ var flagScope = map[string][]string{
 	"preflight-file": {cmdRestart, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdCheck},
 	"reason":      {cmdHold},
 	"public-only": {cmdCheck},
+	"require-key": {cmdCheck},
+	"keys-only":   {cmdCheck},
 	"output":      {cmdStatus, cmdRestart},
 	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
 }
@@ -213,6 +225,9 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
 			return nil, fs, usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 		}
+		if len(o.requireKeys) > 0 && len(o.argv) == 0 {
+			return nil, fs, usagef("--require-key applies to bundle FILEs, and none was given")
+		}
 	default:
 		if len(pos)+len(after) > 0 {
 			return nil, fs, usagef("%s takes no arguments, got %q", o.sub, append(pos, after...))
@@ -237,6 +252,8 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("cacert", "ETCDCTL_CACERT", &o.cacert)
 	str("cert", "ETCDCTL_CERT", &o.cert)
 	str("key", "ETCDCTL_KEY", &o.key)
+	str("user", "ETCDCTL_USER", &o.user)
+	str("password", "ETCDCTL_PASSWORD", &o.password)
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
 	}
@@ -249,6 +266,17 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 			}
 			*dst = d
 		}
+	}
+	// As etcdctl: without a separate password, --user is name:password.
+	if o.user != "" && o.password == "" {
+		name, pw, ok := strings.Cut(o.user, ":")
+		if !ok {
+			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
+		}
+		o.user, o.password = name, pw
+	}
+	if o.password != "" && o.user == "" {
+		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
 	}
 	return nil
 }
@@ -287,6 +315,10 @@ func validate(o *options) error {
 		if o.retryDelay < 0 || o.healthSettle < 0 {
 			errs = append(errs, usagef("--retry-delay and --health-settle must not be negative"))
 		}
+		// A gate that must stay ready for as long as it may wait can never pass.
+		if o.healthURL != "" && o.healthTimeout > 0 && o.healthSettle >= o.healthTimeout {
+			errs = append(errs, usagef("--health-settle %s must be shorter than --health-timeout %s", o.healthSettle, o.healthTimeout))
+		}
 		if (o.healthCert == "") != (o.healthKey == "") {
 			errs = append(errs, usagef("--health-cert and --health-key go together"))
 		}
@@ -309,6 +341,11 @@ func validate(o *options) error {
 	}
 	if o.lockName == "" || strings.HasSuffix(o.lockName, "/") {
 		errs = append(errs, usagef("--lock-name %q: must be non-empty and not end in /", o.lockName))
+	}
+	// A hold key under the lock's prefix would join the mutex queue as its
+	// oldest key: every restarter would wait behind it forever.
+	if o.lockName != "" && strings.HasPrefix(o.holdKeyOrDefault(), lock.Prefix(o.lockName)) {
+		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
@@ -340,7 +377,7 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is
@@ -356,7 +393,7 @@ Flags:
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}
-	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for etcdctl; a flag beats the\nenvironment.\n")
+	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_USER, ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for\netcdctl; a flag beats the environment. The password is never logged, and\nETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 

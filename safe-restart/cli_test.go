@@ -63,6 +63,10 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "a/", "status"},      //
 		{"--no-such-flag"},                   //
 		{"status", "--dial-timeout", "soon"}, //
+		{"--health-settle", "3m"},            // settle = timeout: can never pass
+		{"--health-settle", "2m", "--health-timeout", "1m"},
+		{"--hold-key", "kube-apiserver-restart/h"}, // inside the lock's prefix
+		{"--lock-name", "l", "--hold-key", "l/x", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
 		var ue *usageError
@@ -70,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != exitUsage {
+		if code := run(context.Background(), nil, args, &out, &errb); code != exitUsage {
 			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
 		}
 	}
@@ -121,7 +125,7 @@ func TestDefaults(t *testing.T) {
 
 func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	seen := map[int]bool{}
@@ -151,7 +155,38 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), version) {
+	if code := run(context.Background(), nil, []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), Version) {
 		t.Fatalf("version: %d %q", code, out.String())
+	}
+}
+
+// ETCDCTL_USER is name:password, or a name with ETCDCTL_PASSWORD, as etcdctl
+// takes it; --user/--password beat them.
+func TestUserAndPassword(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		args     []string
+		user, pw string
+		usage    bool
+	}{
+		{env: map[string]string{"ETCDCTL_USER": "root:p:w"}, user: "root", pw: "p:w"},
+		{env: map[string]string{"ETCDCTL_USER": "root", "ETCDCTL_PASSWORD": "pw"}, user: "root", pw: "pw"},
+		{env: map[string]string{"ETCDCTL_USER": "a:b"}, args: []string{"--user", "op", "--password", "x"}, user: "op", pw: "x"},
+		{args: []string{"--user", "op:x"}, user: "op", pw: "x"},
+		{env: map[string]string{"ETCDCTL_USER": "root"}, usage: true},
+		{env: map[string]string{"ETCDCTL_PASSWORD": "pw"}, usage: true},
+		{},
+	} {
+		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
+		if tc.usage {
+			var ue *usageError
+			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
+				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
+			}
+			continue
+		}
+		if err != nil || o.user != tc.user || o.password != tc.pw {
+			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.user, o.password)
+		}
 	}
 }

@@ -6,6 +6,8 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +28,38 @@ var (
 	ErrJWKS = errors.New("service-account JWKS check failed")
 	// ErrConfig is an unusable Config, reported before any request.
 	ErrConfig = errors.New("invalid health check configuration")
+	// ErrTLS means the apiserver's certificate was not trusted (or did not
+	// name the URL's host): the gate's CA is wrong, which waiting will not fix.
+	ErrTLS = errors.New("the health check does not trust kube-apiserver's certificate")
 )
+
+// Probe asks the running apiserver once, before a restart, whether the
+// gate's TLS settings and credentials work: it returns ErrTLS for a
+// certificate the gate does not trust and ErrUnauthorized for 401/403, so
+// that a gate that could never pass stops the restart before it happens.
+// Any other answer, and no answer at all (the apiserver is down), is nil:
+// only the gate's own configuration is judged here.
+func Probe(ctx context.Context, cfg Config) error {
+	if cfg.URL == "" {
+		return nil
+	}
+	p, err := newProber(cfg)
+	if err != nil {
+		return err
+	}
+	defer p.client.CloseIdleConnections()
+	out, err := p.get(ctx, p.target.String(), excerptReadLimit)
+	if err != nil {
+		return err
+	}
+	switch {
+	case certError(out.cause):
+		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
+	case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
+		return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
+	}
+	return nil
+}
 
 // Config configures Wait.
 type Config struct {
@@ -59,11 +92,29 @@ func Validate(cfg Config) error {
 	return nil
 }
 
+// certError reports a server certificate the client does not accept: the
+// gate's CA (or the URL's host) is wrong, which no restart fixes. A
+// refused or reset connection is not one: the apiserver is restarting.
+func certError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		unknownCA *x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify)
+}
+
 // Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
 // asked, serves the expected JWKS). Any answer but 200 — including refused
-// connections and TLS errors, normal while it restarts — means "not ready
-// yet" and restarts the settle window; 401/403 end the wait at once with
-// ErrUnauthorized. The bearer token never appears in logs or errors.
+// or reset connections, normal while it restarts — means "not ready yet"
+// and restarts the settle window; 401/403 end the wait at once with
+// ErrUnauthorized, and a certificate the gate does not trust with ErrTLS
+// (no restart fixes either). The bearer token never appears in logs or
+// errors.
 func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.URL == "" {
 		return nil
@@ -152,6 +203,8 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			}
 		case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
 			return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
+		case certError(out.cause):
+			return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
 		default:
 			switch {
 			case okCount > 0:
