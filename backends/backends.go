@@ -6,6 +6,9 @@ package backends
 import (
 	"context"
 	"time"
+
+	"github.com/keysync/confd/backends/etcdv3"
+	"github.com/keysync/confd/backends/internal/keypath"
 )
 
 // StoreClient is what the resource layer needs of a store.
@@ -42,3 +45,18 @@ type Config struct {
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
 }
+
+// WatchEvent is one answer of a watch: keys changed up to Revision, or,
+// without keys, a sign of life; Resume is where a new watch may resume.
+type WatchEvent = etcdv3.WatchEvent
+
+// RevisionBehindError reports a store whose revision went backwards
+// (restored from a snapshot): everything must be read again.
+type RevisionBehindError = etcdv3.RevisionBehindError
+
+// ErrStalled is wrapped by a watch that got no answer to its probes.
+var ErrStalled = etcdv3.ErrStalled
+
+// KeyUnder is the one rule for whether key belongs to a requested key: as a
+// path, so "/foo" covers "/foo/x" but never "/foobar".
+func KeyUnder(key, prefix string) bool { return keypath.Under(key, prefix) }

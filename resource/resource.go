@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/internal/waitspec"
 	"github.com/sirupsen/logrus"
 )
 
@@ -50,6 +51,9 @@ type Resource struct {
 	ReloadCmd     string
 	CheckTimeout  time.Duration
 	ReloadTimeout time.Duration
+	// Wait is the resource's own quiescence (TOML wait = "MIN[:MAX]");
+	// nil means the daemon's -wait.
+	Wait *waitspec.Spec
 
 	settings *Settings
 	// reloadPending remembers a reload_cmd that failed after its file was
@@ -73,6 +77,7 @@ type tomlTemplate struct {
 	ReloadCmd     string   `toml:"reload_cmd"`
 	CheckTimeout  string   `toml:"check_cmd_timeout"`
 	ReloadTimeout string   `toml:"reload_cmd_timeout"`
+	Wait          *string  `toml:"wait"`
 }
 
 type tomlFile struct {
@@ -132,6 +137,13 @@ func Load(file string, s *Settings) (*Resource, error) {
 	if r.ReloadTimeout, err = duration(t.ReloadTimeout, s.ReloadTimeout, DefaultReloadTimeout); err != nil {
 		return nil, fmt.Errorf("%s: template.reload_cmd_timeout: %w", file, err)
 	}
+	if t.Wait != nil {
+		w, err := waitspec.Parse(*t.Wait)
+		if err != nil {
+			return nil, fmt.Errorf("%s: template.wait: %w", file, err)
+		}
+		r.Wait = &w
+	}
 	// Parse the command templates now so that a typo fails at load, not after a render.
 	for key, cmd := range map[string]string{"check_cmd": r.CheckCmd, "reload_cmd": r.ReloadCmd} {
 		if _, err := expandCommand(key, cmd, "", ""); err != nil {
@@ -149,6 +161,21 @@ func (r *Resource) StoreKeys() []string {
 	}
 	return out
 }
+
+// Name is the resource file, which orders resources and names them in logs
+// and metrics.
+func (r *Resource) Name() string { return r.File }
+
+// Quiescence is the resource's own wait, if it sets one.
+func (r *Resource) Quiescence() (waitspec.Spec, bool) {
+	if r.Wait == nil {
+		return waitspec.Spec{}, false
+	}
+	return *r.Wait, true
+}
+
+// ReloadPending reports a reload_cmd owed since its file was replaced.
+func (r *Resource) ReloadPending() bool { return r.reloadPending }
 
 // parseMode reads an octal permission string. confd 0.16 used base 0, so
 // "644" meant decimal 644 (mode 01204); here digits are always octal.

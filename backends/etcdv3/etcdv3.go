@@ -37,6 +37,9 @@ type Client struct {
 	requestTimeout time.Duration
 	closeOnce      sync.Once
 	closeErr       error
+	cfg            Config
+	// probeInterval overrides DefaultProbeInterval in tests.
+	probeInterval time.Duration
 
 	// afterBatch, when set by tests, runs between the transactions of one
 	// GetValues, to provoke what can happen there.
@@ -63,7 +66,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout}, nil
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
 }
 
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
