@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/internal/etcdclient"
 )
 
 // WatchEvent is one answer of Watch: keys that changed up to Revision, or,
@@ -183,4 +184,11 @@ func (c *Client) Revision(ctx context.Context, key string) (int64, error) {
 		return 0, fmt.Errorf("etcd %s: read revision: %w", strings.Join(c.endpoints, ", "), err)
 	}
 	return resp.Header.Revision, nil
+}
+
+// Diagnose names why etcd cannot be used right now (an expired client
+// certificate, an unreachable endpoint, a refused handshake); nil when
+// nothing was found.
+func (c *Client) Diagnose(ctx context.Context) error {
+	return etcdclient.Diagnose(ctx, c.cfg)
 }

@@ -35,6 +35,8 @@ type Server struct {
 	peerURL  string
 	clientLn string
 	useTLS   bool
+	binary   string   // etcd to run; empty: Binary(t, "etcd")
+	extra    []string // more etcd flags
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -123,6 +125,7 @@ func (s *Server) args() []string {
 		"--heartbeat-interval=10", "--election-timeout=100",
 		"--log-level", "error",
 	}
+	a = append(a, s.extra...)
 	if s.useTLS {
 		a = append(a,
 			"--cert-file", s.TLS.ServerCert,
@@ -135,7 +138,11 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(Binary(s.t, "etcd"), s.args()...)
+	bin := s.binary
+	if bin == "" {
+		bin = Binary(s.t, "etcd")
+	}
+	cmd := exec.Command(bin, s.args()...)
 	stderr := &bytes.Buffer{}
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
