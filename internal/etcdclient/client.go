@@ -59,7 +59,7 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 		MinConnectTimeout: cfg.DialTimeout,
 	}))
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		DialOptions: dialOpts,
 		Endpoints:   eps,
 		TLS:         tc,
@@ -73,7 +73,11 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		// The client's own zap logging is retry chatter; errors reach the
 		// caller instead.
 		Logger: zap.NewNop(),
-	})
+	}
+	if cfg.Username != "" {
+		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithChainUnaryInterceptor(freshAuthenticate(ccfg)))
+	}
+	cli, err := clientv3.New(ccfg)
 	if err == nil {
 		probeCtx, cancel := context.WithDeadline(ctx, deadline)
 		// Serializable: this proves transport, TLS and credentials; a

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -194,7 +195,8 @@ func (s *Server) waitReady(done <-chan struct{}, within time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err = cli.Get(ctx, "health-probe")
 		cancel()
-		if err == nil {
+		// With authentication on, a refusal is an answer too.
+		if err == nil || errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
 			return nil
 		}
 		select {
