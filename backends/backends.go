@@ -11,17 +11,14 @@ import (
 	"github.com/keysync/confd/backends/internal/keypath"
 )
 
-// StoreClient is what the resource layer needs of a store.
+// StoreClient is what the resource layer needs of a store. A store that
+// can be watched (etcd) also has Revision and Watch, as daemon.WatchStore
+// names them; the others are polled with -interval.
 type StoreClient interface {
 	// GetValues returns every key equal to, or below (as a path: "/foo"
 	// matches "/foo/x", never "/foobar"), one of keys, all read at one
 	// revision. The revision is 0 for stores that have none.
 	GetValues(ctx context.Context, keys []string) (map[string]string, int64, error)
-	// WatchPrefix blocks until a key under one of keys changes after
-	// revision afterRev, then returns the revision of that change. It
-	// returns ctx.Err() when ctx ends. Stores that can only be polled return
-	// an error wrapping errors.ErrUnsupported.
-	WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error)
 	// Close releases connections.
 	Close() error
 }

@@ -50,7 +50,7 @@ func lookup(name string) (struct {
 	return names[0], false
 }
 
-// ErrCompacted is wrapped by WatchPrefix when the store no longer has the
+// ErrCompacted is wrapped by Watch when the store no longer has the
 // revisions after afterRev: the caller must read everything again and watch
 // from the new revision. Test with errors.Is.
 var ErrCompacted = etcdv3.ErrCompacted

@@ -33,7 +33,6 @@ type group struct {
 	rendered    bool // every member succeeded once since start
 }
 
-
 // sched decides which groups to process when. It does no I/O and reads no
 // clock: callers pass the time, so tests drive it without sleeping.
 type sched struct {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -94,6 +95,10 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// catching up on a backlog advance independently, so only their
 	// minimum is a safe place to resume from.
 	pos := make([]int64, len(ranges))
+	// clientv3's Watch returns only once etcd confirmed the watch: a
+	// stalled server must not hold us there.
+	var createStalled atomic.Bool
+	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
 	for i, r := range ranges {
 		pos[i] = afterRev
 		opts := []clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}
@@ -117,8 +122,13 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			}
 		}()
 	}
+	creating.Stop()
+	if createStalled.Load() && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
+	}
 	seen := afterRev
 	last := time.Now()
+	probing := make(chan struct{}, 1)
 	tick := time.NewTicker(probe)
 	defer tick.Stop()
 	for {
@@ -134,11 +144,20 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if since := time.Since(last); since > 2*probe {
 				return fmt.Errorf("%s: %w: no answer from etcd for %s", where, ErrStalled, since.Round(time.Millisecond))
 			}
-			// Blocks while the client library reconnects; the next
-			// tick then finds the stream silent.
-			pctx, pcancel := context.WithTimeout(wctx, probe)
-			_ = c.cli.RequestProgress(pctx)
-			pcancel()
+			// With wctx itself: the first caller's context becomes the
+			// shared stream's, so a shorter one would end the stream.
+			// It blocks while the client library reconnects, hence the
+			// goroutine; one probe at a time.
+			select {
+			case probing <- struct{}{}:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = c.cli.RequestProgress(wctx)
+					<-probing
+				}()
+			default:
+			}
 		case a := <-merged:
 			resp := a.resp
 			last = time.Now()

@@ -3,6 +3,7 @@ package etcdclient
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,9 +23,18 @@ const authenticateMethod = "/etcdserverpb.Auth/Authenticate"
 // 3.4. On 3.5+ it is merely harmless. Re-authentication happens once per
 // token lifetime, so a short-lived connection costs nothing.
 func freshAuthenticate(base clientv3.Config) grpc.UnaryClientInterceptor {
+	// The first Authenticate carries no token yet: it needs no detour.
+	var hasToken atomic.Bool
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method != authenticateMethod {
 			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		if !hasToken.Load() {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil {
+				hasToken.Store(true)
+			}
+			return err
 		}
 		cfg := base
 		cfg.Username, cfg.Password = "", "" // no token on this connection
