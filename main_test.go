@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/resource"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -202,5 +204,22 @@ func TestWaitFromFlagAndFile(t *testing.T) {
 	errb.Reset()
 	if _, log, _ := configure([]string{"-config-file", file}, &out, &errb, envOf(nil)); log != nil || !strings.Contains(errb.String(), file) || !strings.Contains(errb.String(), "wait") {
 		t.Errorf("bad wait in file: %q", errb.String())
+	}
+}
+
+// TestExamplesWaitAndOrder: the shipped resources wait 2s:10s and load in
+// the order the daemon processes them, bundle first.
+func TestExamplesWaitAndOrder(t *testing.T) {
+	rs, errs := resource.LoadAll(&resource.Settings{ConfDir: filepath.Join("examples", "confd")})
+	if len(errs) != 0 || len(rs) != 2 {
+		t.Fatalf("examples: %d resources, errors %v", len(rs), errs)
+	}
+	for i, want := range []string{"10-sa-bundle.toml", "20-apiserver-sa-flags.toml"} {
+		if filepath.Base(rs[i].Name()) != want {
+			t.Errorf("resource %d = %s, want %s", i, rs[i].Name(), want)
+		}
+		if w, ok := rs[i].Quiescence(); !ok || w.Min != 2*time.Second || w.Max != 10*time.Second {
+			t.Errorf("%s: wait %v, %v; want 2s:10s", want, w, ok)
+		}
 	}
 }
