@@ -439,3 +439,20 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestWatchRetryListens: a resource failing its check backs off, but a
+// fixed key is rendered at once, not after the backoff.
+func TestWatchRetryListens(t *testing.T) {
+	s := etcdtest.Start(t)
+	s.Put(t, "/f/v", "bad")
+	c, ev := newConfdir(t), newEvents(t)
+	c.resource("f", fmt.Sprintf("[template]\nsrc = \"f.tmpl\"\ndest = \"DEST\"\nkeys = [\"/f\"]\ncheck_cmd = \"grep -q good {{.src}}\"\nreload_cmd = \"cat {{.dest}} > %s\"\n", ev.path), "{{getv \"/f/v\"}}\n")
+	p := runDaemon(t, nil, append(nodeArgs(t, s), "-watch", "-confdir", c.Dir)...)
+	p.waitLog(t, "will retry in 8s", 1, 60*time.Second) // backoff grown past the bound below
+	start := time.Now()
+	s.Put(t, "/f/v", "good")
+	expectEvents(t, ev, p.out, "good")
+	if took := time.Since(start); took > 6*time.Second {
+		t.Errorf("fixed key rendered after %s: the retry waited for its backoff", took)
+	}
+}
