@@ -65,7 +65,13 @@ func runDaemon(t *testing.T, env []string, args ...string) *daemonProc {
 		select {
 		case <-p.done:
 		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
+			// A goroutine dump says where it hangs.
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				_ = p.cmd.Process.Kill()
+			}
 			t.Errorf("confd did not stop on SIGTERM; output:\n%s", p.out)
 		}
 	})

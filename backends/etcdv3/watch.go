@@ -109,16 +109,30 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for resp := range ch {
+			// Leave on wctx, not only when ch closes: clientv3 closes it
+			// only once its stream goroutine runs again, which it does
+			// not while a reconnect keeps failing (an expired
+			// certificate).
+			for {
+				var resp clientv3.WatchResponse
+				var ok bool
+				select {
+				case resp, ok = <-ch:
+				case <-wctx.Done():
+					return
+				}
+				if !ok {
+					select {
+					case closed <- struct{}{}:
+					default:
+					}
+					return
+				}
 				select {
 				case merged <- answer{i, resp}:
 				case <-wctx.Done():
 					return
 				}
-			}
-			select {
-			case closed <- struct{}{}:
-			default:
 			}
 		}()
 	}
