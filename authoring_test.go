@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -70,7 +69,7 @@ func mixedConfdir(t *testing.T, node string) (dir, out string) {
 
 func runConfd(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb, envOf(nil))
+	code := run(nil, args, &out, &errb, envOf(nil))
 	return code, out.String(), errb.String()
 }
 

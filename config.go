@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/redact"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
@@ -51,6 +52,9 @@ var fileKeys = map[string]string{
 	"command_grace":      "command-grace",
 	"dial_timeout":       "dial-timeout",
 	"request_timeout":    "request-timeout",
+	"wait":               "wait",
+	"resync":             "resync",
+	"metrics_addr":       "metrics-addr",
 }
 
 // otherBackendKeys are confd.toml keys that only confd's other backends
@@ -194,17 +198,13 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 
 // validate rejects combinations that would fail later in a less clear way.
 func validate(c *Config) error {
-	switch c.Store.Backend {
-	case "etcd", "etcdv3":
-	case "env":
-	case "file":
-		if len(c.Store.YAMLFiles) == 0 {
-			return errors.New("-backend=file needs at least one -file")
-		}
-	default:
-		return fmt.Errorf("-backend %q is not supported: use etcdv3 (or etcd), env or file", c.Store.Backend)
+	if !backends.Supported(c.Store.Backend) {
+		return fmt.Errorf("-backend %q is not supported: use one of %s", c.Store.Backend, strings.Join(backends.Names(), ", "))
 	}
-	if c.Watch && c.Store.Backend != "etcd" && c.Store.Backend != "etcdv3" {
+	if c.Store.Backend == "file" && len(c.Store.YAMLFiles) == 0 {
+		return errors.New("-backend=file needs at least one -file")
+	}
+	if c.Watch && !backends.CanWatch(c.Store.Backend) {
 		return fmt.Errorf("-watch needs the etcd backend; -backend=%s can only be polled with -interval", c.Store.Backend)
 	}
 	if c.Interval <= 0 && !c.OneTime && !c.Watch {
@@ -224,6 +224,9 @@ func validate(c *Config) error {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)
 		}
+	}
+	if c.Resync < 0 {
+		return fmt.Errorf("-resync %s must not be negative (0 turns it off)", c.Resync)
 	}
 	return nil
 }

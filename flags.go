@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/waitspec"
+	"github.com/keysync/confd/resource"
 )
 
 // Config is the one value that main builds from defaults, confd.toml, the
@@ -40,7 +42,13 @@ type Config struct {
 	// SecretKeyring is the armoured OpenPGP secret keyring for cget, cgets,
 	// cgetv and cgetvs (confd 0.16's -secret-keyring).
 	SecretKeyring string
+	Wait          waitspec.Spec // default quiescence of -watch
+	Resync        time.Duration // -watch: full reconcile every Resync; 0 = off
+	MetricsAddr   string        // HOST:PORT for /metrics, /healthz, /readyz
 }
+
+// DefaultResync is -resync's default: the safety net behind the watch.
+const DefaultResync = 10 * time.Minute
 
 const defaultConfigFile = "/etc/confd/confd.toml"
 
@@ -50,7 +58,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("confd", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.SortFlags = true
-	fs.StringVar(&c.Store.Backend, "backend", "etcd", "backend to use: etcdv3 (alias etcd), env or file")
+	fs.StringVar(&c.Store.Backend, "backend", "etcd", "backend to use: "+strings.Join(backends.Names(), ", ")+" (etcd is an alias of etcdv3)")
 	fs.StringSliceVar(&c.Store.Nodes, "node", nil, "backend node URL, e.g. https://10.0.0.1:2379 (repeatable; comma-separated also accepted)")
 	fs.StringVar(&c.Prefix, "prefix", "", "key path prefix; when set it replaces every resource's own prefix")
 	fs.StringVar(&c.ConfDir, "confdir", "/etc/confd", "confd conf directory (holds conf.d/ and templates/)")
@@ -77,12 +85,15 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&c.Store.Scheme, "scheme", "http", "the URI scheme for nodes retrieved from DNS SRV records (http or https)")
 	fs.StringArrayVar(&c.Store.YAMLFiles, "file", nil, "the YAML/JSON file or directory to read (repeatable; only with -backend=file)")
 	fs.StringVar(&c.Store.Filter, "filter", "*", "file name filter for directories given to -file (only with -backend=file)")
-	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", 60*time.Second, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
-	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", 10*time.Minute, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
+	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", resource.DefaultCheckTimeout, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
+	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", resource.DefaultReloadTimeout, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
 	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when a -onetime confd is stopped) and SIGKILL")
-	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the backend to answer at start")
-	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", 10*time.Second, "deadline of each backend read")
+	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", backends.DefaultDialTimeout, "how long to wait for the backend to answer at start")
+	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", backends.DefaultRequestTimeout, "deadline of each backend read")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
+	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
+	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on (off when empty)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "check confd.toml, every resource and the templates they name (syntax, keys, functions) without contacting a store; exit 0 when all are fine, 1 otherwise")
 	fs.BoolVar(&c.Validate, "validate", false, "render resources from -mock-data instead of a store and print them (with -noop: the diff against the live file); writes nothing, runs no command")
 	fs.StringVar(&c.MockData, "mock-data", "", "the JSON or YAML file of key/values -validate renders from: absolute keys to strings, or the file backend's nested YAML")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/sdnotify"
+	"github.com/keysync/confd/metrics"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
@@ -27,83 +30,159 @@ import (
 var Version = "0.1.0-dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	os.Exit(run(sigs, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
-// run is main without the process: it returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2 // bad flags or configuration, or nothing to process
+)
+
+// run is main without the process: it returns the exit code. The first
+// SIGTERM/SIGINT on sigs stops new passes and commands from starting; a
+// second ends running commands at once. SIGHUP re-reads the configuration.
+func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	c, log, code := configure(args, stdout, stderr, getenv)
 	if log == nil {
 		return code
 	}
-	settings := &resource.Settings{
-		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
-		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
-		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
-		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
-		NoopShowSecrets: c.NoopShowSecrets,
-	}
+	stopCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c}
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
 			log.Error(err.Error())
-			return 2
+			return exitUsage
 		}
-		settings.Keyring = kr
+		loader.keyring = kr
 	}
 	switch {
 	case c.CheckConfig:
-		return authoring.Check(ctx, authoring.CheckOptions{
+		return authoring.Check(stopCtx, authoring.CheckOptions{
 			Config: authoring.ConfigFile{
 				Path: c.ConfigFile, Required: c.ConfigFile != defaultConfigFile, Set: checkFileKey,
 			},
-			Settings: *settings, Resources: c.Resources, Out: stdout,
+			Settings: *loader.settings(c), Resources: c.Resources, Out: stdout,
 			Validate: func() error { return validate(c) },
 		})
 	case c.Validate:
-		return authoring.Validate(ctx, authoring.ValidateOptions{
-			MockData: c.MockData, Settings: *settings, Resources: c.Resources,
+		return authoring.Validate(stopCtx, authoring.ValidateOptions{
+			MockData: c.MockData, Settings: *loader.settings(c), Resources: c.Resources,
 			Noop: c.Noop, Out: stdout, Log: log,
 		})
 	}
 	log.Infof("Starting confd %s", Version)
-	loader := &resourceLoader{settings: settings, resources: c.Resources, log: log}
-	procs, loadErrs := loader.load()
+	cmdCtx, kill := context.WithCancel(context.Background())
+	defer kill()
+	hup := make(chan struct{}, 1)
+	go func() {
+		stopping := false
+		for s := range sigs {
+			switch {
+			case s == syscall.SIGHUP:
+				select {
+				case hup <- struct{}{}:
+				default:
+				}
+			case !stopping:
+				stopping = true
+				log.Infof("%v: stopping; no new pass or command starts, a running command may finish (send %v again to end it now)", s, s)
+				stop()
+			default:
+				log.Warnf("%v again: ending running commands now", s)
+				kill()
+			}
+		}
+	}()
 
-	dialCtx, cancel := context.WithTimeout(ctx, c.Store.DialTimeout+time.Second)
+	procs, loadErrs := loader.load(loader.settings(c))
+	if !c.OneTime && len(procs) == 0 {
+		log.Errorf("nothing to process: no template resource loaded from %s", filepath.Join(c.ConfDir, "conf.d"))
+		return exitUsage
+	}
+	if !c.KeepStageFile && !c.Noop {
+		loader.removeStaleStageFiles()
+	}
+
+	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
 	store, err := backends.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
 		log.Errorf("backend %s: %v", c.Store.Backend, err)
-		return 1
+		return exitFail
 	}
 	defer store.Close()
 
-	switch {
-	case c.OneTime:
-		if err := daemon.Once(ctx, procs, store, log); err != nil || loadErrs > 0 {
-			return 1
+	if c.OneTime {
+		// The first signal cancels stopCtx: no further resource starts, and
+		// a running command gets SIGTERM and -command-grace; a reload that
+		// does not finish stays owed for the next run.
+		if err := daemon.Once(stopCtx, procs, store, log); err != nil || loadErrs > 0 {
+			return exitFail
 		}
-		return 0
-	case c.Watch:
-		daemon.Watch(ctx, procs, store, log)
-	default:
-		// confd 0.16 re-read conf.d before every interval pass.
-		first := true
-		next := func() []daemon.Processor {
+		return exitOK
+	}
+
+	var observers []daemon.Observer
+	if c.MetricsAddr != "" {
+		m := metrics.New()
+		srv, err := m.Serve(c.MetricsAddr, log)
+		if err != nil {
+			log.Errorf("-metrics-addr %s: %v", c.MetricsAddr, err)
+			return exitUsage
+		}
+		defer srv.Close()
+		log.Infof("Serving /metrics, /healthz and /readyz on %s", srv.Addr())
+		observers = append(observers, m)
+	}
+	if n := sdnotify.New(getenv, log); n != nil {
+		defer n.Stopping()
+		go n.Watchdog(stopCtx)
+		observers = append(observers, n)
+	}
+	first := true
+	o := daemon.Options{
+		Load: func(full bool) daemon.Plan {
 			if first {
 				first = false
-				return procs
+				return daemon.Plan{Procs: procs, Wait: c.Wait, Resync: c.Resync}
 			}
-			ps, _ := loader.load()
-			return ps
+			return loader.reload(full)
+		},
+		Store:    store,
+		Interval: time.Duration(c.Interval) * time.Second,
+		Log:      log,
+		Observer: daemon.Observers(observers...),
+		Commands: cmdCtx,
+	}
+	if c.Watch {
+		ws, ok := store.(daemon.WatchStore)
+		if !ok {
+			log.Errorf("-watch: backend %s cannot be watched", c.Store.Backend)
+			return exitUsage
 		}
-		daemon.Interval(ctx, next, store, time.Duration(c.Interval)*time.Second, log)
+		o.Watch = ws
+	}
+	d := daemon.New(o)
+	go func() {
+		for range hup {
+			d.Reload()
+		}
+	}()
+	if err := d.Run(stopCtx); err != nil {
+		log.Error(err.Error())
+		if errors.Is(err, daemon.ErrNothingToProcess) {
+			return exitUsage
+		}
+		return exitFail
 	}
 	log.Info("confd stopped")
-	return 0
+	return exitOK
 }
 
 // configure builds the Config from flags, environment and confd.toml. A nil
@@ -160,17 +239,51 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	return c, log, 0
 }
 
-// resourceLoader reads conf.d. A reload still owed is recorded on disk
-// beside its destination, so a re-read resource picks it up by itself.
+// resourceLoader reads conf.d (and, on SIGHUP, confd.toml). A reload still
+// owed is recorded on disk beside its destination, so a re-read resource
+// picks it up by itself.
 type resourceLoader struct {
-	settings  *resource.Settings
-	resources []string // -resource: only these files; none means all
-	log       logrus.FieldLogger
+	log            logrus.FieldLogger
+	args           []string
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	cfg            *Config
+	keyring        *template.Keyring // -secret-keyring, read once at start
+	current        []*resource.Resource
+}
+
+func (l *resourceLoader) settings(c *Config) *resource.Settings {
+	return &resource.Settings{
+		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
+		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
+		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
+		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
+		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring,
+	}
+}
+
+// reload re-reads conf.d and, when full (SIGHUP), confd.toml first. A
+// confd.toml that no longer parses keeps the running configuration.
+func (l *resourceLoader) reload(full bool) daemon.Plan {
+	if full {
+		c, log, _ := configure(l.args, io.Discard, l.stderr, l.getenv)
+		if log == nil {
+			l.log.Errorf("SIGHUP: configuration unusable (see above); keeping the running one")
+		} else {
+			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
+				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
+			}
+			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
+			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
+		}
+	}
+	procs, _ := l.load(l.settings(l.cfg))
+	return daemon.Plan{Procs: procs, Wait: l.cfg.Wait, Resync: l.cfg.Resync}
 }
 
 // load returns the resources that loaded and logs, and counts, those that did not.
-func (l *resourceLoader) load() ([]daemon.Processor, int) {
-	rs, errs := resource.LoadNamed(l.settings, l.resources)
+func (l *resourceLoader) load(s *resource.Settings) ([]daemon.Processor, int) {
+	rs, errs := resource.LoadNamed(s, l.cfg.Resources)
 	for _, err := range errs {
 		l.log.Error(err.Error())
 	}
@@ -178,5 +291,19 @@ func (l *resourceLoader) load() ([]daemon.Processor, int) {
 	for i, r := range rs {
 		ps[i] = r
 	}
+	l.current = rs
 	return ps, len(errs)
+}
+
+// removeStaleStageFiles clears what a killed confd left beside each dest.
+func (l *resourceLoader) removeStaleStageFiles() {
+	for _, r := range l.current {
+		removed, err := r.RemoveStaleStageFiles()
+		for _, f := range removed {
+			l.log.Infof("%s: removed stale stage file %s left by an earlier confd", r.File, f)
+		}
+		if err != nil {
+			l.log.Warn(err.Error())
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/resource"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -161,7 +163,8 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	}
 	for _, f := range []string{"backend", "node", "prefix", "confdir", "config-file", "interval", "watch", "onetime", "noop",
 		"sync-only", "keep-stage-file", "log-level", "client-cert", "client-key", "client-ca-keys", "client-insecure",
-		"basic-auth", "username", "password", "srv-domain", "srv-record", "scheme", "file", "filter", "version"} {
+		"basic-auth", "username", "password", "srv-domain", "srv-record", "scheme", "file", "filter", "version",
+		"wait", "resync", "metrics-addr"} {
 		if !strings.Contains(errb.String(), "--"+f+" ") && !strings.Contains(errb.String(), "--"+f+"[=true|false]") {
 			t.Errorf("--help lacks --%s", f)
 		}
@@ -229,5 +232,58 @@ func TestConfigParseErrorNeverQuotesAPassword(t *testing.T) {
 	_, log, code := configure([]string{"-config-file", file}, &out, &errb, envOf(nil))
 	if log != nil || code != 2 || strings.Contains(errb.String(), "hunter") || !strings.Contains(errb.String(), file+":2:") || !strings.Contains(errb.String(), `"password"`) {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestWaitFromFlagAndFile: -wait and confd.toml's wait read MIN[:MAX];
+// a bad value names the flag or the file's key.
+func TestWaitFromFlagAndFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "confd.toml")
+	if err := os.WriteFile(file, []byte("wait = \"2s:10s\"\nresync = \"0\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	c, log, _ := configure([]string{"-config-file", file}, &out, &errb, envOf(nil))
+	if log == nil || c.Wait.Min != 2*time.Second || c.Wait.Max != 10*time.Second || c.Resync != 0 {
+		t.Fatalf("from file: %+v (%s)", c, errb.String())
+	}
+	c, log, _ = configure([]string{"-config-file", file, "-wait", "1s"}, &out, &errb, envOf(nil))
+	if log == nil || c.Wait.Min != time.Second || c.Wait.Max != 4*time.Second || c.Resync != 0 {
+		t.Fatalf("flag over file: %+v (%s)", c, errb.String())
+	}
+	c, _, _ = configure([]string{"-config-file", filepath.Join(dir, "none.toml")}, &out, &errb, envOf(nil))
+	if c != nil && c.Resync != 10*time.Minute {
+		t.Errorf("default -resync = %s", c.Resync)
+	}
+	for _, args := range [][]string{{"-wait", "10s:1s"}, {"-wait", "soon"}, {"-resync", "-1s"}} {
+		errb.Reset()
+		if _, log, code := configure(args, &out, &errb, envOf(nil)); log != nil || code != 2 || !strings.Contains(errb.String(), args[0][1:]) {
+			t.Errorf("configure(%v): exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+	if err := os.WriteFile(file, []byte("wait = \"x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if _, log, _ := configure([]string{"-config-file", file}, &out, &errb, envOf(nil)); log != nil || !strings.Contains(errb.String(), file) || !strings.Contains(errb.String(), "wait") {
+		t.Errorf("bad wait in file: %q", errb.String())
+	}
+}
+
+// TestExamplesWaitAndOrder: the shipped resources wait 2s:10s and load in
+// the order the daemon processes them, bundle first.
+func TestExamplesWaitAndOrder(t *testing.T) {
+	rs, errs := resource.LoadAll(&resource.Settings{ConfDir: filepath.Join("examples", "confd")})
+	if len(errs) != 0 || len(rs) != 2 {
+		t.Fatalf("examples: %d resources, errors %v", len(rs), errs)
+	}
+	for i, want := range []string{"10-sa-bundle.toml", "20-apiserver-sa-flags.toml"} {
+		if filepath.Base(rs[i].Name()) != want {
+			t.Errorf("resource %d = %s, want %s", i, rs[i].Name(), want)
+		}
+		if w, ok := rs[i].Quiescence(); !ok || w.Min != 2*time.Second || w.Max != 10*time.Second {
+			t.Errorf("%s: wait %v, %v; want 2s:10s", want, w, ok)
+		}
 	}
 }

@@ -6,19 +6,19 @@ package backends
 import (
 	"context"
 	"time"
+
+	"github.com/keysync/confd/backends/etcdv3"
+	"github.com/keysync/confd/backends/internal/keypath"
 )
 
-// StoreClient is what the resource layer needs of a store.
+// StoreClient is what the resource layer needs of a store. A store that
+// can be watched (etcd) also has Revision and Watch, as daemon.WatchStore
+// names them; the others are polled with -interval.
 type StoreClient interface {
 	// GetValues returns every key equal to, or below (as a path: "/foo"
 	// matches "/foo/x", never "/foobar"), one of keys, all read at one
 	// revision. The revision is 0 for stores that have none.
 	GetValues(ctx context.Context, keys []string) (map[string]string, int64, error)
-	// WatchPrefix blocks until a key under one of keys changes after
-	// revision afterRev, then returns the revision of that change. It
-	// returns ctx.Err() when ctx ends. Stores that can only be polled return
-	// an error wrapping errors.ErrUnsupported.
-	WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error)
 	// Close releases connections.
 	Close() error
 }
@@ -42,3 +42,18 @@ type Config struct {
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
 }
+
+// WatchEvent is one answer of a watch: keys changed up to Revision, or,
+// without keys, a sign of life; Resume is where a new watch may resume.
+type WatchEvent = etcdv3.WatchEvent
+
+// RevisionBehindError reports a store whose revision went backwards
+// (restored from a snapshot): everything must be read again.
+type RevisionBehindError = etcdv3.RevisionBehindError
+
+// ErrStalled is wrapped by a watch that got no answer to its probes.
+var ErrStalled = etcdv3.ErrStalled
+
+// KeyUnder is the one rule for whether key belongs to a requested key: as a
+// path, so "/foo" covers "/foo/x" but never "/foobar".
+func KeyUnder(key, prefix string) bool { return keypath.Under(key, prefix) }

@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/keysync/confd/backends/env"
 	"github.com/keysync/confd/backends/etcdv3"
@@ -15,7 +16,41 @@ const (
 	DefaultRequestTimeout = etcdv3.DefaultRequestTimeout // 10s
 )
 
-// ErrCompacted is wrapped by WatchPrefix when the store no longer has the
+// names are the backends New accepts, in the order help text lists them,
+// and whether each can be watched (the others are polled with -interval).
+var names = []struct {
+	name  string
+	watch bool
+}{{"etcdv3", true}, {"etcd", true}, {"env", false}, {"file", false}}
+
+// Names lists the backends New accepts.
+func Names() []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n.name
+	}
+	return out
+}
+
+// Supported reports whether New accepts name.
+func Supported(name string) bool { _, ok := lookup(name); return ok }
+
+// CanWatch reports whether backend name can serve -watch.
+func CanWatch(name string) bool { n, ok := lookup(name); return ok && n.watch }
+
+func lookup(name string) (struct {
+	name  string
+	watch bool
+}, bool) {
+	for _, n := range names {
+		if n.name == name {
+			return n, true
+		}
+	}
+	return names[0], false
+}
+
+// ErrCompacted is wrapped by Watch when the store no longer has the
 // revisions after afterRev: the caller must read everything again and watch
 // from the new revision. Test with errors.Is.
 var ErrCompacted = etcdv3.ErrCompacted
@@ -75,5 +110,5 @@ func New(ctx context.Context, cfg Config) (StoreClient, error) {
 		}
 		return c, nil
 	}
-	return nil, fmt.Errorf("backend %q is not supported; use etcdv3 (or its alias etcd), env or file", cfg.Backend)
+	return nil, fmt.Errorf("backend %q is not supported; use one of %s", cfg.Backend, strings.Join(Names(), ", "))
 }

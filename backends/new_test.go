@@ -2,7 +2,6 @@ package backends
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -36,8 +35,10 @@ func TestNewEnv(t *testing.T) {
 	if err != nil || !maps.Equal(got, map[string]string{"/keysync/newtest/a": "1"}) {
 		t.Errorf("GetValues = %v, %v", got, err)
 	}
-	if _, err := c.WatchPrefix(context.Background(), "/", nil, 0); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("WatchPrefix err = %v, want ErrUnsupported", err)
+	if _, ok := c.(interface {
+		Watch(context.Context, []string, int64, func(WatchEvent)) error
+	}); ok || CanWatch("env") {
+		t.Error("the env backend claims it can watch")
 	}
 }
 

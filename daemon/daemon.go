@@ -1,34 +1,329 @@
-// Package daemon drives resources: once, on an interval, or on every etcd
-// change of their keys. It decides when to process, never how.
+// Package daemon is confd's scheduling policy: which resources to process
+// when. -onetime processes everything once; -watch follows one etcd watch
+// stream, routes each change to the groups of resources whose keys it
+// touches, waits for quiescence, retries failures with backoff and at once
+// on a new event, and re-reads everything after a restore, a compaction, a
+// SIGHUP or every -resync; -interval re-reads conf.d and processes
+// everything every interval. The write path itself is resource's.
 package daemon
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
-	"github.com/keysync/confd/resource"
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/waitspec"
+	"github.com/keysync/confd/resource"
 )
 
-// Processor is one resource as the loop sees it.
+// Processor is one template resource as the daemon drives it;
+// *resource.Resource is one.
 type Processor interface {
-	Process(ctx context.Context, store resource.Getter) (resource.Result, error)
+	Name() string // the resource file: orders resources and names them
 	StoreKeys() []string
+	Quiescence() (waitspec.Spec, bool) // the resource's own wait, if set
+	ReloadPending() bool
+	Process(ctx context.Context, store resource.Getter) (resource.Result, error)
 }
 
-// Watcher is a store that can wait for changes.
-type Watcher interface {
+// WatchStore is a store that can be watched (etcd).
+type WatchStore interface {
 	resource.Getter
-	WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error)
+	Revision(ctx context.Context, key string) (int64, error)
+	Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error
 }
 
-// Once processes every resource in order and returns every failure joined,
-// one error per failed resource.
+// Diagnoser names the cause of a failing connection (an expired client
+// certificate, a refused handshake); a WatchStore may offer it.
+type Diagnoser interface {
+	Diagnose(ctx context.Context) error
+}
+
+// Plan is what a (re-)load of the configuration yields.
+type Plan struct {
+	Procs  []Processor
+	Wait   waitspec.Spec // default quiescence; a resource's own wait wins
+	Resync time.Duration // full reconcile every Resync; 0: never
+}
+
+// ErrNothingToProcess is returned by Run when no resource loaded.
+var ErrNothingToProcess = errors.New("nothing to process")
+
+// Clock is time as the daemon sees it.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Options configure a Daemon.
+type Options struct {
+	// Load reads the resources and settings; it is called at start, on
+	// Reload (SIGHUP, full: confd.toml too) and, in interval mode, before
+	// every pass. It logs what failed to load.
+	Load  func(full bool) Plan
+	Store resource.Getter
+	// Watch, when set, selects watch mode; otherwise Interval mode.
+	Watch    WatchStore
+	Interval time.Duration
+	Log      logrus.FieldLogger
+	Observer Observer // nil: none
+	Clock    Clock    // nil: the real one
+	// Commands is the context resources run under. It outlives Run's: the
+	// first SIGTERM stops new passes, and only the second (ending
+	// Commands) cuts a running command short.
+	Commands context.Context
+}
+
+// Daemon runs passes until its context ends.
+type Daemon struct {
+	o    Options
+	hup  chan struct{}
+	wake chan struct{}
+}
+
+// New returns a daemon; Run starts it.
+func New(o Options) *Daemon {
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	if o.Commands == nil {
+		o.Commands = context.Background()
+	}
+	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+// Reload asks Run to re-read the configuration and process everything
+// (SIGHUP); unchanged files are left alone by resource.
+func (d *Daemon) Reload() {
+	select {
+	case d.hup <- struct{}{}:
+	default:
+	}
+}
+
+// Run processes until ctx ends: no new pass starts after that, a running
+// one finishes (see Options.Commands). It returns ErrNothingToProcess when
+// the first load finds no resource.
+func (d *Daemon) Run(ctx context.Context) error {
+	log, clock := d.o.Log, d.o.Clock
+	plan := d.o.Load(true)
+	if len(plan.Procs) == 0 {
+		return ErrNothingToProcess
+	}
+	if d.o.Watch == nil {
+		plan.Resync = d.o.Interval
+	}
+	s := newSched(plan.Procs, plan.Wait)
+	s.all(clock.Now())
+	var w *watcher
+	if d.o.Watch != nil {
+		w = newWatcher(d.o.Watch, log, d.o.Observer, clock, d.signal)
+		// The watch starts at the revision etcd had before the first
+		// reads, so that nothing between a read and the watch is missed.
+		// If etcd cannot say now, the watcher re-reads all once it can.
+		if keys := s.keys(); len(keys) > 0 {
+			if rev, err := d.o.Watch.Revision(ctx, keys[0]); err == nil {
+				w.pos, w.current = rev, rev
+			}
+		}
+		w.start(ctx, s.keys())
+		defer w.stop()
+	}
+	resyncAt := clock.Now().Add(plan.Resync)
+	wasReady := false
+	for {
+		if w != nil {
+			w.apply(s)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		now := clock.Now()
+		if plan.Resync > 0 && !now.Before(resyncAt) {
+			if d.o.Watch == nil {
+				// confd 0.16 re-read conf.d before every interval pass.
+				if p := d.o.Load(false); len(p.Procs) > 0 {
+					p.Resync = plan.Resync
+					s, plan = carry(s, p), p
+				}
+			} else {
+				log.Infof("Periodic full reconcile (-resync %s)", plan.Resync)
+			}
+			s.all(now)
+			resyncAt = now.Add(plan.Resync)
+		}
+		due := s.due(now)
+		for _, g := range due {
+			if ctx.Err() != nil {
+				break
+			}
+			d.pass(ctx, g)
+		}
+		if len(due) > 0 {
+			d.report(s, w, &wasReady)
+			continue
+		}
+		d.report(s, w, &wasReady)
+		var timer <-chan time.Time
+		next, ok := s.next()
+		if plan.Resync > 0 && (!ok || resyncAt.Before(next)) {
+			next, ok = resyncAt, true
+		}
+		if ok {
+			timer = clock.After(next.Sub(now))
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-timer:
+		case <-d.hup:
+			p := d.o.Load(true)
+			if len(p.Procs) == 0 {
+				log.Error("SIGHUP: no template resource loaded; keeping the previous ones")
+				continue
+			}
+			if d.o.Watch == nil {
+				p.Resync = d.o.Interval
+			}
+			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
+			s, plan = carry(s, p), p
+			s.all(clock.Now())
+			resyncAt = clock.Now().Add(plan.Resync)
+			if w != nil {
+				w.restart(ctx, s.keys())
+			}
+		}
+	}
+}
+
+// carry builds the schedule for a new plan, keeping what the old one knew
+// of resources that are still there (the revision read, readiness).
+func carry(old *sched, p Plan) *sched {
+	s := newSched(p.Procs, p.Wait)
+	known := map[string]*group{}
+	for _, g := range old.groups {
+		for _, m := range g.members {
+			known[m.Name()] = g
+		}
+	}
+	for _, g := range s.groups {
+		g.rendered = true
+		for _, m := range g.members {
+			o, ok := known[m.Name()]
+			g.rendered = g.rendered && ok && o.rendered
+		}
+	}
+	return s
+}
+
+func (d *Daemon) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pass reads g's keys once and processes its members in file-name order.
+// After ctx ends no further member starts.
+func (d *Daemon) pass(ctx context.Context, g *group) {
+	g.start()
+	vals, rev, err := d.o.Store.GetValues(d.o.Commands, g.keys)
+	if err != nil {
+		err = fmt.Errorf("%s: read keys: %w", names(g), err)
+		d.o.Log.Error(err.Error())
+		for _, m := range g.members {
+			d.o.Observer.Processed(m.Name(), resource.Result{}, err, m.ReloadPending())
+		}
+		g.finish(0, false, d.o.Clock.Now())
+		return
+	}
+	snap := snapshot{vals: vals, rev: rev}
+	ok := true
+	for _, m := range g.members {
+		if ctx.Err() != nil {
+			d.o.Log.Warnf("%s: not processed: confd is stopping", m.Name())
+			ok = false
+			break
+		}
+		res, err := m.Process(d.o.Commands, snap)
+		if err != nil {
+			d.o.Log.Error(err.Error())
+			ok = false
+		}
+		d.o.Observer.Processed(m.Name(), res, err, m.ReloadPending())
+	}
+	g.finish(rev, ok, d.o.Clock.Now())
+	if !ok {
+		at, _ := g.readyAt()
+		d.o.Log.Warnf("%s: will retry in %s, or at once on a change of its keys", names(g), at.Sub(d.o.Clock.Now()).Round(time.Millisecond))
+	}
+}
+
+// report publishes readiness: every resource rendered since start and,
+// in watch mode, the watch live.
+func (d *Daemon) report(s *sched, w *watcher, was *bool) {
+	ready := true
+	processed := int64(-1)
+	for _, g := range s.groups {
+		ready = ready && g.rendered
+		if processed < 0 || g.rev < processed {
+			processed = g.rev
+		}
+	}
+	if w != nil {
+		ready = ready && w.isUp()
+		d.o.Observer.Revisions(processed, w.currentRevision())
+	}
+	if ready != *was {
+		d.o.Observer.Ready(ready)
+		*was = ready
+	}
+}
+
+func names(g *group) string {
+	ns := make([]string, len(g.members))
+	for i, m := range g.members {
+		ns[i] = m.Name()
+	}
+	return strings.Join(ns, ", ")
+}
+
+// snapshot serves each member of a group its keys from the group's one read.
+type snapshot struct {
+	vals map[string]string
+	rev  int64
+}
+
+func (s snapshot) GetValues(_ context.Context, keys []string) (map[string]string, int64, error) {
+	out := make(map[string]string)
+	for k, v := range s.vals {
+		if underAny(k, keys) {
+			out[k] = v
+		}
+	}
+	return out, s.rev, nil
+}
+
+// Once processes every resource in file-name order and returns every
+// failure joined, one error per failed resource.
 func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus.FieldLogger) error {
 	var errs []error
+	rs = append([]Processor(nil), rs...)
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Name() < rs[j].Name() })
 	for _, r := range rs {
 		if _, err := r.Process(ctx, store); err != nil {
 			log.Error(err.Error())
@@ -38,107 +333,55 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 	return errors.Join(errs...)
 }
 
-// Interval processes every resource, then again every interval, until ctx
-// ends. load is called before every pass, so that resource files added or
-// changed since the last pass are picked up, as confd 0.16's interval mode
-// did. A pass in progress finishes (its commands have their own timeouts):
-// killing a reload half way is worse than a late exit.
-func Interval(ctx context.Context, load func() []Processor, store resource.Getter, every time.Duration, log logrus.FieldLogger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		_ = Once(context.WithoutCancel(ctx), load(), store, log)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// Observer is told what the daemon does, for metrics and readiness.
+type Observer interface {
+	Processed(resource string, res resource.Result, err error, reloadPending bool)
+	WatchUp(up bool)
+	WatchReconnect()
+	Revisions(processed, current int64)
+	Ready(ready bool)
+}
+
+// Observers fans out to several observers.
+func Observers(os ...Observer) Observer {
+	if len(os) == 0 {
+		return nopObserver{}
+	}
+	return multi(os)
+}
+
+type multi []Observer
+
+func (m multi) Processed(r string, res resource.Result, err error, p bool) {
+	for _, o := range m {
+		o.Processed(r, res, err, p)
+	}
+}
+func (m multi) WatchUp(up bool) {
+	for _, o := range m {
+		o.WatchUp(up)
+	}
+}
+func (m multi) WatchReconnect() {
+	for _, o := range m {
+		o.WatchReconnect()
+	}
+}
+func (m multi) Revisions(p, c int64) {
+	for _, o := range m {
+		o.Revisions(p, c)
+	}
+}
+func (m multi) Ready(r bool) {
+	for _, o := range m {
+		o.Ready(r)
 	}
 }
 
-// Watch processes every resource once, then waits on etcd for changes to
-// each resource's keys and processes it again. The watch resumes from the
-// revision the last successful pass rendered, so no change is missed and a
-// burst of changes is rendered once at its newest revision.
-func Watch(ctx context.Context, rs []Processor, store Watcher, log logrus.FieldLogger) {
-	done := make(chan struct{})
-	for _, r := range rs {
-		go func(r Processor) {
-			defer func() { done <- struct{}{} }()
-			watchOne(ctx, r, store, log, minBackoff)
-		}(r)
-	}
-	for range rs {
-		<-done
-	}
-}
+type nopObserver struct{}
 
-const (
-	minBackoff = 500 * time.Millisecond
-	maxBackoff = 30 * time.Second
-)
-
-func watchOne(ctx context.Context, r Processor, store Watcher, log logrus.FieldLogger, firstBackoff time.Duration) {
-	backoff := firstBackoff
-	wait := func() bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxBackoff)
-		return true
-	}
-	var rev int64
-	// processed reports whether a pass succeeded; until one does, retry
-	// with backoff rather than watch from a revision never rendered.
-	process := func() bool {
-		res, err := r.Process(context.WithoutCancel(ctx), store)
-		if err != nil {
-			log.Error(err.Error())
-			return false
-		}
-		rev, backoff = res.Revision, firstBackoff
-		return true
-	}
-	for !process() {
-		if !wait() {
-			return
-		}
-	}
-	for ctx.Err() == nil {
-		_, err := store.WatchPrefix(ctx, commonPrefix(r.StoreKeys()), r.StoreKeys(), rev)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			log.Warn(fmt.Sprintf("watch %v from revision %d: %v; re-reading", r.StoreKeys(), rev, err))
-			if !wait() {
-				return
-			}
-		}
-		for !process() {
-			if !wait() {
-				return
-			}
-		}
-	}
-}
-
-// commonPrefix is the longest string all keys start with: the narrowest
-// etcd range one watch can cover.
-func commonPrefix(keys []string) string {
-	if len(keys) == 0 {
-		return "/"
-	}
-	p := keys[0]
-	for _, k := range keys[1:] {
-		for !strings.HasPrefix(k, p) {
-			p = p[:len(p)-1]
-		}
-	}
-	if p == "" {
-		return "/"
-	}
-	return p
-}
+func (nopObserver) Processed(string, resource.Result, error, bool) {}
+func (nopObserver) WatchUp(bool)                                   {}
+func (nopObserver) WatchReconnect()                                {}
+func (nopObserver) Revisions(int64, int64)                         {}
+func (nopObserver) Ready(bool)                                     {}

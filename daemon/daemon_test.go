@@ -3,144 +3,332 @@ package daemon
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/keysync/confd/resource"
-	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/waitspec"
+	"github.com/keysync/confd/resource"
 )
 
-// fakeProc fails its first failures passes, then renders at the store's revision.
+// fakeProc records its passes; it fails while fail is set.
 type fakeProc struct {
-	keys     []string
-	failures int
-	calls    int
-	store    *fakeStore
+	name string
+	keys []string
+	wait *waitspec.Spec
+	fail bool
+	log  *[]string // shared pass log: name@revision
+	mu   *sync.Mutex
 }
 
+func (p *fakeProc) Name() string        { return p.name }
 func (p *fakeProc) StoreKeys() []string { return p.keys }
-
-func (p *fakeProc) Process(ctx context.Context, _ resource.Getter) (resource.Result, error) {
-	p.calls++
-	if p.calls <= p.failures {
-		return resource.Result{}, errors.New("render failed")
+func (p *fakeProc) ReloadPending() bool { return false }
+func (p *fakeProc) Quiescence() (waitspec.Spec, bool) {
+	if p.wait == nil {
+		return waitspec.Spec{}, false
 	}
-	return resource.Result{Revision: p.store.current()}, nil
+	return *p.wait, true
 }
 
-// fakeStore answers each WatchPrefix with the next scripted revision and
-// records where every watch started.
-type fakeStore struct {
-	mu      sync.Mutex
-	rev     int64
-	script  []watchAnswer
-	starts  []int64
-	prefix  []string
-	drained chan struct{}
-}
-
-type watchAnswer struct {
-	rev int64 // the store's revision after the event
-	err error
-}
-
-func (s *fakeStore) current() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rev
-}
-
-func (s *fakeStore) GetValues(context.Context, []string) (map[string]string, int64, error) {
-	return nil, s.current(), nil
-}
-
-func (s *fakeStore) WatchPrefix(ctx context.Context, prefix string, _ []string, afterRev int64) (int64, error) {
-	s.mu.Lock()
-	s.starts = append(s.starts, afterRev)
-	s.prefix = append(s.prefix, prefix)
-	if len(s.script) == 0 {
-		s.mu.Unlock()
-		close(s.drained)
-		<-ctx.Done()
-		return 0, ctx.Err()
+func (p *fakeProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+	_, rev, err := g.GetValues(ctx, p.keys)
+	if p.mu != nil {
+		p.mu.Lock()
+		*p.log = append(*p.log, p.name)
+		p.mu.Unlock()
 	}
-	a := s.script[0]
-	s.script = s.script[1:]
-	s.rev = a.rev
-	s.mu.Unlock()
-	return a.rev, a.err
+	if err != nil {
+		return resource.Result{}, err
+	}
+	if p.fail {
+		return resource.Result{Revision: rev}, errors.New(p.name + ": render failed")
+	}
+	return resource.Result{Revision: rev}, nil
 }
 
-func TestWatchResumesFromProcessedRevision(t *testing.T) {
-	store := &fakeStore{rev: 10, drained: make(chan struct{}), script: []watchAnswer{
-		{rev: 12},                               // a change: re-render at 12
-		{rev: 15, err: errors.New("compacted")}, // a watch error: re-read everything (at 15)
-		{rev: 20},                               // a burst ending at 20: rendered once
-	}}
-	p := &fakeProc{keys: []string{"/app/a", "/app/b"}, failures: 1, store: store}
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func groupNames(gs []*group) [][]string {
+	var out [][]string
+	for _, g := range gs {
+		var ns []string
+		for _, m := range g.members {
+			ns = append(ns, m.Name())
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+// TestGroupsShareKeysInFileNameOrder: resources on the same (or nested)
+// keys form one group in file-name order; others stay apart, and a key
+// that is only a string prefix ("/ab" vs "/a") does not join them.
+func TestGroupsShareKeysInFileNameOrder(t *testing.T) {
+	s := newSched([]Processor{
+		&fakeProc{name: "20-flags.toml", keys: []string{"/k/sa"}},
+		&fakeProc{name: "30-other.toml", keys: []string{"/other"}},
+		&fakeProc{name: "10-bundle.toml", keys: []string{"/k/sa"}},
+		&fakeProc{name: "40-nested.toml", keys: []string{"/k/sa/m1"}},
+		&fakeProc{name: "50-sibling.toml", keys: []string{"/k/sa-old"}},
+	}, waitspec.Spec{})
+	want := [][]string{{"10-bundle.toml", "20-flags.toml", "40-nested.toml"}, {"30-other.toml"}, {"50-sibling.toml"}}
+	if got := groupNames(s.groups); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("groups = %v, want %v", got, want)
+	}
+	if got := s.keys(); !slices.Equal(got, []string{"/k/sa", "/k/sa/m1", "/other", "/k/sa-old"}) {
+		t.Errorf("keys = %v", got)
+	}
+}
+
+// TestEventsRouteOnlyToTheirGroups, and not to groups that read them already.
+func TestEventsRouteOnlyToTheirGroups(t *testing.T) {
+	s := newSched([]Processor{
+		&fakeProc{name: "a", keys: []string{"/a"}},
+		&fakeProc{name: "b", keys: []string{"/b"}},
+	}, waitspec.Spec{})
+	s.event([]string{"/a/x", "/ab"}, 5, t0)
+	if got := groupNames(s.due(t0)); !slices.EqualFunc(got, [][]string{{"a"}}, slices.Equal) {
+		t.Fatalf("due = %v, want only a", got)
+	}
+	g := s.groups[0]
+	g.start()
+	g.finish(7, true, t0)
+	s.event([]string{"/a/x"}, 6, t0) // older than the read at 7: covered
+	if got := s.due(t0); len(got) != 0 {
+		t.Fatalf("an event the read covered woke %v", groupNames(got))
+	}
+	s.event([]string{"/a/x"}, 8, t0)
+	if len(s.due(t0)) != 1 {
+		t.Fatal("a newer event did not wake a")
+	}
+	s.forget() // a restore: revision 3 is new again
+	g.start()
+	s.event([]string{"/a/x"}, 3, t0)
+	if len(s.due(t0)) != 1 {
+		t.Fatal("after forget, a lower revision did not wake a")
+	}
+}
+
+// TestQuiescence: MIN after the last event, never later than MAX after
+// the first; start-up and resync passes do not wait.
+func TestQuiescence(t *testing.T) {
+	s := newSched([]Processor{&fakeProc{name: "a", keys: []string{"/a"}}}, waitspec.Spec{Min: 2 * time.Second, Max: 5 * time.Second})
+	g := s.groups[0]
+	s.all(t0)
+	if len(s.due(t0)) != 1 {
+		t.Fatal("the first pass waited")
+	}
+	g.start()
+	g.finish(1, true, t0)
+	// Events every second: MIN never passes quietly, MAX fires at first+5s.
+	for i := 0; i <= 6; i++ {
+		s.event([]string{"/a"}, int64(10+i), at(time.Duration(10+i)*time.Second))
+		now := at(time.Duration(10+i) * time.Second)
+		due := len(s.due(now)) == 1
+		if want := i >= 5; due != want {
+			t.Fatalf("event %d at %s: due %v, want %v", i, now, due, want)
+		}
+		if due {
+			break
+		}
+	}
+	g.start()
+	g.finish(20, true, at(15*time.Second))
+	// One event, then quiet: due at exactly +MIN, and next() says so.
+	s.event([]string{"/a"}, 21, at(20*time.Second))
+	if len(s.due(at(21*time.Second))) != 0 {
+		t.Fatal("due before MIN")
+	}
+	if next, ok := s.next(); !ok || !next.Equal(at(22*time.Second)) {
+		t.Fatalf("next = %v, %v; want +22s", next, ok)
+	}
+	if len(s.due(at(22*time.Second))) != 1 {
+		t.Fatal("not due at MIN")
+	}
+	// An event during the pass gives exactly one more pass.
+	g.start()
+	s.event([]string{"/a"}, 23, at(22*time.Second))
+	g.finish(22, true, at(23*time.Second))
+	if len(s.due(at(24*time.Second))) != 1 {
+		t.Fatal("event during the pass dropped")
+	}
+	g.start()
+	g.finish(23, true, at(24*time.Second))
+	if _, ok := s.next(); ok {
+		t.Fatal("a second extra pass is owed")
+	}
+}
+
+// TestResourceWaitOverridesDefault: a resource's own wait wins.
+func TestResourceWaitOverridesDefault(t *testing.T) {
+	own := waitspec.Spec{Min: time.Second, Max: time.Second}
+	s := newSched([]Processor{&fakeProc{name: "a", keys: []string{"/a"}, wait: &own}}, waitspec.Spec{Min: time.Minute, Max: time.Hour})
+	if s.groups[0].wait != own {
+		t.Fatalf("wait = %v, want %v", s.groups[0].wait, own)
+	}
+}
+
+// TestRetriesListen: a failed group retries on backoff, and sooner on a
+// new event for its keys.
+func TestRetriesListen(t *testing.T) {
+	s := newSched([]Processor{&fakeProc{name: "a", keys: []string{"/a"}}}, waitspec.Spec{})
+	g := s.groups[0]
+	g.start()
+	g.finish(1, false, t0)
+	g.start()
+	g.finish(1, false, at(time.Second)) // second failure: backoff 1s
+	if next, _ := s.next(); !next.Equal(at(2 * time.Second)) {
+		t.Fatalf("retry at %v, want +2s", next)
+	}
+	s.event([]string{"/a"}, 2, at(1100*time.Millisecond))
+	if len(s.due(at(1100*time.Millisecond))) != 1 {
+		t.Fatal("an event did not retry the failed group at once")
+	}
+	g.start()
+	g.finish(2, true, at(1200*time.Millisecond))
+	if _, ok := s.next(); ok {
+		t.Fatal("still owed after success")
+	}
+}
+
+// fakeWatch is a WatchStore whose revision and events the test sets.
+type fakeWatch struct {
+	mu       sync.Mutex
+	rev      int64
+	starts   []int64
+	watching chan chan backends.WatchEvent // one per Watch call
+	errs     chan error
+}
+
+func (f *fakeWatch) GetValues(context.Context, []string) (map[string]string, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return map[string]string{}, f.rev, nil
+}
+
+func (f *fakeWatch) Revision(context.Context, string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rev, nil
+}
+
+func (f *fakeWatch) setRev(r int64) {
+	f.mu.Lock()
+	f.rev = r
+	f.mu.Unlock()
+}
+
+func (f *fakeWatch) Watch(ctx context.Context, _ []string, after int64, fn func(backends.WatchEvent)) error {
+	f.mu.Lock()
+	f.starts = append(f.starts, after)
+	f.mu.Unlock()
+	ch := make(chan backends.WatchEvent)
+	f.watching <- ch
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-f.errs:
+			return err
+		case ev := <-ch:
+			fn(ev)
+		}
+	}
+}
+
+// TestRunRoutesRestoresAndCompactions drives Run with a fake etcd: the
+// group renders in file-name order at start, on an event, and after a
+// restore (revision lower than processed) the watch resumes from etcd's
+// new revision after a full re-read.
+func TestRunRoutesRestoresAndCompactions(t *testing.T) {
+	var mu sync.Mutex
+	var passes []string
+	f := &fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)}
+	procs := []Processor{
+		&fakeProc{name: "20-flags", keys: []string{"/k"}, log: &passes, mu: &mu},
+		&fakeProc{name: "10-bundle", keys: []string{"/k"}, log: &passes, mu: &mu},
+		&fakeProc{name: "30-other", keys: []string{"/o"}, log: &passes, mu: &mu},
+	}
+	log, hook := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: procs} }, Store: f, Watch: f, Log: log})
 	ctx, cancel := context.WithCancel(context.Background())
-	log, hook := test.NewNullLogger()
-	done := make(chan struct{})
-	go func() { watchOne(ctx, p, store, log, time.Millisecond); close(done) }()
-	<-store.drained
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	waitPasses := func(n int) []string {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			mu.Lock()
+			if len(passes) >= n {
+				got := append([]string(nil), passes...)
+				passes = nil
+				mu.Unlock()
+				return got
+			}
+			mu.Unlock()
+			select {
+			case <-deadline:
+				t.Fatalf("passes %v, want %d", passes, n)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	w := <-f.watching
+	if got := waitPasses(3); !slices.Equal(got, []string{"10-bundle", "20-flags", "30-other"}) {
+		t.Fatalf("first passes %v", got)
+	}
+	f.setRev(12)
+	w <- backends.WatchEvent{Keys: []string{"/k/m1"}, Revision: 12, Resume: 12}
+	if got := waitPasses(2); !slices.Equal(got, []string{"10-bundle", "20-flags"}) {
+		t.Fatalf("passes after /k event %v", got)
+	}
+	// A restore: etcd comes back at revision 5.
+	f.setRev(5)
+	f.errs <- errors.New("connection lost")
+	w = <-f.watching
+	if got := waitPasses(3); !slices.Equal(got, []string{"10-bundle", "20-flags", "30-other"}) {
+		t.Fatalf("passes after restore %v", got)
+	}
+	// Revision 6 after the restore is new, though lower than 12.
+	f.setRev(6)
+	w <- backends.WatchEvent{Keys: []string{"/o/x"}, Revision: 6, Resume: 6}
+	if got := waitPasses(1); !slices.Equal(got, []string{"30-other"}) {
+		t.Fatalf("passes after post-restore event %v", got)
+	}
+	f.mu.Lock()
+	starts := append([]int64(nil), f.starts...)
+	f.mu.Unlock()
+	if !slices.Equal(starts, []int64{10, 5}) {
+		t.Errorf("watch starts %v, want [10 5]", starts)
+	}
 	cancel()
-	<-done
-	// The first render failed and was retried before any watch started.
-	want := []int64{10, 12, 15, 20}
-	if len(store.starts) != len(want) {
-		t.Fatalf("watch starts = %v, want %v", store.starts, want)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
-	for i := range want {
-		if store.starts[i] != want[i] {
-			t.Fatalf("watch starts = %v, want %v", store.starts, want)
-		}
-	}
-	if store.prefix[0] != "/app/" {
-		t.Errorf("watch prefix = %q, want the keys' common prefix", store.prefix[0])
-	}
-	if p.calls != 5 { // 1 failed + initial + 3 after watch answers
-		t.Errorf("Process calls = %d, want 5", p.calls)
-	}
-	var sawErr, sawWarn bool
+	var broke, back, restored bool
 	for _, e := range hook.AllEntries() {
-		sawErr = sawErr || (e.Level == logrus.ErrorLevel && e.Message == "render failed")
-		sawWarn = sawWarn || (e.Level == logrus.WarnLevel && strings.Contains(e.Message, "compacted"))
+		broke = broke || strings.HasPrefix(e.Message, "etcd watch broken")
+		back = back || strings.HasPrefix(e.Message, "etcd watch back")
+		restored = restored || strings.Contains(e.Message, "lower than revision 12")
 	}
-	if !sawErr || !sawWarn {
-		t.Errorf("logged render failure %v, watch error %v", sawErr, sawWarn)
-	}
-}
-
-func TestOnceReportsEveryFailure(t *testing.T) {
-	store := &fakeStore{rev: 1}
-	good := &fakeProc{store: store}
-	bad1 := &fakeProc{store: store, failures: 1}
-	bad2 := &fakeProc{store: store, failures: 1}
-	log, hook := test.NewNullLogger()
-	err := Once(context.Background(), []Processor{bad1, good, bad2}, store, log)
-	if err == nil || len(hook.AllEntries()) != 2 || good.calls != 1 {
-		t.Fatalf("err %v, %d log lines, good processed %d times", err, len(hook.AllEntries()), good.calls)
+	if !broke || !back || !restored {
+		t.Errorf("logged broken %v, back %v, restore %v", broke, back, restored)
 	}
 }
 
-func TestCommonPrefix(t *testing.T) {
-	tests := []struct {
-		keys []string
-		want string
-	}{
-		{nil, "/"},
-		{[]string{"/a/b"}, "/a/b"},
-		{[]string{"/app/x", "/app/y"}, "/app/"},
-		{[]string{"/a", "/b"}, "/"},
-		{[]string{"/foo", "/foobar"}, "/foo"},
-		{[]string{"x", "y"}, "/"},
-	}
-	for _, tc := range tests {
-		if got := commonPrefix(tc.keys); got != tc.want {
-			t.Errorf("commonPrefix(%q) = %q, want %q", tc.keys, got, tc.want)
-		}
+// TestNothingToProcess: Run refuses to idle with no resource.
+func TestNothingToProcess(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{} }, Log: log, Interval: time.Second})
+	if err := d.Run(context.Background()); !errors.Is(err, ErrNothingToProcess) {
+		t.Fatalf("Run = %v, want ErrNothingToProcess", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 
@@ -68,6 +69,9 @@ type Resource struct {
 	ReloadCmd     string
 	CheckTimeout  time.Duration
 	ReloadTimeout time.Duration
+	// Wait is the resource's own quiescence (TOML wait = "MIN[:MAX]");
+	// nil means the daemon's -wait.
+	Wait *waitspec.Spec
 
 	settings *Settings
 }
@@ -87,6 +91,7 @@ type tomlTemplate struct {
 	ReloadCmd     string   `toml:"reload_cmd"`
 	CheckTimeout  string   `toml:"check_cmd_timeout"`
 	ReloadTimeout string   `toml:"reload_cmd_timeout"`
+	Wait          *string  `toml:"wait"`
 }
 
 type tomlFile struct {
@@ -148,6 +153,13 @@ func Load(file string, s *Settings) (*Resource, error) {
 	if r.ReloadTimeout, err = duration(t.ReloadTimeout, s.ReloadTimeout, DefaultReloadTimeout); err != nil {
 		return nil, fmt.Errorf("%s: template.reload_cmd_timeout: %w", file, err)
 	}
+	if t.Wait != nil {
+		w, err := waitspec.Parse(*t.Wait)
+		if err != nil {
+			return nil, fmt.Errorf("%s: template.wait: %w", file, err)
+		}
+		r.Wait = &w
+	}
 	// Parse the command templates now so that a typo fails at load, not after a render.
 	for key, cmd := range map[string]string{"check_cmd": r.CheckCmd, "reload_cmd": r.ReloadCmd} {
 		if _, err := expandCommand(key, cmd, "", ""); err != nil {
@@ -164,6 +176,30 @@ func (r *Resource) StoreKeys() []string {
 		out[i] = path.Join(r.Prefix, k)
 	}
 	return out
+}
+
+// Name is the resource file, which orders resources and names them in logs
+// and metrics.
+func (r *Resource) Name() string { return r.File }
+
+// Quiescence is the resource's own wait, if it sets one.
+func (r *Resource) Quiescence() (waitspec.Spec, bool) {
+	if r.Wait == nil {
+		return waitspec.Spec{}, false
+	}
+	return *r.Wait, true
+}
+
+// ReloadPending reports a reload_cmd owed since its file was replaced: an
+// owed-reload record that covers the live content (for metrics; Apply
+// itself decides from the record).
+func (r *Resource) ReloadPending() bool {
+	rec, err := readOwed(r.Dest)
+	if err != nil || !rec.exists {
+		return err != nil
+	}
+	live, err := os.ReadFile(r.Dest)
+	return err == nil && rec.covers(live)
 }
 
 // parseMode reads an octal permission string. confd 0.16 used base 0, so

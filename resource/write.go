@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,38 @@ func (FileWriter) MarkOwed(dest string, contents ...[]byte) error { return markO
 
 // ClearOwed implements Writer.
 func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
+
+// RemoveStaleStageFiles removes stage files beside Dest that a killed
+// confd left behind (named as writeStage names them) and returns their paths.
+func (r *Resource) RemoveStaleStageFiles() ([]string, error) {
+	dir, base := filepath.Split(r.Dest)
+	if dir == "" {
+		dir = "."
+	}
+	matches, err := filepath.Glob(filepath.Join(dir, "."+globQuote(base)+".*"))
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, m := range matches {
+		suffix := strings.TrimPrefix(filepath.Base(m), "."+base+".")
+		if len(suffix) != 12 || strings.Trim(suffix, "0123456789abcdef") != "" {
+			continue
+		}
+		if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("%s: remove stale stage file: %w", r.File, err))
+			continue
+		}
+		removed = append(removed, m)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func globQuote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`)
+	return r.Replace(s)
+}
 
 // writeStage creates a stage file beside dest (so that rename is atomic),
 // gives it its final owner and mode before a single byte is written, then

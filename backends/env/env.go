@@ -5,8 +5,6 @@ package env
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"strings"
 )
@@ -52,11 +50,6 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 		}
 	}
 	return vars, 0, nil
-}
-
-// WatchPrefix cannot notice changes to a process's own environment.
-func (c *Client) WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error) {
-	return 0, fmt.Errorf("env backend cannot watch for changes, use interval polling: %w", errors.ErrUnsupported)
 }
 
 // Close has nothing to release.

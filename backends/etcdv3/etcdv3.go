@@ -19,7 +19,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
-// ErrCompacted is wrapped by WatchPrefix when etcd no longer has the
+// ErrCompacted is wrapped by Watch when etcd no longer has the
 // revisions after afterRev: changes may have been missed, so the caller
 // must read everything again and watch from the new revision.
 var ErrCompacted = errors.New("etcd revision compacted")
@@ -44,6 +44,9 @@ type Client struct {
 	requestTimeout time.Duration
 	closeOnce      sync.Once
 	closeErr       error
+	cfg            Config
+	// probeInterval overrides DefaultProbeInterval in tests.
+	probeInterval time.Duration
 
 	// pageKeys, when set by tests, replaces the package's pageKeys.
 	pageKeys int
@@ -73,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout}, nil
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
 }
 
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
@@ -243,45 +246,6 @@ func prefixEnd(from string) string {
 		return "\x00"
 	}
 	return clientv3.GetPrefixRangeEnd(from)
-}
-
-// WatchPrefix watches prefix from afterRev+1 (from now when afterRev is 0)
-// and returns the revision of the first change to a key equal to or below
-// one of keys (any key, when keys is empty). It wraps ErrCompacted when
-// etcd has compacted revisions after afterRev, and returns ctx.Err() when
-// ctx ends.
-func (c *Client) WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error) {
-	// RequireLeader: a member cut off from its cluster ends the watch with
-	// an error instead of keeping it open and silent.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel() // ends the server-side watch as well
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if afterRev > 0 {
-		opts = append(opts, clientv3.WithRev(afterRev+1))
-	}
-	where := func() string {
-		return fmt.Sprintf("etcd %s: watch %q after revision %d", strings.Join(c.endpoints, ", "), prefix, afterRev)
-	}
-	for resp := range c.cli.Watch(wctx, prefix, opts...) {
-		if resp.CompactRevision != 0 {
-			return 0, fmt.Errorf("%s: %w (oldest revision kept is %d): %w", where(), ErrCompacted, resp.CompactRevision, resp.Err())
-		}
-		if err := resp.Err(); err != nil {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			return 0, fmt.Errorf("%s: %w", where(), err)
-		}
-		for _, ev := range resp.Events {
-			if k := string(ev.Kv.Key); len(keys) == 0 || keypath.UnderAny(k, keys) {
-				return ev.Kv.ModRevision, nil
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
-	return 0, fmt.Errorf("%s: watch closed (client closed or connection lost)", where())
 }
 
 // Close releases the connection; later calls fail. It may be called more

@@ -68,12 +68,6 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 	return vars, 0, nil
 }
 
-// WatchPrefix is not offered: this backend serves tests and previews,
-// which poll (-interval) or run once.
-func (c *Client) WatchPrefix(ctx context.Context, prefix string, keys []string, afterRev int64) (int64, error) {
-	return 0, fmt.Errorf("file backend cannot watch for changes, use interval polling: %w", errors.ErrUnsupported)
-}
-
 // Close has nothing to release.
 func (c *Client) Close() error { return nil }
 

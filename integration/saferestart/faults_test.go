@@ -26,7 +26,7 @@ var etcdVersions = []struct {
 	opts []etcdtest.Option
 }{
 	{"etcd3.6", nil},
-	{"etcd3.4", []etcdtest.Option{etcdtest.WithBinDir("/usr/bin")}},
+	{"etcd3.4", []etcdtest.Option{etcdtest.WithVersion("3.4")}},
 }
 
 // TestFaults runs each fault against a real etcd of every supported

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -45,7 +47,20 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	// New as a whole returns within DialTimeout.
 	diagBudget := min(time.Second, cfg.DialTimeout/4)
 	deadline := time.Now().Add(cfg.DialTimeout - diagBudget)
-	cli, err := clientv3.New(clientv3.Config{
+	var dialOpts []grpc.DialOption
+	if tc != nil {
+		// Certificate, key and CA are read again when they change on
+		// disk: a renewed certificate needs no restart.
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(newReloadingCreds(newTLSFiles(cfg, tc), tc)))
+	}
+	// gRPC's default reconnect backoff grows to two minutes; a renewed
+	// certificate or a restarted etcd should be picked up within seconds.
+	dialOpts = append(dialOpts, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+		MinConnectTimeout: cfg.DialTimeout,
+	}))
+	ccfg := clientv3.Config{
+		DialOptions: dialOpts,
 		Endpoints:   eps,
 		TLS:         tc,
 		Username:    cfg.Username,
@@ -58,7 +73,11 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		// The client's own zap logging is retry chatter; errors reach the
 		// caller instead.
 		Logger: zap.NewNop(),
-	})
+	}
+	if cfg.Username != "" {
+		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithChainUnaryInterceptor(freshAuthenticate(ccfg)))
+	}
+	cli, err := clientv3.New(ccfg)
 	if err == nil {
 		probeCtx, cancel := context.WithDeadline(ctx, deadline)
 		// Serializable: this proves transport, TLS and credentials; a
@@ -71,6 +90,9 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 			return cli, nil
 		}
 		_ = cli.Close()
+	}
+	if cerr := CertificateProblem(cfg); cerr != nil {
+		return nil, fmt.Errorf("etcd %s: %w", where, cerr)
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed):

@@ -34,3 +34,22 @@ func (s *Server) EnableAuth(t testing.TB, rootPassword, name, password, prefix s
 		}
 	}
 }
+
+// PutAs writes key=value as user (once authentication is on).
+func (s *Server) PutAs(t testing.TB, user, password, key, value string) int64 {
+	t.Helper()
+	cfg := s.ClientConfig()
+	cfg.Username, cfg.Password = user, password
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatalf("etcd client as %s: %v", user, err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Put(ctx, key, value)
+	if err != nil {
+		t.Fatalf("put %s as %s: %v", key, user, err)
+	}
+	return resp.Header.Revision
+}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -34,7 +35,8 @@ type Server struct {
 	dataDir string
 	peerURL string
 	useTLS  bool
-	binDir  string
+	binDir  string   // etcd and etcdctl to run; empty: Binary's choice
+	extra   []string // more etcd flags
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -49,13 +51,8 @@ type Option func(*Server)
 // by the test CA (etcd's --client-cert-auth).
 func WithTLS() Option { return func(s *Server) { s.useTLS = true } }
 
-// WithBinDir runs etcd from dir (for example /usr/bin for Debian's etcd
-// 3.4), so that a test can run against several server versions; Tool then
-// returns that version's etcdctl.
-func WithBinDir(dir string) Option { return func(s *Server) { s.binDir = dir } }
-
 // Tool is the path of the etcd tool ("etcd" or "etcdctl") this server runs
-// with: from WithBinDir's directory, else Binary's choice.
+// with: WithVersion's, else Binary's choice.
 func (s *Server) Tool(t testing.TB, name string) string {
 	if s.binDir != "" {
 		return filepath.Join(s.binDir, name)
@@ -137,6 +134,7 @@ func (s *Server) args() []string {
 		"--heartbeat-interval=10", "--election-timeout=100",
 		"--log-level", "error",
 	}
+	a = append(a, s.extra...)
 	if s.useTLS {
 		a = append(a,
 			"--cert-file", s.TLS.ServerCert,
@@ -201,7 +199,8 @@ func (s *Server) waitReady(done <-chan struct{}, within time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err = cli.Get(ctx, "health-probe")
 		cancel()
-		if err == nil {
+		// With authentication on, a refusal is an answer too.
+		if err == nil || errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
 			return nil
 		}
 		select {

@@ -29,6 +29,9 @@ type TLSFiles struct {
 	ClientKey           string
 	UntrustedClientCert string
 	UntrustedClientKey  string
+	// Authority is the CA that signed the server and client certificates,
+	// to issue renewed ones.
+	Authority *CA
 }
 
 // ClientTLSConfig is the configuration a well-behaved client uses.
@@ -119,6 +122,7 @@ func WriteTLSFiles(t testing.TB, dir string) *TLSFiles {
 		ClientKey:           filepath.Join(dir, "client-key.pem"),
 		UntrustedClientCert: filepath.Join(dir, "untrusted.pem"),
 		UntrustedClientKey:  filepath.Join(dir, "untrusted-key.pem"),
+		Authority:           ca,
 	}
 	exp := time.Now().Add(24 * time.Hour)
 	sc, sk := ca.Issue(t, "etcd-server", true, exp)

@@ -1,0 +1,227 @@
+package etcdv3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/internal/etcdclient"
+)
+
+// WatchEvent is one answer of Watch: keys that changed up to Revision, or,
+// with no keys, a sign of life at etcd's current Revision.
+type WatchEvent struct {
+	Revision int64
+	Keys     []string
+	// Resume is the revision up to which every change in the watched
+	// ranges has been delivered: a new watch from Resume+1 misses nothing.
+	Resume int64
+}
+
+// RevisionBehindError means etcd answered with a revision lower than one it
+// had shown before: it was restored from a snapshot or rebuilt, and a watch
+// from the old revision would wait for revisions that may not come for a
+// long time.
+type RevisionBehindError struct {
+	Current, Seen int64
+}
+
+func (e *RevisionBehindError) Error() string {
+	return fmt.Sprintf("etcd is at revision %d, lower than revision %d seen before (restored from a snapshot or rebuilt?)", e.Current, e.Seen)
+}
+
+// ErrStalled is wrapped by Watch when etcd answered nothing, not even a
+// progress request, for two probe intervals: the connection is down or the
+// member is stuck, and the client library would retry silently.
+var ErrStalled = errors.New("watch stalled")
+
+// DefaultProbeInterval is how often Watch asks etcd for progress.
+const DefaultProbeInterval = 2 * time.Second
+
+// watchKeys are the keys a watch must cover: a key below another is
+// covered by it.
+func watchKeys(keys []string) []string {
+	var out []string
+	for i, k := range keys {
+		covered := false
+		for j, o := range keys {
+			if (j < i && k == o) || (k != o && keypath.Under(k, o)) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Watch streams every change to a key equal to or below one of keys after
+// afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
+// or the watch fails: compaction (ErrCompacted), a revision lower than
+// afterRev or than one seen on this stream (*RevisionBehindError), no
+// answer to progress probes (ErrStalled), or an error from etcd. All ranges
+// share one gRPC stream; each key is watched as itself plus "key/", so
+// that a watch is never wider than the keys (least-privilege roles grant
+// exactly those ranges). fn also receives progress answers (no keys).
+func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(WatchEvent)) error {
+	probe := c.probeInterval
+	if probe <= 0 {
+		probe = DefaultProbeInterval
+	}
+	where := fmt.Sprintf("etcd %s: watch %s after revision %d", strings.Join(c.endpoints, ", "), describe(keys), afterRev)
+	// RequireLeader: a member cut off from its cluster ends the watch with
+	// an error instead of keeping it open and silent.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	type answer struct {
+		from int // index of the range
+		resp clientv3.WatchResponse
+	}
+	merged := make(chan answer)
+	closed := make(chan struct{}, 1)
+	ranges := planReads(watchKeys(keys))
+	// pos[i]: every change in range i up to pos[i] was delivered. Ranges
+	// catching up on a backlog advance independently, so only their
+	// minimum is a safe place to resume from.
+	pos := make([]int64, len(ranges))
+	// clientv3's Watch returns only once etcd confirmed the watch: a
+	// stalled server must not hold us there.
+	var createStalled atomic.Bool
+	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
+	for i, r := range ranges {
+		pos[i] = afterRev
+		opts := []clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}
+		if r.prefix {
+			opts = append(opts, clientv3.WithPrefix())
+		}
+		ch := c.cli.Watch(wctx, r.from, opts...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Leave on wctx, not only when ch closes: clientv3 closes it
+			// only once its stream goroutine runs again, which it does
+			// not while a reconnect keeps failing (an expired
+			// certificate).
+			for {
+				var resp clientv3.WatchResponse
+				var ok bool
+				select {
+				case resp, ok = <-ch:
+				case <-wctx.Done():
+					return
+				}
+				if !ok {
+					select {
+					case closed <- struct{}{}:
+					default:
+					}
+					return
+				}
+				select {
+				case merged <- answer{i, resp}:
+				case <-wctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	creating.Stop()
+	if createStalled.Load() && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
+	}
+	seen := afterRev
+	last := time.Now()
+	probing := make(chan struct{}, 1)
+	tick := time.NewTicker(probe)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closed:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%s: watch closed (client closed or connection lost)", where)
+		case <-tick.C:
+			if since := time.Since(last); since > 2*probe {
+				return fmt.Errorf("%s: %w: no answer from etcd for %s", where, ErrStalled, since.Round(time.Millisecond))
+			}
+			// With wctx itself: the first caller's context becomes the
+			// shared stream's, so a shorter one would end the stream.
+			// It blocks while the client library reconnects, hence the
+			// goroutine; one probe at a time.
+			select {
+			case probing <- struct{}{}:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = c.cli.RequestProgress(wctx)
+					<-probing
+				}()
+			default:
+			}
+		case a := <-merged:
+			resp := a.resp
+			last = time.Now()
+			if resp.CompactRevision != 0 {
+				return fmt.Errorf("%s: %w (oldest revision kept is %d)", where, ErrCompacted, resp.CompactRevision)
+			}
+			if err := resp.Err(); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("%s: %w", where, err)
+			}
+			if h := resp.Header.Revision; h > 0 {
+				if h < seen {
+					return fmt.Errorf("%s: %w", where, &RevisionBehindError{Current: h, Seen: seen})
+				}
+				seen = h
+			}
+			ev := WatchEvent{Revision: resp.Header.Revision}
+			for _, e := range resp.Events {
+				ev.Keys = append(ev.Keys, string(e.Kv.Key))
+				ev.Revision = e.Kv.ModRevision
+			}
+			if resp.Created && len(ev.Keys) == 0 {
+				continue // the header check above is all a creation tells
+			}
+			// A progress answer (no events) means the range is synced
+			// up to the header's revision.
+			pos[a.from] = max(pos[a.from], ev.Revision)
+			ev.Resume = slices.Min(pos)
+			fn(ev)
+		}
+	}
+}
+
+// Revision is etcd's current revision, read through key (one the caller
+// may read: least-privilege roles deny a read of "/").
+func (c *Client) Revision(ctx context.Context, key string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcd %s: read revision: %w", strings.Join(c.endpoints, ", "), err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Diagnose names why etcd cannot be used right now (an expired client
+// certificate, an unreachable endpoint, a refused handshake); nil when
+// nothing was found.
+func (c *Client) Diagnose(ctx context.Context) error {
+	return etcdclient.Diagnose(ctx, c.cfg)
+}

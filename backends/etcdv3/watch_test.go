@@ -1,0 +1,115 @@
+package etcdv3
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+// collect runs Watch until it returns and sends what it delivered.
+func collect(ctx context.Context, c *Client, keys []string, after int64) (<-chan WatchEvent, <-chan error) {
+	evs := make(chan WatchEvent, 100)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Watch(ctx, keys, after, func(e WatchEvent) { evs <- e }) }()
+	return evs, errc
+}
+
+func nextKeys(t *testing.T, evs <-chan WatchEvent, errc <-chan error) WatchEvent {
+	t.Helper()
+	for {
+		select {
+		case err := <-errc:
+			t.Fatalf("watch ended: %v", err)
+		case e := <-evs:
+			if len(e.Keys) > 0 {
+				return e
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no event")
+		}
+	}
+}
+
+// TestWatchExactRanges: a least-privilege user granted exactly its keys
+// (the key and "key/") watches two sibling prefixes on one stream, hears
+// only them (never "/a/foobar"), and resumes from Resume.
+func TestWatchExactRanges(t *testing.T) {
+	for _, v := range etcdtest.Versions {
+		t.Run(v, func(t *testing.T) {
+			s := etcdtest.Start(t, etcdtest.WithVersion(v))
+			s.EnableAuth(t, "rootpw", "reader", "pw", "/a/foo")
+			put := func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
+			c := connect(t, Config{Nodes: []string{s.Endpoint}, Username: "reader", Password: "pw"})
+			c.probeInterval = 200 * time.Millisecond
+			after := put("/a/foo/init", "x")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evs, errc := collect(ctx, c, []string{"/a/foo", "/a/foo/sub"}, after)
+			put("/a/foobar", "not watched")
+			want := put("/a/foo/x", "1")
+			e := nextKeys(t, evs, errc)
+			if !slices.Equal(e.Keys, []string{"/a/foo/x"}) || e.Revision != want {
+				t.Fatalf("event %+v, want /a/foo/x at %d", e, want)
+			}
+			// Progress answers keep coming while nothing changes.
+			deadline := time.After(10 * time.Second)
+			for progress := 0; progress < 3; {
+				select {
+				case e := <-evs:
+					if len(e.Keys) == 0 && e.Resume >= want {
+						progress++
+					}
+				case err := <-errc:
+					t.Fatalf("watch ended: %v", err)
+				case <-deadline:
+					t.Fatal("no progress answers")
+				}
+			}
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("err = %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// TestWatchFailures: compaction, a revision gone back, and a stalled
+// server each end the watch with their own error.
+func TestWatchFailures(t *testing.T) {
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.probeInterval = 200 * time.Millisecond
+	ctx := context.Background()
+
+	first := s.Put(t, "/w/k", "1")
+	s.Put(t, "/w/k", "2")
+	last := s.Put(t, "/w/k", "3")
+	if _, err := cli.Compact(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Watch(ctx, []string{"/w/k"}, first, func(WatchEvent) {}); !errors.Is(err, ErrCompacted) {
+		t.Errorf("compacted: err = %v, want ErrCompacted", err)
+	}
+
+	var behind *RevisionBehindError
+	if err := c.Watch(ctx, []string{"/w/k"}, last+100, func(WatchEvent) {}); !errors.As(err, &behind) || behind.Current != last {
+		t.Errorf("future revision: err = %v, want RevisionBehindError at %d", err, last)
+	}
+
+	_, errc := collect(ctx, c, []string{"/w/k"}, last)
+	s.Pause()
+	defer s.Resume()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrStalled) {
+			t.Errorf("paused server: err = %v, want ErrStalled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a paused server went unnoticed")
+	}
+}

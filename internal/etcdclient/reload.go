@@ -1,0 +1,190 @@
+package etcdclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/keysync/confd/internal/tlsconf"
+)
+
+// tlsFiles builds the TLS configuration of every new connection from the
+// CA, certificate and key files as they are on disk now, so that a renewed
+// certificate (or a rotated CA) is used without a restart. The files are
+// parsed again only when one of them changed (size, mtime, inode); a
+// half-finished renewal (a certificate that does not match its key yet)
+// keeps the last good configuration.
+type tlsFiles struct {
+	ca, cert, key string
+	insecure      bool
+	now           func() time.Time
+
+	mu    sync.Mutex
+	stamp string
+	cfg   *tls.Config
+	leaf  *x509.Certificate
+}
+
+func newTLSFiles(cfg Config, initial *tls.Config) *tlsFiles {
+	f := &tlsFiles{ca: cfg.ClientCAKeys, cert: cfg.ClientCert, key: cfg.ClientKey, insecure: cfg.ClientInsecure, now: time.Now}
+	f.stamp = f.currentStamp()
+	f.cfg = initial
+	f.leaf = leafOf(initial)
+	return f
+}
+
+func (f *tlsFiles) currentStamp() string {
+	var s string
+	for _, p := range []string{f.ca, f.cert, f.key} {
+		if p == "" {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			s += p + ":missing;"
+			continue
+		}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		s += fmt.Sprintf("%s:%d:%d:%d;", p, fi.Size(), fi.ModTime().UnixNano(), ino)
+	}
+	return s
+}
+
+func leafOf(tc *tls.Config) *x509.Certificate {
+	if tc == nil || len(tc.Certificates) == 0 {
+		return nil
+	}
+	c := tc.Certificates[0]
+	if c.Leaf != nil {
+		return c.Leaf
+	}
+	if len(c.Certificate) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return nil
+	}
+	return leaf
+}
+
+// config is the configuration for the next handshake.
+func (f *tlsFiles) config() (*tls.Config, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if stamp := f.currentStamp(); stamp != f.stamp {
+		tc, err := tlsconf.Client(f.ca, f.cert, f.key)
+		if err == nil {
+			tc.InsecureSkipVerify = f.insecure
+			f.cfg, f.leaf, f.stamp = tc, leafOf(tc), stamp
+		}
+		// else: keep the last good files until the renewal is complete.
+	}
+	if err := validity(f.cert, f.leaf, f.now()); err != nil {
+		return nil, err
+	}
+	return f.cfg.Clone(), nil
+}
+
+// validity reports a client certificate outside its validity period by
+// name: etcd would only answer "bad certificate".
+func validity(file string, leaf *x509.Certificate, now time.Time) error {
+	if leaf == nil {
+		return nil
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("client certificate %s expired at %s (renew it on disk: confd reads it again on the next connection)", file, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("client certificate %s is not valid before %s (clock skew?)", file, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// CertificateProblem reports the client certificate file of cfg when it
+// cannot be read or is outside its validity period; nil otherwise.
+func CertificateProblem(cfg Config) error {
+	if cfg.ClientCert == "" {
+		return nil
+	}
+	b, err := os.ReadFile(cfg.ClientCert)
+	if err != nil {
+		return fmt.Errorf("client certificate: %w", err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return fmt.Errorf("client certificate %s: no PEM block", cfg.ClientCert)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("client certificate %s: %w", cfg.ClientCert, err)
+	}
+	return validity(cfg.ClientCert, leaf, time.Now())
+}
+
+// Diagnose names why cfg's endpoints cannot be used right now: a client
+// certificate expired or unreadable, an endpoint unreachable, a refused
+// handshake. nil means nothing found.
+func Diagnose(ctx context.Context, cfg Config) error {
+	if err := CertificateProblem(cfg); err != nil {
+		return err
+	}
+	r := cfg.Resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	eps, err := endpoints(ctx, cfg, r)
+	if err != nil {
+		return err
+	}
+	tc, err := tlsConfig(cfg, eps)
+	if err != nil {
+		return err
+	}
+	return diagnose(ctx, eps, tc)
+}
+
+// reloadingCreds are gRPC transport credentials that take a fresh TLS
+// configuration from tlsFiles for every handshake.
+type reloadingCreds struct {
+	files *tlsFiles
+	base  credentials.TransportCredentials
+}
+
+func newReloadingCreds(files *tlsFiles, initial *tls.Config) *reloadingCreds {
+	return &reloadingCreds{files: files, base: credentials.NewTLS(initial)}
+}
+
+func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, err := c.files.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	return credentials.NewTLS(tc).ClientHandshake(ctx, authority, raw)
+}
+
+func (c *reloadingCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("etcdclient: client credentials only")
+}
+
+func (c *reloadingCreds) Info() credentials.ProtocolInfo { return c.base.Info() }
+
+func (c *reloadingCreds) Clone() credentials.TransportCredentials {
+	return &reloadingCreds{files: c.files, base: c.base.Clone()}
+}
+
+//nolint:staticcheck // part of the interface
+func (c *reloadingCreds) OverrideServerName(string) error { return nil }

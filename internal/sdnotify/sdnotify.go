@@ -1,0 +1,82 @@
+// Package sdnotify tells systemd (Type=notify) when confd is ready, keeps
+// its watchdog fed, and says when confd is stopping. It does nothing when
+// NOTIFY_SOCKET is unset.
+package sdnotify
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/resource"
+)
+
+// Notifier is a daemon.Observer that reports readiness to systemd.
+type Notifier struct {
+	log      logrus.FieldLogger
+	watchdog time.Duration
+	once     sync.Once
+}
+
+// New returns nil when confd was not started by systemd with
+// Type=notify (no NOTIFY_SOCKET).
+func New(getenv func(string) string, log logrus.FieldLogger) *Notifier {
+	if getenv("NOTIFY_SOCKET") == "" {
+		return nil
+	}
+	n := &Notifier{log: log}
+	if d, err := daemon.SdWatchdogEnabled(false); err != nil {
+		log.Warnf("systemd watchdog settings unreadable: %v", err)
+	} else {
+		n.watchdog = d
+	}
+	return n
+}
+
+func (n *Notifier) send(state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		n.log.Warnf("sd_notify %q: %v", state, err)
+	}
+}
+
+// Ready sends READY=1 the first time confd is ready (every resource
+// rendered, the watch live), and a STATUS line on every change.
+func (n *Notifier) Ready(ready bool) {
+	if !ready {
+		n.send("STATUS=not ready: a resource failed to render or the etcd watch is down")
+		return
+	}
+	n.once.Do(func() { n.send(daemon.SdNotifyReady) })
+	n.send("STATUS=ready: every resource rendered, watch live")
+}
+
+// Watchdog feeds systemd's watchdog (WatchdogSec=) at half its interval
+// until ctx ends.
+func (n *Notifier) Watchdog(ctx context.Context) {
+	if n.watchdog <= 0 {
+		return
+	}
+	t := time.NewTicker(n.watchdog / 2)
+	defer t.Stop()
+	for {
+		n.send(daemon.SdNotifyWatchdog)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stopping tells systemd that confd is shutting down.
+func (n *Notifier) Stopping() { n.send(daemon.SdNotifyStopping) }
+
+// The rest of daemon.Observer: nothing systemd needs to hear.
+
+func (n *Notifier) Processed(string, resource.Result, error, bool) {}
+func (n *Notifier) WatchUp(bool)                                   {}
+func (n *Notifier) WatchReconnect()                                {}
+func (n *Notifier) Revisions(int64, int64)                         {}

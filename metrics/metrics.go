@@ -1,0 +1,186 @@
+// Package metrics serves what the confd daemon does as Prometheus metrics
+// (names confd_...), plus /healthz (the process answers) and /readyz (every
+// resource rendered since start and the watch live).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/resource"
+)
+
+// Metrics is a daemon.Observer that keeps its own registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	lastSuccess  *prometheus.GaugeVec
+	passes       *prometheus.CounterVec
+	writes       *prometheus.CounterVec
+	checks       *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	pending      *prometheus.GaugeVec
+	watchUp      prometheus.Gauge
+	reconnects   prometheus.Counter
+	processedRev prometheus.Gauge
+	currentRev   prometheus.Gauge
+	lagRevisions prometheus.Gauge
+	readyGauge   prometheus.Gauge
+	ready        atomic.Bool
+}
+
+// New registers every metric.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	res := []string{"resource"}
+	m.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "confd_resource_last_success_timestamp_seconds",
+		Help: "When the resource last processed without error (Unix time)."}, res)
+	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "confd_resource_renders_total",
+		Help: "Passes over the resource (read, render, compare), by result (ok, error)."}, []string{"resource", "result"})
+	m.writes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "confd_resource_writes_total",
+		Help: "Times the resource's destination was replaced (or, with -noop, would have been)."}, res)
+	m.checks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "confd_resource_check_total",
+		Help: "Results of passes that changed the file at the check stage: ok (check_cmd passed, or none is set) or failed."}, []string{"resource", "result"})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "confd_resource_reload_total",
+		Help: "reload_cmd results (ok, failed)."}, []string{"resource", "result"})
+	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "confd_resource_reload_pending",
+		Help: "1 while a reload_cmd is owed: its file was replaced but the reload failed."}, res)
+	m.watchUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_up",
+		Help: "1 while the etcd watch is live."})
+	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "confd_watch_reconnects_total",
+		Help: "Times the etcd watch was opened again after it broke or was restarted."})
+	m.processedRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_processed_revision",
+		Help: "The etcd revision every resource has been read at, at least."})
+	m.currentRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_etcd_revision",
+		Help: "The newest etcd revision the watch has seen."})
+	m.lagRevisions = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_lag_revisions",
+		Help: "confd_watch_etcd_revision minus confd_watch_processed_revision."})
+	m.readyGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_ready",
+		Help: "1 once every resource rendered since start and the watch is live (as /readyz)."})
+	m.reg.MustRegister(m.lastSuccess, m.passes, m.writes, m.checks, m.reloads, m.pending, m.watchUp,
+		m.reconnects, m.processedRev, m.currentRev, m.lagRevisions, m.readyGauge,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Processed records one resource pass.
+func (m *Metrics) Processed(name string, res resource.Result, err error, reloadPending bool) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	} else {
+		m.lastSuccess.WithLabelValues(name).SetToCurrentTime()
+	}
+	m.passes.WithLabelValues(name, result).Inc()
+	var ce *resource.CommandError
+	switch {
+	case res.Changed && err == nil:
+		m.writes.WithLabelValues(name).Inc()
+		m.checks.WithLabelValues(name, "ok").Inc()
+	case res.Changed && reloadPending:
+		// The file passed its check and was replaced; the reload failed.
+		m.writes.WithLabelValues(name).Inc()
+		m.checks.WithLabelValues(name, "ok").Inc()
+		m.reloads.WithLabelValues(name, "failed").Inc()
+	case res.Changed && errors.As(err, &ce):
+		// A command failed before the file was replaced: the check.
+		m.checks.WithLabelValues(name, "failed").Inc()
+	case !res.Changed && err != nil && reloadPending:
+		m.reloads.WithLabelValues(name, "failed").Inc()
+	}
+	if res.Reloaded {
+		m.reloads.WithLabelValues(name, "ok").Inc()
+	}
+	v := 0.0
+	if reloadPending {
+		v = 1
+	}
+	m.pending.WithLabelValues(name).Set(v)
+}
+
+// WatchUp records the watch's state.
+func (m *Metrics) WatchUp(up bool) {
+	if up {
+		m.watchUp.Set(1)
+	} else {
+		m.watchUp.Set(0)
+	}
+}
+
+// WatchReconnect counts a reopened watch.
+func (m *Metrics) WatchReconnect() { m.reconnects.Inc() }
+
+// Revisions records how far processing is behind etcd.
+func (m *Metrics) Revisions(processed, current int64) {
+	m.processedRev.Set(float64(processed))
+	m.currentRev.Set(float64(current))
+	m.lagRevisions.Set(float64(max(current-processed, 0)))
+}
+
+// Ready records readiness for /readyz.
+func (m *Metrics) Ready(ready bool) {
+	m.ready.Store(ready)
+	if ready {
+		m.readyGauge.Set(1)
+	} else {
+		m.readyGauge.Set(0)
+	}
+}
+
+// Handler serves /metrics, /healthz and /readyz.
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "not ready: a resource has not rendered since start, or the etcd watch is down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Server is a running metrics endpoint.
+type Server struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// Serve listens on addr at once, so that a taken port fails confd's start,
+// and serves Handler in the background.
+func (m *Metrics) Serve(addr string, log logrus.FieldLogger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, srv: &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Errorf("metrics server on %s: %v", addr, err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address listened on (useful with port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server, letting requests in flight finish briefly.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}

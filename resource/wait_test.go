@@ -1,0 +1,61 @@
+package resource
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestResourceWait: a resource's wait = "MIN[:MAX]" is its own quiescence;
+// without it the daemon's -wait applies; a bad one names file and key.
+func TestResourceWait(t *testing.T) {
+	dir := confDir(t, map[string]string{
+		"a.toml": "[template]\nsrc = \"t\"\ndest = \"/tmp/a\"\nkeys = [\"/a\"]\nwait = \"1s:3s\"\n",
+		"b.toml": "[template]\nsrc = \"t\"\ndest = \"/tmp/b\"\nkeys = [\"/b\"]\n",
+		"c.toml": "[template]\nsrc = \"t\"\ndest = \"/tmp/c\"\nkeys = [\"/c\"]\nwait = \"3s:1s\"\n",
+	}, map[string]string{"t": "x\n"})
+	s, _ := testSettings(dir)
+	a, err := Load(filepath.Join(dir, "conf.d", "a.toml"), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := a.Quiescence(); !ok || w.Min != time.Second || w.Max != 3*time.Second {
+		t.Errorf("a: wait %v, %v", w, ok)
+	}
+	b, err := Load(filepath.Join(dir, "conf.d", "b.toml"), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Quiescence(); ok {
+		t.Error("b has a wait of its own")
+	}
+	c := filepath.Join(dir, "conf.d", "c.toml")
+	if _, err := Load(c, s); err == nil || !strings.Contains(err.Error(), c) || !strings.Contains(err.Error(), "template.wait") {
+		t.Errorf("c: err = %v", err)
+	}
+}
+
+// TestRemoveStaleStageFiles removes only files named as stage files of
+// this destination.
+func TestRemoveStaleStageFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := &Resource{File: "r.toml", Dest: filepath.Join(dir, "out.conf")}
+	names := map[string]bool{".out.conf.0123456789ab": true, ".out.conf.zz23456789ab": false, ".out.conf.keep": false, ".other.0123456789ab": false, "out.conf": false}
+	for n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := r.RemoveStaleStageFiles()
+	if err != nil || len(removed) != 1 {
+		t.Fatalf("removed %v, %v", removed, err)
+	}
+	for n, gone := range names {
+		_, err := os.Stat(filepath.Join(dir, n))
+		if gone != os.IsNotExist(err) {
+			t.Errorf("%s: removed %v, want %v", n, os.IsNotExist(err), gone)
+		}
+	}
+}
