@@ -52,6 +52,12 @@ func (a *app) restart(ctx context.Context) int {
 	if o.dryRun {
 		return a.dryRun(ctx, cli)
 	}
+	// The service-account keys the restarted apiserver will load, read
+	// now: the trust gate and, after success, the trust record.
+	snap := a.trustSnapshot(ctx, log)
+	if code := a.trustGate(ctx, cli, log, snap); code != exitOK {
+		return code
+	}
 
 	sess, err := lock.Open(ctx, cli, lock.Config{
 		Name:      o.lockName,
@@ -108,6 +114,7 @@ func (a *app) restart(ctx context.Context) int {
 	out := a.attempts(ctx, sess, log)
 	switch out.code {
 	case exitOK:
+		a.writeTrust(ctx, cli, log, snap)
 		if err := sess.Release(context.WithoutCancel(ctx)); err != nil {
 			log.WithError(err).Warn("restart done, but releasing the lock failed (the lease expires within the TTL)")
 		} else {
