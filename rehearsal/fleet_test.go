@@ -432,11 +432,6 @@ func (l *logBuf) count(subs ...string) int {
 	return n
 }
 
-func (l *logBuf) wait() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.changed
-}
 
 // await re-evaluates cond whenever something the fleet watches changes
 // (and at least every 250 ms for state outside it: files, etcd, HTTP),

@@ -160,21 +160,6 @@ func (s *systemd) stop(sig syscall.Signal) {
 	s.cmd = nil
 }
 
-// running reports whether the apiserver process is alive.
-func (s *systemd) running() bool {
-	s.job.Lock()
-	defer s.job.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
 func peerPID(c *net.UnixConn) int {
 	raw, err := c.SyscallConn()
 	if err != nil {
