@@ -31,10 +31,10 @@ kube-apiserver:
 install: build
 	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR)
 	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart $(DESTDIR)$(PREFIX)/bin/
-	for u in examples/systemd/*.service examples/systemd/*.path; do \
-		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$(DESTDIR)$(SYSTEMDDIR)/$${u##*/}.tmp" && \
-		chmod 0644 "$(DESTDIR)$(SYSTEMDDIR)/$${u##*/}.tmp" && \
-		mv "$(DESTDIR)$(SYSTEMDDIR)/$${u##*/}.tmp" "$(DESTDIR)$(SYSTEMDDIR)/$${u##*/}" || exit 1; \
+	$(INSTALL) -d $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
+	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
+		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
+		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
 	done
 
 fmt-check:

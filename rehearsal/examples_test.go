@@ -31,12 +31,17 @@ func TestMakeInstall(t *testing.T) {
 			t.Errorf("%s not installed as an executable: %v", b, err)
 		}
 	}
-	units, _ := filepath.Glob(filepath.Join(etcdtest.RepoRoot(), "examples/systemd/*"))
-	if len(units) == 0 {
-		t.Fatal("no example units")
+	units, _ := filepath.Glob(filepath.Join(etcdtest.RepoRoot(), "examples/systemd/*.*"))
+	dropIns, _ := filepath.Glob(filepath.Join(etcdtest.RepoRoot(), "examples/systemd/*.service.d/*.conf"))
+	if len(units) == 0 || len(dropIns) == 0 {
+		t.Fatal("no example units or drop-ins")
 	}
-	for _, u := range units {
-		got, err := os.ReadFile(filepath.Join(dest, "lib/systemd/system", filepath.Base(u)))
+	for _, u := range append(units, dropIns...) {
+		if fi, err := os.Stat(u); err != nil || fi.IsDir() {
+			continue
+		}
+		rel, _ := filepath.Rel(filepath.Join(etcdtest.RepoRoot(), "examples/systemd"), u)
+		got, err := os.ReadFile(filepath.Join(dest, "lib/systemd/system", rel))
 		if err != nil {
 			t.Errorf("unit not installed: %v", err)
 			continue
@@ -63,7 +68,7 @@ func TestPuppetClassShipsAndEnablesEverything(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	for _, dir := range []string{"confd/conf.d", "confd/templates", "systemd"} {
+	for _, dir := range []string{"confd/conf.d", "confd/templates", "systemd", "systemd/kube-apiserver.service.d"} {
 		for _, n := range names(dir) {
 			if !strings.Contains(pp, "'"+n+"'") {
 				t.Errorf("sa_key_sync.pp does not install %s/%s", dir, n)
@@ -77,7 +82,7 @@ func TestPuppetClassShipsAndEnablesEverything(t *testing.T) {
 			t.Errorf("sa_key_sync.pp lacks %s", want)
 		}
 	}
-	for _, svc := range []string{"confd", "sa-key-publish.path", "sa-key-publish.service"} {
+	for _, svc := range []string{"confd", "sa-key-publish.path", "sa-key-publish.service", "sa-key-retire.timer"} {
 		re := regexp.MustCompile(`service \{ '` + regexp.QuoteMeta(svc) + `':[^}]*enable\s*=>\s*true`)
 		if !re.MatchString(pp) {
 			t.Errorf("sa_key_sync.pp does not enable %s", svc)

@@ -158,12 +158,17 @@ func (h *host) install(kas string) {
 			files["/etc/confd/"+dir+"/"+e.Name()] = "confd/" + dir + "/" + e.Name()
 		}
 	}
-	ents, err := os.ReadDir(filepath.Join(ex, "systemd"))
+	// Units and drop-in directories (kube-apiserver.service.d/).
+	err := filepath.WalkDir(filepath.Join(ex, "systemd"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Join(ex, "systemd"), p)
+		files["/etc/systemd/system/"+filepath.ToSlash(rel)] = "systemd/" + filepath.ToSlash(rel)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, e := range ents {
-		files["/etc/systemd/system/"+e.Name()] = "systemd/" + e.Name()
 	}
 	for dst, src := range files {
 		data, err := os.ReadFile(filepath.Join(ex, src))

@@ -50,9 +50,22 @@ class sa_key_sync (
     }
   }
 
-  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path'].each |$u| {
+  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path',
+    'sa-key-retire.service', 'sa-key-retire.timer'].each |$u| {
     file { "/etc/systemd/system/${u}":
       source => "puppet:///modules/sa_key_sync/systemd/${u}",
+      notify => Exec['sa_key_sync-daemon-reload'],
+    }
+  }
+  # kube-apiserver waits until every other master trusts this master's key
+  # (a reimaged host); see the README's rotation runbook for a first master.
+  file { '/etc/systemd/system/kube-apiserver.service.d':
+    ensure => directory,
+    mode   => '0755',
+  }
+  ['10-wait-trusted.conf'].each |$d| {
+    file { "/etc/systemd/system/kube-apiserver.service.d/${d}":
+      source => "puppet:///modules/sa_key_sync/systemd/kube-apiserver.service.d/${d}",
       notify => Exec['sa_key_sync-daemon-reload'],
     }
   }
@@ -83,6 +96,13 @@ class sa_key_sync (
     refreshonly => true,
     subscribe   => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart']],
     require     => Service['sa-key-publish.service'],
+  }
+
+  # Withdraws a rotated-out service-account key once its grace is over.
+  service { 'sa-key-retire.timer':
+    ensure  => running,
+    enable  => true,
+    require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart']],
   }
 
   # Other apiserver inputs Puppet manages (flags, certificates) restart it
