@@ -395,3 +395,51 @@ func TestReimagedHostWaitsForTrust(t *testing.T) {
 	f.waitConverged(t)
 	f.checkNoRejections(t)
 }
+
+// --dry-run shows the steps and touches nothing; a second rotate-key of the
+// same host while one runs exits 5; a rotation killed right after generating
+// its key resumes.
+func TestRotateKeyDryRunAndOneAtATime(t *testing.T) {
+	f := newMiniFleet(t, 2)
+	m1, m2 := f.hosts[0], f.hosts[1]
+	f.waitConverged(t)
+	pubBefore, _ := os.ReadFile(m1.path("sa.pub"))
+	p := runBin(t, f.env, f.rotateArgs(m1, "--dry-run")...)
+	if p.code != codeOK {
+		t.Fatalf("dry run: exit %d\n%s", p.code, p.stderr)
+	}
+	for _, want := range []string{"would  generate", "would  publish", "would  wait-trusted", "would  install", "would  restart", "dry run: no lock taken"} {
+		if !strings.Contains(p.stdout.String(), want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, p.stdout)
+		}
+	}
+	if _, err := os.Stat(m1.path("sa.key.next")); !os.IsNotExist(err) {
+		t.Fatal("dry run wrote the next key")
+	}
+	if after, _ := os.ReadFile(m1.path("sa.pub")); !bytes.Equal(after, pubBefore) {
+		t.Fatal("dry run changed sa.pub")
+	}
+	if v, ok := getKey(t, f.cli, rotationPrefix+"/"+m1.name+"/state"); ok {
+		t.Fatalf("dry run wrote a rotation state: %s", v)
+	}
+
+	// Killed right after generating.
+	r := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
+	r.stderr.waitFor(t, "next key pair ready")
+	r.signal(t, syscall.SIGKILL)
+	r.wait(t)
+
+	// One waits (m2 down), a second is refused while it runs.
+	m2.setDown(true)
+	first := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
+	first.stderr.waitFor(t, "waiting until every host's apiserver trusts the next key")
+	second := runBin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
+	if second.code != codeLockTimeout || !strings.Contains(second.stderr.String(), "another rotate-key is running") {
+		t.Fatalf("second rotate-key: exit %d, want %d\n%s", second.code, codeLockTimeout, second.stderr)
+	}
+	m2.setDown(false)
+	if code := first.wait(t); code != codeOK {
+		t.Fatalf("rotate-key: exit %d\n%s", code, first.stderr)
+	}
+	f.checkNoRejections(t)
+}
