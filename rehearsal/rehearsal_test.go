@@ -33,6 +33,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("sigkill-helper", f.helperKilled)
 	scenario("reload-timeout", f.reloadTimeout)
 	scenario("gate-cut", f.gateCut)
+	scenario("sa-key-rotation", f.saKeyRotation)
 }
 
 func (f *fleet) assertNoOverlap(t *testing.T) {
