@@ -92,6 +92,7 @@ type options struct {
 	signingKey     string
 	timeout        time.Duration
 	excludeHosts   []string
+	skipUnrecorded bool
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
@@ -157,6 +158,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key)")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
 	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
+	fs.BoolVar(&o.skipUnrecorded, "skip-unrecorded", false, "wait-trusted: do not wait for hosts that publish keys but have never recorded trust (new hosts, keys of hosts not running this tool)")
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
@@ -187,8 +189,8 @@ var flagScope = map[string][]string{
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"signing-key":   {cmdRotateKey, cmdRetireKeys},
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
-	"exclude-host":  {cmdWaitTrusted},
-	"algorithm":     {cmdRotateKey}, "grace": {cmdRotateKey},
+	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},

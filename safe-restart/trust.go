@@ -126,27 +126,23 @@ func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.Fi
 		return exitError
 	}
 	var own *trust.Record
-	var unrecorded []string
 	for _, h := range rep.Hosts {
-		switch {
-		case h.Host == snap.Host:
+		if h.Host == snap.Host {
 			own = h.Record
-		case h.Record == nil:
-			unrecorded = append(unrecorded, h.Host)
 		}
 	}
 	if own != nil && own.Signing == snap.Signing {
 		return exitOK
 	}
-	exclude := append(unrecorded, snap.Host)
+	exclude := []string{snap.Host}
 	log = log.WithField("signing", snap.Signing)
-	if others := rep.NotTrusting([]string{snap.Signing}, exclude); len(others) == 0 {
+	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
 		return exitOK
 	}
 	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", a.o.trustTimeout)
 	wctx, cancel := context.WithTimeout(ctx, a.o.trustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, OpTimeout: a.o.commandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.commandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
@@ -195,7 +191,7 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 	log := a.log.WithField("keys", strings.Join(kids, ","))
 	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: a.o.excludeHosts, OpTimeout: a.o.commandTimeout, Log: log})
+	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: a.o.excludeHosts, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:

@@ -89,6 +89,8 @@ func TestWaitTrustedDropIn(t *testing.T) {
 		p.wait(t)
 		return p
 	}
+	otherKid := fileKids(t, writeFile(t, filepath.Join(root, "other.pub"), otherPub))[0]
+	srv.Put(t, trustPrefix+"/other.example", `{"host":"other.example","trusted":["`+otherKid+`"],"bundle_sha256":"x","time":"`+time.Now().UTC().Format(time.RFC3339)+`"}`)
 	if p := run(); p.code != codeLockTimeout || !strings.Contains(p.stdout.String()+p.stderr.String(), "other.example") || strings.Contains(p.stdout.String(), self) {
 		t.Fatalf("drop-in with other.example not trusting: exit %d, want 5 naming it (and not this host)\n%s%s", p.code, p.stdout, p.stderr)
 	}

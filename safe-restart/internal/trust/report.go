@@ -156,6 +156,17 @@ func (r *Report) NotTrusting(kids []string, exclude []string) []string {
 	return out
 }
 
+// Unrecorded returns the hosts that publish keys but have no trust record.
+func (r *Report) Unrecorded() []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if h.Record == nil {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
 // Publishers returns the hosts that publish keys, except those in exclude.
 func (r *Report) Publishers(exclude []string) []string {
 	var out []string

@@ -217,3 +217,29 @@ func TestWaitTimesOutWhileEtcdIsDown(t *testing.T) {
 		t.Fatalf("wait with etcd down: %v, want a NotTrustedError", err)
 	}
 }
+
+// A host that publishes but never recorded trust blocks a plain wait (its
+// trust is unknown) and is skipped with SkipUnrecorded.
+func TestWaitSkipUnrecorded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
+	a, c := ecKey(t), ecKey(t)
+	srv.Put(t, "/k/a", string(pubPEM(t, a)))
+	srv.Put(t, "/k/c", string(pubPEM(t, c)))
+	if err := Put(context.Background(), cli, p.Trust, Record{Host: "a", Trusted: []string{kid(t, a), kid(t, c)}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}})
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"c"}) {
+		t.Fatalf("plain wait: %v, want c named", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}, SkipUnrecorded: true}); err != nil {
+		t.Fatalf("wait skipping unrecorded hosts: %v", err)
+	}
+}

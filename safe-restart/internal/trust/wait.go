@@ -30,6 +30,11 @@ type WaitOptions struct {
 	Prefixes Prefixes
 	Keys     []string // key IDs every host must trust
 	Exclude  []string // hosts not waited for
+	// SkipUnrecorded: do not wait for hosts that have no trust record at
+	// all (new hosts, or keys published for a host that does not run this
+	// tool): they load the bundle when they first start, and waiting for
+	// them would never end.
+	SkipUnrecorded bool
 	// OpTimeout bounds each etcd read (default 5s).
 	OpTimeout time.Duration
 	// RetryDelay is the pause before reading again after etcd failed
@@ -93,7 +98,11 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 			etcdDown = false
 		}
 		last = rep
-		missing := rep.NotTrusting(o.Keys, o.Exclude)
+		exclude := o.Exclude
+		if o.SkipUnrecorded {
+			exclude = append(slices.Clone(exclude), rep.Unrecorded()...)
+		}
+		missing := rep.NotTrusting(o.Keys, exclude)
 		if len(missing) == 0 {
 			return rep, nil
 		}
