@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/safe-restart/internal/hold"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
 	"github.com/keysync/confd/safe-restart/internal/trust"
 )
@@ -141,6 +142,21 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		}
 		// The restart the install step would run.
 		return a.restart(ctx)
+	}
+	// A hold stops every restart: publishing the next key now would only
+	// queue restarts the hold refuses, and the wait would time out.
+	if !o.ignoreHold {
+		hctx, cancel := a.opCtx(ctx)
+		rec, err := hold.Get(hctx, cli, o.holdKeyOrDefault())
+		cancel()
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error("rotate-key: cannot read the hold")
+			return exitError
+		}
+		if rec != nil {
+			log.Errorf("hold active: %s; not rotating. Fix the cause and `%s unhold` first", rec, progName)
+			return exitHold
+		}
 	}
 	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d", a.host, os.Getpid()), o.ttl, time.Duration(o.ttl+2)*time.Second)
 	if err != nil {

@@ -443,3 +443,20 @@ func TestRotateKeyDryRunAndOneAtATime(t *testing.T) {
 	}
 	f.checkNoRejections(t)
 }
+
+// A hold stops a rotation before it generates or publishes anything.
+func TestRotateKeyRefusedByHold(t *testing.T) {
+	f := newMiniFleet(t, 1)
+	m1 := f.hosts[0]
+	f.waitConverged(t)
+	if p := runBin(t, f.env, "hold", "--lock-name", f.lock, "--reason", "maintenance"); p.code != codeOK {
+		t.Fatalf("hold: exit %d\n%s", p.code, p.stderr)
+	}
+	p := runBin(t, f.env, f.rotateArgs(m1, "--timeout", "5s")...)
+	if p.code != codeHold || !strings.Contains(p.stderr.String(), "maintenance") {
+		t.Fatalf("rotate-key under a hold: exit %d, want %d\n%s", p.code, codeHold, p.stderr)
+	}
+	if _, err := os.Stat(m1.path("sa.key.next")); !os.IsNotExist(err) {
+		t.Fatal("a next key was generated under a hold")
+	}
+}
