@@ -52,10 +52,8 @@ func (a *app) restart(ctx context.Context) int {
 	if o.dryRun {
 		return a.dryRun(ctx, cli)
 	}
-	// The service-account keys the restarted apiserver will load, read
-	// now: the trust gate and, after success, the trust record.
-	snap := a.trustSnapshot(ctx, log)
-	if code := a.trustGate(ctx, cli, log, snap); code != exitOK {
+	// A new signing key waits, without the lock, until the others trust it.
+	if code := a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)); code != exitOK {
 		return code
 	}
 
@@ -111,6 +109,9 @@ func (a *app) restart(ctx context.Context) int {
 		return code
 	}
 
+	// What the restarted apiserver will load, read just before it starts:
+	// the trust record written once the gate passed.
+	snap := a.trustSnapshot(ctx, log)
 	out := a.attempts(ctx, sess, log)
 	switch out.code {
 	case exitOK:
