@@ -435,7 +435,6 @@ func (l *logBuf) count(subs ...string) int {
 	return n
 }
 
-
 // await re-evaluates cond whenever something the fleet watches changes
 // (and at least every 250 ms for state outside it: files, etcd, HTTP),
 // until it holds or within passes.
