@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/safe-restart/internal/lock"
 )
 
 const progName = "kube-apiserver-safe-restart"
@@ -70,9 +72,10 @@ type options struct {
 	preflightFlagsFiles []string
 
 	// subcommands
-	reason     string
-	publicOnly bool
-	output     string
+	reason      string
+	publicOnly  bool
+	requireKeys []string
+	output      string
 
 	logLevel  string
 	logFormat string
@@ -124,6 +127,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
+	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
 	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
 
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -143,6 +147,7 @@ var flagScope = map[string][]string{
 	"preflight-file": {cmdRestart, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdCheck},
 	"reason":      {cmdHold},
 	"public-only": {cmdCheck},
+	"require-key": {cmdCheck},
 	"output":      {cmdStatus, cmdRestart},
 	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
 }
@@ -212,6 +217,9 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		o.argv = append(pos, after...)
 		if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
 			return nil, fs, usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+		}
+		if len(o.requireKeys) > 0 && len(o.argv) == 0 {
+			return nil, fs, usagef("--require-key applies to bundle FILEs, and none was given")
 		}
 	default:
 		if len(pos)+len(after) > 0 {
@@ -287,6 +295,10 @@ func validate(o *options) error {
 		if o.retryDelay < 0 || o.healthSettle < 0 {
 			errs = append(errs, usagef("--retry-delay and --health-settle must not be negative"))
 		}
+		// A gate that must stay ready for as long as it may wait can never pass.
+		if o.healthURL != "" && o.healthTimeout > 0 && o.healthSettle >= o.healthTimeout {
+			errs = append(errs, usagef("--health-settle %s must be shorter than --health-timeout %s", o.healthSettle, o.healthTimeout))
+		}
 		if (o.healthCert == "") != (o.healthKey == "") {
 			errs = append(errs, usagef("--health-cert and --health-key go together"))
 		}
@@ -309,6 +321,11 @@ func validate(o *options) error {
 	}
 	if o.lockName == "" || strings.HasSuffix(o.lockName, "/") {
 		errs = append(errs, usagef("--lock-name %q: must be non-empty and not end in /", o.lockName))
+	}
+	// A hold key under the lock's prefix would join the mutex queue as its
+	// oldest key: every restarter would wait behind it forever.
+	if o.lockName != "" && strings.HasPrefix(o.holdKeyOrDefault(), lock.Prefix(o.lockName)) {
+		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
@@ -340,7 +357,7 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s check [--public-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is

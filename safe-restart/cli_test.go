@@ -63,6 +63,10 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "a/", "status"},      //
 		{"--no-such-flag"},                   //
 		{"status", "--dial-timeout", "soon"}, //
+		{"--health-settle", "3m"},            // settle = timeout: can never pass
+		{"--health-settle", "2m", "--health-timeout", "1m"},
+		{"--hold-key", "kube-apiserver-restart/h"}, // inside the lock's prefix
+		{"--lock-name", "l", "--hold-key", "l/x", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
 		var ue *usageError
@@ -151,7 +155,7 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), version) {
+	if code := run(context.Background(), []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), Version) {
 		t.Fatalf("version: %d %q", code, out.String())
 	}
 }

@@ -12,8 +12,9 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// Version is stamped by the Makefile (-ldflags "-X main.Version=...", the
+// same variable name as confd's), so both binaries report one version.
+var Version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -57,7 +57,7 @@ func (a *app) restart(ctx context.Context) int {
 		Name:      o.lockName,
 		TTL:       o.ttl,
 		OpTimeout: o.commandTimeout,
-		Info:      lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version},
+		Info:      lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -182,7 +182,7 @@ func (a *app) writeHold(ctx context.Context, cli *clientv3.Client, log logrus.Fi
 	rec := hold.Record{Host: a.host, PID: os.Getpid(), Reason: reason, Time: time.Now(), Lock: a.o.lockName, ExitCode: out.code}
 	hctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if err := hold.Put(hctx, cli, key, rec); err != nil {
+	if _, err := hold.Add(hctx, cli, key, rec); err != nil {
 		log.WithError(a.etcdErr(err)).Error("restart failed and the hold could NOT be written: other hosts are not stopped")
 		return
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{o: o, stdout: stdout, stderr: stderr, log: log, host: hostname()}
 	switch o.sub {
 	case cmdVersion:
-		fmt.Fprintf(stdout, "%s %s\n", progName, version)
+		fmt.Fprintf(stdout, "%s %s\n", progName, Version)
 		return exitOK
 	case cmdCheck:
 		return a.check(ctx)
@@ -121,10 +120,6 @@ func (a *app) etcdClient() (*clientv3.Client, error) {
 // short by a signal (cleanup after a signal must still reach etcd).
 func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), a.o.commandTimeout)
-}
-
-func interrupted(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled)
 }
 
 // etcdErr names the endpoints in an etcd error, so that "context deadline

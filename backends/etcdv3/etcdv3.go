@@ -7,16 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/internal/etcdclient"
 )
 
 // ErrCompacted is wrapped by WatchPrefix when etcd no longer has the
@@ -44,82 +43,29 @@ type Client struct {
 	afterBatch func(attempt, batch int)
 }
 
-// New connects to etcd and proves the connection with one read, so that an
-// unreachable cluster, a refused certificate or wrong credentials fail here,
-// within cfg.DialTimeout (a quarter of it, at most a second, kept to name
-// the cause), instead of
-// as "context deadline exceeded" on the first GetValues.
-func New(ctx context.Context, cfg Config) (*Client, error) {
-	return newClient(ctx, cfg, net.DefaultResolver)
-}
+// Config is how to reach etcd; see etcdclient.Config.
+type Config = etcdclient.Config
 
-func newClient(ctx context.Context, cfg Config, r srvResolver) (*Client, error) {
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
+// Defaults for zero durations, and the node confd used when none was given.
+const (
+	DefaultDialTimeout    = etcdclient.DefaultDialTimeout
+	DefaultRequestTimeout = etcdclient.DefaultRequestTimeout
+	DefaultNode           = etcdclient.DefaultNode
+)
+
+// New connects to etcd through etcdclient.New, which proves the connection
+// and names the cause when it fails.
+func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	eps, err := endpoints(ctx, cfg, r)
+	cli, err := etcdclient.New(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
+		return nil, err
 	}
-	tc, err := tlsConfig(cfg, eps)
-	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
-	}
-	where := strings.Join(eps, ", ")
-	// Keep part of the dial timeout to name the cause of a failure, so that
-	// New as a whole returns within DialTimeout.
-	diagBudget := min(time.Second, cfg.DialTimeout/4)
-	deadline := time.Now().Add(cfg.DialTimeout - diagBudget)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
-		TLS:         tc,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
-		DialTimeout: cfg.DialTimeout,
-		// Without keepalive a silently dead member (powered off, partitioned)
-		// would hold a watch open forever.
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 3 * time.Second,
-		// The client's own zap logging is retry chatter; errors reach the
-		// caller instead.
-		Logger: zap.NewNop(),
-	})
-	if err == nil {
-		probeCtx, cancel := context.WithDeadline(ctx, deadline)
-		// Serializable: this proves transport, TLS and credentials; a
-		// cluster briefly without leader is for later reads to report.
-		_, err = cli.Get(probeCtx, "/", clientv3.WithSerializable(), clientv3.WithCountOnly())
-		cancel()
-		// Denied means the server checked valid credentials; the user may
-		// still read the keys it needs.
-		if err == nil || errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return &Client{cli: cli, endpoints: eps, requestTimeout: cfg.RequestTimeout}, nil
-		}
-		_ = cli.Close()
-	}
-	switch {
-	case errors.Is(err, rpctypes.ErrAuthFailed):
-		return nil, fmt.Errorf("etcd %s: authentication as user %q failed (check -username and -password): %w", where, cfg.Username, err)
-	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrInvalidAuthToken):
-		return nil, fmt.Errorf("etcd %s requires authentication (set -username and -password): %w", where, err)
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("etcd %s: %w", where, ctx.Err())
-	case errors.Is(err, context.DeadlineExceeded) || clientv3.IsConnCanceled(err) || isUnavailable(err):
-		dctx, cancel := context.WithTimeout(ctx, diagBudget)
-		defer cancel()
-		if cause := diagnose(dctx, eps, tc); cause != nil {
-			return nil, fmt.Errorf("etcd %s: no connection within %s: %w", where, cfg.DialTimeout, cause)
-		}
-		return nil, fmt.Errorf("etcd %s: no answer within %s (endpoints accept connections; cluster unhealthy?): %w", where, cfg.DialTimeout, err)
-	default:
-		return nil, fmt.Errorf("etcd %s: %w", where, err)
-	}
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout}, nil
 }
 
-// Endpoints are the URLs the client connects to, after SRV discovery.
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // GetValues returns every key equal to or below (as a path) one of keys,

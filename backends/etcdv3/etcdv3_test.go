@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -399,8 +400,8 @@ func TestEndpointsFromSRV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &fakeResolver{records: map[string][]*net.SRV{"_etcd-client._tcp.cluster.test": {{Target: "127.0.0.1.", Port: uint16(p)}}}}
-	c, err := newClient(context.Background(), Config{SRVRecord: "_etcd-client._tcp.cluster.test"}, r)
+	r := srvRecords{"_etcd-client._tcp.cluster.test": {{Target: "127.0.0.1.", Port: uint16(p)}}}
+	c, err := New(context.Background(), Config{SRVRecord: "_etcd-client._tcp.cluster.test", Resolver: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,4 +412,42 @@ func TestEndpointsFromSRV(t *testing.T) {
 	if got, _ := getValues(t, c, "/srv"); got["/srv/k"] != "v" {
 		t.Errorf("GetValues = %v", got)
 	}
+}
+
+func TestPlanReads(t *testing.T) {
+	got := planReads([]string{"/foo", "/bar/", "/", "/foo", ""})
+	want := []read{
+		{key: "/foo", from: "/foo"},
+		{key: "/foo", from: "/foo/", prefix: true},
+		{key: "/bar/", from: "/bar/", prefix: true},
+		{key: "/", from: "/", prefix: true},
+		{key: "", from: "", prefix: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("planReads = %+v\nwant %+v", got, want)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for keys, want := range map[string]string{
+		"":               "no keys",
+		"/a":             `keys ["/a"]`,
+		"/a,/b,/c":       `keys ["/a" "/b" "/c"]`,
+		"/a,/b,/c,/d,/e": `keys ["/a" "/b" "/c"] and 2 more`,
+	} {
+		var ks []string
+		if keys != "" {
+			ks = strings.Split(keys, ",")
+		}
+		if got := describe(ks); got != want {
+			t.Errorf("describe(%q) = %s, want %s", ks, got, want)
+		}
+	}
+}
+
+// srvRecords answers SRV queries for full record names (SRVRecord), without DNS.
+type srvRecords map[string][]*net.SRV
+
+func (m srvRecords) LookupSRV(_ context.Context, _, _, name string) (string, []*net.SRV, error) {
+	return name, m[name], nil
 }

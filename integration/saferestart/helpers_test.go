@@ -25,9 +25,12 @@ import (
 )
 
 var (
-	binPath    string
-	buildFlags []string
+	binPath string
+	// The Makefile's version stamp, so that `version` is shown to print it.
+	buildFlags = []string{"-ldflags=-X main.Version=" + stampedVersion}
 )
+
+const stampedVersion = "v0.0.0-itest"
 
 func TestMain(m *testing.M) {
 	bins, cleanup, err := testbin.Build(buildFlags, map[string]string{"kube-apiserver-safe-restart": "./safe-restart"})

@@ -1,4 +1,4 @@
-package etcdv3
+package etcdclient
 
 import (
 	"context"
@@ -155,37 +155,6 @@ func TestTLSConfig(t *testing.T) {
 	} {
 		if _, err := tlsConfig(bad.cfg, plain); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("tlsConfig(%+v) err = %v, want mention of %q", bad.cfg, err, bad.want)
-		}
-	}
-}
-
-func TestPlanReads(t *testing.T) {
-	got := planReads([]string{"/foo", "/bar/", "/", "/foo", ""})
-	want := []read{
-		{key: "/foo", from: "/foo"},
-		{key: "/foo", from: "/foo/", prefix: true},
-		{key: "/bar/", from: "/bar/", prefix: true},
-		{key: "/", from: "/", prefix: true},
-		{key: "", from: "", prefix: true},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("planReads = %+v\nwant %+v", got, want)
-	}
-}
-
-func TestDescribe(t *testing.T) {
-	for keys, want := range map[string]string{
-		"":               "no keys",
-		"/a":             `keys ["/a"]`,
-		"/a,/b,/c":       `keys ["/a" "/b" "/c"]`,
-		"/a,/b,/c,/d,/e": `keys ["/a" "/b" "/c"] and 2 more`,
-	} {
-		var ks []string
-		if keys != "" {
-			ks = strings.Split(keys, ",")
-		}
-		if got := describe(ks); got != want {
-			t.Errorf("describe(%q) = %s, want %s", ks, got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package etcdv3
+package etcdclient
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/keysync/confd/internal/tlsconf"
 )
 
-// Config is the part of backends.Config this backend uses, with the same
-// field names. It is its own type because package backends imports this
-// one to build clients.
+// Config says how to reach etcd: endpoints (or SRV discovery), TLS files,
+// credentials and timeouts. confd fills it from its flags (the field names
+// are backends.Config's), kube-apiserver-safe-restart from etcdctl's.
 type Config struct {
 	// Backend is the name the backend was selected by ("etcdv3" or
 	// "etcd"); confd named the SRV record looked up for SRVDomain after it.
@@ -43,6 +43,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// RequestTimeout bounds one GetValues.
 	RequestTimeout time.Duration
+	// Resolver answers SRV queries; nil means net.DefaultResolver. Tests
+	// answer without DNS.
+	Resolver SRVResolver
 }
 
 // Defaults for zero durations, and the node confd used when none was given.
@@ -52,9 +55,8 @@ const (
 	DefaultNode           = "127.0.0.1:2379"
 )
 
-// srvResolver is the part of *net.Resolver used for SRV discovery, so that
-// tests can answer without DNS.
-type srvResolver interface {
+// SRVResolver is the part of *net.Resolver used for SRV discovery.
+type SRVResolver interface {
 	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
 }
 
@@ -79,7 +81,7 @@ func (cfg Config) scheme() (string, error) {
 
 // endpoints returns the URLs to connect to: Nodes, else the nodes named by
 // SRV records, else DefaultNode.
-func endpoints(ctx context.Context, cfg Config, r srvResolver) ([]string, error) {
+func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) {
 	scheme, err := cfg.scheme()
 	if err != nil {
 		return nil, err
@@ -129,7 +131,7 @@ func srvServices(backend string) []string {
 	return []string{backend, "etcd-client"}
 }
 
-func srvNodes(ctx context.Context, cfg Config, r srvResolver) ([]string, error) {
+func srvNodes(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) {
 	type query struct{ service, proto, name string }
 	var queries []query
 	if cfg.SRVRecord != "" {

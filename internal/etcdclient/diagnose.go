@@ -1,4 +1,4 @@
-package etcdv3
+package etcdclient
 
 import (
 	"bytes"
@@ -11,15 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
-
-func isUnavailable(err error) bool {
-	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.Unavailable
-}
 
 // diagnose finds out why endpoints gave no answer, for New's error: gRPC
 // reports only "context deadline exceeded" (or "broken pipe" when the server
