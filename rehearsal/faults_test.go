@@ -81,6 +81,33 @@ func (f *fleet) badKeys(t *testing.T) {
 	}
 }
 
+// ownKeyMissing: one master's key disappears from etcd. Its own check
+// refuses the bundle that lacks it (its apiserver would refuse the tokens
+// it signs), so its live bundle stays and it does not restart; the others
+// drop the key. Running its publisher again brings the fleet back.
+func (f *fleet) ownKeyMissing(t *testing.T) {
+	h := f.hosts[2]
+	live := h.read("/etc/kubernetes/pki/sa-bundle.pem")
+	refused := h.confd.out.count("check_cmd failed", "sa-bundle.pem")
+	before := h.systemd.restarts.Load()
+	f.del(t, keyPrefix+h.name)
+	f.await(t, 2*time.Minute, h.name+" refusing a bundle without its own key", func() bool {
+		return h.confd.out.count("check_cmd failed", "sa-bundle.pem") >= refused+2 ||
+			string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != string(live)
+	})
+	if string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != string(live) {
+		t.Errorf("%s: a bundle without its own key went live", h.name)
+	}
+	if n := h.systemd.restarts.Load(); n != before {
+		t.Errorf("%s restarted %d times without its own key", h.name, n-before)
+	}
+	if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
+		t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
+	}
+	f.awaitConverged(t, 5*time.Minute)
+	f.assertAllTokensAccepted(t)
+}
+
 // recover puts the fleet back after a scenario failed: no hold, converged.
 func (f *fleet) recover(t *testing.T) {
 	t.Helper()

@@ -28,6 +28,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("converged", f.allTokens)
 	scenario("rotate", f.rotate)
 	scenario("bad-keys", f.badKeys)
+	scenario("own-key-missing", f.ownKeyMissing)
 	scenario("hold", f.holdAndUnhold)
 	scenario("wrong-health-ca", f.wrongHealthCA)
 	scenario("sigkill-helper", f.helperKilled)
