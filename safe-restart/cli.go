@@ -40,6 +40,8 @@ type options struct {
 	cacert         string
 	cert           string
 	key            string
+	user           string
+	password       string
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 
@@ -98,6 +100,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
 	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
 	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
+	fs.StringVar(&o.user, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
+	fs.StringVar(&o.password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
 	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
 
@@ -245,6 +249,8 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("cacert", "ETCDCTL_CACERT", &o.cacert)
 	str("cert", "ETCDCTL_CERT", &o.cert)
 	str("key", "ETCDCTL_KEY", &o.key)
+	str("user", "ETCDCTL_USER", &o.user)
+	str("password", "ETCDCTL_PASSWORD", &o.password)
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
 	}
@@ -257,6 +263,17 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 			}
 			*dst = d
 		}
+	}
+	// As etcdctl: without a separate password, --user is name:password.
+	if o.user != "" && o.password == "" {
+		name, pw, ok := strings.Cut(o.user, ":")
+		if !ok {
+			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
+		}
+		o.user, o.password = name, pw
+	}
+	if o.password != "" && o.user == "" {
+		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
 	}
 	return nil
 }
@@ -373,7 +390,7 @@ Flags:
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}
-	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for etcdctl; a flag beats the\nenvironment.\n")
+	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_USER, ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for\netcdctl; a flag beats the environment. The password is never logged, and\nETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 

@@ -438,8 +438,8 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 // or not running at all, is not.
 func TestProbe(t *testing.T) {
 	ok := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }, nil)
-	notReady := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "[-]etcd failed", 500) }, nil)
-	denied := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Unauthorized", 401) }, nil)
+	notReady := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "[-]etcd failed", http.StatusInternalServerError) }, nil)
+	denied := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Unauthorized", http.StatusUnauthorized) }, nil)
 	// httptest servers share one certificate: another CA comes from elsewhere.
 	otherCA := filepath.Join(t.TempDir(), "other-ca.crt")
 	writeFile(t, otherCA, etcdtest.NewCA(t, "not the apiserver's").PEM)
