@@ -10,6 +10,8 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/internal/runner"
 )
 
 // fileKeys maps confd.toml keys (confd 0.16's spellings; the dash/underscore
@@ -41,6 +43,7 @@ var fileKeys = map[string]string{
 	"filter":             "filter",
 	"check_cmd_timeout":  "check-cmd-timeout",
 	"reload_cmd_timeout": "reload-cmd-timeout",
+	"command_grace":      "command-grace",
 	"dial_timeout":       "dial-timeout",
 	"request_timeout":    "request-timeout",
 }
@@ -61,6 +64,16 @@ var envKeys = []struct{ env, flag string }{
 	{"CONFD_CLIENT_CAKEYS", "client-ca-keys"},
 	{"CONFD_USERNAME", "username"},
 	{"CONFD_PASSWORD", "password"},
+}
+
+// commandSecretEnv are the variables above that carry confd's etcd
+// credentials (the client key's path included: a command has no business
+// with confd's identity); they are removed from commands' environment.
+var commandSecretEnv = []string{"CONFD_USERNAME", "CONFD_PASSWORD", "CONFD_CLIENT_KEY"}
+
+// commandEnv is the environment check_cmd and reload_cmd run with.
+func commandEnv(environ []string) []string {
+	return runner.WithoutVars(environ, commandSecretEnv...)
 }
 
 // secretFlags never have their values echoed in errors.
@@ -197,7 +210,8 @@ func validate(c *Config) error {
 	}
 	for name, d := range map[string]interface{ Seconds() float64 }{
 		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
-		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
+		"-command-grace": c.CommandGrace,
+		"-dial-timeout":  c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
 	} {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)

@@ -28,6 +28,7 @@ type Config struct {
 	LogFormat        string
 	CheckCmdTimeout  time.Duration
 	ReloadCmdTimeout time.Duration
+	CommandGrace     time.Duration
 	PrintVersion     bool
 }
 
@@ -66,6 +67,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&c.Store.Filter, "filter", "*", "file name filter for directories given to -file (only with -backend=file)")
 	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", 60*time.Second, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", 10*time.Minute, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
+	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when confd stops) and SIGKILL")
 	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the backend to answer at start")
 	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", 10*time.Second, "deadline of each backend read")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")

@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: log, DiffOut: stdout,
+		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
 	}
 	loader := &resourceLoader{settings: settings, log: log}
 	procs, loadErrs := loader.load()
@@ -120,12 +121,11 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	return c, log, 0
 }
 
-// resourceLoader reads conf.d and keeps the run-time state of a resource
-// (a reload still owed) across re-reads, matched by file.
+// resourceLoader reads conf.d. A reload still owed is recorded on disk
+// beside its destination, so a re-read resource picks it up by itself.
 type resourceLoader struct {
 	settings *resource.Settings
 	log      logrus.FieldLogger
-	current  map[string]*resource.Resource
 }
 
 // load returns the resources that loaded and logs, and counts, those that did not.
@@ -134,15 +134,9 @@ func (l *resourceLoader) load() ([]daemon.Processor, int) {
 	for _, err := range errs {
 		l.log.Error(err.Error())
 	}
-	next := make(map[string]*resource.Resource, len(rs))
 	ps := make([]daemon.Processor, len(rs))
 	for i, r := range rs {
-		if old, ok := l.current[r.File]; ok {
-			r.InheritState(old)
-		}
-		next[r.File] = r
 		ps[i] = r
 	}
-	l.current = next
 	return ps, len(errs)
 }

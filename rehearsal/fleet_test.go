@@ -80,11 +80,14 @@ type fleet struct {
 	admin *http.Client // client certificate in system:masters
 	hosts []*host
 	tl    *timeline
+	// reported holds overlaps already reported, so that each fails
+	// only the scenario in which it happened.
+	reported map[string]bool
 }
 
 func newFleet(t *testing.T, n int) *fleet {
 	kas := kubeAPIServer(t)
-	f := &fleet{t: t, etcd: etcdtest.Start(t, etcdtest.WithTLS()), ca: newClusterCA(t), tl: newTimeline()}
+	f := &fleet{t: t, etcd: etcdtest.Start(t, etcdtest.WithTLS()), ca: newClusterCA(t), tl: newTimeline(), reported: map[string]bool{}}
 	f.cli = f.etcd.Client(t)
 	adminCert, adminKey := f.ca.issue(t, "fleet-admin", []string{"system:masters"}, false)
 	f.admin = httpClient(t, f.ca.pem, adminCert, adminKey)
@@ -229,7 +232,7 @@ ExecStart=/usr/local/bin/kube-apiserver $KUBE_APISERVER_ARGS $KUBE_APISERVER_SA_
 	h.writeAPIServerEnv(exampleEtcdURL)
 	// Site tuning of the helper for a test-sized fleet: one attempt, a short
 	// gate. The examples read it through $SAFE_RESTART_ARGS.
-	h.write("/etc/kubernetes/safe-restart.env", `SAFE_RESTART_ARGS="--attempts=1 --health-timeout=60s --health-settle=3s --lock-timeout=8m"`+"\n", 0o644)
+	h.write("/etc/kubernetes/safe-restart.env", `SAFE_RESTART_ARGS="--attempts=1 --health-timeout=40s --health-settle=3s --lock-timeout=8m"`+"\n", 0o644)
 }
 
 // writeAPIServerEnv writes the apiserver's base flags with the given etcd

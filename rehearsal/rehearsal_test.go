@@ -28,6 +28,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("converged", f.allTokens)
 	scenario("rotate", f.rotate)
 	scenario("bad-keys", f.badKeys)
+	scenario("own-key-missing", f.ownKeyMissing)
 	scenario("hold", f.holdAndUnhold)
 	scenario("wrong-health-ca", f.wrongHealthCA)
 	scenario("sigkill-helper", f.helperKilled)
@@ -36,13 +37,19 @@ func TestRehearsal(t *testing.T) {
 	scenario("sa-key-rotation", f.saKeyRotation)
 }
 
+// assertNoOverlap fails the scenario for every overlap of outages not
+// reported by an earlier scenario.
 func (f *fleet) assertNoOverlap(t *testing.T) {
 	t.Helper()
 	all := f.tl.outages()
-	for _, o := range overlaps(all) {
-		t.Errorf("apiservers down together: %s", o)
+	bad := overlaps(all)
+	for _, o := range bad {
+		if !f.reported[o] {
+			f.reported[o] = true
+			t.Errorf("apiservers down together: %s", o)
+		}
 	}
-	t.Logf("%d outages recorded, none overlapping", len(all))
+	t.Logf("%d outages recorded, %d overlapping", len(all), len(bad))
 }
 
 // fresh brings three fresh hosts up one after the other, as a new

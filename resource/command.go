@@ -3,19 +3,29 @@ package resource
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"text/template"
 	"time"
 
-	"github.com/keysync/confd/internal/redact"
+	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/runner"
 )
 
-// maxOutput bounds what a chatty command can make us keep in memory.
-const maxOutput = 64 << 10
+// Runner runs one command; runner.Run is the real one.
+type Runner interface {
+	Run(ctx context.Context, spec runner.Spec) runner.Result
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, spec runner.Spec) runner.Result
+
+// Run implements Runner.
+func (f RunnerFunc) Run(ctx context.Context, spec runner.Spec) runner.Result { return f(ctx, spec) }
+
+// errorTailLines is how much of a failed command's output its error shows.
+const errorTailLines = 5
 
 // expandCommand fills {{.src}} and {{.dest}} in a check_cmd or reload_cmd.
 func expandCommand(name, cmd, src, dest string) (string, error) {
@@ -33,79 +43,46 @@ func expandCommand(name, cmd, src, dest string) (string, error) {
 	return b.String(), nil
 }
 
-// CommandError reports a command that failed, timed out or could not start.
+// CommandError reports a command that failed, timed out, was stopped or
+// could not start. Its output tail is already redacted.
 type CommandError struct {
-	Command  string
-	Err      error
-	Output   string
-	TimedOut bool
-	Timeout  time.Duration
+	Command string
+	Result  runner.Result
 }
 
 func (e *CommandError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%q ", e.Command)
-	if e.TimedOut {
-		fmt.Fprintf(&b, "killed after timeout %s", e.Timeout)
-	} else {
-		b.WriteString(e.Err.Error())
-	}
-	if out := strings.TrimSpace(e.Output); out != "" {
-		fmt.Fprintf(&b, ": %s", lastLines(out, 5))
+	b.WriteString(e.Result.Err.Error())
+	if tail := e.Result.Tail; len(tail) > 0 {
+		if len(tail) > errorTailLines {
+			tail = tail[len(tail)-errorTailLines:]
+		}
+		fmt.Fprintf(&b, "; last output: %s", strings.Join(tail, " | "))
 	}
 	return b.String()
 }
 
-func (e *CommandError) Unwrap() error { return e.Err }
+func (e *CommandError) Unwrap() error { return e.Result.Err }
 
-// runCommand runs cmd under /bin/sh -c in its own process group, so that a
-// timeout kills the shell and everything it started, not just the shell.
-func runCommand(ctx context.Context, cmd string, timeout time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c := exec.CommandContext(ctx, "/bin/sh", "-c", cmd)
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
-	// A grandchild that keeps stdout open must not hold us past the kill.
-	c.WaitDelay = 2 * time.Second
-	out := &cappedBuffer{max: maxOutput}
-	c.Stdout, c.Stderr = out, out
-	err := c.Run()
-	// Output goes to logs and errors: a check that echoes the staged file
-	// must not put a private key there.
-	output := redact.String(out.String())
-	if err == nil {
-		return output, nil
+// runCommand runs one check_cmd or reload_cmd under /bin/sh -c, logging
+// each output line as it arrives through logLine.
+func (r *Resource) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
+	res := r.settings.runner().Run(ctx, runner.Spec{
+		Argv:    runner.Shell(cmd),
+		Env:     r.settings.CommandEnv,
+		Timeout: timeout,
+		Grace:   r.settings.CommandGrace,
+		// One pipe: the log shows the lines in the order they were written.
+		CombinedOutput: true,
+		// %q: one log record per line, whatever the line holds, as confd
+		// 0.16 quoted its command output.
+		OnLine: func(_ runner.Stream, l string) { logLine("%s output: %q", kind, l) },
+	})
+	if res.PipeHeld {
+		log.Debugf("%s exited; a background process it started still holds its output, which is no longer read", kind)
 	}
-	ce := &CommandError{Command: cmd, Err: err, Output: output, Timeout: timeout}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		ce.TimedOut = true
+	if res.Err != nil {
+		return &CommandError{Command: cmd, Result: res}
 	}
-	return output, ce
-}
-
-type cappedBuffer struct {
-	b   bytes.Buffer
-	max int
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.max - c.b.Len(); room > 0 {
-		if len(p) > room {
-			c.b.Write(p[:room])
-		} else {
-			c.b.Write(p)
-		}
-	}
-	return len(p), nil
-}
-
-func (c *cappedBuffer) String() string { return c.b.String() }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+	return nil
 }

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 )
 
@@ -27,54 +25,43 @@ type Result struct {
 	Reloaded bool  // reload_cmd ran and succeeded
 }
 
-// Process renders the resource from one snapshot and, when the result
-// differs from the live file, stages, checks, replaces and reloads.
+// Process plans and applies one pass: render from one snapshot and, when
+// the result differs from the live file, stage, check, replace and reload;
+// a reload still owed from an earlier pass runs even when nothing changed.
 // The live file is only ever replaced by a file that passed its check.
 func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
+	p, err := r.Plan(ctx, store)
+	if err != nil {
+		return Result{Revision: p.Revision}, err
+	}
+	return r.Apply(ctx, p)
+}
+
+// Apply carries out a plan with the settings' Writer and Runner.
+func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 	log := r.settings.log().WithField("resource", r.File)
-	kvs, rev, err := store.GetValues(ctx, r.StoreKeys())
-	if err != nil {
-		return Result{}, fmt.Errorf("%s: read keys: %w", r.File, err)
-	}
-	res := Result{Revision: rev}
-	content, err := template.Render(r.Src, r.stripPrefix(kvs))
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", r.File, err)
-	}
-	live, err := readLive(r.Dest)
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", r.File, err)
-	}
-	mode := r.Mode
-	if mode == 0 {
-		mode = 0o644
-		if live.exists {
-			mode = live.mode
-		}
-	}
-	if live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content) {
+	s := r.settings
+	w := s.writer()
+	res := Result{Revision: p.Revision}
+	if !p.Write {
 		log.Debugf("Target config %s in sync", r.Dest)
-		if r.reloadPending && !r.settings.Noop && !r.settings.SyncOnly {
-			log.Infof("Retrying reload_cmd for %s, which failed after the last update", r.Dest)
-			if err := r.reload(ctx, "", log); err != nil {
-				return res, err
-			}
-			res.Reloaded = true
-		}
-		return res, nil
+		return res, r.settleOwed(ctx, p, &res, log)
 	}
 	res.Changed = true
 	log.Infof("Target config %s out of sync", r.Dest)
-	if r.settings.Noop {
+	if s.Noop {
 		log.Warnf("Noop mode enabled. %s will not be modified", r.Dest)
-		if r.settings.DiffOut != nil {
-			_, _ = r.settings.DiffOut.Write(describeChange(r.Dest, live, content, mode, r.UID, r.GID))
+		if p.ReloadOwed && r.ReloadCmd != "" {
+			log.Warnf("Noop mode enabled. reload_cmd for %s, owed since an earlier update, will not be run", r.Dest)
+		}
+		if s.DiffOut != nil {
+			_, _ = s.DiffOut.Write(p.Diff(r.Dest))
 		}
 		return res, nil
 	}
-	stage, err := writeStage(r.Dest, content, mode, r.UID, r.GID)
+	stage, err := w.Stage(r.Dest, p.Content, p.Mode, p.UID, p.GID)
 	if err != nil {
-		return res, fmt.Errorf("%s: %w", r.File, err)
+		return res, fmt.Errorf("%s: %w; %s left unchanged", r.File, err, r.Dest)
 	}
 	removeStage := true
 	defer func() {
@@ -82,21 +69,53 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 			_ = os.Remove(stage)
 		}
 	}()
-	if !r.settings.SyncOnly && r.CheckCmd != "" {
+	if !s.SyncOnly && r.CheckCmd != "" {
 		if err := r.check(ctx, stage, log); err != nil {
-			if r.settings.KeepStageFile {
-				removeStage = false
-				log.Infof("Keeping staged file: %s", stage)
+			if s.KeepStageFile {
+				if kept, kerr := keepStage(stage, r.Dest, p.Mode); kerr != nil {
+					log.Warnf("%v", kerr)
+				} else {
+					removeStage = false
+					log.Infof("Keeping staged file: %s", kept)
+				}
 			}
 			return res, err
 		}
 	}
+	// A reload is owed from the moment the rename succeeds: record it
+	// before, so that no crash, failed fsync or signal in between loses it.
+	// With -sync-only no reload is owed by this update, but one owed from
+	// before is carried over to the new content.
+	owe := r.ReloadCmd != "" && (!s.SyncOnly || p.ReloadOwed)
+	if owe {
+		contents := [][]byte{p.Content}
+		if p.ReloadOwed && p.live.exists {
+			contents = append(contents, p.live.content)
+		}
+		if err := w.MarkOwed(r.Dest, contents...); err != nil {
+			return res, fmt.Errorf("%s: %w; %s left unchanged", r.File, err, r.Dest)
+		}
+	}
 	log.Debugf("Overwriting target config %s", r.Dest)
-	if err := replace(stage, r.Dest, content, mode, r.UID, r.GID, log); err != nil {
+	if err := w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID); err != nil {
+		var nd *NotDurableError
+		if errors.As(err, &nd) {
+			if owe {
+				return res, fmt.Errorf("%s: %s was replaced, but %w; its reload_cmd is owed and will be retried on the next run", r.File, r.Dest, err)
+			}
+			return res, fmt.Errorf("%s: %s was replaced, but %w", r.File, r.Dest, err)
+		}
+		if owe && !p.ReloadOwed {
+			if cerr := w.ClearOwed(r.Dest); cerr != nil {
+				log.Warnf("%v; a spare reload_cmd may run on the next run", cerr)
+			}
+		}
 		return res, fmt.Errorf("%s: %w", r.File, err)
 	}
-	if !r.settings.SyncOnly && r.ReloadCmd != "" {
-		r.reloadPending = true
+	if owe && s.SyncOnly {
+		log.Warnf("reload_cmd for %s, owed since an earlier update, is not run with -sync-only; it is retried on the next run without it", r.Dest)
+	}
+	if owe && !s.SyncOnly {
 		if err := r.reload(ctx, stage, log); err != nil {
 			return res, err
 		}
@@ -106,12 +125,34 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	return res, nil
 }
 
-// InheritState carries what old learnt at run time (a reload_cmd still
-// owed) over to r, its replacement after the resource files were re-read.
-func (r *Resource) InheritState(old *Resource) {
-	if old.Dest == r.Dest {
-		r.reloadPending = old.reloadPending
+// settleOwed runs (or, in -noop and -sync-only, reports) a reload owed from
+// an earlier update of a file that is now in sync, and drops stale records.
+func (r *Resource) settleOwed(ctx context.Context, p Plan, res *Result, log logrus.FieldLogger) error {
+	s := r.settings
+	switch {
+	case !p.ReloadOwed && !p.staleOwed:
+		return nil
+	case s.Noop:
+		if p.ReloadOwed {
+			log.Warnf("Noop mode enabled. reload_cmd for %s, owed since an earlier update, will not be run", r.Dest)
+		}
+		return nil
+	case p.staleOwed:
+		log.Debugf("Dropping the owed-reload record of %s: the content it was for never went live", r.Dest)
+		return s.writer().ClearOwed(r.Dest)
+	case r.ReloadCmd == "":
+		log.Warnf("A reload of %s is owed since an earlier update, but the resource has no reload_cmd any more; dropping it", r.Dest)
+		return s.writer().ClearOwed(r.Dest)
+	case s.SyncOnly:
+		log.Warnf("reload_cmd for %s, owed since an earlier update, is not run with -sync-only; it is retried on the next run without it", r.Dest)
+		return nil
 	}
+	log.Infof("Running reload_cmd for %s, owed since an earlier update", r.Dest)
+	if err := r.reload(ctx, "", log); err != nil {
+		return err
+	}
+	res.Reloaded = true
+	return nil
 }
 
 // stripPrefix maps store keys to the template's view, as confd does:
@@ -130,26 +171,29 @@ func (r *Resource) check(ctx context.Context, stage string, log logrus.FieldLogg
 		return fmt.Errorf("%s: check_cmd: %w", r.File, err)
 	}
 	log.Debugf("Running check_cmd %s", cmd)
-	out, err := runCommand(ctx, cmd, r.CheckTimeout)
-	if err != nil {
+	if err := r.runCommand(ctx, "check_cmd", cmd, r.CheckTimeout, log.Debugf, log); err != nil {
 		return fmt.Errorf("%s: check_cmd failed, %s left unchanged: %w", r.File, r.Dest, err)
 	}
-	log.Debugf("check_cmd output: %s", out)
 	return nil
 }
 
+// reload runs reload_cmd for a file that is live and clears the owed
+// record when it succeeds.
 func (r *Resource) reload(ctx context.Context, stage string, log logrus.FieldLogger) error {
 	cmd, err := expandCommand("reload_cmd", r.ReloadCmd, stage, r.Dest)
 	if err != nil {
-		return fmt.Errorf("%s: reload_cmd: %w", r.File, err)
+		return fmt.Errorf("%s: reload_cmd: %w; it is owed and will be retried on the next run", r.File, err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %s is updated, but confd is stopping: its reload_cmd was not started; it is owed and will be retried on the next run", r.File, r.Dest)
 	}
 	log.Debugf("Running reload_cmd %s", cmd)
-	out, err := runCommand(ctx, cmd, r.ReloadTimeout)
-	if err != nil {
-		return fmt.Errorf("%s: %s was updated but reload_cmd failed (will retry): %w", r.File, r.Dest, err)
+	if err := r.runCommand(ctx, "reload_cmd", cmd, r.ReloadTimeout, log.Infof, log); err != nil {
+		return fmt.Errorf("%s: %s is updated, but reload_cmd failed; it is owed and will be retried on the next run: %w", r.File, r.Dest, err)
 	}
-	r.reloadPending = false
-	log.Debugf("reload_cmd output: %s", out)
+	if err := r.settings.writer().ClearOwed(r.Dest); err != nil {
+		return fmt.Errorf("%s: reload_cmd succeeded, but %w; it will run once more on the next run", r.File, err)
+	}
 	return nil
 }
 

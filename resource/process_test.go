@@ -192,7 +192,7 @@ func TestFailedReloadIsRetriedOnNextPass(t *testing.T) {
 	r := f.load()
 	flag := filepath.Join(t.TempDir(), "reload-ok")
 	r.ReloadCmd = "test -e " + flag + " && echo reload >> " + f.marks
-	if _, err := r.Process(context.Background(), f.store); err == nil || !strings.Contains(err.Error(), "will retry") {
+	if _, err := r.Process(context.Background(), f.store); err == nil || !strings.Contains(err.Error(), "retried on the next run") {
 		t.Fatalf("first pass error = %v", err)
 	}
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
@@ -217,8 +217,7 @@ func TestOwedReloadSurvivesReRead(t *testing.T) {
 	if _, err := r.Process(context.Background(), f.store); err == nil {
 		t.Fatal("reload_cmd failure not reported")
 	}
-	fresh := f.load() // conf.d re-read before the next interval pass
-	fresh.InheritState(r)
+	fresh := f.load() // conf.d re-read before the next pass, or the next -onetime run
 	fresh.ReloadCmd = "echo reload >> " + f.marks
 	if res, err := fresh.Process(context.Background(), f.store); err != nil || !res.Reloaded {
 		t.Fatalf("re-read resource did not retry the owed reload: %+v, %v", res, err)
@@ -258,9 +257,12 @@ func TestNoopAndSyncOnly(t *testing.T) {
 
 func TestCommandTimeoutKillsProcessGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	_, err := runCommand(context.Background(), "sleep 60 & echo $! > "+pidFile+"; wait", 300*time.Millisecond)
+	f := newFixture(t, "")
+	f.s.CommandGrace = 100 * time.Millisecond
+	r := f.load()
+	err := r.runCommand(context.Background(), "check_cmd", "trap '' TERM; sleep 60 & echo $! > "+pidFile+"; wait", 300*time.Millisecond, t.Logf, f.s.log())
 	var ce *CommandError
-	if !errors.As(err, &ce) || !ce.TimedOut || !strings.Contains(err.Error(), "killed after timeout") {
+	if !errors.As(err, &ce) || !ce.Result.TimedOut || !ce.Result.Killed || !strings.Contains(err.Error(), "did not finish within 300ms") {
 		t.Fatalf("error = %v", err)
 	}
 	b, err := os.ReadFile(pidFile)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/runner"
 )
 
 // Defaults for the command timeouts when neither the resource nor a flag sets them.
@@ -35,6 +37,16 @@ type Settings struct {
 	ReloadTimeout time.Duration // default reload_cmd timeout
 	Log           logrus.FieldLogger
 	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
+	// CommandGrace is how long a check_cmd or reload_cmd has between
+	// SIGTERM (its timeout, or confd stopping) and SIGKILL; zero means
+	// runner.DefaultGrace.
+	CommandGrace time.Duration
+	// CommandEnv is the environment of check_cmd and reload_cmd, without
+	// confd's own credentials; nil inherits confd's.
+	CommandEnv []string
+	// Writer and Runner carry out plans; nil means FileWriter and runner.Run.
+	Writer Writer
+	Runner Runner
 }
 
 // Resource is one parsed and validated template resource.
@@ -52,10 +64,6 @@ type Resource struct {
 	ReloadTimeout time.Duration
 
 	settings *Settings
-	// reloadPending remembers a reload_cmd that failed after its file was
-	// replaced: the next pass finds the file in sync, but the service never
-	// saw the change, so the reload must be retried.
-	reloadPending bool
 }
 
 // tomlTemplate mirrors confd's [template] table.
@@ -232,6 +240,20 @@ func duration(s string, flagDefault, builtin time.Duration) (time.Duration, erro
 		return 0, fmt.Errorf("%q must be positive", s)
 	}
 	return d, nil
+}
+
+func (s *Settings) writer() Writer {
+	if s.Writer == nil {
+		return FileWriter{Log: s.log()}
+	}
+	return s.Writer
+}
+
+func (s *Settings) runner() Runner {
+	if s.Runner == nil {
+		return RunnerFunc(runner.Run)
+	}
+	return s.Runner
 }
 
 func (s *Settings) log() logrus.FieldLogger {

@@ -52,6 +52,8 @@ type options struct {
 	cacert         string
 	cert           string
 	key            string
+	user           string
+	password       string
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 
@@ -98,9 +100,10 @@ type options struct {
 	rotationPrefix string
 
 	// subcommands
-	reason     string
-	publicOnly bool
-	output     string
+	reason      string
+	publicOnly  bool
+	requireKeys []string
+	output      string
 
 	logLevel  string
 	logFormat string
@@ -123,6 +126,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
 	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
 	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
+	fs.StringVar(&o.user, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
+	fs.StringVar(&o.password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
 	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
 
@@ -165,6 +170,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
+	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
 	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
 
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -194,6 +200,7 @@ var flagScope = map[string][]string{
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
+	"require-key":     {cmdCheck},
 	"output":          {cmdStatus, cmdRestart, cmdTrust},
 	"log-level":       subcommands, "log-format": subcommands, "help": subcommands,
 }
@@ -264,6 +271,9 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
 			return nil, fs, usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 		}
+		if len(o.requireKeys) > 0 && len(o.argv) == 0 {
+			return nil, fs, usagef("--require-key applies to bundle FILEs, and none was given")
+		}
 	default:
 		if len(pos)+len(after) > 0 {
 			return nil, fs, usagef("%s takes no arguments, got %q", o.sub, append(pos, after...))
@@ -288,6 +298,8 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("cacert", "ETCDCTL_CACERT", &o.cacert)
 	str("cert", "ETCDCTL_CERT", &o.cert)
 	str("key", "ETCDCTL_KEY", &o.key)
+	str("user", "ETCDCTL_USER", &o.user)
+	str("password", "ETCDCTL_PASSWORD", &o.password)
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
 	}
@@ -300,6 +312,17 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 			}
 			*dst = d
 		}
+	}
+	// As etcdctl: without a separate password, --user is name:password.
+	if o.user != "" && o.password == "" {
+		name, pw, ok := strings.Cut(o.user, ":")
+		if !ok {
+			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
+		}
+		o.user, o.password = name, pw
+	}
+	if o.password != "" && o.user == "" {
+		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
 	}
 	return nil
 }
@@ -401,7 +424,7 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s check [--public-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
   %[1]s trust [--output json]          hosts × service-account key IDs: signing, trusted, stale hosts
   %[1]s wait-trusted --public-key FILE [--timeout D]   exit 0 once every publishing host trusts FILE's key; 5 on timeout
@@ -421,7 +444,7 @@ Flags:
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}
-	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for etcdctl; a flag beats the\nenvironment.\n")
+	b.WriteString("\nEnvironment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,\nETCDCTL_USER, ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for\netcdctl; a flag beats the environment. The password is never logged, and\nETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 

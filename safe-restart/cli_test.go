@@ -74,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), args, &out, &errb); code != exitUsage {
+		if code := run(context.Background(), nil, args, &out, &errb); code != exitUsage {
 			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
 		}
 	}
@@ -125,7 +125,7 @@ func TestDefaults(t *testing.T) {
 
 func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	seen := map[int]bool{}
@@ -155,7 +155,7 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), Version) {
+	if code := run(context.Background(), nil, []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), Version) {
 		t.Fatalf("version: %d %q", code, out.String())
 	}
 }

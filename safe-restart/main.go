@@ -17,8 +17,38 @@ import (
 var Version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, force, stop := signals()
+	code := run(ctx, force, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// signals turns the first SIGTERM, SIGINT, SIGHUP or SIGQUIT into a
+// cancelled context (stop as soon as it is safe: a terminal hang-up or a
+// supervisor's quit is no reason to leave a restart half-done) and a
+// second one into force (stop the command now).
+func signals() (context.Context, <-chan struct{}, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	force := make(chan struct{})
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-ch:
+				n++
+				switch n {
+				case 1:
+					cancel()
+				case 2:
+					close(force)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, force, func() { signal.Stop(ch); close(done); cancel() }
 }

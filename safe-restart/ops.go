@@ -21,7 +21,7 @@ func (a *app) check(ctx context.Context) int {
 	defer cancel()
 	var errs []error
 	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, Now: time.Now()}))
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, RequireKeys: a.o.requireKeys, Now: time.Now()}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
@@ -61,20 +61,16 @@ func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
 	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
 	defer cancel()
 	key := a.o.holdKeyOrDefault()
-	prev, err := hold.Get(hctx, cli, key)
+	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
+	stored, err := hold.Add(hctx, cli, key, rec)
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("hold")
 		return exitError
 	}
-	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
-	if err := hold.Put(hctx, cli, key, rec); err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("hold")
-		return exitError
+	if len(stored.Also) > 0 {
+		fmt.Fprintf(a.stdout, "a hold was already set; your reason is kept beside it\n")
 	}
-	if prev != nil {
-		fmt.Fprintf(a.stdout, "replaced hold: %s\n", prev)
-	}
-	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, &rec, progName)
+	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, progName)
 	return exitOK
 }
 

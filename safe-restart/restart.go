@@ -7,147 +7,33 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/health"
 	"github.com/keysync/confd/safe-restart/internal/hold"
 	"github.com/keysync/confd/safe-restart/internal/lock"
 	"github.com/keysync/confd/safe-restart/internal/preflight"
-	"github.com/keysync/confd/safe-restart/internal/proc"
+	"github.com/keysync/confd/safe-restart/internal/restart"
 )
 
-// killGrace is how long a timed-out command's process group has between
-// SIGTERM and SIGKILL.
+// killGrace is how long a timed-out (or force-stopped) command's process
+// group has between SIGTERM and SIGKILL.
 const killGrace = 5 * time.Second
 
-// outcome is how one attempt (or the whole run under the lock) ended.
-type outcome struct {
-	code int
-	// failure, when set, is why the restart failed: it becomes the hold reason.
-	failure   string
-	retryable bool
-}
+// preflightTimeout bounds one preflight run.
+const preflightTimeout = 30 * time.Second
+
+// secretEnv are the variables that must not reach the restart command.
+var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
 func (a *app) restart(ctx context.Context) int {
 	o := a.o
 	log := a.log.WithField("lock", o.lockName)
-
-	if code := a.preflight(ctx, log); code != exitOK {
-		return code
-	}
-	cli, err := a.etcdClient()
-	if err != nil {
-		log.WithError(err).Error("etcd client")
-		return exitError
-	}
-	defer cli.Close()
-
-	holdKey := o.holdKeyOrDefault()
-	if code := a.checkHold(ctx, cli, log, "before queueing"); code != exitOK {
-		return code
-	}
-	if o.dryRun {
-		return a.dryRun(ctx, cli)
-	}
-	// A new signing key waits, without the lock, until the others trust it.
-	if code := a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)); code != exitOK {
-		return code
-	}
-
-	sess, err := lock.Open(ctx, cli, lock.Config{
-		Name:      o.lockName,
-		TTL:       o.ttl,
-		OpTimeout: o.commandTimeout,
-		Info:      lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			log.WithError(err).Warn("interrupted before queueing for the lock")
-			return exitInterrupted
-		}
-		log.WithError(a.etcdErr(err)).Error("cannot open an etcd session")
-		return exitError
-	}
-	log = log.WithFields(logrus.Fields{"key": sess.Key(), "lease": sess.LeaseHex()})
-	log.WithFields(logrus.Fields{"ttl": o.ttl, "timeout": o.lockTimeout}).Info("waiting for the lock")
-
-	lctx, cancel := context.WithTimeout(ctx, o.lockTimeout)
-	err = sess.Lock(lctx)
-	cancel()
-	switch {
-	case err == nil && ctx.Err() != nil:
-		log.Warn("interrupted just as the lock was acquired: releasing it, nothing was run")
-		a.release(ctx, sess, log)
-		return exitInterrupted
-	case err == nil:
-	case errors.Is(err, lock.ErrLeaseLost):
-		log.WithError(err).Error("LEASE LOST while waiting for the lock: giving up, touching nothing")
-		sess.Abandon()
-		return exitLeaseLost
-	case ctx.Err() != nil:
-		log.Warn("interrupted while waiting for the lock: leaving the queue")
-		a.release(ctx, sess, log)
-		return exitInterrupted
-	case errors.Is(err, context.DeadlineExceeded):
-		holder := a.describeHolder(ctx, cli)
-		log.WithField("holder", holder).Errorf("lock not acquired within --lock-timeout %s; held by %s", o.lockTimeout, holder)
-		a.release(ctx, sess, log)
-		return exitLockTimeout
-	default:
-		log.WithError(a.etcdErr(err)).Error("cannot acquire the lock")
-		a.release(ctx, sess, log)
-		return exitError
-	}
-	log = log.WithField("rev", sess.Rev())
-	log.Info("lock acquired")
-
-	if code := a.checkHold(ctx, cli, log, "after acquiring the lock"); code != exitOK {
-		a.release(ctx, sess, log)
-		return code
-	}
-
-	// What the restarted apiserver will load, read just before it starts:
-	// the trust record written once the gate passed.
-	snap := a.trustSnapshot(ctx, log)
-	out := a.attempts(ctx, sess, log)
-	switch out.code {
-	case exitOK:
-		a.writeTrust(ctx, cli, log, snap)
-		if err := sess.Release(context.WithoutCancel(ctx)); err != nil {
-			log.WithError(err).Warn("restart done, but releasing the lock failed (the lease expires within the TTL)")
-		} else {
-			log.Info("restart done and ready; lock released")
-		}
-		return exitOK
-	case exitLeaseLost:
-		if out.failure != "" {
-			a.writeHold(ctx, cli, log, holdKey, out)
-		}
-		log.Error("LEASE LOST: exiting without unlocking or revoking: the lock may belong to another host now")
-		sess.Abandon()
-		return exitLeaseLost
-	default:
-		a.writeHold(ctx, cli, log, holdKey, out)
-		a.release(ctx, sess, log)
-		return out.code
-	}
-}
-
-func (a *app) preflight(ctx context.Context, log logrus.FieldLogger) int {
-	o := a.o
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err := preflight.Run(pctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()})
-	if err != nil {
-		for _, e := range splitErrors(err) {
-			log.Errorf("preflight: %v", e)
-		}
-		log.Error("preflight failed: not taking the lock, not restarting")
-		return exitPreflight
-	}
 	if err := checkGate(o); err != nil {
 		for _, e := range splitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
@@ -155,207 +41,178 @@ func (a *app) preflight(ctx context.Context, log logrus.FieldLogger) int {
 		log.Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
-	if n := len(o.preflightFiles) + len(o.preflightFlagsFiles); n > 0 {
-		log.WithField("files", n).Info("preflight passed")
+	cli, err := a.etcdClient(ctx)
+	if err != nil {
+		log.WithError(err).Error("etcd")
+		return exitError
+	}
+	defer cli.Close()
+	holds := &etcdHolds{cli: cli, key: o.holdKeyOrDefault()}
+	if o.dryRun {
+		if code := a.runPreflight(ctx); code != exitOK {
+			return code
+		}
+		return a.dryRun(ctx, cli)
+	}
+	cfg := restart.Config{
+		Argv: o.argv, Env: runner.WithoutVars(os.Environ(), secretEnv...),
+		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
+		OpTimeout: o.commandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
+		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
+		PreflightTimeout: preflightTimeout, Log: log,
+	}
+	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
+		cfg.Preflight = func(ctx context.Context) error {
+			return preflight.Run(ctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()})
+		}
+	}
+	// A new signing key waits, without the lock, until the others trust it;
+	// the trust record is read just before the command and written once the
+	// apiserver is ready.
+	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
+		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
+	}
+	cfg.Locked = func(ctx context.Context) func(context.Context) {
+		snap := a.trustSnapshot(ctx, log)
+		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, snap) }
+	}
+	locker := &etcdLocker{cli: cli, cfg: lock.Config{
+		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
+		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},
+	}}
+	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout}
+	gate := &healthGate{cfg: o.healthConfig(), backstop: o.commandTimeout, log: log}
+	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
+}
+
+// runPreflight is preflight for --dry-run, which runs no state machine.
+func (a *app) runPreflight(ctx context.Context) int {
+	o := a.o
+	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	if err := preflight.Run(pctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()}); err != nil {
+		for _, e := range splitErrors(err) {
+			a.log.Errorf("preflight: %v", e)
+		}
+		return exitPreflight
 	}
 	return exitOK
 }
 
-// checkHold refuses (exitHold) while a hold is active, unless --ignore-hold.
-func (a *app) checkHold(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, when string) int {
-	hctx, cancel := a.opCtx(ctx)
-	defer cancel()
-	key := a.o.holdKeyOrDefault()
-	rec, err := hold.Get(hctx, cli, key)
+// etcdLocker opens lock sessions on etcd.
+type etcdLocker struct {
+	cli *clientv3.Client
+	cfg lock.Config
+}
+
+func (l *etcdLocker) Open(ctx context.Context) (restart.Session, error) {
+	s, err := lock.Open(ctx, l.cli, l.cfg)
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("cannot read the hold %s", when)
-		return exitError
+		return nil, err
 	}
-	if rec == nil {
-		return exitOK
-	}
-	if a.o.ignoreHold {
-		log.WithField("hold_key", key).Warnf("hold active, ignored (--ignore-hold): set by %s", rec)
-		return exitOK
-	}
-	log.WithField("hold_key", key).Errorf("hold active (%s): set by %s; refusing to restart. Fix the cause, then run `%s unhold` (or pass --ignore-hold)", when, rec, progName)
-	return exitHold
+	return etcdSession{s}, nil
 }
 
-func (a *app) writeHold(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, key string, out outcome) {
-	reason := out.failure
-	if reason == "" {
-		reason = fmt.Sprintf("exit code %d", out.code)
-	}
-	rec := hold.Record{Host: a.host, PID: os.Getpid(), Reason: reason, Time: time.Now(), Lock: a.o.lockName, ExitCode: out.code}
-	hctx, cancel := a.opCtx(ctx)
+func (l *etcdLocker) Holder(ctx context.Context) string {
+	qctx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 	defer cancel()
-	if err := hold.Put(hctx, cli, key, rec); err != nil {
-		log.WithError(a.etcdErr(err)).Error("restart failed and the hold could NOT be written: other hosts are not stopped")
-		return
-	}
-	log.WithField("hold_key", key).Errorf("restart failed: hold written, every host refuses to restart until `%s unhold`: %s", progName, reason)
-}
-
-func (a *app) release(ctx context.Context, sess *lock.Session, log logrus.FieldLogger) {
-	if err := sess.Release(context.WithoutCancel(ctx)); err != nil {
-		log.WithError(err).Warn("release lock")
-	}
-}
-
-func (a *app) describeHolder(ctx context.Context, cli *clientv3.Client) string {
-	qctx, cancel := a.opCtx(ctx)
-	defer cancel()
-	q, _, err := lock.Queue(qctx, cli, a.o.lockName)
+	q, _, err := lock.Queue(qctx, l.cli, l.cfg.Name)
 	if err != nil || len(q) == 0 {
 		return "(unknown)"
 	}
 	return q[0].String()
 }
 
-// attempts runs the command and the health gate up to --attempts times
-// while the lock is held.
-func (a *app) attempts(ctx context.Context, sess *lock.Session, log *logrus.Entry) outcome {
-	var out outcome
-	for i := 1; i <= a.o.attempts; i++ {
-		out = a.attempt(ctx, sess, log.WithField("attempt", i))
-		if out.code == exitOK || !out.retryable || i == a.o.attempts {
-			return out
-		}
-		log.WithField("attempt", i).Warnf("attempt failed (%s); retrying in %s", out.failure, a.o.retryDelay)
-		t := time.NewTimer(a.o.retryDelay)
-		select {
-		case <-t.C:
-		case <-sess.Done():
-			t.Stop()
-			log.Errorf("LEASE LOST between attempts: lock %s (lease %s) may now be held by another host", sess.Key(), sess.LeaseHex())
-			return outcome{code: exitLeaseLost, failure: out.failure}
-		case <-ctx.Done():
-			t.Stop()
-			return outcome{code: exitInterrupted, failure: "interrupted between restart attempts after: " + out.failure}
-		}
+// etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.
+type etcdSession struct{ *lock.Session }
+
+func (s etcdSession) Lock(ctx context.Context) error {
+	err := s.Session.Lock(ctx)
+	if errors.Is(err, lock.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", restart.ErrLost, err)
 	}
-	return out
+	return err
 }
 
-// attempt runs the restart command, then the health gate.
-//
-// Fencing: the session declares its lease lost a safety margin before etcd
-// can expire it (lock.SafetyMargin). If that happens while the command
-// runs, the command's process group is terminated within half that margin,
-// so that it has ended before another host can take the lock: the lock's
-// promise is that no two commands overlap, and past the lease nothing backs
-// it. (For `systemctl restart`, systemd carries an already queued job on;
-// killing systemctl stops our waiting for it, not the restart.) The health
-// gate is then skipped, and nothing in etcd is touched on the way out.
-// A signal during the command is different: the lock is still ours, so the
-// command is let finish, then the caller writes a hold (the apiserver's
-// state is unknown) and releases the lock.
-func (a *app) attempt(ctx context.Context, sess *lock.Session, log *logrus.Entry) outcome {
-	o := a.o
-	env := append(os.Environ(), sess.Env()...)
-	p, err := proc.Start(proc.Spec{Argv: o.argv, Env: env, Stdout: a.stdout, Stderr: a.stderr, Timeout: o.restartTimeout, KillGrace: killGrace})
+// commandRunner runs the restart command with the shared runner: its own
+// process group, SIGKILL if this process dies first (so that a killed
+// helper never leaves a restart running while the next host takes the
+// lock), output passed through redacted.
+type commandRunner struct {
+	stdout, stderr interface{ Write([]byte) (int, error) }
+	timeout        time.Duration
+}
+
+func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
+	p, err := runner.Start(context.Background(), runner.Spec{
+		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, Grace: killGrace, ParentDeathSignal: syscall.SIGKILL,
+	})
 	if err != nil {
-		log.WithError(err).Error("restart command did not start")
-		return outcome{code: exitRestart, failure: err.Error()}
+		return nil, err
 	}
-	log = log.WithField("pid", p.Pid())
-	log.WithField("command", proc.Quote(o.argv)).Info("restart command started")
-	leaseLost, signalled, terminated := false, false, false
-	leaseC, sigC := sess.Done(), ctx.Done()
-	for running := true; running; {
-		select {
-		case <-p.Done():
-			running = false
-		case <-leaseC:
-			leaseC = nil
-			leaseLost, terminated = true, true
-			log.Errorf("LEASE LOST while the restart command runs: lock %s (lease %s) is about to expire and go to another host; terminating the command's process group, then exiting without releasing anything", sess.Key(), sess.LeaseHex())
-			p.Terminate(sess.Margin() / 2)
-		case <-sigC:
-			sigC = nil
-			signalled = true
-			log.Warnf("interrupted while the restart command runs: letting it finish (up to --restart-timeout %s), skipping the health gate, then stopping the line", o.restartTimeout)
-		}
-	}
-	res := p.Wait()
-	var failure string
-	if res.Err != nil {
-		failure = res.Err.Error()
-		log.WithFields(logrus.Fields{"exit_code": res.ExitCode, "duration": res.Duration.Round(time.Millisecond)}).Error(failure)
-	} else {
-		log.WithField("duration", res.Duration.Round(time.Millisecond)).Info("restart command succeeded")
-	}
-	if !leaseLost && sess.Lost() {
-		leaseLost = true
-		log.Errorf("LEASE LOST while the restart command ran: lock %s (lease %s) may now be held by another host", sess.Key(), sess.LeaseHex())
-	}
-	switch {
-	case leaseLost && terminated:
-		// Our own kill is no verdict on the restart; and with the lease gone
-		// nothing in etcd is ours to write.
-		return outcome{code: exitLeaseLost}
-	case leaseLost:
-		return outcome{code: exitLeaseLost, failure: failure}
-	case signalled || ctx.Err() != nil:
-		return outcome{code: exitInterrupted, failure: joinReason("interrupted by a signal before the apiserver was confirmed ready", failure)}
-	case res.Err != nil:
-		return outcome{code: exitRestart, failure: failure, retryable: true}
-	}
-	return a.gate(ctx, sess, log)
+	return runnerProcess{p}, nil
 }
 
-// gate holds the lock until the apiserver is ready; it is cancelled when the
-// lease is lost or a signal arrives.
-func (a *app) gate(ctx context.Context, sess *lock.Session, log *logrus.Entry) outcome {
-	o := a.o
-	if o.healthURL == "" {
-		log.Info("health gate off (--health-url empty)")
-		return outcome{code: exitOK}
-	}
-	cfg := o.healthConfig()
+type runnerProcess struct{ *runner.Process }
+
+func (p runnerProcess) Wait() error { return p.Process.Wait().Err }
+
+// healthGate is the health package as restart.Gate.
+type healthGate struct {
+	cfg      health.Config
+	backstop time.Duration
+	log      logrus.FieldLogger
+}
+
+func (g *healthGate) Enabled() bool { return g.cfg.URL != "" }
+
+func (g *healthGate) Probe(ctx context.Context) error { return health.Probe(ctx, g.cfg) }
+
+func (g *healthGate) Wait(ctx context.Context) error {
 	// health.Wait enforces --health-timeout itself; this deadline is a backstop.
-	gctx, cancel := context.WithTimeout(ctx, o.healthSettle+o.healthTimeout+o.commandTimeout)
+	gctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout+g.backstop)
 	defer cancel()
-	go func() {
-		select {
-		case <-sess.Done():
-			cancel()
-		case <-gctx.Done():
-		}
-	}()
-	log.WithFields(logrus.Fields{"url": o.healthURL, "timeout": o.healthTimeout}).Info("holding the lock until the apiserver is ready")
-	err := health.Wait(gctx, cfg, log)
-	switch {
-	case sess.Lost():
-		log.Errorf("LEASE LOST while waiting for the apiserver to be ready: lock %s (lease %s) may now be held by another host; health gate cancelled", sess.Key(), sess.LeaseHex())
-		return outcome{code: exitLeaseLost}
-	case ctx.Err() != nil:
-		return outcome{code: exitInterrupted, failure: "interrupted by a signal while waiting for the apiserver to be ready"}
-	case errors.Is(err, health.ErrUnauthorized):
-		log.WithError(err).Error("health gate: the apiserver refused the probe (401/403): a configuration error, not retried")
-		return outcome{code: exitHealth, failure: "health gate: " + err.Error()}
-	case errors.Is(err, health.ErrConfig), errors.Is(err, health.ErrJWKS):
-		// Restarting again would not change either.
-		log.WithError(err).Error("health gate failed, not retried")
-		return outcome{code: exitHealth, failure: "health gate: " + err.Error()}
-	case err != nil:
-		log.WithError(err).Error("health gate failed")
-		return outcome{code: exitHealth, failure: "health gate: " + err.Error(), retryable: true}
+	err := health.Wait(gctx, g.cfg, g.log)
+	if err == nil {
+		return nil
 	}
-	log.Info("apiserver ready")
-	return outcome{code: exitOK}
+	// Restarting again changes none of these.
+	final := errors.Is(err, health.ErrUnauthorized) || errors.Is(err, health.ErrConfig) ||
+		errors.Is(err, health.ErrJWKS) || errors.Is(err, health.ErrTLS)
+	return &restart.GateError{Err: err, Final: final}
 }
 
-func joinReason(a, b string) string {
-	if b == "" {
-		return a
-	}
-	return a + "; " + b
+// etcdHolds is the hold record in etcd.
+type etcdHolds struct {
+	cli *clientv3.Client
+	key string
 }
 
-// dryRun reports what a restart would do, after preflight and the hold
-// check passed. It takes no lock and runs nothing.
+func (h *etcdHolds) Key() string { return h.key }
+func (h *etcdHolds) Get(ctx context.Context) (*hold.Record, error) {
+	return hold.Get(ctx, h.cli, h.key)
+}
+func (h *etcdHolds) Add(ctx context.Context, r hold.Record) error {
+	_, err := hold.Add(ctx, h.cli, h.key, r)
+	return err
+}
+
+// worstCase is the longest a restart with these flags can take.
+func (o *options) worstCase() time.Duration {
+	d := restart.Durations{
+		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
+		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+	}
+	if o.healthURL != "" {
+		d.HealthTimeout = o.healthTimeout + o.commandTimeout
+	}
+	return restart.WorstCase(d)
+}
+
+// dryRun reports what a restart would do, after preflight passed, and how
+// long it could take at worst (for confd's reload_cmd_timeout). It takes no
+// lock and runs nothing.
 func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	o := a.o
 	qctx, cancel := a.opCtx(ctx)
@@ -370,21 +227,28 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(a.etcdErr(err)).Error("dry run: read the hold")
 		return exitError
 	}
-	plan := map[string]any{
-		"dry_run":         true,
-		"preflight_files": len(o.preflightFiles) + len(o.preflightFlagsFiles),
-		"lock":            o.lockName,
-		"ttl_seconds":     o.ttl,
-		"lock_timeout":    o.lockTimeout.String(),
-		"queue_length":    len(q),
-		"command":         o.argv,
-		"restart_timeout": o.restartTimeout.String(),
-		"attempts":        o.attempts,
-		"health_url":      o.healthURL,
-		"hold_key":        o.holdKeyOrDefault(),
-		"hold":            h,
+	if h != nil && !o.ignoreHold {
+		a.log.WithField("hold_key", o.holdKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
+		return exitHold
 	}
+	worst := o.worstCase()
 	if o.output == "json" {
+		plan := map[string]any{
+			"dry_run":            true,
+			"preflight_files":    len(o.preflightFiles) + len(o.preflightFlagsFiles),
+			"lock":               o.lockName,
+			"ttl_seconds":        o.ttl,
+			"lock_timeout":       o.lockTimeout.String(),
+			"queue_length":       len(q),
+			"command":            o.argv,
+			"restart_timeout":    o.restartTimeout.String(),
+			"attempts":           o.attempts,
+			"health_url":         o.healthURL,
+			"hold_key":           o.holdKeyOrDefault(),
+			"hold":               h,
+			"worst_case":         worst.String(),
+			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
+		}
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
@@ -395,7 +259,7 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	}
 	var b strings.Builder
 	b.WriteString("dry run: no lock taken, nothing run\n")
-	fmt.Fprintf(&b, "preflight: passed (%d files)\n", plan["preflight_files"])
+	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.preflightFiles)+len(o.preflightFlagsFiles))
 	if h != nil {
 		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.holdKeyOrDefault(), h)
 	} else {
@@ -406,13 +270,14 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	} else {
 		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.lockName, len(q), q[0], o.lockTimeout)
 	}
-	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", proc.Quote(o.argv), o.restartTimeout, o.attempts)
+	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.argv), o.restartTimeout, o.attempts)
 	if o.healthURL == "" {
 		b.WriteString("health gate: off\n")
 	} else {
 		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.healthURL, o.healthSettle, o.healthTimeout)
 	}
 	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.holdKeyOrDefault())
+	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout above it\n", worst, worst.Seconds())
 	_, _ = a.stdout.Write([]byte(b.String()))
 	return exitOK
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,22 +9,24 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/keysync/confd/internal/tlsconf"
+	"github.com/keysync/confd/internal/etcdclient"
 )
 
 // app is one invocation.
 type app struct {
-	o      *options
+	o *options
+	// force closes on the second SIGTERM/SIGINT: stop the command now.
+	force  <-chan struct{}
 	stdout io.Writer
 	stderr io.Writer
 	log    *logrus.Logger
 	host   string
 }
 
-// run is main without the process: ctx ending means SIGTERM/SIGINT.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run is main without the process: ctx ending means the first SIGTERM,
+// SIGINT, SIGHUP or SIGQUIT; force closing means a second one.
+func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer) int {
 	o, fs, err := parseArgs(args, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", progName, err, progName)
@@ -40,7 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", progName, err)
 		return exitUsage
 	}
-	a := &app{o: o, stdout: stdout, stderr: stderr, log: log, host: hostname()}
+	a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: hostname()}
 	switch o.sub {
 	case cmdVersion:
 		fmt.Fprintf(stdout, "%s %s\n", progName, Version)
@@ -86,53 +87,29 @@ func newLogger(w io.Writer, level, format string) (*logrus.Logger, error) {
 }
 
 func (a *app) withClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
-	cli, err := a.etcdClient()
+	cli, err := a.etcdClient(ctx)
 	if err != nil {
-		a.log.WithError(err).Error("etcd client")
+		a.log.WithError(err).Error("etcd")
 		return exitError
 	}
 	defer cli.Close()
 	return f(ctx, cli)
 }
 
-// etcdClient builds a client from the etcd flags. Dialing is lazy: errors
-// show on the first request, which always carries a deadline.
-func (a *app) etcdClient() (*clientv3.Client, error) {
+// etcdClient connects with the builder confd uses, so that a failure says
+// why (refused, unknown authority, bad credentials) within --dial-timeout.
+func (a *app) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	o := a.o
-	cfg := clientv3.Config{
-		Endpoints:   o.endpoints,
-		DialTimeout: o.dialTimeout,
-		Logger:      zap.NewNop(),
-	}
-	tlsNeeded := o.cacert != "" || o.cert != ""
-	for _, e := range o.endpoints {
-		tlsNeeded = tlsNeeded || strings.HasPrefix(e, "https://")
-	}
-	if tlsNeeded {
-		if o.key != "" && o.cert == "" {
-			return nil, fmt.Errorf("--key %s given without --cert", o.key)
-		}
-		tc, err := tlsconf.Client(o.cacert, o.cert, o.key)
-		if err != nil {
-			return nil, fmt.Errorf("etcd TLS (--cacert, --cert, --key): %w", err)
-		}
-		cfg.TLS = tc
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", strings.Join(o.endpoints, ","), err)
-	}
-	return cli, nil
+	return etcdclient.New(ctx, etcdclient.Config{
+		Nodes: o.endpoints, ClientCAKeys: o.cacert, ClientCert: o.cert, ClientKey: o.key,
+		Username: o.user, Password: o.password, DialTimeout: o.dialTimeout, RequestTimeout: o.commandTimeout,
+	})
 }
 
 // opCtx is the context of one etcd request: --command-timeout, not cut
 // short by a signal (cleanup after a signal must still reach etcd).
 func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), a.o.commandTimeout)
-}
-
-func interrupted(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled)
 }
 
 // etcdErr names the endpoints in an etcd error, so that "context deadline

@@ -15,7 +15,7 @@ import (
 func TestUnreachableEtcdJSONLog(t *testing.T) {
 	dead := etcdtest.UnusedEndpoint(t)
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"status", "--endpoints", dead, "--dial-timeout", "100ms",
+	code := run(context.Background(), nil, []string{"status", "--endpoints", dead, "--dial-timeout", "100ms",
 		"--command-timeout", "300ms", "--log-format", "json"}, &out, &errb)
 	if code != exitError {
 		t.Fatalf("exit %d, want %d; stderr %s", code, exitError, errb.String())

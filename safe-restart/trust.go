@@ -214,3 +214,9 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 }
+
+// interrupted reports whether ctx ended by a signal (canceled), not by a
+// deadline.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
+}

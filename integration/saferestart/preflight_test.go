@@ -113,6 +113,9 @@ func TestCheckSubcommand(t *testing.T) {
 	bundle := writeFile(t, filepath.Join(dir, "bundle.pem"), append(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: rsaDER}), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...))
 	goodFlags := writeFile(t, filepath.Join(dir, "good.env"), []byte("ARGS=\"--service-account-key-file="+bundle+" --service-account-signing-key-file="+signing+"\"\n"))
 	badFlags := writeFile(t, filepath.Join(dir, "bad.env"), []byte("ARGS=\"--service-account-key-file="+pub+" --service-account-signing-key-file="+signing+"\"\n"))
+	bundleBytes, _ := os.ReadFile(bundle)
+	bom := writeFile(t, filepath.Join(dir, "bom.pem"), append([]byte("\xef\xbb\xbf"), bundleBytes...))
+	indented := writeFile(t, filepath.Join(dir, "indented.pem"), []byte(strings.Replace(string(bundleBytes), "\n-----BEGIN", "\n\t-----BEGIN", 1)))
 	// No etcd: point at nothing, so any etcd use would fail the test.
 	noEtcd := env(nil, "ETCDCTL_ENDPOINTS="+etcdtest.UnusedEndpoint(t))
 	for _, tc := range []struct {
@@ -130,6 +133,13 @@ func TestCheckSubcommand(t *testing.T) {
 		{[]string{"check", "--public-only", bundle, "--preflight-flags-file", goodFlags}, codeOK, ""},
 		{[]string{"check", "--preflight-flags-file", badFlags}, codePreflight, "bad.env"},
 		{[]string{"check", "--preflight-flags-file", filepath.Join(dir, "absent.env")}, codePreflight, "absent.env"},
+		// This host's key must be in the bundle; the private key names it.
+		{[]string{"check", "--public-only", "--require-key", signing, bundle}, codeOK, ""},
+		{[]string{"check", "--public-only", "--require-key", signing, pub}, codePreflight, "sa.pub"},
+		{[]string{"check", "--require-key", signing, "--preflight-flags-file", goodFlags}, codeUsage, "--require-key"},
+		// kube-apiserver would not see a key after a BOM or an indented BEGIN.
+		{[]string{"check", bom}, codePreflight, "bom.pem: line 1"},
+		{[]string{"check", indented}, codePreflight, "indented.pem: block 2 (line 10"},
 	} {
 		p := runBin(t, noEtcd, tc.args...)
 		if p.code != tc.want {

@@ -16,7 +16,9 @@ type Proxy struct {
 	t      testing.TB
 	target string
 	scheme string
-	ln     net.Listener
+	addr   string
+
+	ln net.Listener // guarded by mu once running
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -41,15 +43,15 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p.ln = ln
+	p.ln, p.addr = ln, ln.Addr().String()
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	t.Cleanup(func() { p.Cut(); p.wg.Wait() })
 	return p
 }
 
 // Addr is the proxy's host:port.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Endpoint is the proxy's address with the target's URL scheme (http when
 // the target was given as host:port).
@@ -93,10 +95,28 @@ func (p *Proxy) untrack(c net.Conn) {
 	delete(p.conns, c)
 }
 
-func (p *Proxy) accept() {
+// Restore ends a Cut: the proxy listens on the same address again, as a
+// healed partition. It fails the test if the port was taken meanwhile.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.cut {
+		return
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Errorf("proxy restore on %s: %v", p.addr, err)
+		return
+	}
+	p.ln, p.cut = ln, false
+	p.wg.Add(1)
+	go p.accept(ln)
+}
+
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		in, err := p.ln.Accept()
+		in, err := ln.Accept()
 		if err != nil {
 			return
 		}

@@ -28,6 +28,10 @@ type Options struct {
 	// encodings kube-apiserver actually reads). Its error is wrapped with
 	// the block's position.
 	Validate func(Block) error
+	// APIServerSAKeys demands that kube-apiserver's --service-account-key-file
+	// reader load every key or certificate block: a block it skips is a key
+	// whose tokens are refused, without a log line.
+	APIServerSAKeys bool
 }
 
 // Check checks f against opts and returns every problem found, joined.
@@ -70,7 +74,11 @@ func (f *File) Check(opts Options) error {
 		if opts.Validate != nil {
 			if err := opts.Validate(*b); err != nil {
 				errs = append(errs, blockError(f.Name, b, err))
+				continue
 			}
+		}
+		if opts.APIServerSAKeys && !loadedAt(f.apiserverKeys, b) {
+			errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
 		}
 	}
 	if seen&keyOrCert == 0 {
@@ -155,4 +163,16 @@ func MatchKey(cert *x509.Certificate, key crypto.PrivateKey) error {
 	keyID, _ := KeyID(pub)
 	return fmt.Errorf("%w (certificate %q has key ID %s, private key has key ID %s)",
 		ErrMismatch, cert.Subject.String(), certID, keyID)
+}
+
+// loadedAt reports whether kube-apiserver loads block b: a key from the same
+// BEGIN line with the same public key.
+func loadedAt(keys []APIServerKey, b *Block) bool {
+	eq, ok := b.Public.(interface{ Equal(crypto.PublicKey) bool })
+	for _, k := range keys {
+		if k.Line == b.Line && ok && eq.Equal(k.Public) {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,8 @@ import (
 var (
 	ErrNoBlock     = errors.New("no PEM block")
 	ErrNotPEM      = errors.New("non-PEM data")
+	ErrSkipped     = errors.New("key kube-apiserver does not load")
+	ErrInvisible   = errors.New("block that PEM readers such as kube-apiserver skip")
 	ErrMalformed   = errors.New("malformed PEM block")
 	ErrUnknownType = errors.New("unknown PEM block type")
 	ErrEncrypted   = errors.New("encrypted private keys are not supported")

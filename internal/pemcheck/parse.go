@@ -86,7 +86,14 @@ func (b Block) GoString() string { return "pemcheck.Block{" + b.String() + "}" }
 type File struct {
 	Name   string
 	Blocks []Block
+	// apiserverKeys is what kube-apiserver would load from the same bytes,
+	// kept to compare with Blocks (see Options.APIServerSAKeys).
+	apiserverKeys []APIServerKey
 }
+
+// APIServerKeys is what kube-apiserver's --service-account-key-file reader
+// would load from the file (see the function of that name).
+func (f *File) APIServerKeys() []APIServerKey { return f.apiserverKeys }
 
 // ReadFile reads and parses the PEM file at path.
 func ReadFile(path string) (*File, error) {
@@ -110,20 +117,35 @@ var (
 // Parse parses every PEM block in data; name is used in errors only.
 // Non-PEM bytes before, between or after blocks are an error, unlike
 // encoding/pem, which silently skips them: a bundle with a stray paste in it
-// is a broken bundle. Parse stops at the first structural problem (where the
+// is a broken bundle. So is a block encoding/pem would not see (after a
+// byte-order mark, or with its BEGIN indented). Parse stops at the first structural problem (where the
 // next block starts is then unknowable) but reports every block that fails
 // to parse. On error it returns a nil File.
 func Parse(name string, data []byte) (*File, error) {
 	f := &File{Name: name}
 	var errs []error
-	rest := bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a BOM is an editor's, not garbage
+	rest := data
+	// encoding/pem, and so kube-apiserver and Go's TLS loader, only see a
+	// BEGIN at the very start of the data or of a line: after a byte-order
+	// mark or indentation the block is skipped without a word, which for a
+	// service-account key means tokens refused. The rest is still parsed so
+	// that every problem is reported at once.
+	if bom := []byte("\xef\xbb\xbf"); bytes.HasPrefix(rest, bom) {
+		errs = append(errs, &Error{File: name, Line: 1, Err: fmt.Errorf("%w: a byte-order mark hides the block after it; save the file without BOM", ErrInvisible)})
+		rest = rest[len(bom):]
+	}
 	line := 1
 	for index := 1; ; index++ {
 		trimmed := bytes.TrimLeftFunc(rest, unicode.IsSpace)
-		line += bytes.Count(rest[:len(rest)-len(trimmed)], []byte("\n"))
+		space := rest[:len(rest)-len(trimmed)]
+		line += bytes.Count(space, []byte("\n"))
 		rest = trimmed
 		if len(rest) == 0 {
 			break
+		}
+		if indent := space[bytes.LastIndexByte(space, '\n')+1:]; len(indent) > 0 && bytes.HasPrefix(rest, beginMarker) {
+			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
+				Err: fmt.Errorf("%w: whitespace before -----BEGIN hides the block; BEGIN must start its line", ErrInvisible)})
 		}
 		// Never quote the offending bytes: they may be a key pasted
 		// without its armour.
@@ -157,6 +179,7 @@ func Parse(name string, data []byte) (*File, error) {
 	if len(f.Blocks) == 0 {
 		return nil, &Error{File: name, Err: ErrNoBlock}
 	}
+	f.apiserverKeys = APIServerKeys(data)
 	return f, nil
 }
 

@@ -143,6 +143,7 @@ type outcome struct {
 	status  int
 	text    string // "503 Service Unavailable: excerpt" or the transport error
 	err     bool
+	cause   error // the transport error, when there was no answer
 	body    []byte
 	excerpt string
 }
@@ -176,7 +177,7 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return outcome{err: true, text: p.redact(err.Error())}, nil
+		return outcome{err: true, cause: err, text: p.redact(err.Error())}, nil
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))

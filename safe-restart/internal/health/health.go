@@ -6,6 +6,8 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +28,44 @@ var (
 	ErrJWKS = errors.New("service-account JWKS check failed")
 	// ErrConfig is an unusable Config, reported before any request.
 	ErrConfig = errors.New("invalid health check configuration")
+	// ErrTLS means the apiserver's certificate was not trusted (or did not
+	// name the URL's host): the gate's CA is wrong, which waiting will not fix.
+	ErrTLS = errors.New("the health check does not trust kube-apiserver's certificate")
 )
+
+// Probe asks the running apiserver once, before a restart, whether the
+// gate's TLS settings and credentials work: it returns ErrTLS for a
+// certificate the gate does not trust and ErrUnauthorized for 401/403, so
+// that a gate that could never pass stops the restart before it happens.
+// Any other answer, and no answer at all (the apiserver is down), is nil:
+// only the gate's own configuration is judged here.
+func Probe(ctx context.Context, cfg Config) error {
+	if cfg.URL == "" {
+		return nil
+	}
+	p, err := newProber(cfg)
+	if err != nil {
+		return err
+	}
+	defer p.client.CloseIdleConnections()
+	out, err := p.get(ctx, p.target.String(), excerptReadLimit)
+	if err != nil {
+		return err
+	}
+	var (
+		unknownCA *x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+	)
+	switch c := out.cause; {
+	case c != nil && (errors.As(c, &unknownCA) || errors.As(c, &hostname) || errors.As(c, &invalid) || errors.As(c, &verify)):
+		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
+	case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
+		return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
+	}
+	return nil
+}
 
 // Config configures Wait.
 type Config struct {

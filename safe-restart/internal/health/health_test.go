@@ -432,3 +432,38 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 		t.Errorf("Validate(valid config) = %v", err)
 	}
 }
+
+// Probe judges only the gate's own configuration against the running
+// apiserver: an untrusted certificate and 401/403 are errors; not ready,
+// or not running at all, is not.
+func TestProbe(t *testing.T) {
+	ok := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }, nil)
+	notReady := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "[-]etcd failed", http.StatusInternalServerError) }, nil)
+	denied := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Unauthorized", http.StatusUnauthorized) }, nil)
+	// httptest servers share one certificate: another CA comes from elsewhere.
+	otherCA := filepath.Join(t.TempDir(), "other-ca.crt")
+	writeFile(t, otherCA, etcdtest.NewCA(t, "not the apiserver's").PEM)
+	down := ok.config()
+	down.URL = "https://127.0.0.1:1/readyz"
+	wrongCA := ok.config()
+	wrongCA.CACert = otherCA
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"ready", ok.config(), nil},
+		{"not ready", notReady.config(), nil},
+		{"down", down, nil},
+		{"gate off", Config{}, nil},
+		{"401", denied.config(), ErrUnauthorized},
+		{"wrong CA", wrongCA, ErrTLS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Probe(context.Background(), tc.cfg)
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("Probe = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}

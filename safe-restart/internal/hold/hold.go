@@ -30,6 +30,9 @@ type Record struct {
 	Raw string `json:"raw,omitempty"`
 	// Revision is the etcd revision that last wrote the key (set on read).
 	Revision int64 `json:"mod_revision,omitempty"`
+	// Also are the reasons given after the first, by hosts or operators that
+	// found the line already stopped: a hold is never overwritten.
+	Also []Record `json:"also,omitempty"`
 }
 
 // String is a one-line description naming host, reason and time.
@@ -49,6 +52,16 @@ func (r *Record) String() string {
 		fmt.Fprintf(&b, " user %s", r.User)
 	}
 	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), orUnknown(r.Reason))
+	if len(r.Also) > 0 {
+		fmt.Fprintf(&b, " (and %d later: ", len(r.Also))
+		for i := range r.Also {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(r.Also[i].String())
+		}
+		b.WriteString(")")
+	}
 	return b.String()
 }
 
@@ -84,24 +97,59 @@ func Get(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
 	return r, nil
 }
 
-// Put writes (or replaces) the hold at key, with no lease.
-func Put(ctx context.Context, kv clientv3.KV, key string, r Record) error {
-	r.Revision = 0
-	r.Raw = ""
+// Add stops the line with r, with no lease. A hold already there is never
+// overwritten: r is kept beside it (in Also), so that an operator's reason,
+// or the first failure, survives a later one. It needs no lock: each write
+// is a compare-and-swap on the key's revision. It returns the record as
+// stored.
+func Add(ctx context.Context, kv clientv3.KV, key string, r Record) (*Record, error) {
+	r.Revision, r.Raw, r.Also = 0, "", nil
 	if r.Time.IsZero() {
 		r.Time = time.Now()
 	}
 	r.Time = r.Time.UTC()
+	for {
+		resp, err := kv.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("write hold %s: read: %w", key, err)
+		}
+		stored, rev := r, int64(0)
+		if len(resp.Kvs) > 0 {
+			rev = resp.Kvs[0].ModRevision
+			prev := Decode(resp.Kvs[0].Value)
+			if prev.Raw != "" {
+				// A value written by hand stays first, as a reason.
+				prev = &Record{Reason: "hold value set by hand: " + prev.Raw}
+			}
+			prev.Revision = 0
+			prev.Also = append(prev.Also, r)
+			stored = *prev
+		}
+		value, err := encode(stored)
+		if err != nil {
+			return nil, err
+		}
+		txn, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, value)).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("write hold %s: %w", key, err)
+		}
+		if txn.Succeeded {
+			stored.Revision = txn.Header.Revision
+			return &stored, nil
+		}
+		// Someone wrote it in between: add to what they wrote.
+	}
+}
+
+func encode(r Record) (string, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // reasons quote shell commands: keep > and & readable
 	if err := enc.Encode(r); err != nil {
-		return err
+		return "", err
 	}
-	if _, err := kv.Put(ctx, key, strings.TrimSpace(buf.String())); err != nil {
-		return fmt.Errorf("write hold %s: %w", key, err)
-	}
-	return nil
+	return strings.TrimSpace(buf.String()), nil
 }
 
 // Delete removes the hold and returns the record it removed, or nil when

@@ -18,7 +18,7 @@ func TestPutGetDelete(t *testing.T) {
 		t.Fatalf("empty: %v %v", r, err)
 	}
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := Put(ctx, cli, "h", Record{Host: "m1", PID: 7, Reason: "restart failed", Time: at, ExitCode: 6}); err != nil {
+	if _, err := Add(ctx, cli, "h", Record{Host: "m1", PID: 7, Reason: "restart failed", Time: at, ExitCode: 6}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := Get(ctx, cli, "h")
@@ -44,5 +44,24 @@ func TestPutGetDelete(t *testing.T) {
 	r, err = Get(ctx, cli, "h")
 	if err != nil || r == nil || r.Raw != "stop, maintenance" || !strings.Contains(r.String(), "maintenance") {
 		t.Fatalf("raw: %+v %v", r, err)
+	}
+	// A hold is never overwritten: later reasons go beside the first,
+	// whether it was written by hand or as a record.
+	if _, err := Add(ctx, cli, "h", Record{Host: "m2", Reason: "lease lost"}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = Get(ctx, cli, "h")
+	if !strings.Contains(r.Reason, "stop, maintenance") || len(r.Also) != 1 || r.Also[0].Host != "m2" {
+		t.Fatalf("hand-written hold overwritten: %+v", r)
+	}
+	_, _ = Delete(ctx, cli, "h")
+	_, _ = Add(ctx, cli, "h", Record{Host: "op", User: "alice", Reason: "maintenance"})
+	if _, err := Add(ctx, cli, "h", Record{Host: "m3", Reason: "restart failed"}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = Get(ctx, cli, "h")
+	if r.Host != "op" || r.Reason != "maintenance" || len(r.Also) != 1 || r.Also[0].Reason != "restart failed" ||
+		!strings.Contains(r.String(), "maintenance") || !strings.Contains(r.String(), "restart failed") {
+		t.Fatalf("operator's hold overwritten: %+v", r)
 	}
 }

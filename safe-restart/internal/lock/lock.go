@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -76,6 +77,9 @@ type Session struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	margin   time.Duration
+	// deleted is set when someone deleted our mutex key while we held it.
+	deleted   atomic.Bool
+	stopWatch context.CancelFunc
 }
 
 // Open grants a lease of cfg.TTL, keeps it alive, and publishes cfg.Info
@@ -277,13 +281,50 @@ func (s *Session) Lock(ctx context.Context) error {
 	s.rev = s.mu.Header().Revision
 	s.relMu.Lock()
 	s.held = true
+	wctx, stop := context.WithCancel(context.Background())
+	s.stopWatch = stop
 	s.relMu.Unlock()
+	go s.watchOwnKey(wctx)
 	now := time.Now().UTC()
 	s.cfg.Info.Acquired = &now
 	// Best effort: status shows since when the lock is held.
 	_ = s.putInfo(context.WithoutCancel(ctx))
 	return nil
 }
+
+// watchOwnKey treats the deletion of our mutex key (`etcdctl del`, an
+// operator clearing a stuck lock) as the loss of the lock: the next waiter
+// now holds it, whatever our lease says.
+func (s *Session) watchOwnKey(ctx context.Context) {
+	wc := s.cli.Watch(ctx, s.mu.Key(), clientv3.WithRev(s.rev+1))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.lost:
+			return
+		case resp, ok := <-wc:
+			if !ok {
+				return
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					s.deleted.Store(true)
+					s.markLost()
+					return
+				}
+			}
+			if resp.Err() != nil {
+				// Compacted or cancelled: the lease monitor still guards us.
+				return
+			}
+		}
+	}
+}
+
+// KeyDeleted reports whether the lock was lost because our mutex key was
+// deleted while we held it (rather than the lease).
+func (s *Session) KeyDeleted() bool { return s.deleted.Load() }
 
 // Held reports whether Lock succeeded and Release has not run.
 func (s *Session) Held() bool {
@@ -299,6 +340,9 @@ func (s *Session) Held() bool {
 func (s *Session) Release(ctx context.Context) error {
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	if s.Lost() {
 		s.held = false
 		return fmt.Errorf("release lock %s: %w (lease %s); not touching it", s.Key(), ErrLeaseLost, s.LeaseHex())
@@ -330,6 +374,9 @@ func (s *Session) Release(ctx context.Context) error {
 func (s *Session) Abandon() {
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	s.held = false
 	s.sess.Orphan()
 }

@@ -63,6 +63,7 @@ func TestLock(t *testing.T) {
 		"TimeoutWhileWaiting":             testTimeoutWhileWaiting,
 		"LostLeaseIsNotReleased":          testLostLeaseIsNotReleased,
 		"LeaseLostWhileWaiting":           testLeaseLostWhileWaiting,
+		"DeletedKeyIsLost":                testDeletedKeyIsLost,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -294,5 +295,37 @@ func TestSafetyMargin(t *testing.T) {
 		if got := SafetyMargin(ttl); got != want {
 			t.Errorf("SafetyMargin(%d) = %s, want %s", ttl, got, want)
 		}
+	}
+}
+
+// Someone deleting the holder's key hands the lock to the next waiter: the
+// holder must take that as the loss of the lock, and then touch nothing.
+func testDeletedKeyIsLost(t *testing.T, cli *clientv3.Client) {
+	a, b := open(t, cli, "del", 1), open(t, cli, "del", 2)
+	if err := a.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Lock(ctxT(t)) }()
+	waitQueueLen(t, cli, "del", 2)
+	if _, err := cli.Delete(ctxT(t), a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder did not notice its key was deleted")
+	}
+	if !a.KeyDeleted() {
+		t.Fatal("KeyDeleted false")
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("next waiter: %v", err)
+	}
+	if err := a.Release(ctxT(t)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("release after deletion = %v, want ErrLeaseLost", err)
+	}
+	if keys, _, _ := Queue(ctxT(t), cli, "del"); len(keys) != 1 || keys[0].Key != b.Key() {
+		t.Fatalf("the new holder's key must survive: %v", keys)
 	}
 }

@@ -56,7 +56,7 @@ func apiserverFlags() map[string]flagSpec {
 func options(r role, now time.Time) pemcheck.Options {
 	switch r {
 	case roleSAKey:
-		return pemcheck.Options{Now: now, Validate: apiserverReadsSAKey}
+		return pemcheck.Options{Now: now, Validate: apiserverReadsSAKey, APIServerSAKeys: true}
 	case roleSigningKey:
 		return pemcheck.Options{Now: now, Require: pemcheck.PrivateKey, Validate: apiserverSigns}
 	case roleCA:

@@ -23,6 +23,8 @@ var (
 	// no --service-account-key-file lets it verify.
 	ErrSigningKeyNotPublished = errors.New("service-account signing key is not in any --service-account-key-file")
 	ErrNoFiles                = errors.New("no files to check")
+	// ErrRequiredKeyMissing means a bundle lacks a key it must carry.
+	ErrRequiredKeyMissing = errors.New("required key is not loaded from the bundle")
 )
 
 // Input names what to check.
@@ -56,7 +58,11 @@ func Run(ctx context.Context, in Input) error {
 // CheckOptions tune CheckFiles.
 type CheckOptions struct {
 	PublicOnly bool // refuse private keys
-	Now        time.Time
+	// RequireKeys are PEM files (public or private keys, or certificates)
+	// whose public keys every checked file must hold, as kube-apiserver
+	// loads them: a bundle without this host's own key must not go live.
+	RequireKeys []string
+	Now         time.Time
 }
 
 // CheckFiles is the `kube-apiserver-safe-restart check FILE...` core, meant
@@ -75,10 +81,41 @@ func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 			return errors.Join(append(c.errs, fmt.Errorf("check: %w", err))...)
 		}
 		if f := c.load(p, ""); f != nil {
-			c.add("", f.Check(pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey}))
+			c.add("", f.Check(pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true}))
+			c.add("", c.requireKeys(f, opts.RequireKeys))
 		}
 	}
 	return errors.Join(c.errs...)
+}
+
+// requireKeys checks that f holds, as loaded keys, the public half of every
+// key in the files required. Only key IDs (hashes of public keys) are ever
+// named: a required file may be this host's private key.
+func (c *checker) requireKeys(f *pemcheck.File, required []string) error {
+	have := map[string]bool{}
+	for _, k := range f.APIServerKeys() {
+		if id, err := pemcheck.KeyID(k.Public); err == nil {
+			have[id] = true
+		}
+	}
+	var errs []error
+	for _, r := range required {
+		rf := c.load(r, "--require-key")
+		if rf == nil {
+			continue
+		}
+		ids, err := rf.KeyIDs()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--require-key %s: %w", r, err))
+			continue
+		}
+		for _, id := range ids {
+			if !have[id] {
+				errs = append(errs, fmt.Errorf("%s: %w: key ID %s of --require-key %s", f.Name, ErrRequiredKeyMissing, id, r))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type loaded struct {
@@ -169,9 +206,10 @@ func (c *checker) checkFlags(ctx context.Context, paths []string) {
 			}
 		case roleSAKey:
 			if f := c.use(o, o.value, r); f != nil {
-				ids, _ := f.KeyIDs()
-				for _, id := range ids {
-					saKeys[id] = true
+				for _, k := range f.APIServerKeys() {
+					if id, err := pemcheck.KeyID(k.Public); err == nil {
+						saKeys[id] = true
+					}
 				}
 			}
 		case roleSigningKey:

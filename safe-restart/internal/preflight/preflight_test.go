@@ -260,6 +260,9 @@ func TestCheckFiles(t *testing.T) {
 	k := rsaKey(t)
 	withPrivate := p.write(t, "leaky.pub", pkixPEM(t, &k.PublicKey), pkcs1PEM(k))
 	pkcs1Pub := p.write(t, "pkcs1.pub", pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&k.PublicKey)}))
+	sa, _ := os.ReadFile(p.path("sa.pub"))
+	bom := p.write(t, "bom.pub", []byte("\xef\xbb\xbf"), sa)
+	indented := p.write(t, "indented.pub", pkixPEM(t, &k.PublicKey), []byte("  "), sa)
 	ctx := context.Background()
 	tests := []struct {
 		name  string
@@ -276,12 +279,24 @@ func TestCheckFiles(t *testing.T) {
 			opts: CheckOptions{PublicOnly: true}, errs: []error{pemcheck.ErrPrivateKey, ErrIgnoredKey, os.ErrNotExist}},
 		{name: "expired at Now", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{Now: time.Now().Add(48 * time.Hour)},
 			errs: []error{pemcheck.ErrExpired}},
+		{name: "BOM hides the first key", paths: []string{bom}, errs: []error{pemcheck.ErrInvisible}},
+		{name: "indented BEGIN hides a key", paths: []string{indented}, errs: []error{pemcheck.ErrInvisible}},
+		{name: "own key required, by private key", paths: []string{p.path("sa.pub")},
+			opts: CheckOptions{PublicOnly: true, RequireKeys: []string{p.path("sa.key")}}},
+		{name: "own key required, by public key", paths: []string{p.path("sa.pub")},
+			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", pkixPEM(t, &k.PublicKey), []byte{})}}, errs: []error{ErrRequiredKeyMissing}},
+		{name: "required key only behind a BOM", paths: []string{bom},
+			opts: CheckOptions{RequireKeys: []string{p.path("sa.key")}}, errs: []error{pemcheck.ErrInvisible}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckFiles(ctx, tc.paths, tc.opts)
 			if len(tc.errs) == 0 && err != nil {
 				t.Fatal(err)
+			}
+			// A required private key's content never reaches the message.
+			if key, _ := os.ReadFile(p.path("sa.key")); err != nil && strings.Contains(err.Error(), strings.Split(string(key), "\n")[1]) {
+				t.Fatalf("private key material in %v", err)
 			}
 			for _, want := range tc.errs {
 				if !errors.Is(err, want) {

@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+// owedResource is a resource whose reload_cmd appends "reload" to the
+// returned log file, after running pre (which may fail or kill confd).
+func owedResource(t *testing.T, c *confdir, pre string) (dest, reloads string) {
+	t.Helper()
+	reloads = filepath.Join(t.TempDir(), "reloads")
+	dest = c.resource("app", "[template]\nsrc = \"app.tmpl\"\ndest = \"DEST\"\nkeys = [\"/w\"]\nreload_cmd = \""+pre+"echo reload >> "+reloads+"\"\n", "{{getv \"/w/v\"}}\n")
+	return dest, reloads
+}
+
+// A directory fsync failing after the rename (injected with strace) must
+// not lose the reload: the first run exits 1 saying it is owed, the next
+// -onetime run performs it, and only once.
+func TestFsyncFailureAfterRenameReloadsOnNextOnetime(t *testing.T) {
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skip("no strace")
+	}
+	if err := exec.Command("strace", "-o", "/dev/null", "true").Run(); err != nil {
+		t.Skipf("strace cannot trace here: %v", err)
+	}
+	s := etcdtest.Start(t)
+	s.Put(t, "/w/v", "new")
+	c := newConfdir(t)
+	dest, reloads := owedResource(t, c, "")
+	args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir)
+	// fsyncs of the destination's directory, in order: after recording the
+	// owed reload, then after the rename: the second is the one to fail.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "strace", append([]string{"-f", "-o", "/dev/null", "-P", filepath.Dir(dest),
+		"-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=2", confdBin}, args...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err == nil {
+		t.Fatalf("first run exit 0 despite the failed fsync:\n%s", errb.String())
+	}
+	if !strings.Contains(errb.String(), "fsync directory") || !strings.Contains(errb.String(), "reload_cmd is owed and will be retried on the next run") {
+		t.Fatalf("first run does not say the reload is owed:\n%s", errb.String())
+	}
+	if readFileOr(dest) != "new\n" || readFileOr(reloads) != "" {
+		t.Fatalf("after first run: dest %q, reloads %q", readFileOr(dest), readFileOr(reloads))
+	}
+	for i := 0; i < 2; i++ {
+		if r := confd(t, nil, args...); r.code != 0 {
+			t.Fatalf("run %d: exit %d:\n%s", i+2, r.code, r.stderr)
+		}
+	}
+	if readFileOr(reloads) != "reload\n" {
+		t.Errorf("reloads = %q, want exactly one", readFileOr(reloads))
+	}
+	if len(c.stageFiles()) != 0 {
+		t.Errorf("files left beside dest: %v", c.stageFiles())
+	}
+}
+
+// confd killed (SIGKILL) after the rename, while its reload_cmd runs: the
+// next -onetime run still owes and performs the reload.
+func TestSigkillAfterRenameReloadsOnNextOnetime(t *testing.T) {
+	s := etcdtest.Start(t)
+	s.Put(t, "/w/v", "new")
+	c := newConfdir(t)
+	armed := filepath.Join(t.TempDir(), "armed")
+	if err := os.WriteFile(armed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// $PPID of the reload's shell is confd.
+	dest, reloads := owedResource(t, c, "if [ -e "+armed+" ]; then rm "+armed+"; kill -KILL $PPID; sleep 60; fi; ")
+	args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir)
+	if r := confd(t, nil, args...); r.code == 0 {
+		t.Fatalf("first run survived its SIGKILL:\n%s", r.stderr)
+	}
+	if readFileOr(dest) != "new\n" || readFileOr(reloads) != "" {
+		t.Fatalf("after the kill: dest %q, reloads %q", readFileOr(dest), readFileOr(reloads))
+	}
+	for i := 0; i < 2; i++ {
+		if r := confd(t, nil, args...); r.code != 0 {
+			t.Fatalf("run %d: exit %d:\n%s", i+2, r.code, r.stderr)
+		}
+	}
+	if readFileOr(reloads) != "reload\n" {
+		t.Errorf("reloads = %q, want exactly one", readFileOr(reloads))
+	}
+}
+
+// SIGTERM to confd -onetime while its reload_cmd runs: the reload gets
+// SIGTERM and its grace (its handler completes; no SIGKILL), confd exits
+// non-zero, and the next run performs the reload.
+func TestSigtermDuringOnetimeReloadGivesGrace(t *testing.T) {
+	s := etcdtest.Start(t)
+	s.Put(t, "/w/v", "new")
+	c := newConfdir(t)
+	dir := t.TempDir()
+	running, clean, first := filepath.Join(dir, "running"), filepath.Join(dir, "clean"), filepath.Join(dir, "first")
+	if err := syscall.Mkfifo(running, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(first, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dest, reloads := owedResource(t, c, "if [ -e "+first+" ]; then rm "+first+"; trap 'sleep 0.5; echo clean > "+clean+"; exit 1' TERM; echo up > "+running+"; while :; do sleep 1; done; fi; ")
+	args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir, "-command-grace", "30s")
+	cmd := exec.Command(confdBin, args...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(running); err != nil { // returns once the reload runs
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err == nil {
+		t.Fatalf("exit 0 although the reload was stopped:\n%s", errb.String())
+	}
+	if readFileOr(clean) != "clean\n" {
+		t.Errorf("reload_cmd's TERM handler did not complete (SIGKILLed?):\n%s", errb.String())
+	}
+	if !strings.Contains(errb.String(), "retried on the next run") {
+		t.Errorf("stderr does not say the reload is retried:\n%s", errb.String())
+	}
+	if r := confd(t, nil, args...); r.code != 0 || readFileOr(reloads) != "reload\n" || readFileOr(dest) != "new\n" {
+		t.Fatalf("next run: exit %d, reloads %q:\n%s", r.code, readFileOr(reloads), r.stderr)
+	}
+}
+
+// Commands never see confd's etcd credentials; their output is logged one
+// quoted line per record, in confd's one-line format.
+func TestCommandsGetNoCredentialsAndLogPerLine(t *testing.T) {
+	c := newConfdir(t)
+	envOut := filepath.Join(t.TempDir(), "env")
+	c.resource("app", "[template]\nsrc = \"app.tmpl\"\ndest = \"DEST\"\nkeys = [\"/w\"]\ncheck_cmd = \"env > "+envOut+".check\"\nreload_cmd = \"env > "+envOut+"; printf 'line one\\\\nline two\\\\n'\"\n", "{{getv \"/w/v\"}}\n")
+	r := confd(t, []string{"W_V=x", "CONFD_PASSWORD=pw-must-not-leak", "CONFD_USERNAME=user-must-not-leak", "KEEP_ME=1"},
+		"-onetime", "-backend", "env", "-confdir", c.Dir, "-log-level", "debug")
+	if r.code != 0 {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+	for _, f := range []string{envOut, envOut + ".check"} {
+		env := readFileOr(f)
+		if !strings.Contains(env, "KEEP_ME=1") {
+			t.Fatalf("%s: command environment not captured: %q", f, env)
+		}
+		if strings.Contains(env, "must-not-leak") {
+			t.Errorf("%s: credentials in a command's environment:\n%s", f, env)
+		}
+	}
+	var recs []string
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(l, "reload_cmd output:") {
+			recs = append(recs, l)
+		}
+	}
+	if len(recs) != 2 || !strings.Contains(recs[0], ` INFO reload_cmd output: "line one"`) || !strings.Contains(recs[1], ` INFO reload_cmd output: "line two"`) {
+		t.Errorf("reload output records:\n%s\nstderr:\n%s", strings.Join(recs, "\n"), r.stderr)
+	}
+}
+
+// A bind-mounted destination on a full file system: the in-place write
+// cannot reserve the space, so the live file keeps every byte and the
+// error says it is unchanged. Root and a private mount namespace needed.
+func TestFullFilesystemBehindBindMountLeavesLiveFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a private mount namespace")
+	}
+	if err := exec.Command("unshare", "-m", "true").Run(); err != nil {
+		t.Skipf("unshare -m not permitted here: %v", err)
+	}
+	c := newConfdir(t)
+	big := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB
+	dest := c.resource("big", "[template]\nsrc = \"big.tmpl\"\ndest = \"DEST\"\nkeys = [\"/w\"]\nmode = \"0644\"\n", big+"{{getv \"/w/v\"}}\n")
+	if err := os.WriteFile(dest, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmpfs := t.TempDir()
+	script := strings.Join([]string{
+		"set -e",
+		"mount -t tmpfs -o size=128k tmpfs " + tmpfs,
+		"printf 'old live content\\n' > " + tmpfs + "/live",
+		"dd if=/dev/zero of=" + tmpfs + "/filler bs=4k 2>/dev/null || true", // fill it up
+		"mount --bind " + tmpfs + "/live " + dest,
+		"set +e",
+		"W_V=x " + confdBin + " -onetime -backend env -confdir " + c.Dir,
+		"echo exit=$?",
+		"echo live=$(cat " + tmpfs + "/live)",
+	}, "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	for _, want := range []string{"exit=1", "live=old live content", "cannot reserve", dest + " left unchanged"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if len(c.stageFiles()) != 0 {
+		t.Errorf("files left beside dest: %v", c.stageFiles())
+	}
+}

@@ -1,0 +1,90 @@
+package pemcheck
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+)
+
+// APIServerKey is one key that kube-apiserver's --service-account-key-file
+// reader loads, with the line of the BEGIN it came from.
+type APIServerKey struct {
+	Line   int
+	Public crypto.PublicKey
+}
+
+// APIServerKeys returns the keys kube-apiserver would load from data, in
+// order, following client-go's keyutil.ParsePublicKeysPEM exactly: blocks
+// come from encoding/pem's Decode, which skips everything up to a line that
+// starts with "-----BEGIN " (so a BEGIN after a byte-order mark or
+// indentation is invisible), and each block's bytes are tried as an RSA
+// private key (PKCS#1, PKCS#8), an RSA public key (PKIX, certificate), an
+// EC private key (SEC1 only) and an ECDSA public key (PKIX, certificate);
+// the PEM type is ignored and anything else is skipped without a word.
+// The rules are pinned by TestAPIServerKeysTable against a real apiserver.
+func APIServerKeys(data []byte) []APIServerKey {
+	var keys []APIServerKey
+	rest := data
+	for {
+		before := rest
+		var p *pem.Block
+		p, rest = pem.Decode(rest)
+		if p == nil {
+			return keys
+		}
+		if pub := apiserverPublic(p.Bytes); pub != nil {
+			consumed := len(data) - len(before)
+			keys = append(keys, APIServerKey{Line: beginLine(data, consumed, len(data)-len(rest)), Public: pub})
+		}
+	}
+}
+
+// beginLine finds the 1-based line of the BEGIN of the block Decode took
+// from data[from:to].
+func beginLine(data []byte, from, to int) int {
+	chunk := data[from:to]
+	end := bytes.LastIndex(chunk, []byte("\n-----END "))
+	if end < 0 {
+		end = len(chunk)
+	}
+	begin := bytes.LastIndex(chunk[:end], []byte("-----BEGIN "))
+	if begin < 0 {
+		begin = 0
+	}
+	return bytes.Count(data[:from+begin], []byte("\n")) + 1
+}
+
+func apiserverPublic(der []byte) crypto.PublicKey {
+	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return &k.PublicKey
+	}
+	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		if rk, ok := k.(*rsa.PrivateKey); ok {
+			return &rk.PublicKey
+		}
+	}
+	pub := pkixOrCert(der)
+	if rk, ok := pub.(*rsa.PublicKey); ok {
+		return rk
+	}
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		return &k.PublicKey
+	}
+	if ek, ok := pub.(*ecdsa.PublicKey); ok {
+		return ek
+	}
+	return nil
+}
+
+func pkixOrCert(der []byte) any {
+	if k, err := x509.ParsePKIXPublicKey(der); err == nil {
+		return k
+	}
+	if c, err := x509.ParseCertificate(der); err == nil {
+		return c.PublicKey
+	}
+	return nil
+}

@@ -1,0 +1,505 @@
+// Package runner runs external commands for both binaries (confd's
+// check_cmd and reload_cmd, kube-apiserver-safe-restart's restart command)
+// with one set of rules: each command gets its own process group; a timeout
+// or a cancelled context sends SIGTERM to the group and SIGKILL only after a
+// grace period; exit status 0 is success even when a background child keeps
+// an output pipe open; output is delivered line by line as it arrives, with
+// private key material masked, and its tail is kept for error messages.
+package runner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keysync/confd/internal/redact"
+)
+
+// Defaults for the zero values of Spec's tuning fields.
+const (
+	DefaultGrace     = 10 * time.Second
+	DefaultPipeDrain = 500 * time.Millisecond
+	DefaultTailLines = 20
+	MaxDrainFactor   = 20
+	// maxBuffered bounds what the pipes (up to 1 MiB each, see
+	// F_SETPIPE_SZ) and our reader can hold when the command exits.
+	maxBuffered = 2*(1<<20) + 2*MaxLine
+	// MaxLine bounds one output line; the rest of a longer line is dropped
+	// (and counted) so that a command printing megabytes without a newline
+	// cannot make us hold them.
+	MaxLine = 8 << 10
+)
+
+// Stream names where a line came from.
+type Stream int
+
+// The two output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// Spec describes one run.
+type Spec struct {
+	// Argv is run without a shell; use Shell for a /bin/sh -c command line.
+	Argv []string
+	// Env is the complete environment of the command; nil inherits ours.
+	Env []string
+	Dir string
+	// Timeout is how long the command may run before its process group gets
+	// SIGTERM; zero means no timeout.
+	Timeout time.Duration
+	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
+	// context) the group gets SIGKILL. Zero means DefaultGrace.
+	Grace time.Duration
+	// PipeDrain is how long output may stay idle after the command exited
+	// before we stop delivering it. What the pipes held when it exited is
+	// always delivered, however slow OnLine is; what a background child
+	// (which inherited a pipe) keeps writing without such a pause is
+	// delivered for at most MaxDrainFactor times PipeDrain. Zero means
+	// DefaultPipeDrain.
+	PipeDrain time.Duration
+	// OnLine receives every output line (without its newline, redacted,
+	// at most MaxLine bytes) as it arrives. Calls are serialised.
+	OnLine func(s Stream, line string)
+	// Stdout and Stderr, when set, receive the same redacted lines with a
+	// newline each, for callers that pass output through.
+	Stdout, Stderr io.Writer
+	// CombinedOutput sends stderr into the same pipe as stdout, so that
+	// lines keep the order the command wrote them in (all are reported as
+	// Stdout); for output that is read as one story, as in a log.
+	CombinedOutput bool
+	// TailLines is how many of the last lines Result.Tail keeps. Zero means
+	// DefaultTailLines.
+	TailLines int
+	// ParentDeathSignal, when non-zero, is sent to the command by the kernel
+	// if this process dies first (PR_SET_PDEATHSIG), so that a crashed
+	// parent does not leave the command running unsupervised.
+	ParentDeathSignal syscall.Signal
+}
+
+// Shell returns the argv that runs a command line under /bin/sh -c.
+func Shell(cmdline string) []string { return []string{"/bin/sh", "-c", cmdline} }
+
+// Result is how the command ended.
+type Result struct {
+	// ExitCode is the exit status, or -1 when it died of a signal or never ran.
+	ExitCode int
+	Signal   syscall.Signal
+	TimedOut bool
+	// Terminated is set when Terminate or the context ended the command early.
+	Terminated bool
+	// Killed is set when SIGTERM was not enough and the group got SIGKILL.
+	Killed   bool
+	Duration time.Duration
+	// Tail holds the last output lines (both streams, in arrival order).
+	Tail []string
+	// Dropped counts output lines that fell out of Tail.
+	Dropped int
+	// PipeHeld is set when output was still open after the command exited
+	// (a background child holds it) and delivery stopped (see PipeDrain).
+	PipeHeld bool
+	// Err is set when the command did not succeed; it says why in words.
+	Err error
+}
+
+// OK reports success: exit status 0, not timed out, not terminated.
+func (r Result) OK() bool { return r.Err == nil }
+
+// Process is a started command.
+type Process struct {
+	spec    Spec
+	cmd     *exec.Cmd
+	argv    string
+	start   time.Time
+	done    chan struct{}
+	res     Result
+	termMu  sync.Mutex
+	termed  bool
+	killed  bool
+	exited  chan struct{}
+	readers sync.WaitGroup
+	out     *collector
+}
+
+// Run starts the command and waits for it.
+func Run(ctx context.Context, spec Spec) Result {
+	p, err := Start(ctx, spec)
+	if err != nil {
+		return Result{ExitCode: -1, Err: err}
+	}
+	return p.Wait()
+}
+
+// Start starts the command. The timeout runs from here. When ctx ends
+// before the command, the command is terminated as by Terminate(spec.Grace).
+func Start(ctx context.Context, spec Spec) (*Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	if spec.Grace <= 0 {
+		spec.Grace = DefaultGrace
+	}
+	if spec.PipeDrain <= 0 {
+		spec.PipeDrain = DefaultPipeDrain
+	}
+	if spec.TailLines <= 0 {
+		spec.TailLines = DefaultTailLines
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
+	p := &Process{spec: spec, cmd: cmd, argv: Quote(spec.Argv), done: make(chan struct{}), exited: make(chan struct{}),
+		out: &collector{spec: &spec}}
+	// Our own pipes, not exec's copying goroutines: Wait must return when the
+	// command exits, whoever else still holds the write ends.
+	var childEnds []*os.File
+	streams := []Stream{Stdout, Stderr}
+	if spec.CombinedOutput {
+		streams = streams[:1]
+	}
+	for _, s := range streams {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(childEnds)
+			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
+		}
+		childEnds = append(childEnds, w)
+		p.readers.Add(1)
+		go p.read(s, r)
+	}
+	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[len(childEnds)-1]
+	started := make(chan error, 1)
+	go p.run(started)
+	err := <-started
+	closeAll(childEnds)
+	if err != nil {
+		p.readers.Wait()
+		return nil, fmt.Errorf("start %s: %w", p.argv, err)
+	}
+	go p.supervise(ctx)
+	return p, nil
+}
+
+// run starts and reaps the command on one goroutine. With a parent-death
+// signal the goroutine stays locked to its OS thread until the command has
+// exited: the kernel sends that signal when the *thread* that forked the
+// child exits, and Go may otherwise retire the thread at any time.
+func (p *Process) run(started chan<- error) {
+	if p.spec.ParentDeathSignal != 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	started <- nil
+	_ = p.cmd.Wait()
+	close(p.exited)
+}
+
+// supervise enforces the timeout and the context, then collects the result.
+func (p *Process) supervise(ctx context.Context) {
+	defer close(p.done)
+	var timeout <-chan time.Time
+	if p.spec.Timeout > 0 {
+		t := time.NewTimer(p.spec.Timeout - time.Since(p.start))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var timedOut bool
+	select {
+	case <-p.exited:
+	case <-timeout:
+		timedOut = true
+		p.Terminate(p.spec.Grace)
+		<-p.exited
+	case <-ctx.Done():
+		p.Terminate(p.spec.Grace)
+		<-p.exited
+	}
+	dur := time.Since(p.start)
+	p.termMu.Lock()
+	terminated, killed := p.termed, p.killed
+	if terminated {
+		// Whatever is left of an ended group goes too: nobody waits for it.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	p.termMu.Unlock()
+	pipeHeld := p.drain()
+	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, Duration: dur, PipeHeld: pipeHeld}
+	r.Tail, r.Dropped = p.out.tail()
+	if ps := p.cmd.ProcessState; ps != nil {
+		r.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = ws.Signal()
+		}
+	}
+	how := "its process group got SIGTERM"
+	if killed {
+		how = fmt.Sprintf("its process group got SIGTERM, then SIGKILL after %s grace", p.spec.Grace)
+	}
+	switch {
+	case timedOut:
+		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.argv, p.spec.Timeout, how)
+	case r.Terminated:
+		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.argv, how)
+	case r.Signal != 0:
+		r.Err = fmt.Errorf("%s was killed by signal %s", p.argv, r.Signal)
+	case r.ExitCode != 0:
+		r.Err = fmt.Errorf("%s exited with status %d", p.argv, r.ExitCode)
+	}
+	p.res = r
+}
+
+// drain lets the readers deliver what the command wrote, then stops
+// delivering lines from pipes a background child still holds. It reports
+// whether it had to. The readers go on reading (and discarding) until that
+// child closes the pipe: closing our end would kill it with SIGPIPE on its
+// next write, and it may be the very service the command restarted.
+func (p *Process) drain() bool {
+	finished := make(chan struct{})
+	go func() { p.readers.Wait(); close(finished) }()
+	limit := time.Now().Add(MaxDrainFactor * p.spec.PipeDrain)
+	_, atExit := p.out.activity()
+	t := time.NewTimer(p.spec.PipeDrain)
+	defer t.Stop()
+	for {
+		select {
+		case <-finished:
+			return false
+		case <-t.C:
+		}
+		last, n := p.out.activity()
+		idle := time.Since(last)
+		// Past maxBuffered bytes since the exit, someone else is writing.
+		if idle >= p.spec.PipeDrain || (time.Now().After(limit) && n-atExit > maxBuffered) {
+			p.out.stop()
+			return true
+		}
+		t.Reset(max(p.spec.PipeDrain-idle, time.Millisecond))
+	}
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// Pid is the process (and process group) id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done closes when the command has ended and its result is ready.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Terminate ends the command early: SIGTERM to its process group now, then
+// SIGKILL after grace if the command has not exited. It does not wait.
+func (p *Process) Terminate(grace time.Duration) {
+	p.termMu.Lock()
+	defer p.termMu.Unlock()
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	if p.termed {
+		return
+	}
+	p.termed = true
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-p.exited:
+		case <-t.C:
+			p.termMu.Lock()
+			p.killed = true
+			p.termMu.Unlock()
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}()
+}
+
+// Wait blocks until the command has ended and returns how.
+func (p *Process) Wait() Result {
+	<-p.done
+	return p.res
+}
+
+// read splits one stream into lines, redacts each and hands it on.
+func (p *Process) read(s Stream, f *os.File) {
+	defer p.readers.Done()
+	defer f.Close()
+	br := bufio.NewReaderSize(f, MaxLine)
+	var filter redact.Lines
+	for {
+		line, err := br.ReadSlice('\n')
+		p.out.touch(len(line))
+		text := string(line)
+		cut := 0
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// Keep the head of an overlong line and count the rest.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				var more []byte
+				more, err = br.ReadSlice('\n')
+				p.out.touch(len(more))
+				cut += len(more)
+			}
+			cut -= trailingNewline(err)
+		}
+		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
+		if text != "" || len(line) > 0 {
+			text = filter.Line(text)
+			if cut > 0 {
+				text += fmt.Sprintf(" [%d more bytes of this line dropped]", cut)
+			}
+			p.out.line(s, text)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// trailingNewline is 1 when the last ReadSlice ended at a newline (err nil).
+func trailingNewline(err error) int {
+	if err == nil {
+		return 1
+	}
+	return 0
+}
+
+// collector serialises line delivery and keeps the tail.
+type collector struct {
+	spec    *Spec
+	mu      sync.Mutex
+	ring    []string
+	next    int
+	full    bool
+	dropped int
+	stopped bool
+	last    time.Time // when a reader last got bytes or delivered a line
+	read    int64     // bytes read from the pipes
+}
+
+func (c *collector) touch(n int) {
+	c.mu.Lock()
+	c.last = time.Now()
+	c.read += int64(n)
+	c.mu.Unlock()
+}
+
+func (c *collector) activity() (time.Time, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.read
+}
+
+// stop ends delivery: lines read from now on are discarded.
+func (c *collector) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+}
+
+func (c *collector) line(s Stream, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.last = time.Now()
+	if c.spec.OnLine != nil {
+		c.spec.OnLine(s, text)
+	}
+	w := c.spec.Stdout
+	if s == Stderr {
+		w = c.spec.Stderr
+	}
+	if w != nil {
+		_, _ = io.WriteString(w, text+"\n")
+	}
+	if c.ring == nil {
+		c.ring = make([]string, c.spec.TailLines)
+	}
+	if c.full {
+		c.dropped++
+	}
+	c.ring[c.next] = text
+	c.next = (c.next + 1) % len(c.ring)
+	if c.next == 0 {
+		c.full = true
+	}
+}
+
+func (c *collector) tail() ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.full {
+		return append([]string(nil), c.ring[:c.next]...), 0
+	}
+	out := append([]string(nil), c.ring[c.next:]...)
+	return append(out, c.ring[:c.next]...), c.dropped
+}
+
+// WithoutVars returns env without the variables named, for commands that
+// must not see the parent's credentials.
+func WithoutVars(env []string, names ...string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, n := range names {
+			if name == n {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Quote renders argv for messages, quoting words that need it. A /bin/sh -c
+// command shows as its command line.
+func Quote(argv []string) string {
+	if len(argv) == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" {
+		return quoteWord(argv[2])
+	}
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = quoteWord(a)
+	}
+	return strings.Join(out, " ")
+}
+
+func quoteWord(a string) string {
+	if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>(){}*?[]#~") {
+		return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return a
+}

@@ -1,0 +1,111 @@
+package resource
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// An owed reload is recorded in a marker file beside the destination,
+// ".confd-reload-owed.<name>", holding the SHA-256 of each content whose
+// reload is owed (one "sha256:<hex>" line each; more than one while a new
+// update is on its way over a file whose own reload is still owed). Beside the destination, not under a state directory:
+// the directory is already writable (stage files are created there), the
+// record shares the destination's fate (same file system, same backups,
+// removed with it), it needs no new flag with a default that may not
+// exist or be shared by several confd instances, and one directory fsync
+// makes both the rename and the record durable. It is a dot file, which
+// kubelet's manifest directory and usual *.conf globs ignore, like the
+// stage files.
+const owedPrefix = ".confd-reload-owed."
+
+func owedPath(dest string) string {
+	return filepath.Join(filepath.Dir(dest), owedPrefix+filepath.Base(dest))
+}
+
+func contentSum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+type owedRecord struct {
+	exists bool
+	valid  bool // the record could be parsed
+	sums   []string
+}
+
+// covers reports whether the record owes a reload for content.
+func (o owedRecord) covers(content []byte) bool {
+	sum := contentSum(content)
+	for _, s := range o.sums {
+		if s == sum {
+			return true
+		}
+	}
+	return false
+}
+
+func readOwed(dest string) (owedRecord, error) {
+	b, err := os.ReadFile(owedPath(dest))
+	if errors.Is(err, fs.ErrNotExist) {
+		return owedRecord{}, nil
+	}
+	if err != nil {
+		return owedRecord{}, fmt.Errorf("read owed-reload record: %w", err)
+	}
+	o := owedRecord{exists: true, valid: true}
+	for _, l := range strings.Fields(string(b)) {
+		sum, ok := strings.CutPrefix(l, "sha256:")
+		if !ok || len(sum) != 64 {
+			o.valid = false
+			continue
+		}
+		o.sums = append(o.sums, sum)
+	}
+	if len(o.sums) == 0 {
+		o.valid = false
+	}
+	return o, nil
+}
+
+// markOwed records, durably, that a reload is owed for each of contents once
+// it is live. It is written before the rename, so that no crash between the
+// rename and the record can lose the reload.
+func markOwed(dest string, contents ...[]byte) error {
+	p := owedPath(dest)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("record owed reload in %s: %w", p, err)
+	}
+	var b strings.Builder
+	for _, c := range contents {
+		b.WriteString("sha256:" + contentSum(c) + "\n")
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("record owed reload in %s: %w", p, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("fsync owed-reload record %s: %w", p, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("record owed reload in %s: %w", p, err)
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+// clearOwed removes the record once the reload succeeded (or was found
+// stale) and makes the removal durable.
+func clearOwed(dest string) error {
+	p := owedPath(dest)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove owed-reload record %s: %w", p, err)
+	}
+	return syncDir(filepath.Dir(p))
+}

@@ -1,0 +1,75 @@
+package resource
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/keysync/confd/template"
+)
+
+// Plan is what one pass over a resource would do, worked out without
+// touching anything: the rendered file and whether it differs from the
+// live one, and whether a reload_cmd is still owed from an earlier update.
+type Plan struct {
+	Revision int64 // store revision the content was rendered from
+	Content  []byte
+	Mode     os.FileMode
+	UID, GID int
+	// Write is set when the live file's content, mode or owner differ.
+	Write bool
+	// ReloadOwed is set when an earlier pass replaced the live file (it now
+	// holds what that pass wrote) but its reload_cmd has not yet succeeded.
+	ReloadOwed bool
+	// staleOwed is an owed-reload record for content that never went live
+	// (the process died between recording and renaming): nothing is owed.
+	staleOwed bool
+	live      liveFile
+}
+
+// Diff is what -noop prints for the plan: owner and mode changes, then a
+// unified diff, private key material masked.
+func (p *Plan) Diff(dest string) []byte {
+	return describeChange(dest, p.live, p.Content, p.Mode, p.UID, p.GID)
+}
+
+// Plan reads one snapshot of the resource's keys, renders the template and
+// compares the result with the live file and the owed-reload record.
+func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
+	kvs, rev, err := store.GetValues(ctx, r.StoreKeys())
+	if err != nil {
+		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
+	}
+	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
+	if p.Content, err = template.Render(r.Src, r.stripPrefix(kvs)); err != nil {
+		return p, fmt.Errorf("%s: %w", r.File, err)
+	}
+	if p.live, err = readLive(r.Dest); err != nil {
+		return p, fmt.Errorf("%s: %w", r.File, err)
+	}
+	p.Mode = r.Mode
+	if p.Mode == 0 {
+		p.Mode = 0o644
+		if p.live.exists {
+			p.Mode = p.live.mode
+		}
+	}
+	l := p.live
+	p.Write = !(l.exists && l.mode == p.Mode && l.uid == p.UID && l.gid == p.GID && bytes.Equal(l.content, p.Content))
+	owed, err := readOwed(r.Dest)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", r.File, err)
+	}
+	if owed.exists {
+		// Owed only if the live file is what the recording pass installed;
+		// an unreadable record counts as owed: a spare reload is better
+		// than a lost one.
+		if !owed.valid || (l.exists && owed.covers(l.content)) {
+			p.ReloadOwed = true
+		} else {
+			p.staleOwed = true
+		}
+	}
+	return p, nil
+}
