@@ -232,7 +232,7 @@ ExecStart=/usr/local/bin/kube-apiserver $KUBE_APISERVER_ARGS $KUBE_APISERVER_SA_
 	h.writeAPIServerEnv(exampleEtcdURL)
 	// Site tuning of the helper for a test-sized fleet: one attempt, a short
 	// gate. The examples read it through $SAFE_RESTART_ARGS.
-	h.write("/etc/kubernetes/safe-restart.env", `SAFE_RESTART_ARGS="--attempts=1 --health-timeout=40s --health-settle=3s --lock-timeout=8m"`+"\n", 0o644)
+	h.write("/etc/kubernetes/safe-restart.env", `SAFE_RESTART_ARGS="--attempts=1 --health-timeout=40s --health-settle=3s --health-interval=250ms --lock-timeout=8m"`+"\n", 0o644)
 }
 
 // writeAPIServerEnv writes the apiserver's base flags with the given etcd

@@ -26,6 +26,7 @@ func TestRehearsal(t *testing.T) {
 	}
 	scenario("fresh", f.fresh)
 	scenario("converged", f.allTokens)
+	scenario("reload-budget", f.reloadBudget)
 	scenario("rotate", f.rotate)
 	scenario("bad-keys", f.badKeys)
 	scenario("own-key-missing", f.ownKeyMissing)

@@ -16,6 +16,7 @@ type timeline struct {
 	events  []event
 	ready   map[string]bool
 	gen     map[string]int
+	failed  map[string][]time.Time // failed probes since the last good one
 	changed chan struct{}
 	done    bool
 }
@@ -27,7 +28,7 @@ type event struct {
 }
 
 func newTimeline() *timeline {
-	return &timeline{ready: map[string]bool{}, gen: map[string]int{}, changed: make(chan struct{})}
+	return &timeline{ready: map[string]bool{}, gen: map[string]int{}, failed: map[string][]time.Time{}, changed: make(chan struct{})}
 }
 
 func (tl *timeline) addLocked(host, kind string, at time.Time) {
@@ -60,17 +61,25 @@ func (tl *timeline) generation(host string) int {
 }
 
 // sample records one probe's answer; a 200 counts only if no stop happened
-// since the probe began (gen), and is dated when it arrived.
+// since the probe began (gen), and is dated when it arrived. A running
+// apiserver counts as not ready after three failed probes in a row, dated
+// from the first: a single slow answer on a loaded machine is not an
+// outage, an apiserver that died on its own is.
 func (tl *timeline) sample(host string, gen int, ok bool) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	switch {
-	case ok && !tl.ready[host] && gen == tl.gen[host]:
-		tl.ready[host] = true
-		tl.addLocked(host, "ready", time.Now())
-	case !ok && tl.ready[host]:
+	if ok {
+		tl.failed[host] = nil
+		if !tl.ready[host] && gen == tl.gen[host] {
+			tl.ready[host] = true
+			tl.addLocked(host, "ready", time.Now())
+		}
+		return
+	}
+	tl.failed[host] = append(tl.failed[host], time.Now())
+	if tl.ready[host] && len(tl.failed[host]) >= 3 {
 		tl.ready[host] = false
-		tl.addLocked(host, "notready", time.Now())
+		tl.addLocked(host, "notready", tl.failed[host][0])
 	}
 }
 

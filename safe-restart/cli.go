@@ -140,7 +140,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
 	fs.IntVar(&o.attempts, "attempts", 2, "restart attempts (command + health gate) under one lock before stopping the line")
 	fs.DurationVar(&o.retryDelay, "retry-delay", 5*time.Second, "pause between attempts")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen, lock and run nothing")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
 
 	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
 	fs.StringVar(&o.healthCACert, "health-cacert", "", "CA bundle to verify the apiserver's serving certificate")

@@ -195,3 +195,34 @@ func TestKeySubcommandArgs(t *testing.T) {
 		}
 	}
 }
+
+// ETCDCTL_USER is name:password, or a name with ETCDCTL_PASSWORD, as etcdctl
+// takes it; --user/--password beat them.
+func TestUserAndPassword(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		args     []string
+		user, pw string
+		usage    bool
+	}{
+		{env: map[string]string{"ETCDCTL_USER": "root:p:w"}, user: "root", pw: "p:w"},
+		{env: map[string]string{"ETCDCTL_USER": "root", "ETCDCTL_PASSWORD": "pw"}, user: "root", pw: "pw"},
+		{env: map[string]string{"ETCDCTL_USER": "a:b"}, args: []string{"--user", "op", "--password", "x"}, user: "op", pw: "x"},
+		{args: []string{"--user", "op:x"}, user: "op", pw: "x"},
+		{env: map[string]string{"ETCDCTL_USER": "root"}, usage: true},
+		{env: map[string]string{"ETCDCTL_PASSWORD": "pw"}, usage: true},
+		{},
+	} {
+		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
+		if tc.usage {
+			var ue *usageError
+			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
+				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
+			}
+			continue
+		}
+		if err != nil || o.user != tc.user || o.password != tc.pw {
+			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.user, o.password)
+		}
+	}
+}

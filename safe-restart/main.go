@@ -17,6 +17,9 @@ import (
 var Version = "dev"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardArg {
+		os.Exit(groupGuard(os.Args[2:]))
+	}
 	ctx, force, stop := signals()
 	code := run(ctx, force, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

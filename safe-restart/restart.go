@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -135,18 +134,23 @@ func (s etcdSession) Lock(ctx context.Context) error {
 }
 
 // commandRunner runs the restart command with the shared runner: its own
-// process group, SIGKILL if this process dies first (so that a killed
+// process group under a group guard (guard.go) that the kernel signals when
+// this process dies, and which then kills the whole group, so that a killed
 // helper never leaves a restart running while the next host takes the
-// lock), output passed through redacted.
+// lock; output passed through redacted.
 type commandRunner struct {
 	stdout, stderr interface{ Write([]byte) (int, error) }
 	timeout        time.Duration
 }
 
 func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
+	guarded, err := guardedArgv(argv)
+	if err != nil {
+		return nil, err
+	}
 	p, err := runner.Start(context.Background(), runner.Spec{
-		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, Grace: killGrace, ParentDeathSignal: syscall.SIGKILL,
+		Argv: guarded, Env: env, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, Grace: killGrace, ParentDeathSignal: guardDeathSignal,
 	})
 	if err != nil {
 		return nil, err

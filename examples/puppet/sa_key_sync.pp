@@ -37,6 +37,12 @@ class sa_key_sync (
   }
 
   # Resources and templates exactly as in examples/confd of this repository.
+  # Earlier versions of these examples had the bundle first; two resources
+  # rendering one destination would fight.
+  file { ['/etc/confd/conf.d/10-sa-bundle.toml', '/etc/confd/conf.d/20-apiserver-sa-flags.toml']:
+    ensure => absent,
+    notify => Service['confd'],
+  }
   ['10-apiserver-sa-flags.toml', '20-sa-bundle.toml'].each |$f| {
     file { "/etc/confd/conf.d/${f}":
       source => "puppet:///modules/sa_key_sync/conf.d/${f}",

@@ -30,11 +30,11 @@ type Server struct {
 	// TLS holds the certificate files when the server was started WithTLS.
 	TLS *TLSFiles
 
-	t        testing.TB
-	dataDir  string
-	peerURL  string
-	clientLn string
-	useTLS   bool
+	t       testing.TB
+	dataDir string
+	peerURL string
+	useTLS  bool
+	binDir  string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -48,6 +48,20 @@ type Option func(*Server)
 // WithTLS serves clients over TLS and requires a client certificate signed
 // by the test CA (etcd's --client-cert-auth).
 func WithTLS() Option { return func(s *Server) { s.useTLS = true } }
+
+// WithBinDir runs etcd from dir (for example /usr/bin for Debian's etcd
+// 3.4), so that a test can run against several server versions; Tool then
+// returns that version's etcdctl.
+func WithBinDir(dir string) Option { return func(s *Server) { s.binDir = dir } }
+
+// Tool is the path of the etcd tool ("etcd" or "etcdctl") this server runs
+// with: from WithBinDir's directory, else Binary's choice.
+func (s *Server) Tool(t testing.TB, name string) string {
+	if s.binDir != "" {
+		return filepath.Join(s.binDir, name)
+	}
+	return Binary(t, name)
+}
 
 // RepoRoot finds the module root from this source file's location, so that
 // binaries built by `make etcd` are found from any package's test.
@@ -135,7 +149,7 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(Binary(s.t, "etcd"), s.args()...)
+	cmd := exec.Command(s.Tool(s.t, "etcd"), s.args()...)
 	stderr := &bytes.Buffer{}
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr

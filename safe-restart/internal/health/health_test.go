@@ -438,7 +438,9 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 // or not running at all, is not.
 func TestProbe(t *testing.T) {
 	ok := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }, nil)
-	notReady := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "[-]etcd failed", http.StatusInternalServerError) }, nil)
+	notReady := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+	}, nil)
 	denied := newServer(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Unauthorized", http.StatusUnauthorized) }, nil)
 	// httptest servers share one certificate: another CA comes from elsewhere.
 	otherCA := filepath.Join(t.TempDir(), "other-ca.crt")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/hold"
 )
 
@@ -428,7 +429,7 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		return result{code: Failed, failure: err.Error()}
 	}
 	log = log.WithField("pid", p.Pid())
-	log.Info("restart command started")
+	log.WithField("command", runner.Quote(r.cfg.Argv)).Info("restart command started")
 	lost, signalled, forced := false, false, false
 	lostC, sigC, forceC := sess.Done(), ctx.Done(), force
 	for running := true; running; {
