@@ -91,7 +91,7 @@ func testKilledHolderReplaced(t *testing.T, s *etcdtest.Server, cli *clientv3.Cl
 	g := newGate(t, dir, "a")
 	acquired := filepath.Join(dir, "b-acquired")
 	a := bin(t, env(s), lockArgs("killed", "--ttl", fmt.Sprint(ttl), "--", "sh", "-c", g.script())...)
-	g.awaitReady(t)
+	pid := g.awaitReady(t)
 	b := bin(t, env(s), lockArgs("killed", "--ttl", fmt.Sprint(ttl), "--", "sh", "-c", `date +%s%N > `+acquired)...)
 	waitQueue(t, cli, "killed", 2)
 	killedAt := time.Now()
@@ -109,7 +109,7 @@ func testKilledHolderReplaced(t *testing.T, s *etcdtest.Server, cli *clientv3.Cl
 	if took < 0 || took > ttl*time.Second+margin {
 		t.Fatalf("second holder ran %s after the kill, want within (0, %s]", took, ttl*time.Second+margin)
 	}
-	g.release(t) // the killed holder's command is an orphan now
+	awaitGone(t, pid) // the killed holder's command died with it
 }
 
 func testCutConnectionLosesLease(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {

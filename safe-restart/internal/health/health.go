@@ -52,14 +52,8 @@ func Probe(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	var (
-		unknownCA *x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-	)
-	switch c := out.cause; {
-	case c != nil && (errors.As(c, &unknownCA) || errors.As(c, &hostname) || errors.As(c, &invalid) || errors.As(c, &verify)):
+	switch {
+	case certError(out.cause):
 		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
 	case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
 		return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
@@ -98,11 +92,29 @@ func Validate(cfg Config) error {
 	return nil
 }
 
+// certError reports a server certificate the client does not accept: the
+// gate's CA (or the URL's host) is wrong, which no restart fixes. A
+// refused or reset connection is not one: the apiserver is restarting.
+func certError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		unknownCA *x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify)
+}
+
 // Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
 // asked, serves the expected JWKS). Any answer but 200 — including refused
-// connections and TLS errors, normal while it restarts — means "not ready
-// yet" and restarts the settle window; 401/403 end the wait at once with
-// ErrUnauthorized. The bearer token never appears in logs or errors.
+// or reset connections, normal while it restarts — means "not ready yet"
+// and restarts the settle window; 401/403 end the wait at once with
+// ErrUnauthorized, and a certificate the gate does not trust with ErrTLS
+// (no restart fixes either). The bearer token never appears in logs or
+// errors.
 func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.URL == "" {
 		return nil
@@ -191,6 +203,8 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			}
 		case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
 			return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
+		case certError(out.cause):
+			return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
 		default:
 			switch {
 			case okCount > 0:

@@ -469,3 +469,21 @@ func TestProbe(t *testing.T) {
 		})
 	}
 }
+
+// A certificate the gate does not trust ends Wait at once: no restart
+// fixes a wrong CA, so waiting out the timeout only holds the line.
+func TestWaitUntrustedCertificateAtOnce(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }, nil)
+	cfg := s.config()
+	cfg.CACert = filepath.Join(t.TempDir(), "other.crt")
+	writeFile(t, cfg.CACert, etcdtest.NewCA(t, "other").PEM)
+	cfg.Timeout = time.Minute
+	start := time.Now()
+	err := Wait(context.Background(), cfg, nil)
+	if !errors.Is(err, ErrTLS) {
+		t.Fatalf("err = %v, want ErrTLS", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %s", d)
+	}
+}
