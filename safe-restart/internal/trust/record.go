@@ -68,15 +68,13 @@ func FromFiles(host string, keyFiles []string, signingKey string, now time.Time)
 			return r, fmt.Errorf("trust record: %w", err)
 		}
 		sum.Write(data)
-		f, err := pemcheck.Parse(path, data)
-		if err != nil {
-			return r, fmt.Errorf("trust record: %w", err)
-		}
-		kids, err := loadedKeyIDs(f)
-		if err != nil {
-			return r, fmt.Errorf("trust record: %w", err)
-		}
-		for _, kid := range kids {
+		// Exactly the keys kube-apiserver's reader takes from these bytes,
+		// by the same rules check and preflight use.
+		for _, k := range pemcheck.APIServerKeys(data) {
+			kid, err := pemcheck.KeyID(k.Public)
+			if err != nil {
+				return r, fmt.Errorf("trust record: %s line %d: %w", path, k.Line, err)
+			}
 			if !slices.Contains(r.Trusted, kid) {
 				r.Trusted = append(r.Trusted, kid)
 			}
