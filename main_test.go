@@ -272,13 +272,13 @@ func TestWaitFromFlagAndFile(t *testing.T) {
 }
 
 // TestExamplesWaitAndOrder: the shipped resources wait 2s:10s and load in
-// the order the daemon processes them, bundle first.
+// the order the daemon processes them, flags file first, then the bundle whose reload restarts kube-apiserver.
 func TestExamplesWaitAndOrder(t *testing.T) {
 	rs, errs := resource.LoadAll(&resource.Settings{ConfDir: filepath.Join("examples", "confd")})
 	if len(errs) != 0 || len(rs) != 2 {
 		t.Fatalf("examples: %d resources, errors %v", len(rs), errs)
 	}
-	for i, want := range []string{"10-sa-bundle.toml", "20-apiserver-sa-flags.toml"} {
+	for i, want := range []string{"10-apiserver-sa-flags.toml", "20-sa-bundle.toml"} {
 		if filepath.Base(rs[i].Name()) != want {
 			t.Errorf("resource %d = %s, want %s", i, rs[i].Name(), want)
 		}

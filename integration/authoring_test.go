@@ -64,7 +64,7 @@ func TestExampleBundleRepublishRestartsNothing(t *testing.T) {
 	const prefix = "/kubernetes/service-account-keys/"
 	s.Put(t, prefix+"master-1", pkix(k1))
 	s.Put(t, prefix+"master-2", pkix(k2))
-	args := append(nodeArgs(t, s), "-onetime", "-confdir", dir, "-resource", "10-sa-bundle")
+	args := append(nodeArgs(t, s), "-onetime", "-confdir", dir, "-resource", "20-sa-bundle")
 	if r := confd(t, nil, args...); r.code != 0 {
 		t.Fatalf("first render: exit %d\n%s", r.code, r.stderr)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/safe-restart/internal/lock"
+	"github.com/keysync/confd/safe-restart/internal/rotation"
+	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 const progName = "kube-apiserver-safe-restart"
@@ -26,9 +29,18 @@ const (
 	cmdUnhold  = "unhold"
 	cmdCheck   = "check"
 	cmdVersion = "version"
+	// Service-account key trust and rotation (trust.go, rotate.go).
+	cmdTrust       = "trust"
+	cmdWaitTrusted = "wait-trusted"
+	cmdRotateKey   = "rotate-key"
+	cmdRetireKeys  = "retire-keys"
 )
 
-var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion}
+var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys}
+
+// restarting lists the subcommands that restart kube-apiserver and so take
+// the restart flags and a command after --.
+var restarting = []string{cmdRestart, cmdRotateKey}
 
 // options is everything the command line says, after env fallbacks.
 type options struct {
@@ -72,6 +84,20 @@ type options struct {
 	// preflight
 	preflightFiles      []string
 	preflightFlagsFiles []string
+
+	// key trust and rotation
+	keysPrefix     string
+	trustPrefix    string
+	trustHostName  string
+	trustTimeout   time.Duration
+	publicKey      string
+	signingKey     string
+	timeout        time.Duration
+	excludeHosts   []string
+	skipUnrecorded bool
+	algorithm      string
+	grace          time.Duration
+	rotationPrefix string
 
 	// subcommands
 	reason      string
@@ -130,6 +156,19 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringArrayVar(&o.preflightFiles, "preflight-file", nil, "PEM file checked before taking the lock (repeatable)")
 	fs.StringArrayVar(&o.preflightFlagsFiles, "preflight-flags-file", nil, "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable)")
 
+	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
+	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix, "etcd prefix of the trust records: PREFIX/HOST lists the keys HOST's apiserver loaded at its last successful restart")
+	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it)")
+	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
+	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
+	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key)")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
+	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
+	fs.BoolVar(&o.skipUnrecorded, "skip-unrecorded", false, "wait-trusted: do not wait for hosts that publish keys but have never recorded trust (new hosts, keys of hosts not running this tool)")
+	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
+	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
 	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
@@ -145,18 +184,28 @@ func newFlagSet(o *options) *pflag.FlagSet {
 // flagScope lists the subcommands a flag applies to; flags not listed apply
 // to all but check and version.
 var flagScope = map[string][]string{
-	"ttl": {cmdRestart}, "lock-timeout": {cmdRestart}, "ignore-hold": {cmdRestart},
-	"restart-timeout": {cmdRestart}, "attempts": {cmdRestart}, "retry-delay": {cmdRestart}, "dry-run": {cmdRestart},
-	"health-url": {cmdRestart}, "health-cacert": {cmdRestart}, "health-cert": {cmdRestart}, "health-key": {cmdRestart},
-	"health-token-file": {cmdRestart}, "health-settle": {cmdRestart}, "health-timeout": {cmdRestart},
-	"health-interval": {cmdRestart}, "jwks-key-file": {cmdRestart},
-	"preflight-file": {cmdRestart, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdCheck},
-	"reason":      {cmdHold},
-	"public-only": {cmdCheck},
-	"require-key": {cmdCheck},
-	"keys-only":   {cmdCheck},
-	"output":      {cmdStatus, cmdRestart},
-	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
+	"ttl": restarting, "lock-timeout": restarting, "ignore-hold": restarting,
+	"restart-timeout": restarting, "attempts": restarting, "retry-delay": restarting, "dry-run": {cmdRestart, cmdRotateKey, cmdRetireKeys},
+	"health-url": restarting, "health-cacert": restarting, "health-cert": restarting, "health-key": restarting,
+	"health-token-file": restarting, "health-settle": restarting, "health-timeout": restarting,
+	"health-interval": restarting, "jwks-key-file": restarting,
+	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
+	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdRotateKey, cmdRetireKeys},
+	"trust-timeout": restarting,
+	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"signing-key":   {cmdRotateKey, cmdRetireKeys},
+	"timeout":       {cmdWaitTrusted, cmdRotateKey},
+	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
+	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
+	"reason":          {cmdHold},
+	"public-only":     {cmdCheck},
+	"require-key":     {cmdCheck},
+	"keys-only":       {cmdCheck},
+	"output":          {cmdStatus, cmdRestart, cmdTrust},
+	"log-level":       subcommands, "log-format": subcommands, "help": subcommands,
 }
 
 type lookupEnv func(string) (string, bool)
@@ -209,7 +258,7 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		return nil, fs, usagef("%s does not apply to %s", strings.Join(bad, ", "), o.sub)
 	}
 	switch o.sub {
-	case cmdRestart:
+	case cmdRestart, cmdRotateKey:
 		if len(pos) > 0 {
 			return nil, fs, usagef("unexpected argument %q: put the restart command after --", pos[0])
 		}
@@ -299,7 +348,7 @@ func validate(o *options) error {
 	positive := map[string]time.Duration{
 		"--dial-timeout": o.dialTimeout, "--command-timeout": o.commandTimeout,
 	}
-	if o.sub == cmdRestart {
+	if slices.Contains(restarting, o.sub) {
 		positive["--lock-timeout"] = o.lockTimeout
 		positive["--restart-timeout"] = o.restartTimeout
 		if o.healthURL != "" {
@@ -347,6 +396,7 @@ func validate(o *options) error {
 	if o.lockName != "" && strings.HasPrefix(o.holdKeyOrDefault(), lock.Prefix(o.lockName)) {
 		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
+	errs = append(errs, validateKeyFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
 	}
@@ -379,6 +429,10 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s unhold                         allow restarts again
   %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
+  %[1]s trust [--output json]          hosts × service-account key IDs: signing, trusted, stale hosts
+  %[1]s wait-trusted --public-key FILE [--timeout D]   exit 0 once every publishing host trusts FILE's key; 5 on timeout
+  %[1]s rotate-key [restart flags] [-- COMMAND]        rotate this host's service-account key (resumable; --dry-run shows the steps)
+  %[1]s retire-keys                    drop the previous public key once its --grace is over (for a systemd timer)
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is
 active; take the etcd lock (interoperable with `+"`etcdctl lock NAME`"+`; the command

@@ -160,6 +160,42 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+func TestKeySubcommandArgs(t *testing.T) {
+	o, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
+		o.publicKey != defaultPublicKey || o.algorithm != "rsa-2048" || o.grace != time.Hour || o.ttl != 3 {
+		t.Fatalf("rotate-key options: %+v", o)
+	}
+	o, _, err = parseArgs([]string{"rotate-key"}, env(nil))
+	if err != nil || !reflect.DeepEqual(o.argv, defaultCommand) || o.grace != 24*time.Hour {
+		t.Fatalf("rotate-key defaults: %+v %v", o, err)
+	}
+	o, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
+	if err != nil || o.timeout != 15*time.Minute || !reflect.DeepEqual(o.excludeHosts, []string{"a", "b"}) {
+		t.Fatalf("wait-trusted: %+v %v", o, err)
+	}
+	for _, args := range [][]string{
+		{"wait-trusted"}, // no --public-key
+		{"wait-trusted", "--public-key", "f", "--timeout", "0s"},
+		{"rotate-key", "--algorithm", "dsa"},
+		{"rotate-key", "--grace", "-1h"},
+		{"trust", "--grace", "1h"}, // flag of another subcommand
+		{"retire-keys", "--", "x"}, // no command
+		{"trust", "--keys-prefix", "/a", "--trust-prefix", "/a/"},
+		{"status", "--public-key", "f"},
+		{"restart", "--host", "a/b"},
+	} {
+		_, _, err := parseArgs(args, env(nil))
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
 // ETCDCTL_USER is name:password, or a name with ETCDCTL_PASSWORD, as etcdctl
 // takes it; --user/--password beat them.
 func TestUserAndPassword(t *testing.T) {

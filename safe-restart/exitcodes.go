@@ -26,7 +26,7 @@ var exitCodeDocs = []struct {
 	{exitUsage, "usage error: bad flags or arguments"},
 	{exitPreflight, "preflight failed, or the health gate's TLS/credentials were refused by the running apiserver: nothing restarted; `check`: a file is invalid"},
 	{exitHold, "a hold is active: restarts are refused until `unhold`"},
-	{exitLockTimeout, "lock not acquired within --lock-timeout"},
+	{exitLockTimeout, "lock not acquired within --lock-timeout; key not trusted by every host in time (hosts named); another rotation of this host runs"},
 	{exitRestart, "restart command failed or timed out (a hold was written)"},
 	{exitHealth, "health gate failed: not ready in time, or 401/403 (a hold was written)"},
 	{exitLeaseLost, "session lease lost (or lock key deleted) while waiting or holding: command terminated, lock not released by us; a hold is written if the command had started"},

@@ -65,6 +65,16 @@ func (a *app) restart(ctx context.Context) int {
 			return preflight.Run(ctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()})
 		}
 	}
+	// A new signing key waits, without the lock, until the others trust it;
+	// the trust record is read just before the command and written once the
+	// apiserver is ready.
+	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
+		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
+	}
+	cfg.Locked = func(ctx context.Context) func(context.Context) {
+		snap := a.trustSnapshot(ctx, log)
+		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, snap) }
+	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
 		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
 		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},

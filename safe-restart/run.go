@@ -54,6 +54,14 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		return a.withClient(ctx, a.setHold)
 	case cmdUnhold:
 		return a.withClient(ctx, a.unhold)
+	case cmdTrust:
+		return a.withClient(ctx, a.showTrust)
+	case cmdWaitTrusted:
+		return a.withClient(ctx, a.waitTrusted)
+	case cmdRotateKey:
+		return a.withClient(ctx, a.rotateKey)
+	case cmdRetireKeys:
+		return a.withClient(ctx, a.retireKeys)
 	default:
 		return a.restart(ctx)
 	}

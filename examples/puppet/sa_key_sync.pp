@@ -5,12 +5,24 @@
 # Every master publishes its own public key; confd renders all of them into
 # /etc/kubernetes/pki/sa-bundle.pem and restarts kube-apiserver through
 # kube-apiserver-safe-restart (one master at a time, under an etcd lock).
+#
+# The module's files/ holds bin/ (confd and kube-apiserver-safe-restart as
+# built by `make build`), conf.d/ and templates/ (examples/confd) and
+# systemd/ (examples/systemd).
 class sa_key_sync (
   Array[String] $etcd_endpoints,
   String        $etcd_ca   = '/etc/kubernetes/pki/etcd/ca.crt',
   String        $etcd_cert = '/etc/kubernetes/pki/apiserver-etcd-client.crt',
   String        $etcd_key  = '/etc/kubernetes/pki/apiserver-etcd-client.key',
 ) {
+  ['confd', 'kube-apiserver-safe-restart'].each |$b| {
+    file { "/usr/local/bin/${b}":
+      source => "puppet:///modules/sa_key_sync/bin/${b}",
+      mode   => '0755',
+    }
+  }
+  File['/usr/local/bin/confd'] ~> Service['confd']
+
   file { ['/etc/confd', '/etc/confd/conf.d', '/etc/confd/templates']:
     ensure => directory,
     mode   => '0755',
@@ -25,7 +37,13 @@ class sa_key_sync (
   }
 
   # Resources and templates exactly as in examples/confd of this repository.
-  ['10-sa-bundle.toml', '20-apiserver-sa-flags.toml'].each |$f| {
+  # Earlier versions of these examples had the bundle first; two resources
+  # rendering one destination would fight.
+  file { ['/etc/confd/conf.d/10-sa-bundle.toml', '/etc/confd/conf.d/20-apiserver-sa-flags.toml']:
+    ensure => absent,
+    notify => Service['confd'],
+  }
+  ['10-apiserver-sa-flags.toml', '20-sa-bundle.toml'].each |$f| {
     file { "/etc/confd/conf.d/${f}":
       source => "puppet:///modules/sa_key_sync/conf.d/${f}",
       notify => Service['confd'],
@@ -38,9 +56,22 @@ class sa_key_sync (
     }
   }
 
-  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path'].each |$u| {
+  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path',
+    'sa-key-retire.service', 'sa-key-retire.timer'].each |$u| {
     file { "/etc/systemd/system/${u}":
       source => "puppet:///modules/sa_key_sync/systemd/${u}",
+      notify => Exec['sa_key_sync-daemon-reload'],
+    }
+  }
+  # kube-apiserver waits until every other master trusts this master's key
+  # (a reimaged host); see the README's rotation runbook for a first master.
+  file { '/etc/systemd/system/kube-apiserver.service.d':
+    ensure => directory,
+    mode   => '0755',
+  }
+  ['10-wait-trusted.conf'].each |$d| {
+    file { "/etc/systemd/system/kube-apiserver.service.d/${d}":
+      source => "puppet:///modules/sa_key_sync/systemd/kube-apiserver.service.d/${d}",
       notify => Exec['sa_key_sync-daemon-reload'],
     }
   }
@@ -52,12 +83,32 @@ class sa_key_sync (
   service { 'confd':
     ensure  => running,
     enable  => true,
-    require => Exec['sa_key_sync-daemon-reload'],
+    require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart']],
   }
+  # The path unit republishes on change; the service itself publishes the
+  # key that exists at boot, so both are enabled. A oneshot is not kept
+  # "running": this exec publishes once whenever the units change.
   service { 'sa-key-publish.path':
     ensure  => running,
     enable  => true,
     require => Exec['sa_key_sync-daemon-reload'],
+  }
+  service { 'sa-key-publish.service':
+    enable  => true,
+    require => Exec['sa_key_sync-daemon-reload'],
+  }
+  exec { 'sa_key_sync-publish':
+    command     => '/bin/systemctl start sa-key-publish.service',
+    refreshonly => true,
+    subscribe   => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart']],
+    require     => Service['sa-key-publish.service'],
+  }
+
+  # Withdraws a rotated-out service-account key once its grace is over.
+  service { 'sa-key-retire.timer':
+    ensure  => running,
+    enable  => true,
+    require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart']],
   }
 
   # Other apiserver inputs Puppet manages (flags, certificates) restart it
@@ -65,7 +116,7 @@ class sa_key_sync (
   exec { 'kube-apiserver-safe-restart':
     command     => '/bin/systemctl start kube-apiserver-safe-restart.service',
     refreshonly => true,
-    timeout     => 1200,
+    timeout     => 1900, # above the unit's TimeoutStartSec=30min
   }
   # Example: file { '/etc/kubernetes/apiserver.env': ..., notify => Exec['kube-apiserver-safe-restart'] }
 }

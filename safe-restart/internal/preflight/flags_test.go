@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -144,5 +145,25 @@ func TestSplitWords(t *testing.T) {
 		if _, err := splitWords(bad); err != errUnterminated {
 			t.Errorf("splitWords(%q) err = %v, want unterminated", bad, err)
 		}
+	}
+}
+
+func TestServiceAccountFiles(t *testing.T) {
+	dir := t.TempDir()
+	env := dir + "/apiserver.env"
+	body := "KUBE_APISERVER_SA_ARGS=\"--service-account-key-file=/a.pem --service-account-signing-key-file=/old.key\"\n" +
+		"--service-account-key-file /b.pem\n--service-account-signing-key-file=/sa.key\n--tls-cert-file=/tls.crt\n"
+	if err := os.WriteFile(env, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, signing, err := ServiceAccountFiles([]string{env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, ",") != "/a.pem,/b.pem" || signing != "/sa.key" {
+		t.Fatalf("got keys %q signing %q, want /a.pem,/b.pem and /sa.key (the last signing key wins)", keys, signing)
+	}
+	if _, _, err := ServiceAccountFiles([]string{dir + "/missing.env"}); err == nil {
+		t.Fatal("a missing flags file gave no error")
 	}
 }

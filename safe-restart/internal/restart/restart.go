@@ -132,7 +132,16 @@ type Config struct {
 	Preflight func(ctx context.Context) error
 	// PreflightTimeout bounds one Preflight.
 	PreflightTimeout time.Duration
-	Log              logrus.FieldLogger
+	// BeforeQueue, when set, runs after the hold check and before queueing
+	// for the lock; a code other than OK ends the run with it. (The trust
+	// gate: a new signing key waits here, holding no lock.)
+	BeforeQueue func(ctx context.Context) Code
+	// Locked, when set, runs once the lock is held, before the first
+	// attempt; the function it returns, if any, runs after an attempt
+	// succeeded, the lock still held. (The trust record: what the
+	// apiserver is about to load, written once it is ready.)
+	Locked func(ctx context.Context) func(ctx context.Context)
+	Log    logrus.FieldLogger
 }
 
 // MinHoldRetry is the least time a hold write is retried.
@@ -198,6 +207,11 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if code := r.checkHold(ctx, "before queueing"); code != OK {
 		return code
 	}
+	if r.cfg.BeforeQueue != nil {
+		if code := r.cfg.BeforeQueue(ctx); code != OK {
+			return code
+		}
+	}
 	sess, err := r.locker.Open(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -241,9 +255,16 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		r.release(ctx, sess, log)
 		return code
 	}
+	var succeeded func(context.Context)
+	if r.cfg.Locked != nil {
+		succeeded = r.cfg.Locked(ctx)
+	}
 	out := r.attempts(ctx, force, sess, log)
 	switch {
 	case out.code == OK:
+		if succeeded != nil {
+			succeeded(ctx)
+		}
 		if err := sess.Release(context.WithoutCancel(ctx)); err != nil {
 			log.WithError(err).Warn("restart done, but releasing the lock failed (the lease expires within its TTL)")
 		} else {

@@ -1,0 +1,305 @@
+//go:build rehearsal
+
+package rehearsal
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+// tokenProbe is a client that keeps requesting tokens from every apiserver
+// and presenting each to every apiserver, counting refusals. A refusal only
+// counts when the verifier was ready before and after the request and was
+// not restarted in between: a token refused by an apiserver still starting
+// up says nothing about keys.
+type tokenProbe struct {
+	f        *fleet
+	anon     *http.Client
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	accepted int
+	refused  []string
+	kids     map[string]map[string]int // signer -> kid -> tokens accepted everywhere
+}
+
+func (f *fleet) startTokenProbe(t *testing.T) *tokenProbe {
+	f.ensureServiceAccount(t)
+	p := &tokenProbe{f: f, anon: httpClient(t, f.ca.pem, nil, nil), stop: make(chan struct{}), done: make(chan struct{}), kids: map[string]map[string]int{}}
+	go p.run()
+	return p
+}
+
+func (p *tokenProbe) run() {
+	defer close(p.done)
+	// Paced: a round a second is still hundreds of checks per scenario, and
+	// an unpaced client on a loaded 2-core machine slows the apiservers'
+	// /readyz into timeouts that look like outages.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		for _, signer := range p.f.hosts {
+			tok, err := p.f.tryToken(signer)
+			if err != nil {
+				continue // signer restarting
+			}
+			kid := tokenKid(tok)
+			all := true
+			for _, v := range p.f.hosts {
+				gen, ready := p.f.tl.generation(v.name), p.f.tl.isReady(v.name)
+				code, err := tryReview(p.anon, v, tok)
+				stable := ready && p.f.tl.isReady(v.name) && gen == p.f.tl.generation(v.name)
+				p.mu.Lock()
+				switch {
+				case err == nil && code == http.StatusCreated:
+					p.accepted++
+				case err == nil && code == http.StatusUnauthorized && stable:
+					p.refused = append(p.refused, fmt.Sprintf("%s %s refused a token of %s (kid %s)", time.Now().Format(time.RFC3339Nano), v.name, signer.name, kid))
+					all = false
+				default:
+					all = false
+				}
+				p.mu.Unlock()
+			}
+			if all {
+				p.mu.Lock()
+				if p.kids[signer.name] == nil {
+					p.kids[signer.name] = map[string]int{}
+				}
+				p.kids[signer.name][kid]++
+				p.mu.Unlock()
+			}
+		}
+	}
+}
+
+// finish stops the probe and fails the test on any refusal.
+func (p *tokenProbe) finish(t *testing.T) {
+	t.Helper()
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.refused {
+		t.Errorf("token refused: %s", r)
+	}
+	t.Logf("token probe: %d presentations accepted, %d refused; tokens accepted everywhere by signer and kid: %v", p.accepted, len(p.refused), p.kids)
+	if p.accepted == 0 {
+		t.Error("token probe: nothing was accepted at all")
+	}
+}
+
+// acceptedEverywhere reports whether a token of signer with kid was
+// accepted by every apiserver.
+func (p *tokenProbe) acceptedEverywhere(signer, kid string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kids[signer][kid] > 0
+}
+
+func tokenKid(tok string) string {
+	head, _, _ := strings.Cut(tok, ".")
+	data, err := base64.RawURLEncoding.DecodeString(head)
+	if err != nil {
+		return "?"
+	}
+	var h struct {
+		Kid string `json:"kid"`
+	}
+	_ = json.Unmarshal(data, &h)
+	return h.Kid
+}
+
+func (f *fleet) tryToken(h *host) (string, error) {
+	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`
+	resp, err := f.admin.Post(h.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/fleet/token", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || resp.StatusCode != http.StatusCreated || tr.Status.Token == "" {
+		return "", fmt.Errorf("token from %s: HTTP %d, %v", h.name, resp.StatusCode, err)
+	}
+	return tr.Status.Token, nil
+}
+
+func tryReview(c *http.Client, h *host, token string) (int, error) {
+	req, _ := http.NewRequest(http.MethodPost, h.APIServerURL+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// restartFlags are the flags of the shipped bundle resource's reload_cmd on
+// h, as confd would run it there ({{.dest}} and $SAFE_RESTART_ARGS filled in).
+func (h *host) restartFlags(t *testing.T) []string {
+	t.Helper()
+	toml := string(h.read("/etc/confd/conf.d/20-sa-bundle.toml"))
+	m := regexp.MustCompile(`(?m)^reload_cmd\s*=\s*"(.*)"\s*$`).FindStringSubmatch(toml)
+	if m == nil {
+		t.Fatal("20-sa-bundle.toml has no reload_cmd")
+	}
+	line := strings.ReplaceAll(m[1], "{{.dest}}", h.Path("/etc/kubernetes/pki/sa-bundle.pem"))
+	env, err := h.unit(t, "confd.service").Env(h.baseEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, _, err := Command(line, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(argv[0], "/kube-apiserver-safe-restart") {
+		t.Fatalf("reload_cmd does not run the helper: %q", argv)
+	}
+	return argv[1:]
+}
+
+func (h *host) rotateKey(t *testing.T, more ...string) (int, string) {
+	t.Helper()
+	args := append([]string{"rotate-key", "--signing-key", h.Path("/etc/kubernetes/pki/sa.key"), "--public-key", h.Path("/etc/kubernetes/pki/sa.pub")}, more...)
+	return h.helper(t, append(args, h.restartFlags(t)...)...)
+}
+
+func (h *host) retireKeys(t *testing.T) (int, string) {
+	t.Helper()
+	return h.helper(t, "retire-keys", "--signing-key", h.Path("/etc/kubernetes/pki/sa.key"), "--public-key", h.Path("/etc/kubernetes/pki/sa.pub"))
+}
+
+// saKeyRotation rotates m1's key with rotate-key while a client keeps
+// requesting tokens from every master and presenting each to every master:
+// not one refusal. First with m3's confd down (the rotation waits, times out
+// naming m3, installs nothing), then resumed; the old key goes from every
+// bundle and apiserver only after the (shortened) grace period.
+func (f *fleet) saKeyRotation(t *testing.T) {
+	m1, m3 := f.hosts[0], f.hosts[2]
+	old := m1.sa.kid
+	// Keys earlier scenarios published for hosts that do not exist: no
+	// record will ever say they trust anything, so every wait would time out.
+	stray := false
+	for key := range f.etcdKeys(t, keyPrefix) {
+		if !slices.ContainsFunc(f.hosts, func(h *host) bool { return key == keyPrefix+h.name }) {
+			f.del(t, key)
+			stray = true
+		}
+	}
+	if stray {
+		f.awaitConverged(t, 4*time.Minute)
+	}
+	probe := f.startTokenProbe(t)
+	defer probe.finish(t)
+
+	m3.stopConfd(t)
+	code, out := m1.rotateKey(t, "--timeout", "45s", "--grace", "40s")
+	if code != 5 || !strings.Contains(out, "m3.fleet.test") {
+		t.Fatalf("rotate-key with m3 down: exit %d, want 5 naming m3:\n%s", code, tail(out, 4000))
+	}
+	if kid := keyKidOfPrivate(t, m1.read("/etc/kubernetes/pki/sa.key")); kid != old {
+		t.Fatalf("m1 signs with %s after a failed wait, want still %s", kid, old)
+	}
+	code, out = m1.helper(t, "wait-trusted", "--public-key", m1.Path("/etc/kubernetes/pki/sa.pub"), "--timeout", "3s")
+	if code != 5 || !strings.Contains(out, "m3.fleet.test") {
+		t.Fatalf("wait-trusted with m3 down: exit %d, want 5 naming m3:\n%s", code, out)
+	}
+
+	m3.startConfd(t)
+	code, out = m1.rotateKey(t, "--timeout", "4m", "--grace", "40s")
+	if code != 0 || !strings.Contains(out, "resuming the rotation") {
+		t.Fatalf("rotate-key resumed: exit %d:\n%s", code, tail(out, 6000))
+	}
+	next := keyKidOfPrivate(t, m1.read("/etc/kubernetes/pki/sa.key"))
+	if next == old {
+		t.Fatal("m1's signing key did not change")
+	}
+	f.awaitConverged(t, 4*time.Minute)
+	if !slices.Contains(f.publishedKids(t), old) {
+		t.Fatal("the old key was withdrawn at once")
+	}
+	code, out = m1.helper(t, "trust", "-o", "json")
+	var rep struct {
+		Hosts []struct {
+			Host   string
+			Stale  bool
+			Record *struct {
+				Trusted []string
+				Signing string
+			}
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("trust -o json: exit %d\n%s", code, out)
+	}
+	for _, h := range rep.Hosts {
+		if h.Stale || h.Record == nil || !slices.Contains(h.Record.Trusted, next) || !slices.Contains(h.Record.Trusted, old) {
+			t.Errorf("trust: %s %+v, want trusting the old and the new key", h.Host, h.Record)
+		}
+		if h.Host == m1.name && (h.Record == nil || h.Record.Signing != next) {
+			t.Errorf("trust: %s signs with %+v, want %s", h.Host, h.Record, next)
+		}
+	}
+	f.await(t, time.Minute, "a token signed with m1's new key accepted everywhere", func() bool { return probe.acceptedEverywhere(m1.name, next) })
+
+	// Retire: not before the grace period, then gone everywhere.
+	if code, out := m1.retireKeys(t); code != 0 {
+		t.Fatalf("retire-keys early: exit %d\n%s", code, out)
+	}
+	if !slices.Contains(f.publishedKids(t), old) {
+		t.Fatal("retire-keys withdrew the old key before the grace period was over")
+	}
+	var st struct {
+		RetireAfter time.Time `json:"retire_after"`
+	}
+	if err := json.Unmarshal([]byte(f.etcdKeys(t, "/kubernetes/service-account-keys-rotation/")["/kubernetes/service-account-keys-rotation/"+m1.name+"/state"]), &st); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(st.RetireAfter) + 100*time.Millisecond) // the grace period is wall-clock time
+	if code, out := m1.retireKeys(t); code != 0 {
+		t.Fatalf("retire-keys: exit %d\n%s", code, out)
+	}
+	if slices.Contains(f.publishedKids(t), old) {
+		t.Fatal("old key still published after retire-keys")
+	}
+	f.awaitConverged(t, 4*time.Minute) // every bundle and JWKS hold exactly the published keys
+	m1.sa.kid = next
+}
+
+// keyKidOfPrivate is the kid of the public half of a private key PEM.
+func keyKidOfPrivate(t *testing.T, pemData []byte) string {
+	t.Helper()
+	f, err := pemcheck.Parse("sa.key", pemData)
+	if err != nil || len(f.Blocks) != 1 {
+		t.Fatalf("sa.key: %v", err)
+	}
+	kid, err := pemcheck.KeyID(f.Blocks[0].Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kid
+}

@@ -1,0 +1,132 @@
+//go:build rehearsal
+
+package rehearsal
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRehearsal runs one fleet of three masters through the scenarios in
+// order; each scenario starts from the converged fleet the previous one
+// left. Outages are checked for overlap after every scenario.
+func TestRehearsal(t *testing.T) {
+	f := newFleet(t, 3)
+	t.Cleanup(f.tl.close)
+	scenario := func(name string, fn func(t *testing.T)) {
+		ok := t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			fn(t)
+			f.assertNoOverlap(t)
+			t.Logf("%s took %s; restarts per host %v", name, time.Since(start).Round(time.Second), f.restarts())
+		})
+		if !ok && name == "fresh" {
+			t.FailNow() // nothing else can run on a fleet that never came up
+		}
+	}
+	scenario("fresh", f.fresh)
+	scenario("converged", f.allTokens)
+	scenario("reload-budget", f.reloadBudget)
+	scenario("rotate", f.rotate)
+	scenario("bad-keys", f.badKeys)
+	scenario("own-key-missing", f.ownKeyMissing)
+	scenario("hold", f.holdAndUnhold)
+	scenario("wrong-health-ca", f.wrongHealthCA)
+	scenario("sigkill-helper", f.helperKilled)
+	scenario("reload-timeout", f.reloadTimeout)
+	scenario("gate-cut", f.gateCut)
+	scenario("sa-key-rotation", f.saKeyRotation)
+}
+
+// assertNoOverlap fails the scenario for every overlap of outages not
+// reported by an earlier scenario.
+func (f *fleet) assertNoOverlap(t *testing.T) {
+	t.Helper()
+	all := f.tl.outages()
+	bad := overlaps(all)
+	for _, o := range bad {
+		if !f.reported[o] {
+			f.reported[o] = true
+			t.Errorf("apiservers down together: %s", o)
+		}
+	}
+	t.Logf("%d outages recorded, %d overlapping", len(all), len(bad))
+}
+
+// fresh brings three fresh hosts up one after the other, as a new
+// site would: the publisher unit (boot), one `confd -onetime` (the
+// confd.service command line with -watch swapped for -onetime), which must
+// exit 0 and leave a ready apiserver, then confd.service itself.
+func (f *fleet) fresh(t *testing.T) {
+	for _, h := range f.hosts {
+		if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
+			t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
+		}
+		if got := f.etcdKeys(t, keyPrefix)[keyPrefix+h.name]; got != string(h.sa.public) {
+			t.Fatalf("%s: published key = %q", h.name, got)
+		}
+		u := h.unit(t, "confd.service")
+		env, err := u.Env(h.baseEnv())
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv, _, err := Command(u.ExecStart[0], env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		swapped := false
+		for i, a := range argv {
+			if a == "-watch" {
+				argv[i], swapped = "-onetime", true
+			}
+		}
+		if !swapped {
+			t.Fatalf("confd.service ExecStart has no -watch: %q", argv)
+		}
+		p := startProcess(t, h.name+" confd -onetime", env, argv)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Minute):
+			t.Fatalf("%s: confd -onetime still running after 5 min:\n%s", h.name, p.out)
+		}
+		if code := exitCode(p.err); code != 0 {
+			t.Fatalf("%s: first confd -onetime exited %d:\n%s", h.name, code, p.out)
+		}
+		if !f.tl.isReady(h.name) {
+			t.Fatalf("%s: apiserver not ready after confd -onetime", h.name)
+		}
+		h.startConfd(t)
+	}
+	f.awaitConverged(t, 4*time.Minute)
+}
+
+func (f *fleet) allTokens(t *testing.T) {
+	f.assertAllTokensAccepted(t)
+}
+
+// rotate adds a key (a master about to join), replaces it, and removes
+// it; each change restarts every apiserver once, one at a time, and ends
+// with every token accepted everywhere.
+func (f *fleet) rotate(t *testing.T) {
+	extra := keyPrefix + "m4.fleet.test"
+	steps := []struct {
+		name   string
+		change func()
+	}{
+		{"added", func() { f.put(t, extra, string(newSAKey(t).public)) }},
+		{"replaced", func() { f.put(t, extra, string(newSAKey(t).public)) }},
+		{"removed", func() { f.del(t, extra) }},
+	}
+	for _, s := range steps {
+		before := f.restarts()
+		s.change()
+		f.awaitConverged(t, 4*time.Minute)
+		after := f.restarts()
+		for i := range after {
+			if after[i] != before[i]+1 {
+				t.Errorf("key %s: %s restarted %d times, want once", s.name, f.hosts[i].name, after[i]-before[i])
+			}
+		}
+		f.assertAllTokensAccepted(t)
+	}
+}

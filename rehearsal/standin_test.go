@@ -1,0 +1,215 @@
+//go:build rehearsal
+
+package rehearsal
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// systemd stands in for one host's systemd, for one unit:
+// kube-apiserver.service. `systemctl restart kube-apiserver.service` (the
+// host's /bin/systemctl, the test binary in REHEARSAL_STANDIN mode) asks
+// it over a unix socket; like systemd it stops the running apiserver,
+// starts the unit's ExecStart with its EnvironmentFiles read afresh, and
+// answers once the new process runs. The apiserver is its child, not the
+// caller's: killing systemctl does not undo a restart.
+type systemd struct {
+	h        *host
+	ln       net.Listener
+	job      sync.Mutex // one job at a time, as systemd queues them
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	restarts atomic.Int64
+
+	hookMu sync.Mutex
+	hook   func(phase string, caller int, conn net.Conn)
+}
+
+func startSystemd(t *testing.T, h *host) *systemd {
+	t.Helper()
+	ln, err := net.Listen("unix", h.Path("/run/systemd/private"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &systemd{h: h, ln: ln}
+	go s.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.job.Lock()
+		defer s.job.Unlock()
+		s.stop(syscall.SIGKILL)
+	})
+	return s
+}
+
+// onNextRestart sets a hook for the next restart only, called with phase
+// "stopped" (old apiserver gone, new not started) and "done" (answered,
+// and the caller has hung up), the caller's pid and its connection.
+func (s *systemd) onNextRestart(hook func(phase string, caller int, conn net.Conn)) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	s.hook = hook
+}
+
+func (s *systemd) serve() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		go s.handle(c.(*net.UnixConn))
+	}
+}
+
+func (s *systemd) handle(c *net.UnixConn) {
+	defer c.Close()
+	line, err := readLine(bufio.NewReader(c))
+	if err != nil {
+		return
+	}
+	if line != "restart kube-apiserver.service" {
+		fmt.Fprintf(c, "unsupported: %s\n", line)
+		return
+	}
+	s.hookMu.Lock()
+	hook := s.hook
+	s.hook = nil
+	s.hookMu.Unlock()
+	caller := peerPID(c)
+	err = s.restart(func(phase string) {
+		if hook != nil {
+			hook(phase, caller, c)
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(c, "failed: %v\n", err)
+	} else {
+		fmt.Fprintf(c, "ok\n")
+	}
+	if hook != nil {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _ = c.Read(make([]byte, 1)) // EOF: the caller is gone
+		hook("done", caller, c)
+	}
+}
+
+func (s *systemd) restart(hook func(string)) error {
+	s.job.Lock()
+	defer s.job.Unlock()
+	h := s.h
+	h.f.tl.stopping(h.name)
+	s.stop(syscall.SIGTERM)
+	hook("stopped")
+	u, err := ParseUnit("kube-apiserver.service", string(h.read("/etc/systemd/system/kube-apiserver.service")))
+	if err != nil {
+		return err
+	}
+	env, err := u.Env(h.baseEnv())
+	if err != nil {
+		return err
+	}
+	argv, _, err := Command(u.ExecStart[0], env)
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(h.Path("/var/log/kube-apiserver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "==== %s systemd: starting kube-apiserver\n", time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	s.restarts.Add(1)
+	h.f.tl.started(h.name)
+	return nil
+}
+
+// stop ends the running apiserver: sig, then SIGKILL after 60 s (systemd's
+// TimeoutStopSec is longer; a test has no minute to spare).
+func (s *systemd) stop(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, sig)
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
+}
+
+// parentPID reads a process's parent from /proc.
+func parentPID(pid int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may contain spaces.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0, errors.New("short /proc stat")
+	}
+	return strconv.Atoi(f[1])
+}
+
+// systemctlMain is the host's systemctl: it forwards its arguments to the
+// host's systemd and exits 0 once the job is done, 1 if it failed.
+func systemctlMain(socket string, args []string) int {
+	if len(args) == 0 || socket == "" {
+		fmt.Fprintln(os.Stderr, "systemctl (rehearsal stand-in): no command or no REHEARSAL_SYSTEMD")
+		return 1
+	}
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "systemctl: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "%s\n", strings.Join(args, " ")); err != nil {
+		fmt.Fprintf(os.Stderr, "systemctl: %v\n", err)
+		return 1
+	}
+	answer, err := readLine(bufio.NewReader(c))
+	if answer != "ok" {
+		fmt.Fprintf(os.Stderr, "systemctl: job for %s failed: %s %v\n", strings.Join(args[1:], " "), answer, err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,207 @@
+package rotation
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+// Algorithms rotate-key can generate.
+const (
+	RSA2048   = "rsa-2048"
+	ECDSAP256 = "ecdsa-p256"
+)
+
+// Files are one host's service-account key files and the rotation's own
+// files beside them.
+type Files struct {
+	SigningKey string // e.g. /etc/kubernetes/pki/sa.key
+	PublicKey  string // e.g. /etc/kubernetes/pki/sa.pub: what the host publishes
+}
+
+// NextKey is where the next signing key waits until it is installed.
+func (f Files) NextKey() string { return f.SigningKey + ".next" }
+
+// NextPub is the next key's public half, kept for operators and wait-trusted.
+func (f Files) NextPub() string { return f.PublicKey + ".next" }
+
+// Backup is where the previous signing key is kept after the install.
+func (f Files) Backup() string { return f.SigningKey + ".previous" }
+
+// generate makes a key pair: the private key PEM in the encoding
+// kube-apiserver's signing-key reader and kubeadm use (PKCS#1 for RSA, SEC1
+// for ECDSA) and the public key as PKIX.
+func generate(algorithm string) (privPEM, pubPEM []byte, err error) {
+	var pub crypto.PublicKey
+	switch algorithm {
+	case RSA2048:
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, nil, err
+		}
+		privPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+		pub = &k.PublicKey
+	case ECDSAP256:
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		privPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+		pub = &k.PublicKey
+	default:
+		return nil, nil, fmt.Errorf("--algorithm %q: want %s or %s", algorithm, RSA2048, ECDSAP256)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, nil, err
+	}
+	return privPEM, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// signingKeyID is the key ID of the single private key in path.
+func signingKeyID(path string) (string, error) {
+	f, err := pemcheck.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var kids []string
+	for _, b := range f.Blocks {
+		if b.Kind == pemcheck.PrivateKey {
+			kid, err := pemcheck.KeyID(b.Public)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", path, err)
+			}
+			kids = append(kids, kid)
+		}
+	}
+	if len(kids) != 1 {
+		return "", fmt.Errorf("%s: holds %d private keys, want 1", path, len(kids))
+	}
+	return kids[0], nil
+}
+
+// pubBlock is one public key of a published value with its key ID.
+type pubBlock struct {
+	kid string
+	pem []byte
+}
+
+// publicBlocks returns the public keys in PEM bytes, re-encoded as PKIX
+// "PUBLIC KEY" (what the apiserver's reader takes), in order, duplicates once.
+func publicBlocks(name string, data []byte) ([]pubBlock, error) {
+	f, err := pemcheck.Parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	var out []pubBlock
+	seen := map[string]bool{}
+	for _, b := range f.Blocks {
+		if b.Kind != pemcheck.PublicKey {
+			return nil, fmt.Errorf("%s %s: %s, want public keys only", name, b, b.Kind)
+		}
+		kid, err := pemcheck.KeyID(b.Public)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, b, err)
+		}
+		if seen[kid] {
+			continue
+		}
+		seen[kid] = true
+		der, err := x509.MarshalPKIXPublicKey(b.Public)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pubBlock{kid: kid, pem: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})})
+	}
+	return out, nil
+}
+
+func joinBlocks(bs []pubBlock) []byte {
+	var out []byte
+	for _, b := range bs {
+		out = append(out, b.pem...)
+	}
+	return out
+}
+
+// writeAtomic replaces path with data: a temporary file in the same
+// directory, created with mode (never wider while it is written), synced,
+// renamed over path, and the directory synced, so that a crash leaves the
+// old file or the new one, never a part of either.
+func writeAtomic(path string, data []byte, mode fs.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	name := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = os.Remove(name)
+		}
+	}()
+	// CreateTemp makes the file 0600; chmod before any byte is written.
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: fsync: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(name, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+// renameAtomic moves from over to and syncs the directory.
+func renameAtomic(from, to string) error {
+	if err := os.Rename(from, to); err != nil {
+		return fmt.Errorf("install %s as %s: %w", from, to, err)
+	}
+	return syncDir(filepath.Dir(to))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// modeOf is path's permission bits, or def when it does not exist.
+func modeOf(path string, def fs.FileMode) fs.FileMode {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err != nil {
+		return def
+	}
+	return st.Mode().Perm()
+}

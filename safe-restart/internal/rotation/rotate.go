@@ -1,0 +1,376 @@
+// Package rotation rotates one host's service-account signing key so that
+// no token is refused: the next key is published beside the current one,
+// installed as the signing key only once every host trusts it, and the
+// previous public key is withdrawn only after a grace period. Each step is
+// recorded in a Store, so a re-run after a crash continues where it stopped,
+// and every step is idempotent.
+package rotation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Rotator runs one host's rotation. The etcd, trust and restart sides are
+// functions so the step machine is tested without them.
+type Rotator struct {
+	Host      string
+	Files     Files
+	Algorithm string
+	Grace     time.Duration
+	Store     Store
+	// Publish makes value (PEM public keys) this host's published value.
+	Publish func(ctx context.Context, value []byte) error
+	// WaitTrusted returns once every publishing host trusts kid.
+	WaitTrusted func(ctx context.Context, kid string) error
+	// Restart restarts this host's apiserver through the lock (preflight,
+	// trust record and health gate included).
+	Restart func(ctx context.Context) error
+	// RunningSigner returns the key ID this host's running apiserver signs
+	// with (from its trust record), "" when unknown.
+	RunningSigner func(ctx context.Context) (string, error)
+	Now           func() time.Time
+	Log           logrus.FieldLogger
+}
+
+func (r *Rotator) now() time.Time {
+	if r.Now != nil {
+		return r.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// StepError is a rotation step that failed; Step names it.
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string { return fmt.Sprintf("rotate-key step %q: %v", e.Step, e.Err) }
+func (e *StepError) Unwrap() error { return e.Err }
+
+func stepErr(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &StepError{Step: step, Err: err}
+}
+
+// Steps, in order, as logged and shown by Plan.
+const (
+	StepGenerate = "generate"
+	StepPublish  = "publish"
+	StepWait     = "wait-trusted"
+	StepInstall  = "install"
+	StepRestart  = "restart"
+	StepRecord   = "record-grace"
+)
+
+// Run carries the rotation from its stored state to PhaseInstalled. A
+// rotation already installed is left as it is (its previous key is
+// retire-keys' business); after PhaseRetired, or with no state, a new
+// rotation starts.
+func (r *Rotator) Run(ctx context.Context) error {
+	st, err := r.Store.Load(ctx)
+	if err != nil {
+		return stepErr("load state", err)
+	}
+	if st != nil && st.Phase == PhaseInstalled {
+		r.Log.WithFields(logrus.Fields{"next": st.Next, "previous": st.Previous}).
+			Infof("rotation already done: key %s signs since %s; previous key %s is retired by retire-keys after %s",
+				st.Next, st.Installed.Format(time.RFC3339), st.Previous, st.RetireAfter.Format(time.RFC3339))
+		return nil
+	}
+	if st == nil || st.Phase == PhaseRetired || st.Phase == "" {
+		cur, err := signingKeyID(r.Files.SigningKey)
+		if err != nil {
+			return stepErr(StepGenerate, fmt.Errorf("current signing key: %w", err))
+		}
+		st = &State{Host: r.Host, Algorithm: r.Algorithm, Previous: cur, Grace: r.Grace.String(), Started: r.now()}
+		r.Log.WithField("previous", cur).Info("starting a rotation of this host's service-account key")
+	} else {
+		r.Log.WithFields(logrus.Fields{"phase": st.Phase, "next": st.Next}).Info("resuming the rotation")
+	}
+	save := func(p Phase) error {
+		st.Phase, st.Updated = p, r.now()
+		return r.Store.Save(ctx, *st)
+	}
+
+	if st.Phase == "" || st.Phase == PhaseGenerated {
+		// Until the next key is published it may be made again: a missing
+		// or changed file is regenerated rather than trusted.
+		if st.Phase == "" || !r.nextFilesMatch(st.Next) {
+			kid, err := r.generate()
+			if err != nil {
+				return stepErr(StepGenerate, err)
+			}
+			st.Next = kid
+			if err := save(PhaseGenerated); err != nil {
+				return stepErr(StepGenerate, err)
+			}
+		}
+		r.Log.WithFields(logrus.Fields{"step": StepGenerate, "next": st.Next, "file": r.Files.NextKey()}).Info("next key pair ready (mode 0600)")
+	}
+
+	if st.Phase == PhaseGenerated || st.Phase == PhasePublished {
+		// Re-published on a re-run too: cheap, and it repairs a lost put.
+		if err := r.publish(ctx, st.Next); err != nil {
+			return stepErr(StepPublish, err)
+		}
+		if err := save(PhasePublished); err != nil {
+			return stepErr(StepPublish, err)
+		}
+		r.Log.WithFields(logrus.Fields{"step": StepPublish, "previous": st.Previous, "next": st.Next}).Info("published the current and the next public key")
+
+		r.Log.WithFields(logrus.Fields{"step": StepWait, "next": st.Next}).Info("waiting until every host's apiserver trusts the next key")
+		if err := r.WaitTrusted(ctx, st.Next); err != nil {
+			return stepErr(StepWait, err)
+		}
+		if err := save(PhaseInstalling); err != nil {
+			return stepErr(StepWait, err)
+		}
+		r.Log.WithFields(logrus.Fields{"step": StepWait, "next": st.Next}).Info("every host trusts the next key")
+	}
+
+	if st.Phase == PhaseInstalling {
+		if err := r.install(st); err != nil {
+			return stepErr(StepInstall, err)
+		}
+		r.Log.WithFields(logrus.Fields{"step": StepRestart}).Info("restarting this apiserver through the lock to sign with the next key")
+		if err := r.Restart(ctx); err != nil {
+			return stepErr(StepRestart, err)
+		}
+		st.Installed = r.now()
+		st.RetireAfter = st.Installed.Add(r.Grace)
+		st.Grace = r.Grace.String()
+		if err := save(PhaseInstalled); err != nil {
+			return stepErr(StepRecord, err)
+		}
+		r.Log.WithFields(logrus.Fields{"step": StepRecord, "next": st.Next, "previous": st.Previous, "retire_after": st.RetireAfter.Format(time.RFC3339)}).
+			Infof("rotation done: key %s signs; previous key %s stays trusted until %s (retire-keys)", st.Next, st.Previous, st.RetireAfter.Format(time.RFC3339))
+		return nil
+	}
+	return fmt.Errorf("rotation state has unknown phase %q", st.Phase)
+}
+
+func (r *Rotator) nextFilesMatch(kid string) bool {
+	if kid == "" {
+		return false
+	}
+	got, err := signingKeyID(r.Files.NextKey())
+	if err != nil || got != kid {
+		return false
+	}
+	data, err := os.ReadFile(r.Files.NextPub())
+	if err != nil {
+		return false
+	}
+	bs, err := publicBlocks(r.Files.NextPub(), data)
+	return err == nil && len(bs) == 1 && bs[0].kid == kid
+}
+
+func (r *Rotator) generate() (string, error) {
+	priv, pub, err := generate(r.Algorithm)
+	if err != nil {
+		return "", err
+	}
+	// The private key is never readable by others, not even while written.
+	if err := writeAtomic(r.Files.NextKey(), priv, 0o600); err != nil {
+		return "", err
+	}
+	if err := writeAtomic(r.Files.NextPub(), pub, 0o600); err != nil {
+		return "", err
+	}
+	return signingKeyID(r.Files.NextKey())
+}
+
+// publish makes the public key file hold the current key(s) and the next
+// one, and publishes exactly those bytes, so that the example publisher
+// (which publishes the file when it changes) agrees with us.
+func (r *Rotator) publish(ctx context.Context, next string) error {
+	cur, err := os.ReadFile(r.Files.PublicKey)
+	if err != nil {
+		return err
+	}
+	blocks, err := publicBlocks(r.Files.PublicKey, cur)
+	if err != nil {
+		return err
+	}
+	nextData, err := os.ReadFile(r.Files.NextPub())
+	if err != nil {
+		return err
+	}
+	nb, err := publicBlocks(r.Files.NextPub(), nextData)
+	if err != nil {
+		return err
+	}
+	if len(nb) != 1 || nb[0].kid != next {
+		return fmt.Errorf("%s does not hold exactly the next key %s", r.Files.NextPub(), next)
+	}
+	has := false
+	for _, b := range blocks {
+		has = has || b.kid == next
+	}
+	if !has {
+		blocks = append(blocks, nb[0])
+	}
+	value := joinBlocks(blocks)
+	if string(value) != string(cur) {
+		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+			return err
+		}
+	}
+	return r.Publish(ctx, value)
+}
+
+// install makes the next key the signing key: the current one is copied to
+// the backup first, then the next one renamed over it. On a re-run after
+// the rename it does nothing.
+func (r *Rotator) install(st *State) error {
+	cur, err := signingKeyID(r.Files.SigningKey)
+	if err != nil {
+		return err
+	}
+	switch cur {
+	case st.Next:
+		r.Log.WithField("step", StepInstall).Info("next key already installed as the signing key")
+		return nil
+	case st.Previous:
+	default:
+		return fmt.Errorf("%s holds key %s, neither the previous key %s nor the next %s: changed by hand? not touching it",
+			r.Files.SigningKey, cur, st.Previous, st.Next)
+	}
+	if got, err := signingKeyID(r.Files.NextKey()); err != nil || got != st.Next {
+		return fmt.Errorf("next key %s missing or changed (%v): it was trusted as %s; start over by deleting the rotation state", r.Files.NextKey(), err, st.Next)
+	}
+	data, err := os.ReadFile(r.Files.SigningKey)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(r.Files.Backup(), data, 0o600); err != nil {
+		return err
+	}
+	if err := renameAtomic(r.Files.NextKey(), r.Files.SigningKey); err != nil {
+		return err
+	}
+	r.Log.WithFields(logrus.Fields{"step": StepInstall, "signing_key": r.Files.SigningKey, "backup": r.Files.Backup()}).Info("next key installed as the signing key; previous key kept as backup")
+	return nil
+}
+
+// ErrSigning refuses to retire the key the running apiserver signs with.
+var ErrSigning = errors.New("refusing to retire the key this host's apiserver signs with")
+
+// Retire withdraws the previous public key of an installed rotation once
+// its grace period is over: the public key file and the published value
+// then hold only the signing key. It reports whether it retired anything.
+func (r *Rotator) Retire(ctx context.Context) (bool, error) {
+	st, err := r.Store.Load(ctx)
+	if err != nil {
+		return false, err
+	}
+	if st == nil || st.Phase != PhaseInstalled {
+		r.Log.Info("no installed rotation on this host: nothing to retire")
+		return false, nil
+	}
+	if now := r.now(); now.Before(st.RetireAfter) {
+		r.Log.WithField("previous", st.Previous).Infof("previous key %s stays trusted until %s (%s left)", st.Previous, st.RetireAfter.Format(time.RFC3339), st.RetireAfter.Sub(now).Round(time.Second))
+		return false, nil
+	}
+	cur, err := signingKeyID(r.Files.SigningKey)
+	if err != nil {
+		return false, err
+	}
+	if cur == st.Previous || cur != st.Next {
+		return false, fmt.Errorf("%w: %s holds key %s, the rotation installed %s", ErrSigning, r.Files.SigningKey, cur, st.Next)
+	}
+	if r.RunningSigner != nil {
+		running, err := r.RunningSigner(ctx)
+		if err != nil {
+			return false, err
+		}
+		if running != st.Next {
+			return false, fmt.Errorf("%w: this host's trust record says its apiserver signs with %q, not %s (restart it first)", ErrSigning, running, st.Next)
+		}
+	}
+	data, err := os.ReadFile(r.Files.PublicKey)
+	if err != nil {
+		return false, err
+	}
+	blocks, err := publicBlocks(r.Files.PublicKey, data)
+	if err != nil {
+		return false, err
+	}
+	var keep []pubBlock
+	for _, b := range blocks {
+		if b.kid == cur {
+			keep = append(keep, b)
+		}
+	}
+	if len(keep) == 0 {
+		return false, fmt.Errorf("%s does not hold the signing key %s: not publishing a value without it", r.Files.PublicKey, cur)
+	}
+	value := joinBlocks(keep)
+	if string(value) != string(data) {
+		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+			return false, err
+		}
+	}
+	if err := r.Publish(ctx, value); err != nil {
+		return false, err
+	}
+	st.Phase, st.Updated = PhaseRetired, r.now()
+	if err := r.Store.Save(ctx, *st); err != nil {
+		return false, err
+	}
+	r.Log.WithFields(logrus.Fields{"retired": st.Previous, "signing": cur}).Infof("previous key %s retired: only %s is published now; every apiserver drops it at its next restart", st.Previous, cur)
+	return true, nil
+}
+
+// Plan describes what Run would do from the stored state, without doing it.
+func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
+	st, err := r.Store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mark := func(done bool) string {
+		if done {
+			return "done   "
+		}
+		return "would  "
+	}
+	phase := Phase("")
+	if st != nil && st.Phase != PhaseRetired {
+		phase = st.Phase
+	}
+	order := map[Phase]int{"": 0, PhaseGenerated: 1, PhasePublished: 2, PhaseInstalling: 3, PhaseInstalled: 4}
+	at := order[phase]
+	next := "a new key"
+	if st != nil && st.Next != "" && phase != "" {
+		next = st.Next
+	}
+	lines := []string{
+		fmt.Sprintf("rotation of %s (state: %s)", r.Host, describe(st)),
+		mark(at >= 1) + fmt.Sprintf("%s: write %s (%s, mode 0600) and %s", StepGenerate, r.Files.NextKey(), r.Algorithm, r.Files.NextPub()),
+		mark(at >= 2) + fmt.Sprintf("%s: make %s hold the current and the next public key and publish it as this host's value", StepPublish, r.Files.PublicKey),
+		mark(at >= 3) + fmt.Sprintf("%s: wait until every publishing host's trust record lists %s", StepWait, next),
+		mark(at >= 4) + fmt.Sprintf("%s: copy %s to %s, rename %s over it (fsync)", StepInstall, r.Files.SigningKey, r.Files.Backup(), r.Files.NextKey()),
+		mark(at >= 4) + fmt.Sprintf("%s: restart this apiserver through the lock", StepRestart),
+		mark(at >= 4) + fmt.Sprintf("%s: the previous public key may be retired %s after the install (retire-keys)", StepRecord, r.Grace),
+	}
+	if at == 4 {
+		lines = append(lines, fmt.Sprintf("nothing to do: previous key %s retires after %s", st.Previous, st.RetireAfter.Format(time.RFC3339)))
+	}
+	return lines, nil
+}
+
+func describe(st *State) string {
+	if st == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s, previous %s, next %s, updated %s", st.Phase, st.Previous, st.Next, st.Updated.Format(time.RFC3339))
+}

@@ -1,0 +1,171 @@
+package rotation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// DefaultPrefix is where rotation state lives: PREFIX/HOST/state and, while
+// a rotation runs, PREFIX/HOST/owner.
+const DefaultPrefix = "/kubernetes/service-account-keys-rotation"
+
+// Phase is the last step a rotation completed.
+type Phase string
+
+const (
+	// PhaseGenerated: the next key pair is written beside the current one.
+	PhaseGenerated Phase = "generated"
+	// PhasePublished: this host publishes the current and the next public key.
+	PhasePublished Phase = "published"
+	// PhaseInstalling: every host trusts the next key; it is being installed
+	// as the signing key and the apiserver restarted.
+	PhaseInstalling Phase = "installing"
+	// PhaseInstalled: the apiserver signs with the next key; the previous
+	// public key stays published until RetireAfter.
+	PhaseInstalled Phase = "installed"
+	// PhaseRetired: the previous public key is no longer published.
+	PhaseRetired Phase = "retired"
+)
+
+// State is one host's rotation record. It names keys by ID only.
+type State struct {
+	Host        string    `json:"host"`
+	Phase       Phase     `json:"phase"`
+	Algorithm   string    `json:"algorithm"`
+	Previous    string    `json:"previous"` // key ID signing when the rotation started
+	Next        string    `json:"next"`     // key ID of the key being rotated in
+	Grace       string    `json:"grace"`
+	Started     time.Time `json:"started"`
+	Updated     time.Time `json:"updated"`
+	Installed   time.Time `json:"installed,omitempty"`
+	RetireAfter time.Time `json:"retire_after,omitempty"`
+}
+
+// Store keeps one host's rotation state.
+type Store interface {
+	Load(ctx context.Context) (*State, error)
+	Save(ctx context.Context, s State) error
+}
+
+// EtcdStore is Store on etcd, at PREFIX/HOST/state.
+type EtcdStore struct {
+	KV     clientv3.KV
+	Prefix string
+	Host   string
+}
+
+func hostKey(prefix, host, leaf string) string {
+	return strings.TrimSuffix(prefix, "/") + "/" + host + "/" + leaf
+}
+
+// Key is the state's etcd key.
+func (s *EtcdStore) Key() string { return hostKey(s.Prefix, s.Host, "state") }
+
+// Load returns the stored state, nil when there is none.
+func (s *EtcdStore) Load(ctx context.Context) (*State, error) {
+	resp, err := s.KV.Get(ctx, s.Key())
+	if err != nil {
+		return nil, fmt.Errorf("read rotation state %s: %w", s.Key(), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	var st State
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		return nil, fmt.Errorf("rotation state %s is not a rotation record: %w (delete it with etcdctl del to start over)", s.Key(), err)
+	}
+	return &st, nil
+}
+
+// Save writes the state.
+func (s *EtcdStore) Save(ctx context.Context, st State) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if _, err := s.KV.Put(ctx, s.Key(), string(data)); err != nil {
+		return fmt.Errorf("write rotation state %s: %w", s.Key(), err)
+	}
+	return nil
+}
+
+// ErrBusy means another rotation of the same host is running.
+var ErrBusy = errors.New("another rotation of this host is running")
+
+// Claim is the right to rotate one host's key: a key bound to a lease, so
+// that a killed rotation gives it up within the TTL.
+type Claim struct {
+	sess *concurrency.Session
+	key  string
+}
+
+type owner struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`
+}
+
+// Acquire claims host's rotation. When another process holds it, it waits
+// up to wait for that claim to go (a killed rotation's lease expiring), then
+// returns an error wrapping ErrBusy that names the holder.
+func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self string, ttl int, wait time.Duration) (*Claim, error) {
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("rotation claim: etcd session: %w", err)
+	}
+	key := hostKey(prefix, host, "owner")
+	val, _ := json.Marshal(owner{Host: self, PID: os.Getpid(), Started: time.Now().UTC()})
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(sess.Lease()))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("rotation claim %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			return &Claim{sess: sess, key: key}, nil
+		}
+		kv := resp.Responses[0].GetResponseRange().Kvs
+		holder := "(gone)"
+		if len(kv) > 0 {
+			holder = string(kv[0].Value)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			sess.Close()
+			return nil, fmt.Errorf("%w: %s holds %s", ErrBusy, holder, key)
+		}
+		// Sleep on the owner key until it changes or the wait is over.
+		wctx, cancel := context.WithTimeout(ctx, left)
+		rev := resp.Header.Revision
+		select {
+		case <-cli.Watch(wctx, key, clientv3.WithRev(rev+1)):
+		case <-wctx.Done():
+		}
+		cancel()
+		if ctx.Err() != nil {
+			sess.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Key is the claim's etcd key.
+func (c *Claim) Key() string { return c.key }
+
+// Lost is closed when the claim's lease is gone.
+func (c *Claim) Lost() <-chan struct{} { return c.sess.Done() }
+
+// Release gives the claim up.
+func (c *Claim) Release() error { return c.sess.Close() }

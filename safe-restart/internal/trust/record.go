@@ -1,0 +1,195 @@
+// Package trust records which service-account public keys each host's
+// running kube-apiserver loaded at its last successful restart, and answers
+// from those records whether a key is trusted by every host that publishes
+// keys. Keys are named by their Kubernetes key ID (the JWKS "kid"), never by
+// their contents.
+package trust
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+// DefaultPrefix is where trust records live, one key per host.
+const DefaultPrefix = "/kubernetes/service-account-keys-trust"
+
+// DefaultKeysPrefix is where hosts publish their public keys, one key per host.
+const DefaultKeysPrefix = "/kubernetes/service-account-keys"
+
+// Record is what one host's apiserver loaded at its last successful restart.
+type Record struct {
+	Host string `json:"host"`
+	// Trusted lists the key IDs of every service-account public key the
+	// apiserver verifies tokens with, in file order, without duplicates.
+	Trusted []string `json:"trusted"`
+	// Signing is the key ID of the key it signs tokens with ("" if unknown).
+	Signing string `json:"signing,omitempty"`
+	// BundleSHA256 is the hex SHA-256 of the service-account key files'
+	// bytes, concatenated in flag order.
+	BundleSHA256 string    `json:"bundle_sha256"`
+	Time         time.Time `json:"time"`
+	// Revision is the etcd revision that last wrote the record (set on read).
+	Revision int64 `json:"mod_revision,omitempty"`
+}
+
+// Trusts reports whether the record lists kid as trusted.
+func (r *Record) Trusts(kid string) bool { return r != nil && slices.Contains(r.Trusted, kid) }
+
+// Key is the etcd key of host's record under prefix.
+func Key(prefix, host string) string { return strings.TrimSuffix(prefix, "/") + "/" + host }
+
+// FromFiles computes the record of an apiserver that reads its
+// service-account keys from keyFiles and signs with signingKey ("" when
+// unknown). The files are read once, now: call it at the restart, so that the
+// record describes what the apiserver loaded, not what the files hold later.
+// Key IDs are computed from the parsed key, so the record names no secret.
+func FromFiles(host string, keyFiles []string, signingKey string, now time.Time) (Record, error) {
+	r := Record{Host: host, Time: now.UTC(), Trusted: []string{}}
+	if len(keyFiles) == 0 {
+		return r, fmt.Errorf("no service-account key file to record trust from")
+	}
+	sum := sha256.New()
+	for _, path := range keyFiles {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return r, fmt.Errorf("trust record: %w", err)
+		}
+		sum.Write(data)
+		// Exactly the keys kube-apiserver's reader takes from these bytes,
+		// by the same rules check and preflight use.
+		for _, k := range pemcheck.APIServerKeys(data) {
+			kid, err := pemcheck.KeyID(k.Public)
+			if err != nil {
+				return r, fmt.Errorf("trust record: %s line %d: %w", path, k.Line, err)
+			}
+			if !slices.Contains(r.Trusted, kid) {
+				r.Trusted = append(r.Trusted, kid)
+			}
+		}
+	}
+	r.BundleSHA256 = hex.EncodeToString(sum.Sum(nil))
+	if signingKey != "" {
+		kids, err := FileKeyIDs(signingKey)
+		if err != nil {
+			return r, fmt.Errorf("trust record: signing key: %w", err)
+		}
+		if len(kids) != 1 {
+			return r, fmt.Errorf("trust record: signing key %s holds %d keys, want 1", signingKey, len(kids))
+		}
+		r.Signing = kids[0]
+	}
+	return r, nil
+}
+
+// FileKeyIDs returns the key IDs of the keys in a PEM file: a public key's,
+// or a private key's public half. Certificates are skipped.
+func FileKeyIDs(path string) ([]string, error) {
+	f, err := pemcheck.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return keyIDs(f)
+}
+
+// PEMKeyIDs is FileKeyIDs for PEM bytes (for example a value in etcd); name
+// is used in errors.
+func PEMKeyIDs(name string, data []byte) ([]string, error) {
+	f, err := pemcheck.Parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return keyIDs(f)
+}
+
+func keyIDs(f *pemcheck.File) ([]string, error) {
+	out, err := loadedKeyIDs(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no RSA or ECDSA key", f.Name)
+	}
+	return out, nil
+}
+
+// loadedKeyIDs returns the key IDs of the blocks kube-apiserver's
+// service-account key reader takes (client-go keyutil.ParsePublicKeysPEM):
+// RSA and ECDSA public keys, certificates and private keys, but not PKCS#1
+// "RSA PUBLIC KEY" blocks. A file that preflight let through holds nothing
+// else.
+func loadedKeyIDs(f *pemcheck.File) ([]string, error) {
+	var out []string
+	for _, b := range f.Blocks {
+		if b.Public == nil || (b.Kind != pemcheck.PrivateKey && b.Encoding == pemcheck.PKCS1) {
+			continue
+		}
+		switch b.Public.(type) {
+		case *rsa.PublicKey, *ecdsa.PublicKey:
+		default:
+			continue
+		}
+		kid, err := pemcheck.KeyID(b.Public)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.Name, b, err)
+		}
+		if !slices.Contains(out, kid) {
+			out = append(out, kid)
+		}
+	}
+	return out, nil
+}
+
+// Put writes r as host r.Host's record under prefix.
+func Put(ctx context.Context, kv clientv3.KV, prefix string, r Record) error {
+	r.Revision = 0
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	key := Key(prefix, r.Host)
+	if _, err := kv.Put(ctx, key, string(data)); err != nil {
+		return fmt.Errorf("write trust record %s: %w", key, err)
+	}
+	return nil
+}
+
+// decode parses a stored record; a value that is not one yields a record
+// that trusts nothing, so that a garbled record reads as "stale", never as
+// "trusted".
+func decode(host string, value []byte, rev int64) Record {
+	var r Record
+	if err := json.Unmarshal(value, &r); err != nil || r.Host == "" {
+		r = Record{}
+	}
+	r.Host = host
+	r.Revision = rev
+	return r
+}
+
+// List returns every record under prefix, by host.
+func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record, int64, error) {
+	p := strings.TrimSuffix(prefix, "/") + "/"
+	resp, err := kv.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read trust records %s: %w", p, err)
+	}
+	out := map[string]Record{}
+	for _, ev := range resp.Kvs {
+		host := strings.TrimPrefix(string(ev.Key), p)
+		out[host] = decode(host, ev.Value, ev.ModRevision)
+	}
+	return out, resp.Header.Revision, nil
+}

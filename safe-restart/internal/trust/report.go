@@ -1,0 +1,259 @@
+package trust
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Host is one row of the trust table.
+type Host struct {
+	Host string `json:"host"`
+	// Publishes lists the key IDs of the keys the host publishes (empty for
+	// a host that only has a record).
+	Publishes []string `json:"publishes"`
+	// PublishError says why the published value yields no key ID.
+	PublishError string `json:"publish_error,omitempty"`
+	// Record is the host's trust record; nil when it has none.
+	Record *Record `json:"record"`
+	// Missing lists published key IDs (of any host) its record lacks.
+	Missing []string `json:"missing"`
+	// Stale: the host publishes keys but has no record, or its record lacks
+	// a key that is published now (its apiserver was last restarted before
+	// that key appeared).
+	Stale bool `json:"stale"`
+}
+
+// Report is every host's published keys and trust, read at one revision.
+type Report struct {
+	Revision int64 `json:"revision"`
+	// Keys lists every key ID that is published or trusted somewhere:
+	// published ones first, in host order.
+	Keys      []string `json:"keys"`
+	Published []string `json:"published"`
+	Hosts     []Host   `json:"hosts"`
+}
+
+// Prefixes names where the published keys and the trust records live.
+type Prefixes struct {
+	Keys  string
+	Trust string
+}
+
+func dirPrefix(p string) string { return strings.TrimSuffix(p, "/") + "/" }
+
+// Collect reads published keys and trust records at one revision.
+func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
+	keys, err := kv.Get(ctx, dirPrefix(p.Keys), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read published keys %s: %w", dirPrefix(p.Keys), err)
+	}
+	rev := keys.Header.Revision
+	trustResp, err := kv.Get(ctx, dirPrefix(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("read trust records %s: %w", dirPrefix(p.Trust), err)
+	}
+	records := map[string]Record{}
+	for _, kv := range trustResp.Kvs {
+		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Trust))
+		records[host] = decode(host, kv.Value, kv.ModRevision)
+	}
+	published := map[string][]string{}
+	pubErr := map[string]string{}
+	for _, kv := range keys.Kvs {
+		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Keys))
+		if strings.Contains(host, "/") {
+			continue // not a host's key
+		}
+		kids, err := PEMKeyIDs(string(kv.Key), kv.Value)
+		if err != nil {
+			pubErr[host] = err.Error()
+			published[host] = nil
+			continue
+		}
+		published[host] = kids
+	}
+	return build(rev, published, pubErr, records), nil
+}
+
+// build is Collect without etcd.
+func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record) *Report {
+	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}}
+	var hosts []string
+	for h := range published {
+		hosts = append(hosts, h)
+	}
+	for h := range records {
+		if _, ok := published[h]; !ok {
+			hosts = append(hosts, h)
+		}
+	}
+	sort.Strings(hosts)
+	add := func(list *[]string, kid string) {
+		if !slices.Contains(*list, kid) {
+			*list = append(*list, kid)
+		}
+	}
+	for _, h := range hosts {
+		for _, kid := range published[h] {
+			add(&r.Published, kid)
+			add(&r.Keys, kid)
+		}
+	}
+	for _, h := range hosts {
+		if rec, ok := records[h]; ok {
+			for _, kid := range rec.Trusted {
+				add(&r.Keys, kid)
+			}
+		}
+	}
+	for _, h := range hosts {
+		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h], Missing: []string{}}
+		if row.Publishes == nil {
+			row.Publishes = []string{}
+		}
+		if rec, ok := records[h]; ok {
+			row.Record = &rec
+		}
+		_, publishes := published[h]
+		for _, kid := range r.Published {
+			if !row.Record.Trusts(kid) {
+				row.Missing = append(row.Missing, kid)
+			}
+		}
+		row.Stale = publishes && (row.Record == nil || len(row.Missing) > 0)
+		r.Hosts = append(r.Hosts, row)
+	}
+	return r
+}
+
+// NotTrusting returns the hosts that publish keys (except those in
+// exclude) whose record does not trust every one of kids, sorted.
+func (r *Report) NotTrusting(kids []string, exclude []string) []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if slices.Contains(exclude, h.Host) {
+			continue
+		}
+		if len(h.Publishes) == 0 && h.PublishError == "" {
+			continue // has a record but publishes nothing: not a master of the fleet now
+		}
+		for _, kid := range kids {
+			if !h.Record.Trusts(kid) {
+				out = append(out, h.Host)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Unrecorded returns the hosts that publish keys but have no trust record.
+func (r *Report) Unrecorded() []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if h.Record == nil {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
+// Publishers returns the hosts that publish keys, except those in exclude.
+func (r *Report) Publishers(exclude []string) []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if (len(h.Publishes) > 0 || h.PublishError != "") && !slices.Contains(exclude, h.Host) {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
+// WriteJSON writes the report as one JSON document.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes a table of hosts × key IDs: "S" the host signs with the
+// key, "T" it trusts it, "-" it does not; then the stale hosts.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	if len(r.Hosts) == 0 {
+		fmt.Fprintf(&b, "no host publishes keys and no trust record exists (revision %d)\n", r.Revision)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "HOST")
+	for i := range r.Keys {
+		fmt.Fprintf(tw, "\tK%d", i+1)
+	}
+	fmt.Fprint(tw, "\tRECORDED\tSTATE\n")
+	for _, h := range r.Hosts {
+		fmt.Fprint(tw, h.Host)
+		for _, kid := range r.Keys {
+			cell := "-"
+			switch {
+			case h.Record != nil && h.Record.Signing == kid:
+				cell = "S"
+			case h.Record.Trusts(kid):
+				cell = "T"
+			}
+			if slices.Contains(h.Publishes, kid) {
+				cell += "*"
+			}
+			fmt.Fprintf(tw, "\t%s", cell)
+		}
+		when := "never"
+		if h.Record != nil {
+			when = h.Record.Time.UTC().Format(time.RFC3339)
+		}
+		state := "ok"
+		switch {
+		case h.PublishError != "":
+			state = "bad published value: " + h.PublishError
+		case h.Stale && h.Record == nil:
+			state = "STALE: no trust record"
+		case h.Stale:
+			state = fmt.Sprintf("STALE: does not trust %s", strings.Join(h.Missing, ", "))
+		case len(h.Publishes) == 0:
+			state = "publishes no key"
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\n", when, state)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b.WriteString("\nS signs with, T trusts, - does not trust; * published by this host\n")
+	for i, kid := range r.Keys {
+		note := ""
+		if !slices.Contains(r.Published, kid) {
+			note = " (no longer published)"
+		}
+		fmt.Fprintf(&b, "K%d = %s%s\n", i+1, kid, note)
+	}
+	var stale []string
+	for _, h := range r.Hosts {
+		if h.Stale {
+			stale = append(stale, h.Host)
+		}
+	}
+	if len(stale) > 0 {
+		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))
+	} else {
+		b.WriteString("stale hosts: none\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

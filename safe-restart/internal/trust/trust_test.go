@@ -1,0 +1,245 @@
+package trust
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+func ecKey(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func pubPEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func privPEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
+
+func kid(t *testing.T, k *ecdsa.PrivateKey) string {
+	t.Helper()
+	id, err := pemcheck.KeyID(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func write(t *testing.T, dir, name string, data ...[]byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, bytes.Join(data, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b, signer := ecKey(t), ecKey(t), ecKey(t)
+	// kube-apiserver also reads a key from a private key block; a PKCS#1
+	// "RSA PUBLIC KEY" block it skips, so the record must not list it.
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs1 := pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&rk.PublicKey)})
+	bundle := write(t, dir, "bundle.pem", pubPEM(t, a), pkcs1, pubPEM(t, b))
+	extra := write(t, dir, "extra.pem", pubPEM(t, a), privPEM(t, signer))
+	key := write(t, dir, "sa.key", privPEM(t, signer))
+	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.FixedZone("x", 3600))
+	r, err := FromFiles("m1.example", []string{bundle, extra}, key, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{kid(t, a), kid(t, b), kid(t, signer)}
+	if !slices.Equal(r.Trusted, want) {
+		t.Fatalf("trusted %v, want %v (file order, duplicates once, PKCS#1 public skipped)", r.Trusted, want)
+	}
+	if r.Signing != kid(t, signer) {
+		t.Fatalf("signing %q, want %q", r.Signing, kid(t, signer))
+	}
+	b1, _ := os.ReadFile(bundle)
+	b2, _ := os.ReadFile(extra)
+	sum := sha256.Sum256(append(b1, b2...))
+	if r.BundleSHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("bundle sha256 %s, want the files' bytes in flag order", r.BundleSHA256)
+	}
+	if !r.Time.Equal(now) || r.Time.Location() != time.UTC {
+		t.Fatalf("time %v, want %v in UTC", r.Time, now)
+	}
+	// No key material in the record, whatever the files held.
+	for _, s := range []string{string(privPEM(t, signer)), "PRIVATE"} {
+		if strings.Contains(r.Trusted[2]+r.Signing, s) {
+			t.Fatal("record holds key material")
+		}
+	}
+	if _, err := FromFiles("h", []string{filepath.Join(dir, "missing.pem")}, "", now); err == nil || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("missing file: err %v, want one naming it", err)
+	}
+	if _, err := FromFiles("h", nil, key, now); err == nil {
+		t.Fatal("no key files: no error")
+	}
+}
+
+func TestReportStaleAndNotTrusting(t *testing.T) {
+	published := map[string][]string{"a": {"K1", "K2"}, "b": {"K3"}, "c": {"K4"}}
+	records := map[string]Record{
+		"a":   {Host: "a", Trusted: []string{"K1", "K2", "K3", "K4"}, Signing: "K1"},
+		"b":   {Host: "b", Trusted: []string{"K1", "K3", "K4", "K0"}, Signing: "K3"},
+		"old": {Host: "old", Trusted: []string{"K0"}},
+	}
+	r := build(7, published, map[string]string{}, records)
+	if got := strings.Join(r.Keys, ","); got != "K1,K2,K3,K4,K0" {
+		t.Fatalf("keys %s", got)
+	}
+	stale := map[string]bool{}
+	for _, h := range r.Hosts {
+		stale[h.Host] = h.Stale
+	}
+	if stale["a"] || !stale["b"] || !stale["c"] || stale["old"] {
+		t.Fatalf("stale %v, want b (lacks K2) and c (no record) only", stale)
+	}
+	if got := r.NotTrusting([]string{"K2"}, nil); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("not trusting K2: %v", got)
+	}
+	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
+		t.Fatalf("not trusting K1 excluding c: %v", got)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STALE: does not trust K2", "STALE: no trust record", "stale hosts: b, c", "K5 = K0 (no longer published)", "S*"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
+	a, b, next := ecKey(t), ecKey(t), ecKey(t)
+	srv.Put(t, "/k/a", string(pubPEM(t, a))+string(pubPEM(t, next)))
+	srv.Put(t, "/k/b", string(pubPEM(t, b)))
+	ctx := context.Background()
+	put := func(host string, keys ...*ecdsa.PrivateKey) {
+		r := Record{Host: host, Time: time.Now(), Trusted: []string{}}
+		for _, k := range keys {
+			r.Trusted = append(r.Trusted, kid(t, k))
+		}
+		if err := Put(ctx, cli, p.Trust, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", a, b, next)
+	put("b", a, b)
+
+	// b does not trust next: a short wait ends naming b only.
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}})
+	cancel()
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"b"}) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait: %v, want a NotTrustedError naming b", err)
+	}
+
+	// A wait in progress returns once b's record trusts next.
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		close(started)
+		_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}})
+		done <- err
+	}()
+	<-started
+	put("b", a, b, next)
+	if err := <-done; err != nil {
+		t.Fatalf("wait after b trusts next: %v", err)
+	}
+
+	// Excluding a host: only the others count.
+	put("b", a, b)
+	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}, Exclude: []string{"b"}}); err != nil {
+		t.Fatalf("wait excluding b: %v", err)
+	}
+}
+
+func TestWaitTimesOutWhileEtcdIsDown(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond})
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) {
+		t.Fatalf("wait with etcd down: %v, want a NotTrustedError", err)
+	}
+}
+
+// A host that publishes but never recorded trust blocks a plain wait (its
+// trust is unknown) and is skipped with SkipUnrecorded.
+func TestWaitSkipUnrecorded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
+	a, c := ecKey(t), ecKey(t)
+	srv.Put(t, "/k/a", string(pubPEM(t, a)))
+	srv.Put(t, "/k/c", string(pubPEM(t, c)))
+	if err := Put(context.Background(), cli, p.Trust, Record{Host: "a", Trusted: []string{kid(t, a), kid(t, c)}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}})
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"c"}) {
+		t.Fatalf("plain wait: %v, want c named", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}, SkipUnrecorded: true}); err != nil {
+		t.Fatalf("wait skipping unrecorded hosts: %v", err)
+	}
+}
