@@ -61,6 +61,11 @@ func TestExampleBundleRepublishRestartsNothing(t *testing.T) {
 		der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
 		return enc("PUBLIC KEY", der)
 	}
+	// This master signs with k1: the bundle's check requires its public half.
+	p1, _ := x509.MarshalPKCS8PrivateKey(k1)
+	if err := os.WriteFile(filepath.Join(out, "pki", "sa.key"), []byte(enc("PRIVATE KEY", p1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const prefix = "/kubernetes/service-account-keys/"
 	s.Put(t, prefix+"master-1", pkix(k1))
 	s.Put(t, prefix+"master-2", pkix(k2))
