@@ -321,7 +321,14 @@ func (f *fleet) gateCut(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, out := victim.runUnit(t, unit, nil)
+		// A settle longer than the lease takes to be judged lost (TTL 10 s):
+		// the gate is surely still waiting when the helper finds out.
+		code, out := victim.runUnit(t, unit, func(argv []string) []string {
+			if strings.HasSuffix(argv[0], "kube-apiserver-safe-restart") {
+				return append(argv, "--health-settle=20s")
+			}
+			return argv
+		})
 		done <- result{code, out}
 	}()
 	select {
