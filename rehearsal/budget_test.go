@@ -38,17 +38,19 @@ func (f *fleet) reloadBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := strings.ReplaceAll(res.Template.ReloadCmd, "{{.dest}}", h.Path(res.Template.Dest)) + " --dry-run -o json"
+	// dest is already under the host's root: the resource file was rewritten.
+	cmd := strings.ReplaceAll(res.Template.ReloadCmd, "{{.dest}}", res.Template.Dest) + " --dry-run -o json"
 	for _, site := range []string{"defaults", "site"} {
 		e := env
 		if site == "defaults" {
 			e = append(append([]string(nil), env...), "SAFE_RESTART_ARGS=")
 		}
 		c := exec.Command("/bin/sh", "-c", cmd)
-		c.Env = e
+		var stderr strings.Builder
+		c.Env, c.Stderr = e, &stderr
 		out, err := c.Output()
 		if err != nil {
-			t.Fatalf("%s --dry-run (%s): %v\n%s", res.Template.ReloadCmd, site, err, out)
+			t.Fatalf("%s --dry-run (%s): %v\n%s%s", cmd, site, err, out, stderr.String())
 		}
 		var plan struct {
 			WorstCase        string `json:"worst_case"`

@@ -534,8 +534,16 @@ func (f *fleet) converged(t *testing.T, want []string) string {
 	if q := f.etcdKeys(t, lockName+"/"); len(q) > 0 {
 		return fmt.Sprintf("%d in the restart lock queue", len(q))
 	}
+	first := f.hosts[0].read("/etc/kubernetes/pki/sa-bundle.pem")
 	for _, h := range f.hosts {
-		got := bundleKids(h.read("/etc/kubernetes/pki/sa-bundle.pem"))
+		bundle := h.read("/etc/kubernetes/pki/sa-bundle.pem")
+		if !bytes.Equal(bundle, first) {
+			return h.name + ": bundle differs from " + f.hosts[0].name + "'s"
+		}
+		if n := pemBlocks(bundle); n != len(bundleKids(bundle)) {
+			return fmt.Sprintf("%s: bundle has %d PEM blocks that are not public keys", h.name, n-len(bundleKids(bundle)))
+		}
+		got := bundleKids(bundle)
 		sort.Strings(got)
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			return fmt.Sprintf("%s: bundle has %d keys, want %d", h.name, len(got), len(want))

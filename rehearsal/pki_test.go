@@ -121,3 +121,16 @@ func bundleKids(data []byte) []string {
 		}
 	}
 }
+
+// pemBlocks counts the PEM blocks of any type in data.
+func pemBlocks(data []byte) int {
+	n := 0
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return n
+		}
+		n++
+	}
+}

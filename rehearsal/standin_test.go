@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,11 +134,24 @@ func (s *systemd) restart(hook func(string)) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the OS thread that started the child exits, not
+	// the process: start and wait on one locked thread, which only ends
+	// (the goroutine returns while locked) once the apiserver has.
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
 	s.restarts.Add(1)
 	h.f.tl.started(h.name)
