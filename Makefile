@@ -54,9 +54,10 @@ test: etcd build fmt-check vet
 # kube-apiservers on one TLS etcd (rehearsal/README.md). Never skipped:
 # without kube-apiserver or etcd it fails.
 REHEARSAL_ETCD ?=
+REHEARSAL_RUN  ?= TestRehearsal
 rehearsal: etcd kube-apiserver build
 	KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver REHEARSAL_ETCD=$(REHEARSAL_ETCD) \
-		$(GO) test -tags rehearsal -count=1 -timeout 30m -v -run 'TestRehearsal' ./rehearsal/
+		$(GO) test -tags rehearsal -count=1 -timeout 30m -v -run '$(REHEARSAL_RUN)' ./rehearsal/
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)

@@ -2,6 +2,7 @@ package template
 
 import (
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -175,7 +176,8 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 	return p, nil
 }
 
-// publicKeys collects the public keys of every value given (strings, lists
+// publicKeys collects the public keys of every value given (certificates
+// are refused) ; strings, lists
 // of strings as getvs returns, or key/value pairs as gets returns, whose
 // keys then name the value in errors), de-duplicated by key ID and sorted by
 // key ID, so the result depends only on the set of keys published.
@@ -226,6 +228,13 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 			continue
 		}
 		for _, b := range blocks {
+			if b.Kind == pemcheck.Certificate {
+				// A service-account key set is keys: a certificate published
+				// there is a mistake (and kube-apiserver would trust its key
+				// without its name or expiry meaning anything).
+				errs = append(errs, blockErr(n.name, b, errors.New("a certificate, not a public key: publish the key itself (openssl x509 -pubkey -noout)")))
+				continue
+			}
 			p, err := normalizeBlock(n.name, b)
 			if err != nil {
 				errs = append(errs, err)

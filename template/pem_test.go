@@ -199,7 +199,7 @@ func TestPublicKeys(t *testing.T) {
 	b := newOpensslKey(t, "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256")
 	kvs := memkv.KVPairs{
 		{Key: "/sa/m1", Value: a.forms["PKIX public key"]},
-		{Key: "/sa/m2", Value: b.forms["certificate"]},
+		{Key: "/sa/m2", Value: b.forms["PKIX public key"]},
 		{Key: "/sa/m3", Value: strings.ReplaceAll(a.forms["PKCS#1 public key"], "\n", "\r\n")},
 	}
 	keys, err := publicKeys(kvs)
@@ -227,9 +227,13 @@ func TestPublicKeys(t *testing.T) {
 		}
 	}
 	// Plain strings (getvs) and several arguments work too, in any order.
-	again, err := publicKeys([]string{b.forms["PKIX public key"]}, a.forms["certificate"])
+	again, err := publicKeys([]string{b.forms["PKIX public key"]}, a.forms["PKCS#1 public key"])
 	if err != nil || len(again) != 2 || again[0].PEM != keys[0].PEM || again[1].PEM != keys[1].PEM {
 		t.Errorf("publicKeys(strings) = %+v, %v", again, err)
+	}
+	// A published certificate fails, naming its key.
+	if _, err := publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m5", Value: a.forms["certificate"]})); err == nil || !strings.Contains(err.Error(), "/sa/m5") || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("publicKeys with a certificate: err = %v", err)
 	}
 	// A published private key fails, naming its key and never quoting it.
 	kvs = append(kvs, memkv.KVPair{Key: "/sa/m4", Value: b.forms["PKCS#8 private key"]})
