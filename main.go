@@ -52,7 +52,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}
 	stopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
-	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c}
+	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c, stop: stopCtx.Done()}
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
@@ -249,6 +249,7 @@ type resourceLoader struct {
 	getenv         func(string) string
 	cfg            *Config
 	keyring        *template.Keyring // -secret-keyring, read once at start
+	stop           <-chan struct{}   // closed by the first SIGTERM/SIGINT
 	current        []*resource.Resource
 }
 
@@ -258,7 +259,7 @@ func (l *resourceLoader) settings(c *Config) *resource.Settings {
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
-		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring,
+		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
 	}
 }
 

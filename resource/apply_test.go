@@ -361,3 +361,45 @@ func TestStopDuringReloadThatCompletesIsNotRepeated(t *testing.T) {
 		t.Fatalf("next run = %+v, %v, reloads %q", res, err, f.marksRead())
 	}
 }
+
+// The daemon's first SIGTERM (Settings.Stop) lets a running check_cmd
+// finish but starts no reload_cmd after it: the file goes live, its reload
+// stays owed and runs on the next run.
+func TestStopStartsNoReloadAfterCheck(t *testing.T) {
+	f := newFixture(t, "")
+	stop := make(chan struct{})
+	f.s.Stop = stop
+	dir := t.TempDir()
+	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	for _, p := range []string{started, release} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.load()
+	r.CheckCmd = "echo go > " + started + "; cat " + release + " >/dev/null"
+	r.ReloadCmd = "echo reload >> " + f.marks
+	go func() {
+		_, _ = os.ReadFile(started) // the check is running
+		close(stop)
+		_ = os.WriteFile(release, []byte("x"), 0o600)
+	}()
+	_, err := r.Process(context.Background(), f.store)
+	if err == nil || !strings.Contains(err.Error(), "confd is stopping: its reload_cmd was not started") || f.marksRead() != "" {
+		t.Fatalf("error = %v, reloads %q", err, f.marksRead())
+	}
+	f.s.Stop = nil
+	next := f.load()
+	next.ReloadCmd = "echo reload >> " + f.marks
+	if res, err := next.Process(context.Background(), f.store); err != nil || !res.Reloaded || f.marksRead() != "reload\n" {
+		t.Fatalf("next run = %+v, %v, reloads %q", res, err, f.marksRead())
+	}
+	// Once stopping, not even a check starts.
+	f.s.Stop = stop
+	f.store.kvs["/app/name"] = "other"
+	again := f.load()
+	again.CheckCmd = "echo check >> " + f.marks
+	if _, err := again.Process(context.Background(), f.store); err == nil || !strings.Contains(err.Error(), "check_cmd was not started") || f.marksRead() != "reload\n" {
+		t.Fatalf("check after stop: %v, marks %q", err, f.marksRead())
+	}
+}

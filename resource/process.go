@@ -175,11 +175,29 @@ func (r *Resource) check(ctx context.Context, stage string, log logrus.FieldLogg
 	if err != nil {
 		return fmt.Errorf("%s: check_cmd: %w", r.File, err)
 	}
+	if r.stopping(ctx) {
+		return fmt.Errorf("%s: confd is stopping: check_cmd was not started; %s left unchanged", r.File, r.Dest)
+	}
 	log.Debugf("Running check_cmd %s", cmd)
 	if err := r.runCommand(ctx, "check_cmd", cmd, r.CheckTimeout, log.Debugf, log); err != nil {
 		return fmt.Errorf("%s: check_cmd failed, %s left unchanged: %w", r.File, r.Dest, err)
 	}
 	return nil
+}
+
+// stopping reports that no command may start any more: ctx ended, or the
+// daemon's first SIGTERM closed Settings.Stop (commands already running
+// keep their own context until a second signal).
+func (r *Resource) stopping(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-r.settings.Stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // reload runs reload_cmd for a file that is live and clears the owed
@@ -189,7 +207,7 @@ func (r *Resource) reload(ctx context.Context, stage string, log logrus.FieldLog
 	if err != nil {
 		return fmt.Errorf("%s: reload_cmd: %w; it is owed and will be retried on the next run", r.File, err)
 	}
-	if ctx.Err() != nil {
+	if r.stopping(ctx) {
 		return fmt.Errorf("%s: %s is updated, but confd is stopping: its reload_cmd was not started; it is owed and will be retried on the next run", r.File, r.Dest)
 	}
 	log.Debugf("Running reload_cmd %s", cmd)

@@ -51,6 +51,9 @@ type Settings struct {
 	// CommandEnv is the environment of check_cmd and reload_cmd, without
 	// confd's own credentials; nil inherits confd's.
 	CommandEnv []string
+	// Stop, when closed, lets no check_cmd or reload_cmd start (confd is
+	// stopping); nil never closes. A reload not started stays owed.
+	Stop <-chan struct{}
 	// Writer and Runner carry out plans; nil means FileWriter and runner.Run.
 	Writer Writer
 	Runner Runner
