@@ -301,12 +301,12 @@ func TestRotateKeyZeroRejections(t *testing.T) {
 	// later step, then completes.
 	m3.setDown(false)
 	for _, marker := range []string{"published the current and the next public key", "every host trusts the next key", "restarting this apiserver through the lock"} {
-		r := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s", "--grace", "2s")...)
+		r := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s", "--grace", "15s")...)
 		r.stderr.waitFor(t, marker)
 		r.signal(t, syscall.SIGKILL)
 		r.wait(t)
 	}
-	if p := runBin(t, f.env, f.rotateArgs(m1, "--timeout", "25s", "--grace", "2s")...); p.code != codeOK {
+	if p := runBin(t, f.env, f.rotateArgs(m1, "--timeout", "25s", "--grace", "15s")...); p.code != codeOK {
 		t.Fatalf("rotate-key re-run: exit %d\n%s", p.code, p.stderr)
 	}
 	if got := fileKids(t, m1.path("sa.key"))[0]; got != next {
@@ -334,7 +334,8 @@ func TestRotateKeyZeroRejections(t *testing.T) {
 		t.Fatalf("idempotent re-run: exit %d\n%s", p.code, p.stderr)
 	}
 
-	// Retire: not before the grace period is over, then the old key goes
+	// Retire: not before the grace period (15 s: the steps since the install
+	// take seconds under the race detector) is over, then the old key goes
 	// from every bundle.
 	if p := runBin(t, f.env, "retire-keys", "--host", m1.name, "--signing-key", m1.path("sa.key"), "--public-key", m1.path("sa.pub")); p.code != codeOK {
 		t.Fatalf("retire-keys early: exit %d\n%s", p.code, p.stderr)
