@@ -364,7 +364,9 @@ func startProcess(t *testing.T, name string, env, argv []string) *process {
 	p := &process{name: name, out: newLogBuf(), done: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = env, p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary killed by its -timeout leaves no confd
+	// running (no thread of this process ever exits: see systemd.start).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -570,6 +572,9 @@ func (f *fleet) awaitConverged(t *testing.T, within time.Duration) {
 	for {
 		if why = f.converged(t, want); why == "" {
 			return
+		}
+		if err := f.etcd.Alive(); err != nil {
+			t.Fatalf("fleet not converged on %d published keys: %v", len(want), err)
 		}
 		select {
 		case <-deadline:

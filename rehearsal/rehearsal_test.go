@@ -17,6 +17,9 @@ func TestRehearsal(t *testing.T) {
 		ok := t.Run(name, func(t *testing.T) {
 			start := time.Now()
 			fn(t)
+			if err := f.etcd.Alive(); err != nil {
+				t.Fatal(err) // every later scenario would only time out
+			}
 			f.assertNoOverlap(t)
 			t.Logf("%s took %s; restarts per host %v", name, time.Since(start).Round(time.Second), f.restarts())
 		})

@@ -135,12 +135,16 @@ func (s *systemd) restart(hook func(string)) error {
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig fires when the OS thread that started the child exits, not
-	// the process: start and wait on one locked thread, which only ends
-	// (the goroutine returns while locked) once the apiserver has.
+	// the process: start and wait on one locked thread, and unlock it
+	// before the goroutine returns. A goroutine that returns while locked
+	// makes the runtime end its thread, and with it every Pdeathsig child
+	// that thread ever forked, whoever forked it: etcd itself, started
+	// earlier on that thread by etcdtest, was SIGKILLed so mid-scenario.
 	exited := make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return

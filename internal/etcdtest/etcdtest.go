@@ -299,6 +299,24 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
+// Alive is nil while etcd runs (or is paused), and otherwise says how it
+// ended and what it printed: a test waiting on a dead etcd would only see
+// timeouts.
+func (s *Server) Alive() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return errors.New("etcd was never started")
+	}
+	select {
+	case <-done:
+		return fmt.Errorf("etcd %s exited (%s); its output:\n%s", s.Endpoint, cmd.ProcessState, s.Output())
+	default:
+		return nil
+	}
+}
+
 // Output is what etcd has printed so far, for failure messages.
 func (s *Server) Output() string {
 	s.mu.Lock()

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,5 +45,25 @@ func TestTLSRefusesUntrustedClient(t *testing.T) {
 	defer cancel()
 	if _, err := cli.Get(ctx, "/a"); err == nil {
 		t.Fatal("server accepted a client certificate from an untrusted CA")
+	}
+}
+
+// A killed etcd is named as such, with how it ended, instead of leaving
+// the test to time out on requests.
+func TestAliveReportsDeath(t *testing.T) {
+	s := Start(t)
+	if err := s.Alive(); err != nil {
+		t.Fatalf("Alive on a running etcd: %v", err)
+	}
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	err := s.Alive()
+	if err == nil || !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("Alive after SIGKILL = %v, want an error naming the signal", err)
 	}
 }
