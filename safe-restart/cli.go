@@ -95,6 +95,7 @@ type options struct {
 	timeout        time.Duration
 	excludeHosts   []string
 	skipUnrecorded bool
+	ifNewKey       bool
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
@@ -165,6 +166,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
 	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
 	fs.BoolVar(&o.skipUnrecorded, "skip-unrecorded", false, "wait-trusted: do not wait for hosts that publish keys but have never recorded trust (new hosts, keys of hosts not running this tool)")
+	fs.BoolVar(&o.ifNewKey, "if-new-key", false, "wait-trusted: wait only for keys this host (--host) was not signing with at its last recorded restart, and not for this host itself: a plain restart or reboot passes at once, as the restart's own trust gate does")
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
@@ -192,12 +194,12 @@ var flagScope = map[string][]string{
 	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
 	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
-	"host":          {cmdRestart, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-timeout": restarting,
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"signing-key":   {cmdRotateKey, cmdRetireKeys},
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
-	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted},
+	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"reason":          {cmdHold},

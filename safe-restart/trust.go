@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,14 +189,44 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(err).Error("wait-trusted: --public-key")
 		return exitPreflight
 	}
+	exclude := a.o.excludeHosts
+	if a.o.ifNewKey {
+		// The restart's own trust gate, for a start that no helper gated
+		// (boot): a key this host already signed with was trusted when it
+		// began to, and waiting for it here could wait on hosts that need
+		// the restart lock a helper holds while systemd runs this.
+		host := a.trustHost(ctx)
+		exclude = append(append([]string(nil), exclude...), host)
+		rctx, cancel := a.opCtx(ctx)
+		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		cancel()
+		if err != nil {
+			a.log.WithError(a.etcdErr(err)).Error("wait-trusted: cannot read key trust")
+			return exitError
+		}
+		var own *trust.Record
+		for _, h := range rep.Hosts {
+			if h.Host == host {
+				own = h.Record
+			}
+		}
+		if own != nil && slices.Contains(kids, own.Signing) {
+			kids = slices.DeleteFunc(kids, func(k string) bool { return k == own.Signing })
+			a.log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
+		}
+		if len(kids) == 0 {
+			fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
+			return exitOK
+		}
+	}
 	log := a.log.WithField("keys", strings.Join(kids, ","))
 	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: a.o.excludeHosts, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
+	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
-		if pubs := rep.Publishers(a.o.excludeHosts); len(pubs) == 0 {
+		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
 			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", a.o.keysPrefix)
 		} else {
 			log.Infof("trusted by every host: %s", strings.Join(pubs, ", "))

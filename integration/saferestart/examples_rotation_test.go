@@ -64,17 +64,23 @@ func selfFQDN(t *testing.T) string {
 }
 
 // The drop-in's ExecStartPre, run as shipped (paths moved): it fails naming
-// the host that does not trust this host's key yet, passes once it does,
-// and the documented escape file skips it for a first master.
+// the host that does not trust this host's signing key yet, passes once it
+// does, passes at once for a key this host already signed with (a restart
+// under the helper's lock must never wait on hosts that need that lock), and
+// the documented escape file skips it for a first master.
 func TestWaitTrustedDropIn(t *testing.T) {
 	srv := etcdtest.Start(t)
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "pki"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, pub := newKeyPair(t)
+	priv, pub := newKeyPair(t)
 	_, otherPub := newKeyPair(t)
-	writeFile(t, filepath.Join(root, "pki", "sa.pub"), pub)
+	_, nextPub := newKeyPair(t)
+	writeFile(t, filepath.Join(root, "pki", "sa.key"), priv)
+	// As during rotate-key: sa.pub also holds the next key, which nobody
+	// trusts yet and which the apiserver does not sign with.
+	writeFile(t, filepath.Join(root, "pki", "sa.pub"), append(append([]byte(nil), pub...), nextPub...))
 	self := selfFQDN(t)
 	srv.Put(t, keysPrefix+"/"+self, string(pub))
 	srv.Put(t, keysPrefix+"/other.example", string(otherPub))
@@ -98,6 +104,15 @@ func TestWaitTrustedDropIn(t *testing.T) {
 	srv.Put(t, trustPrefix+"/other.example", `{"host":"other.example","trusted":["`+kid+`"],"bundle_sha256":"x","time":"`+time.Now().UTC().Format(time.RFC3339)+`"}`)
 	if p := run(); p.code != codeOK {
 		t.Fatalf("drop-in once trusted: exit %d\n%s", p.code, p.stderr)
+	}
+	// A restart with the key this host already signed with: other.example
+	// dropped it meanwhile (its bundle lost this host's key), but only a
+	// restart of other.example, which may wait for the lock held by the
+	// helper that runs this, can fix that.
+	srv.Put(t, trustPrefix+"/other.example", `{"host":"other.example","trusted":["`+otherKid+`"],"bundle_sha256":"x","time":"`+time.Now().UTC().Format(time.RFC3339)+`"}`)
+	srv.Put(t, trustPrefix+"/"+self, `{"host":"`+self+`","trusted":["`+kid+`","`+otherKid+`"],"signing":"`+kid+`","bundle_sha256":"x","time":"`+time.Now().UTC().Format(time.RFC3339)+`"}`)
+	if p := run(); p.code != codeOK || !strings.Contains(p.stdout.String(), "no new key") {
+		t.Fatalf("drop-in for the key this host signed with: exit %d, want 0 at once\n%s%s", p.code, p.stdout, p.stderr)
 	}
 	// Escape for a first master: no etcd needed at all.
 	writeFile(t, filepath.Join(root, "sa-wait-trusted.skip"), nil)
