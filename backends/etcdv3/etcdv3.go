@@ -87,24 +87,44 @@ func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints
 // keys at most; the first fixes the revision, and the others, and the
 // further pages of ranges that did not fit, read at it.
 func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]string, int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	reads := planReads(keys)
 	var err error
 	for attempt := 1; attempt <= readAttempts; attempt++ {
 		var vals map[string]string
 		var rev int64
-		vals, rev, err = c.readAt(ctx, reads, attempt)
+		vals, rev, err = c.readAt(rctx, reads, attempt)
 		if err == nil {
 			return vals, rev, nil
 		}
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
-		if !errors.Is(err, rpctypes.ErrCompacted) || ctx.Err() != nil {
+		if !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
 			break
 		}
 	}
-	return nil, 0, fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
+	err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
+	return nil, 0, c.withCause(ctx, err)
+}
+
+// diagnoseBudget bounds the look for a cause behind a failed request.
+const diagnoseBudget = 2 * time.Second
+
+// withCause adds to a request that found no etcd (the client library says
+// only "context deadline exceeded" while it redials) what a connection of
+// our own finds: refused, a TLS refusal, an expired client certificate.
+// Nothing is added when the caller gave up or every endpoint looks fine.
+func (c *Client) withCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || etcdclient.IsUnavailable(err)) {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, diagnoseBudget)
+	defer cancel()
+	if cause := c.Diagnose(dctx); cause != nil {
+		return fmt.Errorf("%w (cause: %v)", err, cause)
+	}
+	return err
 }
 
 // read is one range request and the requested key it serves, whose path

@@ -402,3 +402,28 @@ func TestGetValuesPagesAtOneRevision(t *testing.T) {
 		t.Errorf("second read: %d keys, /big/094 = %q", len(got), got["/big/094"])
 	}
 }
+
+// A read that finds no etcd says why, not only "context deadline exceeded":
+// the daemon logs this error on every retry while etcd is gone.
+func TestGetValuesNamesTheCause(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t, etcdtest.WithTLS())
+	c := connect(t, Config{Nodes: []string{s.Endpoint}, ClientCAKeys: s.TLS.CA, ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey, RequestTimeout: time.Second})
+	getValues(t, c, "/k")
+	s.Stop()
+	_, _, err := c.GetValues(context.Background(), []string{"/k"})
+	if err == nil {
+		t.Fatal("GetValues with etcd stopped succeeded")
+	}
+	for _, want := range []string{s.Endpoint, "unreachable", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	// A caller that gave up gets its own error, with no look for a cause.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := c.GetValues(ctx, []string{"/k"}); !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "cause:") {
+		t.Errorf("GetValues with a canceled context: %v", err)
+	}
+}
