@@ -278,7 +278,7 @@ func (h *host) baseEnv() []string {
 // unit parses one of the host's installed systemd units.
 func (h *host) unit(t *testing.T, name string) *Unit {
 	t.Helper()
-	u, err := ParseUnit(name, string(h.read("/etc/systemd/system/"+name)))
+	u, err := LoadUnit(h.Path("/etc/systemd/system"), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +425,27 @@ func (l *logBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// waitFor reports whether the output has a line containing sub, waiting
+// for more output (or done) up to within.
+func (l *logBuf) waitFor(sub string, done <-chan struct{}, within time.Duration) bool {
+	deadline := time.After(within)
+	for {
+		l.mu.Lock()
+		found, changed := strings.Contains(l.b.String(), sub), l.changed
+		l.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return strings.Contains(l.String(), sub)
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 // count is how many lines contain every one of subs.
@@ -694,16 +715,37 @@ func (f *fleet) hold(t *testing.T) (string, bool) {
 // environment (as the bundle's reload_cmd gets it).
 func (h *host) helper(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	u := h.unit(t, "confd.service")
-	env, err := u.Env(h.baseEnv())
+	cmd := exec.Command(h.Path("/usr/local/bin/kube-apiserver-safe-restart"), args...)
+	var out bytes.Buffer
+	cmd.Env, cmd.Stdout, cmd.Stderr = h.helperEnv(t), &out, &out
+	err := cmd.Run()
+	return exitCode(err), out.String()
+}
+
+// helperEnv is the environment the helper gets from confd.service.
+func (h *host) helperEnv(t *testing.T) []string {
+	t.Helper()
+	env, err := h.unit(t, "confd.service").Env(h.baseEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(h.Path("/usr/local/bin/kube-apiserver-safe-restart"), args...)
-	var out bytes.Buffer
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
-	err = cmd.Run()
-	return exitCode(err), out.String()
+	return env
+}
+
+// helperKilledAt runs the helper with args and SIGKILLs it (the helper
+// alone, as the OOM killer or a crash would) as soon as its output has a
+// line containing msg; it fails the test if the helper ended or did not
+// get there within 5 minutes. It returns the output.
+func (h *host) helperKilledAt(t *testing.T, msg string, args ...string) string {
+	t.Helper()
+	p := startProcess(t, h.name+" kube-apiserver-safe-restart "+args[0], h.helperEnv(t), append([]string{h.Path("/usr/local/bin/kube-apiserver-safe-restart")}, args...))
+	if !p.out.waitFor(msg, p.done, 5*time.Minute) {
+		p.stop(t, 30*time.Second)
+		t.Fatalf("%s %s never logged %q (exit %d):\n%s", h.name, args[0], msg, exitCode(p.err), tail(p.out.String(), 6000))
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return p.out.String()
 }
 
 // pollReady samples the host's /readyz (anonymous, as any client would see

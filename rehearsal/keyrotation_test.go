@@ -3,15 +3,19 @@
 package rehearsal
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,8 +188,29 @@ func (h *host) restartFlags(t *testing.T) []string {
 
 func (h *host) rotateKey(t *testing.T, more ...string) (int, string) {
 	t.Helper()
+	return h.helper(t, h.rotateKeyArgs(t, more...)...)
+}
+
+// rotateKeyArgs is rotate-key's command line on h: the shipped reload_cmd's
+// restart flags, plus more.
+func (h *host) rotateKeyArgs(t *testing.T, more ...string) []string {
+	t.Helper()
 	args := append([]string{"rotate-key", "--signing-key", h.Path("/etc/kubernetes/pki/sa.key"), "--public-key", h.Path("/etc/kubernetes/pki/sa.pub")}, more...)
-	return h.helper(t, append(args, h.restartFlags(t)...)...)
+	return append(args, h.restartFlags(t)...)
+}
+
+// rotationState is h's rotation record in etcd.
+func (f *fleet) rotationState(t *testing.T, h *host) (phase, next string) {
+	t.Helper()
+	var st struct {
+		Phase string `json:"phase"`
+		Next  string `json:"next"`
+	}
+	key := "/kubernetes/service-account-keys-rotation/" + h.name + "/state"
+	if err := json.Unmarshal([]byte(f.etcdKeys(t, key)[key]), &st); err != nil {
+		t.Fatalf("rotation state of %s: %v", h.name, err)
+	}
+	return st.Phase, st.Next
 }
 
 func (h *host) retireKeys(t *testing.T) (int, string) {
@@ -195,9 +220,11 @@ func (h *host) retireKeys(t *testing.T) (int, string) {
 
 // saKeyRotation rotates m1's key with rotate-key while a client keeps
 // requesting tokens from every master and presenting each to every master:
-// not one refusal. First with m3's confd down (the rotation waits, times out
-// naming m3, installs nothing), then resumed; the old key goes from every
-// bundle and apiserver only after the (shortened) grace period.
+// not one refusal. rotate-key is SIGKILLed after each step (generate,
+// publish, during the wait, install, during the restart) and run again,
+// each run resuming where the last stopped; once with m3's confd down (the
+// rotation waits, times out naming m3, installs nothing). The old key goes
+// from every bundle and apiserver only after the (shortened) grace period.
 func (f *fleet) saKeyRotation(t *testing.T) {
 	m1, m3 := f.hosts[0], f.hosts[2]
 	old := m1.sa.kid
@@ -216,7 +243,31 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	probe := f.startTokenProbe(t)
 	defer probe.finish(t)
 
+	signing := func() string { return keyKidOfPrivate(t, m1.read("/etc/kubernetes/pki/sa.key")) }
+	run := m1.rotateKeyArgs(t, "--timeout", "4m", "--grace", "40s")
+	killedAt := func(step, msg, wantPhase string, resumed bool) {
+		t.Helper()
+		out := m1.helperKilledAt(t, msg, run...)
+		if resumed != strings.Contains(out, "resuming the rotation") {
+			t.Errorf("rotate-key killed at %s: resumed = %v, want %v:\n%s", step, !resumed, resumed, tail(out, 4000))
+		}
+		if phase, _ := f.rotationState(t, m1); phase != wantPhase {
+			t.Errorf("rotate-key killed at %s: state %q, want %q", step, phase, wantPhase)
+		}
+		t.Logf("rotate-key SIGKILLed at %s", step)
+	}
+	killedAt("generate", "next key pair ready", "generated", false)
+	_, next := f.rotationState(t, m1)
+	if signing() != old {
+		t.Fatal("m1's signing key changed at the generate step")
+	}
+	killedAt("publish", "published the current and the next public key", "published", true)
+	if pub, err := pemcheck.Parse("published", []byte(f.etcdKeys(t, keyPrefix+m1.name)[keyPrefix+m1.name])); err != nil || len(pub.Blocks) != 2 {
+		t.Errorf("m1's published value after the publish step: %v, want the current and the next key", err)
+	}
+
 	m3.stopConfd(t)
+	killedAt("wait-trusted", "waiting until every host's apiserver trusts the next key", "published", true)
 	code, out := m1.rotateKey(t, "--timeout", "45s", "--grace", "40s")
 	if code != 5 || !strings.Contains(out, "m3.fleet.test") {
 		t.Fatalf("rotate-key with m3 down: exit %d, want 5 naming m3:\n%s", code, tail(out, 4000))
@@ -230,13 +281,47 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	}
 
 	m3.startConfd(t)
+	killedAt("install", "next key installed as the signing key", "installing", true)
+	if got := signing(); got != next {
+		t.Fatalf("m1 signs with %s after the install step, want the next key %s", got, next)
+	}
+	// During the restart itself: the helper dies once the old apiserver is
+	// stopped; its restart command must not outlive it, and the re-run
+	// restarts again under the lock.
+	outcome := make(chan string, 1)
+	m1.systemd.onNextRestart(func(phase string, caller int, conn net.Conn) {
+		if phase != "stopped" {
+			return
+		}
+		helper, err := helperOf(caller)
+		if err != nil {
+			outcome <- err.Error()
+			return
+		}
+		_ = syscall.Kill(helper, syscall.SIGKILL)
+		outcome <- awaitHangUp(conn, 15*time.Second, "rotate-key's SIGKILL")
+	})
+	if code, out := m1.rotateKey(t, "--timeout", "4m", "--grace", "40s"); code == 0 {
+		t.Fatalf("rotate-key killed during the restart exited 0:\n%s", tail(out, 4000))
+	}
+	select {
+	case msg := <-outcome:
+		if msg != "" {
+			t.Error(msg)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("rotate-key's restart never reached systemd")
+	}
+	if phase, _ := f.rotationState(t, m1); phase != "installing" {
+		t.Errorf("rotate-key killed during the restart: state %q, want installing", phase)
+	}
+
 	code, out = m1.rotateKey(t, "--timeout", "4m", "--grace", "40s")
 	if code != 0 || !strings.Contains(out, "resuming the rotation") {
 		t.Fatalf("rotate-key resumed: exit %d:\n%s", code, tail(out, 6000))
 	}
-	next := keyKidOfPrivate(t, m1.read("/etc/kubernetes/pki/sa.key"))
-	if next == old {
-		t.Fatal("m1's signing key did not change")
+	if got := signing(); got != next || next == old {
+		t.Fatalf("m1 signs with %s, want the next key %s (old %s)", got, next, old)
 	}
 	f.awaitConverged(t, 4*time.Minute)
 	if !slices.Contains(f.publishedKids(t), old) {
@@ -302,4 +387,78 @@ func keyKidOfPrivate(t *testing.T, pemData []byte) string {
 		t.Fatal(err)
 	}
 	return kid
+}
+
+// reimaged: m2 is reinstalled and comes back with a new service-account key
+// pair (the old private key is lost) and without its rendered files, and
+// boots as a new host would (publisher, one confd -onetime, confd.service),
+// the shipped wait-trusted drop-in running before its apiserver starts.
+// While a client keeps requesting tokens from every master and presenting
+// each to every master, not one is refused; at the moment m2's apiserver
+// starts with the new key, every other master's trust record lists it; the
+// old key leaves every bundle.
+func (f *fleet) reimaged(t *testing.T) {
+	m2 := f.hosts[1]
+	probe := f.startTokenProbe(t)
+	defer probe.finish(t)
+
+	// Out of service, as its operator takes it down: its downtime is not
+	// a restart's and is not checked for overlap.
+	f.tl.outOfService(m2.name)
+	m2.stopConfd(t)
+	m2.systemd.stopUnit()
+	old := m2.sa.kid
+	m2.sa = newSAKey(t)
+	m2.write("/etc/kubernetes/pki/sa.key", string(m2.sa.private), 0o600)
+	m2.write("/etc/kubernetes/pki/sa.pub", string(m2.sa.public), 0o644)
+	for _, gone := range []string{"/etc/kubernetes/pki/sa-bundle.pem", "/etc/kubernetes/apiserver-sa.env"} {
+		if err := os.Remove(m2.Path(gone)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	untrusted := make(chan string, 1)
+	m2.systemd.onNextRestart(func(phase string, _ int, _ net.Conn) {
+		if phase != "starting" {
+			return
+		}
+		var why []string
+		for _, o := range f.hosts {
+			if o == m2 {
+				continue
+			}
+			var rec struct {
+				Trusted []string `json:"trusted"`
+			}
+			// Not f.etcdKeys: this runs on the stand-in's goroutine, where
+			// t.Fatal must not be called.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := f.cli.Get(ctx, "/kubernetes/service-account-keys-trust/"+o.name)
+			cancel()
+			if err == nil && len(resp.Kvs) == 1 {
+				err = json.Unmarshal(resp.Kvs[0].Value, &rec)
+			}
+			if err != nil || !slices.Contains(rec.Trusted, m2.sa.kid) {
+				why = append(why, fmt.Sprintf("%s trusts %v (%v)", o.name, rec.Trusted, err))
+			}
+		}
+		untrusted <- strings.Join(why, "; ")
+	})
+	m2.boot(t)
+	select {
+	case why := <-untrusted:
+		if why != "" {
+			t.Errorf("m2's apiserver started with its new key %s before every other master trusted it: %s", m2.sa.kid, why)
+		}
+	default:
+		t.Error("m2 booted without a restart through its systemd")
+	}
+	f.awaitConverged(t, 4*time.Minute)
+	if slices.Contains(f.publishedKids(t), old) {
+		t.Errorf("m2's lost key %s is still published", old)
+	}
+	f.await(t, time.Minute, "a token signed with m2's new key accepted everywhere", func() bool { return probe.acceptedEverywhere(m2.name, m2.sa.kid) })
+	if !strings.Contains(string(m2.read("/var/log/kube-apiserver.log")), "systemd: ExecStartPre") {
+		t.Error("the wait-trusted drop-in never ran before m2's apiserver")
+	}
 }

@@ -39,6 +39,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("reload-timeout", f.reloadTimeout)
 	scenario("gate-cut", f.gateCut)
 	scenario("sa-key-rotation", f.saKeyRotation)
+	scenario("reimaged", f.reimaged)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not
@@ -56,51 +57,58 @@ func (f *fleet) assertNoOverlap(t *testing.T) {
 	t.Logf("%d outages recorded, %d overlapping", len(all), len(bad))
 }
 
-// fresh brings three fresh hosts up one after the other, as a new
-// site would: the publisher unit (boot), one `confd -onetime` (the
-// confd.service command line with -watch swapped for -onetime), which must
-// exit 0 and leave a ready apiserver, then confd.service itself.
+// fresh brings three fresh hosts up one after the other, as a new site
+// would (boot).
 func (f *fleet) fresh(t *testing.T) {
 	for _, h := range f.hosts {
-		if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
-			t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
-		}
-		if got := f.etcdKeys(t, keyPrefix)[keyPrefix+h.name]; got != string(h.sa.public) {
-			t.Fatalf("%s: published key = %q", h.name, got)
-		}
-		u := h.unit(t, "confd.service")
-		env, err := u.Env(h.baseEnv())
-		if err != nil {
-			t.Fatal(err)
-		}
-		argv, _, err := Command(u.ExecStart[0], env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		swapped := false
-		for i, a := range argv {
-			if a == "-watch" {
-				argv[i], swapped = "-onetime", true
-			}
-		}
-		if !swapped {
-			t.Fatalf("confd.service ExecStart has no -watch: %q", argv)
-		}
-		p := startProcess(t, h.name+" confd -onetime", env, argv)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Minute):
-			t.Fatalf("%s: confd -onetime still running after 5 min:\n%s", h.name, p.out)
-		}
-		if code := exitCode(p.err); code != 0 {
-			t.Fatalf("%s: first confd -onetime exited %d:\n%s", h.name, code, p.out)
-		}
-		if !f.tl.isReady(h.name) {
-			t.Fatalf("%s: apiserver not ready after confd -onetime", h.name)
-		}
-		h.startConfd(t)
+		h.boot(t)
 	}
 	f.awaitConverged(t, 4*time.Minute)
+}
+
+// boot brings a new host up: the publisher unit, one `confd -onetime` (the
+// confd.service command line with -watch swapped for -onetime), which must
+// exit 0 and leave a ready apiserver, then confd.service itself.
+func (h *host) boot(t *testing.T) {
+	t.Helper()
+	f := h.f
+	if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
+		t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
+	}
+	if got := f.etcdKeys(t, keyPrefix)[keyPrefix+h.name]; got != string(h.sa.public) {
+		t.Fatalf("%s: published key = %q", h.name, got)
+	}
+	u := h.unit(t, "confd.service")
+	env, err := u.Env(h.baseEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, _, err := Command(u.ExecStart[0], env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := false
+	for i, a := range argv {
+		if a == "-watch" {
+			argv[i], swapped = "-onetime", true
+		}
+	}
+	if !swapped {
+		t.Fatalf("confd.service ExecStart has no -watch: %q", argv)
+	}
+	p := startProcess(t, h.name+" confd -onetime", env, argv)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("%s: confd -onetime still running after 5 min:\n%s", h.name, p.out)
+	}
+	if code := exitCode(p.err); code != 0 {
+		t.Fatalf("%s: first confd -onetime exited %d:\n%s", h.name, code, p.out)
+	}
+	if !f.tl.isReady(h.name) {
+		t.Fatalf("%s: apiserver not ready after confd -onetime", h.name)
+	}
+	h.startConfd(t)
 }
 
 func (f *fleet) allTokens(t *testing.T) {

@@ -139,3 +139,36 @@ ExecStart=/bin/k \
 		t.Fatal("a missing required EnvironmentFile was accepted")
 	}
 }
+
+// Drop-ins apply in file-name order after the unit: lists append, and an
+// empty assignment clears what came before, as systemd does.
+func TestLoadUnitDropIns(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, text string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("k.service", "[Service]\nEnvironment=A=1\nExecStartPre=/bin/first\nExecStart=/bin/k\n")
+	write("k.service.d/20-b.conf", "[Service]\nExecStartPre=\nExecStartPre=/bin/after-reset\nEnvironment=B=2\n")
+	write("k.service.d/10-a.conf", "[Service]\nExecStartPre=/bin/dropped\n")
+	write("k.service.d/30-c.txt", "[Service]\nExecStartPre=/bin/not-a-drop-in\n")
+	u, err := LoadUnit(dir, "k.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(u.ExecStartPre, "|"); got != "/bin/after-reset" {
+		t.Errorf("ExecStartPre = %q, want only the one after the reset", got)
+	}
+	if got := strings.Join(u.Environment, "|"); got != "A=1|B=2" {
+		t.Errorf("Environment = %q", got)
+	}
+	write("k.service.d/40-bad.conf", "[Service]\nExecStartPre\n")
+	if _, err := LoadUnit(dir, "k.service"); err == nil || !strings.Contains(err.Error(), "40-bad.conf:2") {
+		t.Errorf("bad drop-in: %v, want its file and line", err)
+	}
+}

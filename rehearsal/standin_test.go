@@ -56,8 +56,10 @@ func startSystemd(t *testing.T, h *host) *systemd {
 }
 
 // onNextRestart sets a hook for the next restart only, called with phase
-// "stopped" (old apiserver gone, new not started) and "done" (answered,
-// and the caller has hung up), the caller's pid and its connection.
+// "stopped" (old apiserver gone, ExecStartPre not run yet), "starting"
+// (ExecStartPre passed, the new apiserver about to start) and "done"
+// (answered, and the caller has hung up), the caller's pid and its
+// connection.
 func (s *systemd) onNextRestart(hook func(phase string, caller int, conn net.Conn)) {
 	s.hookMu.Lock()
 	defer s.hookMu.Unlock()
@@ -113,7 +115,7 @@ func (s *systemd) restart(hook func(string)) error {
 	h.f.tl.stopping(h.name)
 	s.stop(syscall.SIGTERM)
 	hook("stopped")
-	u, err := ParseUnit("kube-apiserver.service", string(h.read("/etc/systemd/system/kube-apiserver.service")))
+	u, err := LoadUnit(h.Path("/etc/systemd/system"), "kube-apiserver.service")
 	if err != nil {
 		return err
 	}
@@ -130,6 +132,24 @@ func (s *systemd) restart(hook func(string)) error {
 		return err
 	}
 	defer logf.Close()
+	// ExecStartPre= (the shipped wait-trusted drop-in among them) runs
+	// first, in the start job, with the unit's environment; one that fails
+	// without a leading "-" fails the start and leaves the unit down.
+	for _, line := range u.ExecStartPre {
+		pre, ignore, err := Command(line, env)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(logf, "==== %s systemd: ExecStartPre %s\n", time.Now().Format(time.RFC3339Nano), line)
+		c := exec.Command(pre[0], pre[1:]...)
+		c.Env, c.Stdout, c.Stderr = env, logf, logf
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Run(); err != nil && !ignore {
+			fmt.Fprintf(logf, "==== %s systemd: ExecStartPre failed (%v): kube-apiserver not started\n", time.Now().Format(time.RFC3339Nano), err)
+			return fmt.Errorf("ExecStartPre %s: %w", pre[0], err)
+		}
+	}
+	hook("starting")
 	fmt.Fprintf(logf, "==== %s systemd: starting kube-apiserver\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
@@ -160,6 +180,14 @@ func (s *systemd) restart(hook func(string)) error {
 	s.restarts.Add(1)
 	h.f.tl.started(h.name)
 	return nil
+}
+
+// stopUnit stops the apiserver as `systemctl stop kube-apiserver` would.
+func (s *systemd) stopUnit() {
+	s.job.Lock()
+	defer s.job.Unlock()
+	s.h.f.tl.stopping(s.h.name)
+	s.stop(syscall.SIGTERM)
 }
 
 // stop ends the running apiserver: sig, then SIGKILL after 60 s (systemd's

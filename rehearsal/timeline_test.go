@@ -24,7 +24,7 @@ type timeline struct {
 type event struct {
 	host string
 	at   time.Time
-	kind string // stop, start, ready, notready
+	kind string // stop, start, ready, notready, gone
 }
 
 func newTimeline() *timeline {
@@ -52,6 +52,15 @@ func (tl *timeline) started(host string) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	tl.addLocked(host, "start", time.Now())
+}
+
+// outOfService marks host as taken out of service by its operator (to be
+// reimaged): its downtime until it serves again is not a restart's, and is
+// not checked for overlap. Call it before stopping the host.
+func (tl *timeline) outOfService(host string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.addLocked(host, "gone", time.Now())
 }
 
 func (tl *timeline) generation(host string) int {
@@ -135,6 +144,13 @@ func (tl *timeline) outages() []interval {
 		switch e.kind {
 		case "ready":
 			served[e.host] = true
+			if d := down[e.host]; d != nil {
+				d.end = e.at
+				out = append(out, *d)
+				delete(down, e.host)
+			}
+		case "gone":
+			served[e.host] = false
 			if d := down[e.host]; d != nil {
 				d.end = e.at
 				out = append(out, *d)

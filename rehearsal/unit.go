@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -22,6 +24,50 @@ type Unit struct {
 // ExecStart=. Other keys are ignored; errors name the unit and line.
 func ParseUnit(name, text string) (*Unit, error) {
 	u := &Unit{Name: name}
+	if err := u.parse(name, text); err != nil {
+		return nil, err
+	}
+	if len(u.ExecStart) == 0 {
+		return nil, fmt.Errorf("%s: no ExecStart=", name)
+	}
+	return u, nil
+}
+
+// LoadUnit reads dir/name and then its drop-ins, dir/name.d/*.conf in
+// file-name order, as systemd applies them: each list setting appends, and
+// an empty assignment (ExecStartPre=) clears what came before.
+func LoadUnit(dir, name string) (*Unit, error) {
+	main := filepath.Join(dir, name)
+	text, err := os.ReadFile(main)
+	if err != nil {
+		return nil, err
+	}
+	u := &Unit{Name: name}
+	if err := u.parse(main, string(text)); err != nil {
+		return nil, err
+	}
+	dropIns, err := filepath.Glob(filepath.Join(dir, name+".d", "*.conf"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(dropIns)
+	for _, d := range dropIns {
+		text, err := os.ReadFile(d)
+		if err != nil {
+			return nil, err
+		}
+		if err := u.parse(d, string(text)); err != nil {
+			return nil, err
+		}
+	}
+	if len(u.ExecStart) == 0 {
+		return nil, fmt.Errorf("%s: no ExecStart=", main)
+	}
+	return u, nil
+}
+
+// parse applies one unit file or drop-in (name is for errors) to u.
+func (u *Unit) parse(name, text string) error {
 	section := ""
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
@@ -44,28 +90,36 @@ func ParseUnit(name, text string) (*Unit, error) {
 		}
 		key, value, ok := strings.Cut(line, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s:%d: not KEY=VALUE: %q", name, lineNo, line)
+			return fmt.Errorf("%s:%d: not KEY=VALUE: %q", name, lineNo, line)
 		}
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		var list *[]string
 		switch key {
 		case "Environment":
+			list = &u.Environment
+		case "EnvironmentFile":
+			list = &u.EnvironmentFiles
+		case "ExecStartPre":
+			list = &u.ExecStartPre
+		case "ExecStart":
+			list = &u.ExecStart
+		default:
+			continue
+		}
+		switch {
+		case value == "":
+			*list = nil
+		case key == "Environment":
 			words, err := splitWords(value, nil)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: Environment: %w", name, lineNo, err)
+				return fmt.Errorf("%s:%d: Environment: %w", name, lineNo, err)
 			}
-			u.Environment = append(u.Environment, words...)
-		case "EnvironmentFile":
-			u.EnvironmentFiles = append(u.EnvironmentFiles, value)
-		case "ExecStartPre":
-			u.ExecStartPre = append(u.ExecStartPre, value)
-		case "ExecStart":
-			u.ExecStart = append(u.ExecStart, value)
+			*list = append(*list, words...)
+		default:
+			*list = append(*list, value)
 		}
 	}
-	if len(u.ExecStart) == 0 {
-		return nil, fmt.Errorf("%s: no ExecStart=", name)
-	}
-	return u, nil
+	return nil
 }
 
 // Env is the unit's environment on top of base (KEY=VALUE entries): its
