@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
 )
 
 // bundleRefusals counts the bundle updates a host's confd refused: by its
@@ -195,19 +197,7 @@ func (f *fleet) holdAndUnhold(t *testing.T) {
 // the helper; the fleet converges without two apiservers down at once.
 func (f *fleet) helperKilled(t *testing.T) {
 	victim := f.hosts[1]
-	outcome := make(chan string, 1)
-	victim.systemd.onNextRestart(func(phase string, caller int, conn net.Conn) {
-		if phase != "stopped" {
-			return
-		}
-		helper, err := helperOf(caller)
-		if err != nil {
-			outcome <- err.Error()
-			return
-		}
-		_ = syscall.Kill(helper, syscall.SIGKILL)
-		outcome <- awaitHangUp(conn, 15*time.Second, "the helper's SIGKILL")
-	})
+	outcome := victim.killHelperAtNextRestart("the helper's SIGKILL")
 	f.put(t, keyPrefix+"m6.fleet.test", string(newSAKey(t).public))
 	select {
 	case msg := <-outcome:
@@ -222,6 +212,26 @@ func (f *fleet) helperKilled(t *testing.T) {
 		t.Errorf("hold after a killed helper's retry succeeded: %s", rec)
 		f.recover(t)
 	}
+}
+
+// killHelperAtNextRestart SIGKILLs the helper behind h's next restart once
+// systemd has stopped the old apiserver; the channel then says "" if the
+// helper's systemctl exited within 15 s, or what went wrong.
+func (h *host) killHelperAtNextRestart(what string) <-chan string {
+	outcome := make(chan string, 1)
+	h.systemd.onNextRestart(func(phase string, caller int, conn net.Conn) {
+		if phase != "stopped" {
+			return
+		}
+		helper, err := helperOf(caller)
+		if err != nil {
+			outcome <- err.Error()
+			return
+		}
+		_ = syscall.Kill(helper, syscall.SIGKILL)
+		outcome <- awaitHangUp(conn, 15*time.Second, what)
+	})
+	return outcome
 }
 
 // helperOf finds the kube-apiserver-safe-restart process that runs pid
@@ -306,10 +316,10 @@ func (f *fleet) reloadTimeout(t *testing.T) {
 // in an unknown state.
 func (f *fleet) gateCut(t *testing.T) {
 	victim := f.hosts[0]
-	l := newLink(t, f.etcd.Endpoint)
+	l := etcdtest.NewProxy(t, f.etcd.Endpoint)
 	unit := "kube-apiserver-safe-restart.service"
 	text := string(victim.read("/etc/systemd/system/" + unit))
-	cutUnit := strings.ReplaceAll(text, f.etcd.Endpoint, l.URL)
+	cutUnit := strings.ReplaceAll(text, f.etcd.Endpoint, l.Endpoint())
 	if cutUnit == text {
 		t.Fatalf("%s does not name the fleet's etcd", unit)
 	}

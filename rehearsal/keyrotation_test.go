@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -288,19 +287,7 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	// During the restart itself: the helper dies once the old apiserver is
 	// stopped; its restart command must not outlive it, and the re-run
 	// restarts again under the lock.
-	outcome := make(chan string, 1)
-	m1.systemd.onNextRestart(func(phase string, caller int, conn net.Conn) {
-		if phase != "stopped" {
-			return
-		}
-		helper, err := helperOf(caller)
-		if err != nil {
-			outcome <- err.Error()
-			return
-		}
-		_ = syscall.Kill(helper, syscall.SIGKILL)
-		outcome <- awaitHangUp(conn, 15*time.Second, "rotate-key's SIGKILL")
-	})
+	outcome := m1.killHelperAtNextRestart("rotate-key's SIGKILL")
 	if code, out := m1.rotateKey(t, "--timeout", "4m", "--grace", "40s"); code == 0 {
 		t.Fatalf("rotate-key killed during the restart exited 0:\n%s", tail(out, 4000))
 	}
