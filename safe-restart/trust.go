@@ -126,13 +126,7 @@ func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.Fi
 		log.WithError(a.etcdErr(err)).Error("cannot read key trust")
 		return exitError
 	}
-	var own *trust.Record
-	for _, h := range rep.Hosts {
-		if h.Host == snap.Host {
-			own = h.Record
-		}
-	}
-	if own != nil && own.Signing == snap.Signing {
+	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
 		return exitOK
 	}
 	exclude := []string{snap.Host}
@@ -204,12 +198,7 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 			a.log.WithError(a.etcdErr(err)).Error("wait-trusted: cannot read key trust")
 			return exitError
 		}
-		var own *trust.Record
-		for _, h := range rep.Hosts {
-			if h.Host == host {
-				own = h.Record
-			}
-		}
+		own := rep.RecordOf(host)
 		if own != nil && slices.Contains(kids, own.Signing) {
 			kids = slices.DeleteFunc(kids, func(k string) bool { return k == own.Signing })
 			a.log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))

@@ -156,6 +156,16 @@ func (r *Report) NotTrusting(kids []string, exclude []string) []string {
 	return out
 }
 
+// RecordOf is host's trust record, nil if it has none.
+func (r *Report) RecordOf(host string) *Record {
+	for _, h := range r.Hosts {
+		if h.Host == host {
+			return h.Record
+		}
+	}
+	return nil
+}
+
 // Unrecorded returns the hosts that publish keys but have no trust record.
 func (r *Report) Unrecorded() []string {
 	var out []string

@@ -140,6 +140,12 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
 		t.Fatalf("not trusting K1 excluding c: %v", got)
 	}
+	if rec := r.RecordOf("b"); rec == nil || rec.Signing != "K3" {
+		t.Fatalf("RecordOf(b) = %+v", rec)
+	}
+	if rec := r.RecordOf("c"); rec != nil {
+		t.Fatalf("RecordOf(c), a host without a record = %+v", rec)
+	}
 	var text bytes.Buffer
 	if err := r.WriteText(&text); err != nil {
 		t.Fatal(err)
