@@ -323,19 +323,27 @@ func exitCode(err error) int {
 	return -1
 }
 
-// startConfd runs confd.service's ExecStart in the background as systemd
-// would (argv edited by edit, if given).
-func (h *host) startConfd(t *testing.T) {
+// confdCommand is confd.service's ExecStart and environment, as systemd
+// would run it.
+func (h *host) confdCommand(t *testing.T) (env, argv []string) {
 	t.Helper()
 	u := h.unit(t, "confd.service")
 	env, err := u.Env(h.baseEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv, _, err := Command(u.ExecStart[0], env)
+	argv, _, err = Command(u.ExecStart[0], env)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, argv
+}
+
+// startConfd runs confd.service's ExecStart in the background as systemd
+// would.
+func (h *host) startConfd(t *testing.T) {
+	t.Helper()
+	env, argv := h.confdCommand(t)
 	// Registered with the fleet's test: confd outlives the scenario that started it.
 	h.confd = startProcess(h.t, h.name+" confd", env, argv)
 }

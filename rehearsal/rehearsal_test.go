@@ -78,15 +78,7 @@ func (h *host) boot(t *testing.T) {
 	if got := f.etcdKeys(t, keyPrefix)[keyPrefix+h.name]; got != string(h.sa.public) {
 		t.Fatalf("%s: published key = %q", h.name, got)
 	}
-	u := h.unit(t, "confd.service")
-	env, err := u.Env(h.baseEnv())
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv, _, err := Command(u.ExecStart[0], env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, argv := h.confdCommand(t)
 	swapped := false
 	for i, a := range argv {
 		if a == "-watch" {
