@@ -659,13 +659,12 @@ func (f *fleet) ensureServiceAccount(t *testing.T) {
 	}
 }
 
-// token is a TokenRequest answered by h's apiserver (signed with h's key).
-func (f *fleet) token(t *testing.T, h *host) string {
-	t.Helper()
+// tryToken is a TokenRequest answered by h's apiserver, or why there is none.
+func (f *fleet) tryToken(h *host) (string, error) {
 	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`
 	resp, err := f.admin.Post(h.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/fleet/token", "application/json", strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer resp.Body.Close()
 	var tr struct {
@@ -674,32 +673,51 @@ func (f *fleet) token(t *testing.T, h *host) string {
 		} `json:"status"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || resp.StatusCode != http.StatusCreated || tr.Status.Token == "" {
-		t.Fatalf("token from %s: HTTP %d, %v", h.name, resp.StatusCode, err)
+		return "", fmt.Errorf("token from %s: HTTP %d, %v", h.name, resp.StatusCode, err)
 	}
-	return tr.Status.Token
+	return tr.Status.Token, nil
 }
 
-// review presents token to h's apiserver (SelfSubjectReview): true if accepted.
-func (f *fleet) review(t *testing.T, h *host, token string) bool {
-	t.Helper()
-	c := httpClient(t, f.ca.pem, nil, nil)
+// tryReview presents token to h's apiserver (SelfSubjectReview) with c
+// and returns the HTTP status.
+func tryReview(c *http.Client, h *host, token string) (int, error) {
 	req, _ := http.NewRequest(http.MethodPost, h.APIServerURL+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
 		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("review on %s: %v", h.name, err)
+		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	switch resp.StatusCode {
+	return resp.StatusCode, nil
+}
+
+// token is a TokenRequest answered by h's apiserver (signed with h's key).
+func (f *fleet) token(t *testing.T, h *host) string {
+	t.Helper()
+	tok, err := f.tryToken(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// review presents token to h's apiserver (SelfSubjectReview): true if accepted.
+func (f *fleet) review(t *testing.T, h *host, token string) bool {
+	t.Helper()
+	code, err := tryReview(httpClient(t, f.ca.pem, nil, nil), h, token)
+	if err != nil {
+		t.Fatalf("review on %s: %v", h.name, err)
+	}
+	switch code {
 	case http.StatusCreated:
 		return true
 	case http.StatusUnauthorized:
 		return false
 	}
-	t.Fatalf("review on %s: HTTP %d", h.name, resp.StatusCode)
+	t.Fatalf("review on %s: HTTP %d", h.name, code)
 	return false
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -127,38 +126,6 @@ func tokenKid(tok string) string {
 	}
 	_ = json.Unmarshal(data, &h)
 	return h.Kid
-}
-
-func (f *fleet) tryToken(h *host) (string, error) {
-	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`
-	resp, err := f.admin.Post(h.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/fleet/token", "application/json", strings.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var tr struct {
-		Status struct {
-			Token string `json:"token"`
-		} `json:"status"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || resp.StatusCode != http.StatusCreated || tr.Status.Token == "" {
-		return "", fmt.Errorf("token from %s: HTTP %d, %v", h.name, resp.StatusCode, err)
-	}
-	return tr.Status.Token, nil
-}
-
-func tryReview(c *http.Client, h *host, token string) (int, error) {
-	req, _ := http.NewRequest(http.MethodPost, h.APIServerURL+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
-		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 // restartFlags are the flags of the shipped bundle resource's reload_cmd on

@@ -47,26 +47,7 @@ func TestUnifiedDiffMatchesDiffU(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-			if err := os.WriteFile(fa, []byte(tc.a), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(fb, []byte(tc.b), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.CommandContext(context.Background(), diffPath, "-u", fa, fb).Output()
-			var ee *exec.ExitError
-			if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-				t.Fatal(err)
-			}
-			want := string(out)
-			if i := strings.Index(want, "@@"); i >= 0 {
-				want = want[i:]
-			}
-			got := unifiedDiff("a", "b", splitLines([]byte(tc.a)), splitLines([]byte(tc.b)))
-			if i := strings.Index(got, "@@"); i >= 0 {
-				got = got[i:]
-			}
+			got, want := hunksBoth(t, diffPath, dir, tc.a, tc.b)
 			if got != want {
 				t.Errorf("diff:\n%s\ndiff -u:\n%s", got, want)
 			}
@@ -188,27 +169,8 @@ func TestUnifiedDiffMatchesDiffURandom(t *testing.T) {
 		cases = append(cases, pair{a, strings.Join(lines, "")})
 	}
 	dir := t.TempDir()
-	fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	for n, c := range cases {
-		if err := os.WriteFile(fa, []byte(c.a), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(fb, []byte(c.b), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.CommandContext(context.Background(), diffPath, "-u", fa, fb).Output()
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-			t.Fatal(err)
-		}
-		want := string(out)
-		if i := strings.Index(want, "@@"); i >= 0 {
-			want = want[i:]
-		}
-		got := unifiedDiff("a", "b", splitLines([]byte(c.a)), splitLines([]byte(c.b)))
-		if i := strings.Index(got, "@@"); i >= 0 {
-			got = got[i:]
-		}
+		got, want := hunksBoth(t, diffPath, dir, c.a, c.b)
 		if got != want {
 			t.Fatalf("case %d: a=%q b=%q\ndiff:\n%s\ndiff -u:\n%s", n, c.a, c.b, got, want)
 		}
@@ -244,4 +206,30 @@ func TestUnifiedDiffOfHugeRewriteEnds(t *testing.T) {
 	if strings.Join(ka, "") != strings.Join(kb, "") {
 		t.Fatal("unchanged lines differ between the two sides")
 	}
+}
+
+// hunksBoth diffs a and b with unifiedDiff and with `diff -u` (files in
+// dir, diff(1) at diffPath), and returns both from the first hunk header on: the file headers
+// differ by design (names, times).
+func hunksBoth(t *testing.T, diffPath, dir, a, b string) (got, want string) {
+	t.Helper()
+	fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if err := os.WriteFile(fa, []byte(a), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fb, []byte(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(context.Background(), diffPath, "-u", fa, fb).Output()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+		t.Fatal(err)
+	}
+	fromHunks := func(s string) string {
+		if i := strings.Index(s, "@@"); i >= 0 {
+			return s[i:]
+		}
+		return s
+	}
+	return fromHunks(unifiedDiff("a", "b", splitLines([]byte(a)), splitLines([]byte(b)))), fromHunks(string(out))
 }
