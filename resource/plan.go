@@ -42,7 +42,7 @@ func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.Render(r.Src, r.stripPrefix(kvs), template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = template.RenderIndex(r.Src, r.index(kvs), template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	if p.live, err = readLive(r.Dest); err != nil {

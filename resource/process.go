@@ -7,10 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // Getter reads a consistent snapshot of keys; backends.StoreClient is one.
@@ -160,14 +164,44 @@ func (r *Resource) settleOwed(ctx context.Context, p Plan, res *Result, log logr
 	return nil
 }
 
-// stripPrefix maps store keys to the template's view, as confd does:
-// "/prefix/a/b" becomes "/a/b".
-func (r *Resource) stripPrefix(kvs map[string]string) map[string]string {
-	out := make(map[string]string, len(kvs))
+// index maps store keys to the template's view, as confd does ("/prefix/a/b"
+// becomes "/a/b"), and indexes them for the render. It builds the index's
+// sorted pairs directly, with keys that share the store key's bytes where
+// they are already clean: at 100k keys a second map and a copy of every key
+// would add a third to the render's peak memory.
+func (r *Resource) index(kvs map[string]string) *kvstore.Index {
+	pairs := make([]memkv.KVPair, 0, len(kvs))
 	for k, v := range kvs {
-		out[path.Join("/", strings.TrimPrefix(k, r.Prefix))] = v
+		pairs = append(pairs, memkv.KVPair{Key: templateKey(k, r.Prefix), Value: v})
 	}
-	return out
+	// Two store keys can map to one template key ("/p/a" and "/p/a/"); a
+	// map took whichever came last in its random order. Sorting by value
+	// too makes the one kept (the last) the same on every run.
+	slices.SortFunc(pairs, func(a, b memkv.KVPair) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	kept := pairs[:0]
+	for i, kv := range pairs {
+		if i+1 < len(pairs) && pairs[i+1].Key == kv.Key {
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	return kvstore.FromPairs(kept)
+}
+
+// templateKey is path.Join("/", strings.TrimPrefix(key, prefix)) without
+// the copy when the rest is already a clean absolute path: path.Clean
+// returns such a string as it is.
+func templateKey(key, prefix string) string {
+	rest := strings.TrimPrefix(key, prefix)
+	if strings.HasPrefix(rest, "/") {
+		return path.Clean(rest)
+	}
+	return path.Join("/", rest)
 }
 
 func (r *Resource) check(ctx context.Context, stage string, log logrus.FieldLogger) error {

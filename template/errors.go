@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sort"
 	"strings"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // minSecretLen is the shortest value that withoutValues looks for: shorter
@@ -14,7 +16,7 @@ const minSecretLen = 6
 // error. The functions' own errors already leave values out; this catches
 // any message (of text/template, or of a function added later) that quotes
 // a value or one of its lines anyway, and replaces it by the key's name.
-func withoutValues(err error, kvs map[string]string, decrypted []string) error {
+func withoutValues(err error, store *kvstore.Index, decrypted []string) error {
 	msg := err.Error()
 	type secret struct{ text, name string }
 	var secrets []secret
@@ -25,9 +27,7 @@ func withoutValues(err error, kvs map[string]string, decrypted []string) error {
 			}
 		}
 	}
-	for k, v := range kvs {
-		add(v, "[value of "+k+"]")
-	}
+	store.Pairs(func(k, v string) { add(v, "[value of "+k+"]") })
 	for _, v := range decrypted {
 		add(v, "[decrypted value]")
 	}

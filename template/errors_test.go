@@ -3,6 +3,8 @@ package template
 import (
 	"strings"
 	"testing"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // TestErrorsNeverCarryValues feeds secret-looking values to every function
@@ -63,11 +65,11 @@ func TestFunctionErrorsLeaveValuesOut(t *testing.T) {
 // message quoting a value, or one line of it, names the key instead.
 func TestWithoutValuesReplacesValuesByKeyName(t *testing.T) {
 	kvs := map[string]string{"/a": "line-one-secret\nline-two-secret", "/short": "on"}
-	err := withoutValues(errStr(`bad "line-one-secret\nline-two-secret" and "line-two-secret" turned on`), kvs, []string{"decrypted-thing"})
+	err := withoutValues(errStr(`bad "line-one-secret\nline-two-secret" and "line-two-secret" turned on`), kvstore.New(kvs), []string{"decrypted-thing"})
 	if got, want := err.Error(), `bad "[value of /a]\n[value of /a]" and "[value of /a]" turned on`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if got := withoutValues(errStr("x decrypted-thing"), nil, []string{"decrypted-thing"}).Error(); got != "x [decrypted value]" {
+	if got := withoutValues(errStr("x decrypted-thing"), kvstore.New(nil), []string{"decrypted-thing"}).Error(); got != "x [decrypted value]" {
 		t.Errorf("decrypted: %q", got)
 	}
 }

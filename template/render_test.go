@@ -179,3 +179,39 @@ func TestConcurrentRendersAreIsolated(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRenderOutputAcrossChunks renders outputs around and far beyond the
+// output's chunk sizes and compares them with the bytes expected.
+func TestRenderOutputAcrossChunks(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "t.tmpl")
+	if err := os.WriteFile(src, []byte(`{{range gets "/*"}}{{.Key}}={{.Value}}`+"\n"+`{{end}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 20, 21, 700, 3000, 20000} {
+		kvs := map[string]string{}
+		var want strings.Builder
+		for i := 0; i < n; i++ {
+			k := fmt.Sprintf("/k%06d", i)
+			v := strings.Repeat(string(rune('a'+i%26)), i%40)
+			kvs[k] = v
+			fmt.Fprintf(&want, "%s=%s\n", k, v)
+		}
+		got, err := Render(src, kvs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want.String() {
+			t.Fatalf("%d keys: %d bytes rendered, want %d (first difference at %d)", n, len(got), want.Len(), firstDiff(got, want.String()))
+		}
+	}
+}
+
+func firstDiff(a []byte, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
