@@ -2,8 +2,11 @@ package resource
 
 import (
 	"path"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kelseyhightower/memkv"
 )
 
 // TestTemplateKeyIsConfdsJoin pins templateKey to what confd computes,
@@ -37,6 +40,34 @@ func TestIndexKeepsOneValuePerTemplateKey(t *testing.T) {
 		}
 		if v, err := ix.GetValue("/a"); err != nil || v != "3" {
 			t.Fatalf("/a = %q, %v; want the greatest value, 3, every time", v, err)
+		}
+	}
+}
+
+// TestIndexPairsAsIndexOfMap: a snapshot given as a list (sorted or not,
+// with a store key repeated, as GetPairs may give it) indexes as the same
+// snapshot given as a map.
+func TestIndexPairsAsIndexOfMap(t *testing.T) {
+	r := &Resource{Prefix: "/p"}
+	kvs := map[string]string{"/p/a": "1", "/p/b/c": "2", "/p//d": "3", "/p/b/": "4", "/p/e/./f": "5"}
+	want, err := r.index(kvs).GetAll("/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDeep, _ := r.index(kvs).GetAll("/*/*")
+	lists := [][]memkv.KVPair{
+		{{Key: "/p//d", Value: "3"}, {Key: "/p/a", Value: "1"}, {Key: "/p/b/", Value: "4"}, {Key: "/p/b/c", Value: "2"}, {Key: "/p/e/./f", Value: "5"}},
+		{{Key: "/p/e/./f", Value: "5"}, {Key: "/p/b/c", Value: "2"}, {Key: "/p/a", Value: "1"}, {Key: "/p//d", Value: "3"}, {Key: "/p/b/", Value: "4"}, {Key: "/p/a", Value: "1"}},
+	}
+	for i, pairs := range lists {
+		ix := r.indexPairs(pairs)
+		got, _ := ix.GetAll("/*")
+		gotDeep, _ := ix.GetAll("/*/*")
+		if !slices.Equal(got, want) || !slices.Equal(gotDeep, wantDeep) {
+			t.Errorf("list %d: /* = %v, /*/* = %v; want %v, %v", i, got, gotDeep, want, wantDeep)
+		}
+		if ix.Len() != len(want)+len(wantDeep) {
+			t.Errorf("list %d: %d keys, want %d", i, ix.Len(), len(want)+len(wantDeep))
 		}
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kelseyhightower/memkv"
+
+	kvstore "github.com/keysync/confd/store"
 	"github.com/keysync/confd/template"
 )
 
@@ -34,15 +37,38 @@ func (p *Plan) Diff(dest string, showSecrets bool) []byte {
 	return describeChange(dest, p.live, p.Content, p.Mode, p.UID, p.GID, showSecrets)
 }
 
+// PairGetter is a Getter that can also give a snapshot as a list, which
+// may repeat keys and is often already in key order (etcd's); Plan prefers
+// it.
+type PairGetter interface {
+	GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error)
+}
+
+// read takes one snapshot of the resource's keys and indexes it.
+func (r *Resource) read(ctx context.Context, store Getter) (*kvstore.Index, int64, error) {
+	if pg, ok := store.(PairGetter); ok {
+		pairs, rev, err := pg.GetPairs(ctx, r.StoreKeys())
+		if err != nil {
+			return nil, 0, err
+		}
+		return r.indexPairs(pairs), rev, nil
+	}
+	kvs, rev, err := store.GetValues(ctx, r.StoreKeys())
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.index(kvs), rev, nil
+}
+
 // Plan reads one snapshot of the resource's keys, renders the template and
 // compares the result with the live file and the owed-reload record.
 func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
-	kvs, rev, err := store.GetValues(ctx, r.StoreKeys())
+	ix, rev, err := r.read(ctx, store)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.RenderIndex(r.Src, r.index(kvs), template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = template.RenderIndex(r.Src, ix, template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	if p.live, err = readLive(r.Dest); err != nil {

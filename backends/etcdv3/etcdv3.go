@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kelseyhightower/memkv"
+
 	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 )
@@ -30,9 +32,12 @@ const maxTxnOps = 128
 
 // pageKeys bounds the keys one response carries: a prefix of 100k keys is
 // read in pages at one revision instead of one response that the client
-// holds whole, beside the map it fills, at its peak. Each page request makes
+// holds whole, beside the list it fills, at its peak. Each page request makes
 // etcd count the rest of the range, so pages too small cost server time.
-const pageKeys = 5000
+// Measured on 100k keys of 80 bytes (confd -onetime, median of 12
+// interleaved runs): 5000 a page took 0.35 s and 56 MB peak RSS, 10000
+// 0.31 s and 58 MB, 20000 0.30 s and 62 MB.
+const pageKeys = 10000
 
 // readAttempts bounds how often GetValues starts over when the revision it
 // reads at is compacted between two of its transactions.
@@ -83,21 +88,38 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // GetValues returns every key equal to or below (as a path) one of keys,
-// all read at one revision, and that revision. Keys are read in
-// transactions of at most maxTxnOps gets, each answering about pageKeys
-// keys at most; the first fixes the revision, and the others, and the
-// further pages of ranges that did not fit, read at it.
+// all read at one revision, and that revision; see GetPairs.
 func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]string, int64, error) {
+	pairs, rev, err := c.GetPairs(ctx, keys)
+	if err != nil {
+		return nil, 0, err
+	}
+	vals := make(map[string]string, len(pairs))
+	for _, kv := range pairs {
+		vals[kv.Key] = kv.Value
+	}
+	return vals, rev, nil
+}
+
+// GetPairs is GetValues as a list, in no guaranteed order: the keys of one
+// requested key come in etcd's order (by key), but pages of several
+// requested keys interleave; a store key covered by two requested keys
+// appears twice. Keys are read in transactions
+// of at most maxTxnOps gets, each answering about pageKeys keys at most;
+// the first fixes the revision, and the others, and the further pages of
+// ranges that did not fit, read at it. A render of 100k keys needs no map
+// on the way, nor a sort of what etcd already sorted.
+func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	reads := planReads(keys)
 	var err error
 	for attempt := 1; attempt <= readAttempts; attempt++ {
-		var vals map[string]string
+		var pairs []memkv.KVPair
 		var rev int64
-		vals, rev, err = c.readAt(rctx, reads, attempt)
+		pairs, rev, err = c.readAt(rctx, reads, attempt)
 		if err == nil {
-			return vals, rev, nil
+			return pairs, rev, nil
 		}
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
@@ -156,8 +178,8 @@ func planReads(keys []string) []read {
 	return reads
 }
 
-func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[string]string, int64, error) {
-	var vals map[string]string
+func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv.KVPair, int64, error) {
+	var pairs []memkv.KVPair
 	var rev int64 // 0: the first transaction reads the newest revision
 	page := c.pageKeys
 	if page <= 0 {
@@ -201,17 +223,17 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 		if len(resp.Responses) != len(part) {
 			return nil, 0, fmt.Errorf("transaction answered %d of %d reads", len(resp.Responses), len(part))
 		}
-		if vals == nil {
+		if pairs == nil {
 			// etcd counts every key in each range, beyond the limit: size
-			// the map once instead of growing it (each growth holds the old
-			// and the new table at once).
+			// the list once instead of growing it (each growth holds the
+			// old and the new array at once).
 			var hint int64
 			for _, r := range resp.Responses {
 				if rr := r.GetResponseRange(); rr != nil {
 					hint += rr.Count
 				}
 			}
-			vals = make(map[string]string, hint)
+			pairs = make([]memkv.KVPair, 0, hint)
 		}
 		// Ranges that did not fit, with the last key each one returned.
 		type rest struct {
@@ -226,7 +248,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 			if rr == nil {
 				return nil, 0, fmt.Errorf("transaction answered read %q with no range", part[i].from)
 			}
-			keep(vals, rr.Kvs, part[i].key)
+			pairs = keep(pairs, rr.Kvs, part[i].key)
 			if rr.More && len(rr.Kvs) > 0 {
 				more = append(more, rest{part[i], string(rr.Kvs[len(rr.Kvs)-1].Key)})
 			}
@@ -239,7 +261,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 				if err != nil {
 					return nil, 0, atRev(err)
 				}
-				keep(vals, r.Kvs, m.r.key)
+				pairs = keep(pairs, r.Kvs, m.r.key)
 				after()
 				if !r.More || len(r.Kvs) == 0 {
 					break
@@ -248,16 +270,17 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) (map[str
 			}
 		}
 	}
-	return vals, rev, nil
+	return pairs, rev, nil
 }
 
-// keep copies into vals the kvs that lie on or below key as a path.
-func keep(vals map[string]string, kvs []*mvccpb.KeyValue, key string) {
+// keep appends to pairs the kvs that lie on or below key as a path.
+func keep(pairs []memkv.KVPair, kvs []*mvccpb.KeyValue, key string) []memkv.KVPair {
 	for _, kv := range kvs {
 		if k := bytesString(kv.Key); keypath.Under(k, key) {
-			vals[k] = bytesString(kv.Value)
+			pairs = append(pairs, memkv.KVPair{Key: k, Value: bytesString(kv.Value)})
 		}
 	}
+	return pairs
 }
 
 // bytesString is b as a string without a copy. The decoded response gives

@@ -401,6 +401,24 @@ func TestGetValuesPagesAtOneRevision(t *testing.T) {
 	if len(got) != 96 || got["/big/094"] != "new" || got["/bigger/000"] != "" {
 		t.Errorf("second read: %d keys, /big/094 = %q", len(got), got["/big/094"])
 	}
+
+	// The same read as a list: one requested key's keys come in etcd's
+	// order (by key) across the pages.
+	pairs, _, err := c.GetPairs(context.Background(), []string{"/big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range pairs {
+		keys = append(keys, kv.Key)
+	}
+	want := []string{"/big"}
+	for i := 0; i < 95; i++ {
+		want = append(want, fmt.Sprintf("/big/%03d", i))
+	}
+	if !slices.Equal(keys, want) {
+		t.Errorf("GetPairs keys = %v, want %v", keys, want)
+	}
 }
 
 // A read that finds no etcd says why, not only "context deadline exceeded":
