@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -97,6 +98,8 @@ func New(o Options) *Daemon {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
+	// Passes run concurrently (passes); observers need not be safe for it.
+	o.Observer = &lockedObserver{o: o.Observer}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
@@ -167,12 +170,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			resyncAt = now.Add(plan.Resync)
 		}
 		due := s.due(now)
-		for _, g := range due {
-			if ctx.Err() != nil {
-				break
-			}
-			d.pass(ctx, g)
-		}
+		d.passes(ctx, due)
 		if len(due) > 0 {
 			d.report(s, w, &wasReady)
 			continue
@@ -235,6 +233,38 @@ func (d *Daemon) signal() {
 	case d.wake <- struct{}{}:
 	default:
 	}
+}
+
+// maxParallel is how many groups are processed at once.
+const maxParallel = 8
+
+// passes processes the due groups, up to maxParallel at once. Groups share
+// no keys and no destination (newSched), so their order is no one's
+// contract (confd 0.16 ran every resource at once), and what a pass mostly
+// does is wait: on etcd, on fsync, on commands. At start-up with 1000
+// resources the waits overlap instead of adding up. Members of one group
+// still go one after another, in file-name order. After ctx ends no
+// further group starts.
+func (d *Daemon) passes(ctx context.Context, due []*group) {
+	if len(due) == 1 {
+		d.pass(ctx, due[0])
+		return
+	}
+	slots := make(chan struct{}, maxParallel)
+	var wg sync.WaitGroup
+	for _, g := range due {
+		slots <- struct{}{}
+		if ctx.Err() != nil {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			d.pass(ctx, g)
+		}()
+	}
+	wg.Wait()
 }
 
 // pass reads g's keys once and processes its members in file-name order.
@@ -376,6 +406,38 @@ func (m multi) Ready(r bool) {
 	for _, o := range m {
 		o.Ready(r)
 	}
+}
+
+// lockedObserver serialises calls to an Observer.
+type lockedObserver struct {
+	mu sync.Mutex
+	o  Observer
+}
+
+func (l *lockedObserver) Processed(r string, res resource.Result, err error, p bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Processed(r, res, err, p)
+}
+func (l *lockedObserver) WatchUp(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.WatchUp(up)
+}
+func (l *lockedObserver) WatchReconnect() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.WatchReconnect()
+}
+func (l *lockedObserver) Revisions(p, c int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Revisions(p, c)
+}
+func (l *lockedObserver) Ready(r bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Ready(r)
 }
 
 type nopObserver struct{}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -282,7 +283,12 @@ func TestRunRoutesRestoresAndCompactions(t *testing.T) {
 		}
 	}
 	w := <-f.watching
-	if got := waitPasses(3); !slices.Equal(got, []string{"10-bundle", "20-flags", "30-other"}) {
+	// 30-other is a group of its own, processed beside the other one.
+	inOrder := func(got []string) bool {
+		return len(got) == 3 && slices.Contains(got, "30-other") &&
+			slices.Equal(slices.DeleteFunc(got, func(n string) bool { return n == "30-other" }), []string{"10-bundle", "20-flags"})
+	}
+	if got := waitPasses(3); !inOrder(got) {
 		t.Fatalf("first passes %v", got)
 	}
 	f.setRev(12)
@@ -294,7 +300,7 @@ func TestRunRoutesRestoresAndCompactions(t *testing.T) {
 	f.setRev(5)
 	f.errs <- errors.New("connection lost")
 	w = <-f.watching
-	if got := waitPasses(3); !slices.Equal(got, []string{"10-bundle", "20-flags", "30-other"}) {
+	if got := waitPasses(3); !inOrder(got) {
 		t.Fatalf("passes after restore %v", got)
 	}
 	// Revision 6 after the restore is new, though lower than 12.
@@ -330,5 +336,92 @@ func TestNothingToProcess(t *testing.T) {
 	d := New(Options{Load: func(bool) Plan { return Plan{} }, Log: log, Interval: time.Second})
 	if err := d.Run(context.Background()); !errors.Is(err, ErrNothingToProcess) {
 		t.Fatalf("Run = %v, want ErrNothingToProcess", err)
+	}
+}
+
+// gatedProc is a resource whose Process waits at a gate, to see how many
+// passes run at once.
+type gatedProc struct {
+	fakeProc
+	dest string
+	in   func() // called as Process starts
+	gate <-chan struct{}
+	out  func()
+}
+
+func (p *gatedProc) Destination() string { return p.dest }
+
+func (p *gatedProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+	p.in()
+	defer p.out()
+	select {
+	case <-p.gate:
+	case <-ctx.Done():
+		return resource.Result{}, ctx.Err()
+	}
+	return p.fakeProc.Process(ctx, g)
+}
+
+// TestIndependentGroupsRunConcurrently: groups that share neither keys nor
+// a destination are processed at once, at most maxParallel at a time, while
+// resources that write one file stay one group.
+func TestIndependentGroupsRunConcurrently(t *testing.T) {
+	const n = 3 * maxParallel
+	var mu sync.Mutex
+	running, most := 0, 0
+	full := make(chan struct{}) // closed when maxParallel passes run at once
+	gate := make(chan struct{})
+	var procs []Processor
+	for i := 0; i < n; i++ {
+		procs = append(procs, &gatedProc{
+			fakeProc: fakeProc{name: fmt.Sprintf("r%02d", i), keys: []string{fmt.Sprintf("/k%02d", i)}},
+			dest:     fmt.Sprintf("/out/%02d", i),
+			gate:     gate,
+			in: func() {
+				mu.Lock()
+				defer mu.Unlock()
+				running++
+				most = max(most, running)
+				if running == maxParallel && most == running {
+					select {
+					case <-full:
+					default:
+						close(full)
+					}
+				}
+			},
+			out: func() { mu.Lock(); running--; mu.Unlock() },
+		})
+	}
+	// Two resources on other keys that write one file: one group.
+	procs = append(procs,
+		&gatedProc{fakeProc: fakeProc{name: "x1", keys: []string{"/x1"}}, dest: "/out/same", gate: gate, in: func() {}, out: func() {}},
+		&gatedProc{fakeProc: fakeProc{name: "x2", keys: []string{"/x2"}}, dest: "/out/same", gate: gate, in: func() {}, out: func() {}})
+	s := newSched(procs, waitspec.Spec{})
+	if len(s.groups) != n+1 {
+		t.Fatalf("%d groups, want %d (x1 and x2 write one file)", len(s.groups), n+1)
+	}
+	f := &fakeWatch{rev: 1}
+	log, _ := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: procs} }, Store: f, Log: log, Interval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.all(t0)
+	done := make(chan struct{})
+	go func() { d.passes(ctx, s.due(t0)); close(done) }()
+	select {
+	case <-full:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d passes never ran at once (one at a time?)", maxParallel)
+	}
+	close(gate)
+	<-done
+	if most != maxParallel {
+		t.Errorf("at most %d passes ran at once, want %d", most, maxParallel)
+	}
+	for _, g := range s.groups {
+		if !g.rendered {
+			t.Errorf("group %v not processed", groupNames([]*group{g}))
+		}
 	}
 }

@@ -40,7 +40,8 @@ type sched struct {
 }
 
 // newSched groups procs: two resources whose keys overlap (one equal to or
-// below the other, as a path) are in one group, transitively.
+// below the other, as a path), or that write the same file, are in one
+// group, transitively.
 func newSched(procs []Processor, def waitspec.Spec) *sched {
 	ps := append([]Processor(nil), procs...)
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Name() < ps[j].Name() })
@@ -57,7 +58,7 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	}
 	for i := range ps {
 		for j := i + 1; j < len(ps); j++ {
-			if overlap(ps[i].StoreKeys(), ps[j].StoreKeys()) {
+			if overlap(ps[i].StoreKeys(), ps[j].StoreKeys()) || sameDestination(ps[i], ps[j]) {
 				parent[find(j)] = find(i)
 			}
 		}
@@ -91,6 +92,17 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 		}
 	}
 	return s
+}
+
+// destined is a Processor that names the file it writes (resource's do).
+type destined interface{ Destination() string }
+
+// sameDestination: groups run concurrently, so two resources writing one
+// file go in one group, where file-name order decides which is left on it.
+func sameDestination(a, b Processor) bool {
+	da, ok1 := a.(destined)
+	db, ok2 := b.(destined)
+	return ok1 && ok2 && da.Destination() != "" && da.Destination() == db.Destination()
 }
 
 func overlap(a, b []string) bool {

@@ -185,6 +185,10 @@ func (r *Resource) StoreKeys() []string {
 // and metrics.
 func (r *Resource) Name() string { return r.File }
 
+// Destination is the file the resource writes, cleaned, so that the daemon
+// can tell two resources that write one file.
+func (r *Resource) Destination() string { return filepath.Clean(r.Dest) }
+
 // Quiescence is the resource's own wait, if it sets one.
 func (r *Resource) Quiescence() (waitspec.Spec, bool) {
 	if r.Wait == nil {
