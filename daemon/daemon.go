@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/backends"
@@ -271,7 +272,8 @@ func (d *Daemon) passes(ctx context.Context, due []*group) {
 // After ctx ends no further member starts.
 func (d *Daemon) pass(ctx context.Context, g *group) {
 	g.start()
-	vals, rev, err := d.o.Store.GetValues(d.o.Commands, g.keys)
+	snap, err := read(d.o.Commands, d.o.Store, g.keys)
+	rev := snap.rev
 	if err != nil {
 		err = fmt.Errorf("%s: read keys: %w", names(g), err)
 		d.o.Log.Error(err.Error())
@@ -281,7 +283,6 @@ func (d *Daemon) pass(ctx context.Context, g *group) {
 		g.finish(0, false, d.o.Clock.Now())
 		return
 	}
-	snap := snapshot{vals: vals, rev: rev}
 	ok := true
 	for _, m := range g.members {
 		if ctx.Err() != nil {
@@ -334,18 +335,44 @@ func names(g *group) string {
 
 // snapshot serves each member of a group its keys from the group's one read.
 type snapshot struct {
-	vals map[string]string
-	rev  int64
+	pairs []memkv.KVPair // as the store gave them
+	rev   int64
 }
 
-func (s snapshot) GetValues(_ context.Context, keys []string) (map[string]string, int64, error) {
-	out := make(map[string]string)
-	for k, v := range s.vals {
-		if underAny(k, keys) {
-			out[k] = v
+// read takes the group's snapshot, as a list when the store can give one
+// (resource.PairGetter): members then index it without a map on the way.
+func read(ctx context.Context, store resource.Getter, keys []string) (snapshot, error) {
+	if pg, ok := store.(resource.PairGetter); ok {
+		pairs, rev, err := pg.GetPairs(ctx, keys)
+		return snapshot{pairs: pairs, rev: rev}, err
+	}
+	vals, rev, err := store.GetValues(ctx, keys)
+	snap := snapshot{pairs: make([]memkv.KVPair, 0, len(vals)), rev: rev}
+	for k, v := range vals {
+		snap.pairs = append(snap.pairs, memkv.KVPair{Key: k, Value: v})
+	}
+	return snap, err
+}
+
+// GetPairs is a fresh list (members index theirs in place) of the pairs
+// under keys.
+func (s snapshot) GetPairs(_ context.Context, keys []string) ([]memkv.KVPair, int64, error) {
+	out := make([]memkv.KVPair, 0, len(s.pairs))
+	for _, kv := range s.pairs {
+		if underAny(kv.Key, keys) {
+			out = append(out, kv)
 		}
 	}
 	return out, s.rev, nil
+}
+
+func (s snapshot) GetValues(ctx context.Context, keys []string) (map[string]string, int64, error) {
+	pairs, rev, _ := s.GetPairs(ctx, keys)
+	out := make(map[string]string, len(pairs))
+	for _, kv := range pairs {
+		out[kv.Key] = kv.Value
+	}
+	return out, rev, nil
 }
 
 // Once processes every resource in file-name order and returns every

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/keysync/confd/backends"
@@ -423,5 +424,23 @@ func TestIndependentGroupsRunConcurrently(t *testing.T) {
 		if !g.rendered {
 			t.Errorf("group %v not processed", groupNames([]*group{g}))
 		}
+	}
+}
+
+// TestSnapshotServesEachMemberItsKeys: a group's one read, served to each
+// member as the keys under its own (as paths), in a list of its own.
+func TestSnapshotServesEachMemberItsKeys(t *testing.T) {
+	snap := snapshot{rev: 7, pairs: []memkv.KVPair{{Key: "/a", Value: "1"}, {Key: "/a/x", Value: "2"}, {Key: "/ab", Value: "3"}, {Key: "/b", Value: "4"}}}
+	got, rev, _ := snap.GetPairs(context.Background(), []string{"/a"})
+	if rev != 7 || !slices.Equal(got, []memkv.KVPair{{Key: "/a", Value: "1"}, {Key: "/a/x", Value: "2"}}) {
+		t.Fatalf("GetPairs(/a) = %v at %d", got, rev)
+	}
+	got[0].Key = "/changed"
+	if snap.pairs[0].Key != "/a" {
+		t.Fatal("a member's list shares the group's")
+	}
+	vals, _, _ := snap.GetValues(context.Background(), []string{"/b", "/ab"})
+	if len(vals) != 2 || vals["/b"] != "4" || vals["/ab"] != "3" {
+		t.Fatalf("GetValues(/b, /ab) = %v", vals)
 	}
 }
