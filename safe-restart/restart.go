@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,17 @@ func (a *app) restart(ctx context.Context) int {
 		log.Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
+	env := runner.WithoutVars(os.Environ(), secretEnv...)
+	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout, env: env}
+	if !o.dryRun {
+		// The guard's start-up (exec and init of this binary) then overlaps
+		// the dial and the lock wait instead of following the lock. If it
+		// cannot start now, the hand-over starts one and reports why.
+		if err := run.warm(o.argv); err != nil {
+			log.WithError(err).Debug("group guard not started ahead of the lock")
+		}
+		defer run.close()
+	}
 	cli, err := a.etcdClient(ctx)
 	if err != nil {
 		log.WithError(err).Error("etcd")
@@ -54,7 +66,7 @@ func (a *app) restart(ctx context.Context) int {
 		return a.dryRun(ctx, cli)
 	}
 	cfg := restart.Config{
-		Argv: o.argv, Env: runner.WithoutVars(os.Environ(), secretEnv...),
+		Argv: o.argv, Env: env,
 		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
 		OpTimeout: o.commandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
@@ -79,7 +91,6 @@ func (a *app) restart(ctx context.Context) int {
 		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
 		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: Version},
 	}}
-	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout}
 	gate := &healthGate{cfg: o.healthConfig(), backstop: o.commandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
 }
@@ -138,24 +149,133 @@ func (s etcdSession) Lock(ctx context.Context) error {
 // this process dies, and which then kills the whole group, so that a killed
 // helper never leaves a restart running while the next host takes the
 // lock; output passed through redacted.
+//
+// The first attempt's guard is started ahead (warm), before the lock; Start
+// hands it the command. Later attempts start theirs at Start: a guard runs
+// one command, and a retry waits --retry-delay anyway.
 type commandRunner struct {
 	stdout, stderr interface{ Write([]byte) (int, error) }
 	timeout        time.Duration
+	// env is the guards' own environment; the command's comes with the
+	// hand-over.
+	env []string
+	// warmed is the guard started ahead, until Start or close.
+	warmed *guard
+}
+
+// guard is a started group guard waiting for its hand-over.
+type guard struct {
+	argv []string
+	p    *runner.Process
+	ctl  *os.File // our end of the guard's stdin
+}
+
+// warm starts the guard for argv's first run.
+func (r *commandRunner) warm(argv []string) error {
+	g, err := r.spawn(argv)
+	if err != nil {
+		return err
+	}
+	r.warmed = g
+	return nil
+}
+
+// close ends a warm guard that was never handed a command, and reaps it.
+func (r *commandRunner) close() {
+	if r.warmed != nil {
+		r.warmed.discard()
+		r.warmed = nil
+	}
 }
 
 func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
+	g := r.warmed
+	r.warmed = nil
+	if g != nil && !slices.Equal(g.argv, argv) {
+		g.discard()
+		g = nil
+	}
+	if g != nil {
+		if err := g.handOver(env); err == nil {
+			return runnerProcess{g.p}, nil
+		}
+		// It ended before taking the command (killed by someone else):
+		// nothing ran, so a fresh guard runs it, as without warming.
+		g.discard()
+	}
+	g, err := r.spawn(argv)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.handOver(env); err != nil {
+		g.discard()
+		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
+	}
+	return runnerProcess{g.p}, nil
+}
+
+// spawn starts a guard for argv that waits for its hand-over. argv is on
+// its command line, as the helper's own; the environment never is.
+func (r *commandRunner) spawn(argv []string) (*guard, error) {
 	guarded, err := guardedArgv(argv)
 	if err != nil {
 		return nil, err
 	}
-	p, err := runner.Start(context.Background(), runner.Spec{
-		Argv: guarded, Env: env, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, Grace: killGrace, ParentDeathSignal: guardDeathSignal,
-	})
+	stdin, ctl, err := os.Pipe()
 	if err != nil {
+		return nil, fmt.Errorf("hand-over pipe for the command's group guard: %w", err)
+	}
+	p, err := runner.Start(context.Background(), runner.Spec{
+		Argv: guarded, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, ArmLater: true, Grace: killGrace, ParentDeathSignal: guardDeathSignal,
+	})
+	_ = stdin.Close()
+	if err != nil {
+		_ = ctl.Close()
 		return nil, err
 	}
-	return runnerProcess{p}, nil
+	return &guard{argv: argv, p: p, ctl: ctl}, nil
+}
+
+// handOver gives the guard the command's environment and lets it run the
+// command; the timeout starts now. An error means the guard did not get
+// all of it, and so runs nothing.
+func (g *guard) handOver(env []string) error {
+	select {
+	case <-g.p.Done():
+		return errors.New("the group guard ended before the hand-over")
+	default:
+	}
+	// Armed before the write: a guard that does not read is then timed out
+	// (its group killed), which ends a blocked write too.
+	g.p.Arm()
+	_, err := g.ctl.Write(encodeHandover(env))
+	if err != nil {
+		return fmt.Errorf("write the hand-over: %w", err)
+	}
+	// The whole hand-over is in the pipe; EOF tells the guard to run it.
+	_ = g.ctl.Close()
+	g.ctl = nil
+	return nil
+}
+
+// discard ends a guard that has no command and waits for it: EOF on its
+// stdin ends it at once, quietly. Its group gets SIGKILL only if it has
+// not ended within the grace (it does not read; it ignores SIGTERM).
+func (g *guard) discard() {
+	if g.ctl != nil {
+		_ = g.ctl.Close()
+		g.ctl = nil
+	}
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case <-g.p.Done():
+		return
+	case <-t.C:
+	}
+	g.p.Terminate(0)
+	<-g.p.Done()
 }
 
 type runnerProcess struct{ *runner.Process }

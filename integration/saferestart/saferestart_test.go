@@ -43,6 +43,7 @@ func TestSafeRestart(t *testing.T) {
 		"LockTimeout":                     testLockTimeout,
 		"StatusShowsHolderWaitersAndHold": testStatus,
 		"EnvAndFlagPrecedence":            testEnvPrecedence,
+		"WarmGuardRunsOnlyUnderTheLock":   testWarmGuard,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -576,5 +577,103 @@ func TestTLSEnvAndFlags(t *testing.T) {
 	args := append(lockArgs("tls"), "--endpoints", s.Endpoint, "--cacert", s.TLS.CA, "--cert", s.TLS.ClientCert, "--key", s.TLS.ClientKey, "--", "true")
 	if p := runBin(t, env(nil), args...); p.code != codeOK {
 		t.Fatalf("restart over TLS: exit %d\n%s", p.code, p.stderr)
+	}
+}
+
+// guardsFor lists the group guards (pid → parent pid) whose command line
+// names the file mark, which only the command under test does.
+func guardsFor(t *testing.T, mark string) map[int]int {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[int]int{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "\x00__group-guard\x00") || !strings.Contains(string(b), mark) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		stat, err := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, not ")".
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		found[pid], _ = strconv.Atoi(f[1])
+	}
+	return found
+}
+
+// The command's group guard is started while the helper waits for the
+// lock, and handed the command only once the lock is held: a wait that
+// ends without it (a signal; a hold found under the lock) runs nothing
+// and leaves no guard behind.
+func testWarmGuard(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	g := newGate(t, dir, "holder")
+	ctl := etcdctl(t, env(s), "lock", "warm", "--", "sh", "-c", g.script())
+	// Should the test fail while etcdctl holds the lock, let its command go
+	// (a non-blocking open finds it waiting, or nobody), so that etcdctl's
+	// cleanup, which runs after this one, does not wait on it forever.
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(g.Release, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = f.Close()
+		}
+	})
+	g.awaitReady(t)
+
+	w := bin(t, env(s), lockArgs("warm", "--", "touch", mark)...)
+	waitQueue(t, cli, "warm", 2)
+	if guards := guardsFor(t, mark); len(guards) != 1 {
+		t.Fatalf("want one guard waiting with the helper %d for the lock, got %v", w.cmd.Process.Pid, guards)
+	} else {
+		for pid, ppid := range guards {
+			if ppid != w.cmd.Process.Pid {
+				t.Fatalf("guard %d is the child of %d, not of the helper %d", pid, ppid, w.cmd.Process.Pid)
+			}
+		}
+	}
+	w.signal(t, syscall.SIGTERM)
+	if code := w.wait(t); code != codeInterrupted {
+		t.Fatalf("interrupted waiter: exit %d, want %d", code, codeInterrupted)
+	}
+	if guards := guardsFor(t, mark); len(guards) != 0 {
+		t.Fatalf("guards left behind by an interrupted waiter: %v", guards)
+	}
+	if strings.Contains(w.stderr.String(), "restart command") {
+		t.Fatalf("a command run was logged:\n%s", w.stderr)
+	}
+
+	// A hold written while it waits: refused under the lock.
+	w = bin(t, env(s), lockArgs("warm", "--", "touch", mark)...)
+	waitQueue(t, cli, "warm", 2)
+	if guards := guardsFor(t, mark); len(guards) != 1 {
+		t.Fatalf("want one guard waiting for the lock, got %v", guards)
+	}
+	if p := runBin(t, env(s), "--lock-name", "warm", "hold", "--reason", "stop"); p.code != codeOK {
+		t.Fatalf("hold: exit %d\n%s", p.code, p.stderr)
+	}
+	g.release(t)
+	ctl.wait(t)
+	if code := w.wait(t); code != codeHold {
+		t.Fatalf("waiter under a hold: exit %d, want %d\n%s", code, codeHold, w.stderr)
+	}
+	if guards := guardsFor(t, mark); len(guards) != 0 {
+		t.Fatalf("guards left behind by a refused restart: %v", guards)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the command ran without the lock being handed over")
+	}
+	if p := runBin(t, env(s), "--lock-name", "warm", "unhold"); p.code != codeOK {
+		t.Fatalf("unhold: exit %d\n%s", p.code, p.stderr)
+	}
+	if p := runBin(t, env(s), lockArgs("warm", "--", "touch", mark)...); p.code != codeOK {
+		t.Fatalf("restart: exit %d\n%s", p.code, p.stderr)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the command did not run once handed over: %v", err)
 	}
 }

@@ -65,8 +65,16 @@ type Spec struct {
 	Env []string
 	Dir string
 	// Timeout is how long the command may run before its process group gets
-	// SIGTERM; zero means no timeout.
+	// SIGTERM; zero means no timeout. It counts from Start, or from Arm
+	// with ArmLater.
 	Timeout time.Duration
+	// ArmLater holds Timeout back until Process.Arm: for a process started
+	// early that waits (on Stdin, say) until it is given its work, whose
+	// time must not be eaten by the wait.
+	ArmLater bool
+	// Stdin, when set, is the command's standard input; nil is /dev/null.
+	// The caller keeps its own copy and closes it once Start returned.
+	Stdin *os.File
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
@@ -138,6 +146,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	argv    string
 	start   time.Time
+	armOnce sync.Once
+	armed   chan struct{} // closed by arm; from is set then
+	from    time.Time
 	done    chan struct{}
 	res     Result
 	termMu  sync.Mutex
@@ -157,8 +168,9 @@ func Run(ctx context.Context, spec Spec) Result {
 	return p.Wait()
 }
 
-// Start starts the command. The timeout runs from here. When ctx ends
-// before the command, the command is terminated as by Terminate(spec.Grace).
+// Start starts the command. The timeout runs from here (from Arm with
+// spec.ArmLater). When ctx ends before the command, the command is
+// terminated as by Terminate(spec.Grace).
 func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("empty command")
@@ -175,9 +187,12 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
+	if spec.Stdin != nil { // a nil *os.File in the interface would not be /dev/null
+		cmd.Stdin = spec.Stdin
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
-	p := &Process{spec: spec, cmd: cmd, argv: Quote(spec.Argv), done: make(chan struct{}), exited: make(chan struct{}),
-		out: &collector{spec: &spec}}
+	p := &Process{spec: spec, cmd: cmd, argv: Quote(spec.Argv), armed: make(chan struct{}), done: make(chan struct{}),
+		exited: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
 	var childEnds []*os.File
@@ -204,6 +219,9 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		p.readers.Wait()
 		return nil, fmt.Errorf("start %s: %w", p.argv, err)
 	}
+	if !spec.ArmLater {
+		p.arm(p.start)
+	}
 	go p.supervise(ctx)
 	return p, nil
 }
@@ -227,27 +245,52 @@ func (p *Process) run(started chan<- error) {
 	close(p.exited)
 }
 
+// Arm starts the timeout (and Result.Duration) of a process started with
+// Spec.ArmLater. Later calls, and calls without ArmLater, do nothing.
+func (p *Process) Arm() { p.arm(time.Now()) }
+
+func (p *Process) arm(from time.Time) {
+	p.armOnce.Do(func() {
+		p.from = from
+		close(p.armed)
+	})
+}
+
 // supervise enforces the timeout and the context, then collects the result.
 func (p *Process) supervise(ctx context.Context) {
 	defer close(p.done)
 	var timeout <-chan time.Time
-	if p.spec.Timeout > 0 {
-		t := time.NewTimer(p.spec.Timeout - time.Since(p.start))
-		defer t.Stop()
-		timeout = t.C
-	}
+	armed := p.armed
 	var timedOut bool
-	select {
-	case <-p.exited:
-	case <-timeout:
-		timedOut = true
-		p.Terminate(p.spec.Grace)
-		<-p.exited
-	case <-ctx.Done():
-		p.Terminate(p.spec.Grace)
-		<-p.exited
+	for running := true; running; {
+		select {
+		case <-armed:
+			armed = nil
+			if p.spec.Timeout > 0 {
+				t := time.NewTimer(p.spec.Timeout - time.Since(p.from))
+				defer t.Stop()
+				timeout = t.C
+			}
+		case <-p.exited:
+			running = false
+		case <-timeout:
+			timedOut = true
+			p.Terminate(p.spec.Grace)
+			<-p.exited
+			running = false
+		case <-ctx.Done():
+			p.Terminate(p.spec.Grace)
+			<-p.exited
+			running = false
+		}
 	}
-	dur := time.Since(p.start)
+	from := p.start
+	select {
+	case <-p.armed:
+		from = p.from
+	default: // never armed: it ended while it waited
+	}
+	dur := time.Since(from)
 	p.termMu.Lock()
 	terminated, killed := p.termed, p.killed
 	if terminated {

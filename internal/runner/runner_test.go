@@ -344,3 +344,64 @@ func TestTerminateKillsAfterItsGrace(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 }
+
+// A process started early with ArmLater waits on its Stdin for its work
+// (safe-restart's warm group guard): its timeout, and Result.Duration,
+// count from Arm, not from Start, so the wait does not eat its time.
+func TestArmLaterTimeoutCountsFromArm(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	got := make(chan string, 1)
+	p, err := Start(context.Background(), Spec{
+		Argv:     Shell(`read work; echo "$work"; exec sleep 60`),
+		Stdin:    r,
+		ArmLater: true, Timeout: timeout, Grace: time.Minute,
+		OnLine: func(_ Stream, l string) { got <- l },
+	})
+	_ = r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three timeouts pass unarmed: the process must still be there.
+	select {
+	case <-p.Done():
+		t.Fatalf("ended before Arm: %+v", p.Wait())
+	case <-time.After(3 * timeout):
+	}
+	armed := time.Now()
+	p.Arm()
+	if _, err := w.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l != "go" {
+		t.Fatalf("line %q, want the work written to Stdin", l)
+	}
+	res := p.Wait()
+	if !res.TimedOut || res.Signal != syscall.SIGTERM || !strings.Contains(res.Err.Error(), "did not finish within 100ms") {
+		t.Fatalf("result %+v", res)
+	}
+	if res.Duration < timeout || res.Duration > time.Since(armed) {
+		t.Fatalf("Duration %s, want from Arm (%s ago), at least the timeout %s", res.Duration, time.Since(armed), timeout)
+	}
+}
+
+// Never armed, a process that ends on its own is no timeout.
+func TestArmLaterNeverArmed(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Start(context.Background(), Spec{Argv: Shell(`read work || exit 0; exit 1`), Stdin: r, ArmLater: true, Timeout: time.Nanosecond})
+	_ = r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	if res := p.Wait(); !res.OK() || res.TimedOut {
+		t.Fatalf("result %+v", res)
+	}
+}
