@@ -13,6 +13,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/keysync/confd/template"
 )
 
 // faultWriter is the real writer with faults injected at chosen steps.
@@ -22,7 +24,7 @@ type faultWriter struct {
 	markErr     error
 }
 
-func (w faultWriter) Replace(stage, dest string, content []byte, mode os.FileMode, uid, gid int) error {
+func (w faultWriter) Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error {
 	if w.afterRename == nil {
 		return w.FileWriter.Replace(stage, dest, content, mode, uid, gid)
 	}
@@ -32,7 +34,7 @@ func (w faultWriter) Replace(stage, dest string, content []byte, mode os.FileMod
 	return &NotDurableError{Err: w.afterRename}
 }
 
-func (w faultWriter) MarkOwed(dest string, contents ...[]byte) error {
+func (w faultWriter) MarkOwed(dest string, contents ...template.Text) error {
 	if w.markErr != nil {
 		return w.markErr
 	}
@@ -97,7 +99,7 @@ func TestStaleOwedRecordIsDropped(t *testing.T) {
 	if err := os.WriteFile(f.dest, []byte("name=one\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := markOwed(f.dest, []byte("name=never-installed\n")); err != nil {
+	if err := markOwed(f.dest, template.TextOf([]byte("name=never-installed\n"))); err != nil {
 		t.Fatal(err)
 	}
 	r := f.load()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/keysync/confd/template"
 )
 
 // An owed reload is recorded in a marker file beside the destination,
@@ -28,9 +30,10 @@ func owedPath(dest string) string {
 	return filepath.Join(filepath.Dir(dest), owedPrefix+filepath.Base(dest))
 }
 
-func contentSum(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
+func contentSum(t template.Text) string {
+	h := sha256.New()
+	_, _ = t.WriteTo(h) // a hash takes every write
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 type owedRecord struct {
@@ -41,7 +44,7 @@ type owedRecord struct {
 
 // covers reports whether the record owes a reload for content.
 func (o owedRecord) covers(content []byte) bool {
-	sum := contentSum(content)
+	sum := contentSum(template.TextOf(content))
 	for _, s := range o.sums {
 		if s == sum {
 			return true
@@ -76,7 +79,7 @@ func readOwed(dest string) (owedRecord, error) {
 // markOwed records, durably, that a reload is owed for each of contents once
 // it is live. It is written before the rename, so that no crash between the
 // rename and the record can lose the reload.
-func markOwed(dest string, contents ...[]byte) error {
+func markOwed(dest string, contents ...template.Text) error {
 	p := owedPath(dest)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // live one, and whether a reload_cmd is still owed from an earlier update.
 type Plan struct {
 	Revision int64 // store revision the content was rendered from
-	Content  []byte
+	Content  template.Text
 	Mode     os.FileMode
 	UID, GID int
 	// Write is set when the live file's content, mode or owner differ.
@@ -34,7 +34,7 @@ type Plan struct {
 // unified diff, private key material masked; for a file others may not
 // read, only line counts unless showSecrets.
 func (p *Plan) Diff(dest string, showSecrets bool) []byte {
-	return describeChange(dest, p.live, p.Content, p.Mode, p.UID, p.GID, showSecrets)
+	return describeChange(dest, p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID, showSecrets)
 }
 
 // PairGetter is a Getter that can also give a snapshot as a list, which

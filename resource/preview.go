@@ -1,11 +1,11 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"os"
 
 	"github.com/keysync/confd/internal/redact"
+	"github.com/keysync/confd/template"
 )
 
 // Preview is what a resource would render, found without writing a file or
@@ -28,7 +28,7 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	if err != nil {
 		return Preview{}, err
 	}
-	pv := Preview{Dest: r.Dest, Content: p.Content, InSync: !p.Write}
+	pv := Preview{Dest: r.Dest, Content: p.Content.Bytes(), InSync: !p.Write}
 	if p.Write {
 		pv.Change = p.Diff(r.Dest, r.settings.NoopShowSecrets)
 	}
@@ -49,6 +49,6 @@ func (r *Resource) effectiveMode(live liveFile) os.FileMode {
 
 // inSync says whether the live destination already is content with mode
 // and r's owner, so that nothing needs writing.
-func (r *Resource) inSync(live liveFile, content []byte, mode os.FileMode) bool {
-	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && bytes.Equal(live.content, content)
+func (r *Resource) inSync(live liveFile, content template.Text, mode os.FileMode) bool {
+	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && content.Equal(live.content)
 }

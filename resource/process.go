@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	kvstore "github.com/keysync/confd/store"
+	"github.com/keysync/confd/template"
 )
 
 // Getter reads a consistent snapshot of keys; backends.StoreClient is one.
@@ -92,9 +93,9 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 	// before is carried over to the new content.
 	owe := r.ReloadCmd != "" && (!s.SyncOnly || p.ReloadOwed)
 	if owe {
-		contents := [][]byte{p.Content}
+		contents := []template.Text{p.Content}
 		if p.ReloadOwed && p.live.exists {
-			contents = append(contents, p.live.content)
+			contents = append(contents, template.TextOf(p.live.content))
 		}
 		if err := w.MarkOwed(r.Dest, contents...); err != nil {
 			return res, fmt.Errorf("%s: %w; %s left unchanged", r.File, err, r.Dest)

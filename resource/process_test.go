@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keysync/confd/template"
 )
 
 // fakeStore serves a fixed snapshot; unit tests need no etcd.
@@ -305,7 +307,7 @@ func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
 		t.Skipf("rename across /dev/shm and temp dir did not give EXDEV: %v", err)
 	}
 	s, _ := testSettings(t.TempDir())
-	if err := replace(stage, dest, []byte("new\n"), 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
+	if err := replace(stage, dest, template.TextOf([]byte("new\n")), 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(dest)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,20 +15,22 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/template"
 )
 
 // Writer is the file system side of Apply. FileWriter is the real one;
 // tests inject faults through their own.
 type Writer interface {
 	// Stage writes content to a new file beside dest and returns its path.
-	Stage(dest string, content []byte, mode os.FileMode, uid, gid int) (string, error)
+	Stage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error)
 	// Replace puts the checked stage file's content at dest. A
 	// *NotDurableError means dest was replaced but the change may not
 	// survive a crash; any other error means dest was not replaced.
-	Replace(stage, dest string, content []byte, mode os.FileMode, uid, gid int) error
+	Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error
 	// MarkOwed durably records that a reload is owed for each of contents
 	// once it is live at dest; ClearOwed removes the record.
-	MarkOwed(dest string, contents ...[]byte) error
+	MarkOwed(dest string, contents ...template.Text) error
 	ClearOwed(dest string) error
 }
 
@@ -44,12 +47,12 @@ type FileWriter struct {
 }
 
 // Stage implements Writer.
-func (w FileWriter) Stage(dest string, content []byte, mode os.FileMode, uid, gid int) (string, error) {
+func (w FileWriter) Stage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error) {
 	return writeStage(dest, content, mode, uid, gid)
 }
 
 // Replace implements Writer.
-func (w FileWriter) Replace(stage, dest string, content []byte, mode os.FileMode, uid, gid int) error {
+func (w FileWriter) Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error {
 	log := w.Log
 	if log == nil {
 		log = logrus.StandardLogger()
@@ -58,7 +61,9 @@ func (w FileWriter) Replace(stage, dest string, content []byte, mode os.FileMode
 }
 
 // MarkOwed implements Writer.
-func (FileWriter) MarkOwed(dest string, contents ...[]byte) error { return markOwed(dest, contents...) }
+func (FileWriter) MarkOwed(dest string, contents ...template.Text) error {
+	return markOwed(dest, contents...)
+}
 
 // ClearOwed implements Writer.
 func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
@@ -98,7 +103,7 @@ func globQuote(s string) string {
 // writeStage creates a stage file beside dest (so that rename is atomic),
 // gives it its final owner and mode before a single byte is written, then
 // writes and fsyncs it. It returns the stage file's path.
-func writeStage(dest string, content []byte, mode os.FileMode, uid, gid int) (string, error) {
+func writeStage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error) {
 	dir, base := filepath.Split(dest)
 	if dir == "" {
 		dir = "."
@@ -127,7 +132,7 @@ func writeStage(dest string, content []byte, mode os.FileMode, uid, gid int) (st
 	if err := fixFile(f, mode, uid, gid); err != nil {
 		return fail(fmt.Errorf("stage file %s: %w", name, err))
 	}
-	if _, err := f.Write(content); err != nil {
+	if _, err := content.WriteTo(f); err != nil {
 		return fail(fmt.Errorf("write stage file %s: %w", name, err))
 	}
 	if err := f.Sync(); err != nil {
@@ -175,7 +180,7 @@ func fixFile(f *os.File, mode os.FileMode, uid, gid int) error {
 // durable. A bind-mounted dest cannot be renamed over (EBUSY) and a stage
 // file on another device cannot be renamed (EXDEV): then the content is
 // written in place, the only option left.
-func replace(stage, dest string, content []byte, mode os.FileMode, uid, gid int, log logrus.FieldLogger) error {
+func replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int, log logrus.FieldLogger) error {
 	err := os.Rename(stage, dest)
 	if err == nil {
 		if err := syncDir(filepath.Dir(dest)); err != nil {
@@ -193,24 +198,24 @@ func replace(stage, dest string, content []byte, mode os.FileMode, uid, gid int,
 // writeInPlace overwrites dest without ever leaving it truncated for want
 // of space: the blocks for the new content are reserved first, and until
 // that succeeded nothing about dest (content, mode, owner) has changed.
-func writeInPlace(dest string, content []byte, mode os.FileMode, uid, gid int) error {
+func writeInPlace(dest string, content template.Text, mode os.FileMode, uid, gid int) error {
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE, mode.Perm())
 	if err != nil {
 		return fmt.Errorf("write %s in place: %w; %s left unchanged", dest, err, dest)
 	}
-	if err := reserve(f, int64(len(content))); err != nil {
+	if err := reserve(f, int64(content.Len())); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("write %s in place: cannot reserve %d bytes: %w; %s left unchanged", dest, len(content), err, dest)
+		return fmt.Errorf("write %s in place: cannot reserve %d bytes: %w; %s left unchanged", dest, content.Len(), err, dest)
 	}
 	if err := fixFile(f, mode, uid, gid); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("write %s in place: %w; its content is unchanged", dest, err)
 	}
-	if _, err := f.WriteAt(content, 0); err != nil {
+	if _, err := content.WriteTo(io.NewOffsetWriter(f, 0)); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("write %s in place: %w; the file may now be partly written", dest, err)
 	}
-	if err := f.Truncate(int64(len(content))); err != nil {
+	if err := f.Truncate(int64(content.Len())); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("write %s in place: truncate: %w; the file may hold old bytes after the new content", dest, err)
 	}
