@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -29,7 +30,17 @@ import (
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "0.1.0-dev"
 
+// gcPercent is the garbage collector's target (GOGC) unless the environment
+// sets one. Go's default, 100, lets the heap grow to twice what is live:
+// a render of 100k keys then peaked at 51 MB; at 50 it peaks at 46 MB for
+// the same time (median of 9 runs, 0.30 s either way), and confd's data is
+// mostly strings the collector need not scan.
+const gcPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	os.Exit(run(sigs, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
