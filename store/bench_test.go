@@ -76,3 +76,18 @@ func BenchmarkIndex(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDirs measures building the directory index that ls and lsdir
+// use, at 100k keys in 1000 directories (target 2's shape).
+func BenchmarkDirs(b *testing.B) {
+	kvs := dirKeys(1000)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ix := New(kvs)
+		b.StartTimer()
+		if len(ix.dirs()) != len(kvs) {
+			b.Fatal("dirs")
+		}
+	}
+}
