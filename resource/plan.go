@@ -30,6 +30,9 @@ type Plan struct {
 	live      liveFile
 }
 
+// Release frees what the plan's content holds (a large render's file).
+func (p *Plan) Release() { p.Content.Release() }
+
 // Diff is what -noop prints for the plan: owner and mode changes, then a
 // unified diff, private key material masked; for a file others may not
 // read, only line counts unless showSecrets.
@@ -61,8 +64,9 @@ func (r *Resource) read(ctx context.Context, store Getter) (*kvstore.Index, int6
 }
 
 // Plan reads one snapshot of the resource's keys, renders the template and
-// compares the result with the live file and the owed-reload record.
-func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
+// compares the result with the live file and the owed-reload record. The
+// caller releases a plan that returned no error (Plan.Release).
+func (r *Resource) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
 	ix, rev, err := r.read(ctx, store)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
@@ -71,6 +75,11 @@ func (r *Resource) Plan(ctx context.Context, store Getter) (Plan, error) {
 	if p.Content, err = template.RenderIndex(r.Src, ix, template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
+	defer func() {
+		if err != nil {
+			p.Release()
+		}
+	}()
 	if p.live, err = readLive(r.Dest); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}

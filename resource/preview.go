@@ -28,6 +28,7 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	if err != nil {
 		return Preview{}, err
 	}
+	defer p.Release()
 	pv := Preview{Dest: r.Dest, Content: p.Content.Bytes(), InSync: !p.Write}
 	if p.Write {
 		pv.Change = p.Diff(r.Dest, r.settings.NoopShowSecrets)

@@ -39,6 +39,7 @@ func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
 	if err != nil {
 		return Result{Revision: p.Revision}, err
 	}
+	defer p.Release()
 	return r.Apply(ctx, p)
 }
 

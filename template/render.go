@@ -26,6 +26,7 @@ func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
+	defer t.Release()
 	return t.Bytes(), nil
 }
 
@@ -48,10 +49,16 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
 	var out textWriter
-	if err := tmpl.Execute(&out, nil); err != nil {
+	err = tmpl.Execute(&out, nil)
+	text, terr := out.text()
+	if err != nil {
+		text.Release()
 		return Text{}, fmt.Errorf("execute template %s: %w", srcPath, withoutValues(err, store, decrypted))
 	}
-	return out.text(), nil
+	if terr != nil {
+		return Text{}, fmt.Errorf("template %s: %w", srcPath, terr)
+	}
+	return text, nil
 }
 
 // CheckFile parses the template at srcPath without executing it, so that
