@@ -99,8 +99,6 @@ func New(o Options) *Daemon {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	// Passes run concurrently (passes); observers need not be safe for it.
-	o.Observer = &lockedObserver{o: o.Observer}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
@@ -272,8 +270,8 @@ func (d *Daemon) passes(ctx context.Context, due []*group) {
 // After ctx ends no further member starts.
 func (d *Daemon) pass(ctx context.Context, g *group) {
 	g.start()
-	snap, err := read(d.o.Commands, d.o.Store, g.keys)
-	rev := snap.rev
+	pairs, rev, err := resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
+	snap := snapshot{pairs: pairs, rev: rev}
 	if err != nil {
 		err = fmt.Errorf("%s: read keys: %w", names(g), err)
 		d.o.Log.Error(err.Error())
@@ -339,21 +337,6 @@ type snapshot struct {
 	rev   int64
 }
 
-// read takes the group's snapshot, as a list when the store can give one
-// (resource.PairGetter): members then index it without a map on the way.
-func read(ctx context.Context, store resource.Getter, keys []string) (snapshot, error) {
-	if pg, ok := store.(resource.PairGetter); ok {
-		pairs, rev, err := pg.GetPairs(ctx, keys)
-		return snapshot{pairs: pairs, rev: rev}, err
-	}
-	vals, rev, err := store.GetValues(ctx, keys)
-	snap := snapshot{pairs: make([]memkv.KVPair, 0, len(vals)), rev: rev}
-	for k, v := range vals {
-		snap.pairs = append(snap.pairs, memkv.KVPair{Key: k, Value: v})
-	}
-	return snap, err
-}
-
 // GetPairs is a fresh list (members index theirs in place) of the pairs
 // under keys.
 func (s snapshot) GetPairs(_ context.Context, keys []string) ([]memkv.KVPair, int64, error) {
@@ -390,7 +373,9 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 	return errors.Join(errs...)
 }
 
-// Observer is told what the daemon does, for metrics and readiness.
+// Observer is told what the daemon does, for metrics and readiness. Its
+// methods are called concurrently: by passes of independent groups and by
+// the watch.
 type Observer interface {
 	Processed(resource string, res resource.Result, err error, reloadPending bool)
 	WatchUp(up bool)
@@ -433,38 +418,6 @@ func (m multi) Ready(r bool) {
 	for _, o := range m {
 		o.Ready(r)
 	}
-}
-
-// lockedObserver serialises calls to an Observer.
-type lockedObserver struct {
-	mu sync.Mutex
-	o  Observer
-}
-
-func (l *lockedObserver) Processed(r string, res resource.Result, err error, p bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.o.Processed(r, res, err, p)
-}
-func (l *lockedObserver) WatchUp(up bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.o.WatchUp(up)
-}
-func (l *lockedObserver) WatchReconnect() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.o.WatchReconnect()
-}
-func (l *lockedObserver) Revisions(p, c int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.o.Revisions(p, c)
-}
-func (l *lockedObserver) Ready(r bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.o.Ready(r)
 }
 
 type nopObserver struct{}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/kelseyhightower/memkv"
+
+	kvstore "github.com/keysync/confd/store"
 )
 
 // TestTemplateKeyIsConfdsJoin pins templateKey to what confd computes,
@@ -34,7 +36,7 @@ func TestIndexKeepsOneValuePerTemplateKey(t *testing.T) {
 	r := &Resource{Prefix: "/p"}
 	kvs := map[string]string{"/p/a": "2", "/p/a/": "1", "/p//a": "3", "/p/b": "x"}
 	for i := 0; i < 50; i++ {
-		ix := r.index(kvs)
+		ix := r.index(kvstore.PairsOf(kvs))
 		if ix.Len() != 2 {
 			t.Fatalf("index holds %d keys, want 2 (/a, /b)", ix.Len())
 		}
@@ -50,17 +52,17 @@ func TestIndexKeepsOneValuePerTemplateKey(t *testing.T) {
 func TestIndexPairsAsIndexOfMap(t *testing.T) {
 	r := &Resource{Prefix: "/p"}
 	kvs := map[string]string{"/p/a": "1", "/p/b/c": "2", "/p//d": "3", "/p/b/": "4", "/p/e/./f": "5"}
-	want, err := r.index(kvs).GetAll("/*")
+	want, err := r.index(kvstore.PairsOf(kvs)).GetAll("/*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantDeep, _ := r.index(kvs).GetAll("/*/*")
+	wantDeep, _ := r.index(kvstore.PairsOf(kvs)).GetAll("/*/*")
 	lists := [][]memkv.KVPair{
 		{{Key: "/p//d", Value: "3"}, {Key: "/p/a", Value: "1"}, {Key: "/p/b/", Value: "4"}, {Key: "/p/b/c", Value: "2"}, {Key: "/p/e/./f", Value: "5"}},
 		{{Key: "/p/e/./f", Value: "5"}, {Key: "/p/b/c", Value: "2"}, {Key: "/p/a", Value: "1"}, {Key: "/p//d", Value: "3"}, {Key: "/p/b/", Value: "4"}, {Key: "/p/a", Value: "1"}},
 	}
 	for i, pairs := range lists {
-		ix := r.indexPairs(pairs)
+		ix := r.index(pairs)
 		got, _ := ix.GetAll("/*")
 		gotDeep, _ := ix.GetAll("/*/*")
 		if !slices.Equal(got, want) || !slices.Equal(gotDeep, wantDeep) {

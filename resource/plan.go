@@ -41,38 +41,33 @@ func (p *Plan) Diff(dest string, showSecrets bool) []byte {
 }
 
 // PairGetter is a Getter that can also give a snapshot as a list, which
-// may repeat keys and is often already in key order (etcd's); Plan prefers
-// it.
+// may repeat keys and is often already in key order (etcd's); GetPairs
+// prefers it.
 type PairGetter interface {
 	GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error)
 }
 
-// read takes one snapshot of the resource's keys and indexes it.
-func (r *Resource) read(ctx context.Context, store Getter) (*kvstore.Index, int64, error) {
+// GetPairs reads a snapshot of keys from store as a list: through
+// PairGetter when store has it, so that a large snapshot needs no map on
+// its way to the index.
+func GetPairs(ctx context.Context, store Getter, keys []string) ([]memkv.KVPair, int64, error) {
 	if pg, ok := store.(PairGetter); ok {
-		pairs, rev, err := pg.GetPairs(ctx, r.StoreKeys())
-		if err != nil {
-			return nil, 0, err
-		}
-		return r.indexPairs(pairs), rev, nil
+		return pg.GetPairs(ctx, keys)
 	}
-	kvs, rev, err := store.GetValues(ctx, r.StoreKeys())
-	if err != nil {
-		return nil, 0, err
-	}
-	return r.index(kvs), rev, nil
+	kvs, rev, err := store.GetValues(ctx, keys)
+	return kvstore.PairsOf(kvs), rev, err
 }
 
 // Plan reads one snapshot of the resource's keys, renders the template and
 // compares the result with the live file and the owed-reload record. The
 // caller releases a plan that returned no error (Plan.Release).
 func (r *Resource) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
-	ix, rev, err := r.read(ctx, store)
+	pairs, rev, err := GetPairs(ctx, store, r.StoreKeys())
 	if err != nil {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.RenderIndex(r.Src, ix, template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = template.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	defer func() {

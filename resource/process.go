@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -167,44 +166,15 @@ func (r *Resource) settleOwed(ctx context.Context, p Plan, res *Result, log logr
 }
 
 // index maps store keys to the template's view, as confd does ("/prefix/a/b"
-// becomes "/a/b"), and indexes them for the render.
-func (r *Resource) index(kvs map[string]string) *kvstore.Index {
-	pairs := make([]memkv.KVPair, 0, len(kvs))
-	for k, v := range kvs {
-		pairs = append(pairs, memkv.KVPair{Key: k, Value: v})
-	}
-	return r.indexPairs(pairs)
-}
-
-// indexPairs is index over pairs, which it takes over: keys are rewritten in
-// place (sharing the store key's bytes where they are already clean), and
-// pairs that came sorted, as etcd sends them, are not sorted again. At 100k
-// keys a map on the way, a copy of every key and a sort would add a third to
-// the render's time and memory.
-func (r *Resource) indexPairs(pairs []memkv.KVPair) *kvstore.Index {
+// becomes "/a/b"), and indexes them for the render. It takes pairs over:
+// keys are rewritten in place, sharing the store key's bytes where they are
+// already clean. Two store keys can become one template key ("/p/a" and
+// "/p/a/"): the index keeps one of them, the same on every run.
+func (r *Resource) index(pairs []memkv.KVPair) *kvstore.Index {
 	for i := range pairs {
 		pairs[i].Key = templateKey(pairs[i].Key, r.Prefix)
 	}
-	// Two store keys can map to one template key ("/p/a" and "/p/a/"), and
-	// two requested keys can cover one store key. Ordered by value too, the
-	// one kept (the last) is the same on every run; a map kept a random one.
-	byKeyValue := func(a, b memkv.KVPair) int {
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Value, b.Value)
-	}
-	if !slices.IsSortedFunc(pairs, byKeyValue) {
-		slices.SortFunc(pairs, byKeyValue)
-	}
-	kept := pairs[:0]
-	for i, kv := range pairs {
-		if i+1 < len(pairs) && pairs[i+1].Key == kv.Key {
-			continue
-		}
-		kept = append(kept, kv)
-	}
-	return kvstore.FromPairs(kept)
+	return kvstore.FromPairs(pairs)
 }
 
 // templateKey is path.Join("/", strings.TrimPrefix(key, prefix)) without

@@ -37,24 +37,42 @@ type dirEntry struct {
 }
 
 // New indexes kvs; the map is not kept.
-func New(kvs map[string]string) *Index {
+func New(kvs map[string]string) *Index { return FromPairs(PairsOf(kvs)) }
+
+// PairsOf is kvs as a list, in no order.
+func PairsOf(kvs map[string]string) []memkv.KVPair {
 	pairs := make([]memkv.KVPair, 0, len(kvs))
 	for k, v := range kvs {
 		pairs = append(pairs, memkv.KVPair{Key: k, Value: v})
 	}
-	return FromPairs(pairs)
+	return pairs
 }
 
-// FromPairs indexes pairs, whose keys must be distinct. It sorts pairs in
-// place and keeps the slice: the caller must not use it afterwards.
+// FromPairs indexes pairs. It sorts them in place (a list already in order,
+// as etcd sends one, is only checked) and keeps the slice: the caller must
+// not use it afterwards. A key given twice keeps its greatest value, so
+// that the outcome does not depend on the list's order (a map behind it
+// would have kept a random one).
 func FromPairs(pairs []memkv.KVPair) *Index {
-	if !slices.IsSortedFunc(pairs, byKey) {
-		slices.SortFunc(pairs, byKey)
+	if !slices.IsSortedFunc(pairs, byKeyValue) {
+		slices.SortFunc(pairs, byKeyValue)
 	}
-	return &Index{byKey: pairs}
+	kept := pairs[:0]
+	for i, kv := range pairs {
+		if i+1 < len(pairs) && pairs[i+1].Key == kv.Key {
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	return &Index{byKey: kept}
 }
 
-func byKey(a, b memkv.KVPair) int { return strings.Compare(a.Key, b.Key) }
+func byKeyValue(a, b memkv.KVPair) int {
+	if c := strings.Compare(a.Key, b.Key); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Value, b.Value)
+}
 
 // Pairs calls fn with every pair in key order.
 func (ix *Index) Pairs(fn func(key, value string)) {
