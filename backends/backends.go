@@ -47,6 +47,9 @@ type Config struct {
 // without keys, a sign of life; Resume is where a new watch may resume.
 type WatchEvent = etcdv3.WatchEvent
 
+// Change is one key's change in a WatchEvent, with its value.
+type Change = etcdv3.Change
+
 // RevisionBehindError reports a store whose revision went backwards
 // (restored from a snapshot): everything must be read again.
 type RevisionBehindError = etcdv3.RevisionBehindError

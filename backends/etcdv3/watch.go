@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/backends/internal/keypath"
@@ -21,9 +22,27 @@ import (
 type WatchEvent struct {
 	Revision int64
 	Keys     []string
+	// Changes are the changes behind Keys, with their values, in the
+	// order etcd made them.
+	Changes []Change
+	// Whole, when set, is a watched key whose every change (to it and
+	// to the keys below it) comes in one range, in revision order: so
+	// Changes applied to a read of keys under Whole at a revision below
+	// theirs give those keys' state at Revision, without reading again.
+	// It is empty when the key is watched as two ranges (as itself and as
+	// "key/", for a role granted exactly those), whose answers may be
+	// delivered in either order.
+	Whole string
 	// Resume is the revision up to which every change in the watched
 	// ranges has been delivered: a new watch from Resume+1 misses nothing.
 	Resume int64
+}
+
+// Change is one key's change in a WatchEvent.
+type Change struct {
+	Key, Value string
+	Rev        int64 // the revision that made it
+	Deleted    bool
 }
 
 // RevisionBehindError means etcd answered with a revision lower than one it
@@ -65,14 +84,27 @@ func watchKeys(keys []string) []string {
 	return out
 }
 
+// watchRange is one range of a watch: a key's one range, filtered back to
+// the key and the keys below it (whole), or one half of a key watched as
+// itself and as "key/".
+type watchRange struct {
+	whole string // "": a half
+	ch    clientv3.WatchChan
+	first *clientv3.WatchResponse // its answer to the creation
+}
+
 // Watch streams every change to a key equal to or below one of keys after
 // afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
 // or the watch fails: compaction (ErrCompacted), a revision lower than
 // afterRev or than one seen on this stream (*RevisionBehindError), no
 // answer to progress probes (ErrStalled), or an error from etcd. All ranges
-// share one gRPC stream; each key is watched as itself plus "key/", so
-// that a watch is never wider than the keys (least-privilege roles grant
-// exactly those ranges). fn also receives progress answers (no keys).
+// share one gRPC stream. A key is watched as one range whose answers are
+// filtered back to the key and the keys below it ("/foo" hears "/foo/x",
+// never "/foo-old"), so that its changes come in order (see
+// WatchEvent.Whole); where the user's role refuses that range, as a
+// least-privilege role granting exactly the key and "key/" does, the key is
+// watched as those two ranges instead. fn also receives progress answers
+// (no keys).
 func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(WatchEvent)) error {
 	probe := c.probeInterval
 	if probe <= 0 {
@@ -90,25 +122,41 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	}
 	merged := make(chan answer)
 	closed := make(chan struct{}, 1)
-	ranges := planReads(watchKeys(keys))
+	// Creating the watches waits on etcd's answers: a stalled server must
+	// not hold us there.
+	var createStalled atomic.Bool
+	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
+	ranges, err := c.openRanges(wctx, watchKeys(keys), afterRev)
+	creating.Stop()
+	if createStalled.Load() && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s: %w", where, err)
+	}
 	// pos[i]: every change in range i up to pos[i] was delivered. Ranges
 	// catching up on a backlog advance independently, so only their
 	// minimum is a safe place to resume from.
 	pos := make([]int64, len(ranges))
-	// clientv3's Watch returns only once etcd confirmed the watch: a
-	// stalled server must not hold us there.
-	var createStalled atomic.Bool
-	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
 	for i, r := range ranges {
 		pos[i] = afterRev
-		opts := []clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}
-		if r.prefix {
-			opts = append(opts, clientv3.WithPrefix())
-		}
-		ch := c.cli.Watch(wctx, r.from, opts...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			send := func(resp clientv3.WatchResponse) bool {
+				select {
+				case merged <- answer{i, resp}:
+					return true
+				case <-wctx.Done():
+					return false
+				}
+			}
+			if !send(*r.first) {
+				return
+			}
 			// Leave on wctx, not only when ch closes: clientv3 closes it
 			// only once its stream goroutine runs again, which it does
 			// not while a reconnect keeps failing (an expired
@@ -117,7 +165,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				var resp clientv3.WatchResponse
 				var ok bool
 				select {
-				case resp, ok = <-ch:
+				case resp, ok = <-r.ch:
 				case <-wctx.Done():
 					return
 				}
@@ -128,17 +176,11 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 					}
 					return
 				}
-				select {
-				case merged <- answer{i, resp}:
-				case <-wctx.Done():
+				if !send(resp) {
 					return
 				}
 			}
 		}()
-	}
-	creating.Stop()
-	if createStalled.Load() && ctx.Err() == nil {
-		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
 	}
 	seen := afterRev
 	last := time.Now()
@@ -174,6 +216,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			}
 		case a := <-merged:
 			resp := a.resp
+			r := ranges[a.from]
 			last = time.Now()
 			if resp.CompactRevision != 0 {
 				return fmt.Errorf("%s: %w (oldest revision kept is %d)", where, ErrCompacted, resp.CompactRevision)
@@ -190,12 +233,21 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				}
 				seen = h
 			}
-			ev := WatchEvent{Revision: resp.Header.Revision}
+			ev := WatchEvent{Revision: resp.Header.Revision, Whole: r.whole}
 			for _, e := range resp.Events {
-				ev.Keys = append(ev.Keys, string(e.Kv.Key))
 				ev.Revision = e.Kv.ModRevision
+				k := string(e.Kv.Key)
+				if r.whole != "" && !keypath.Under(k, r.whole) {
+					continue // "/foobar", heard by the range of "/foo"
+				}
+				ev.Keys = append(ev.Keys, k)
+				ch := Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == clientv3.EventTypeDelete}
+				if !ch.Deleted {
+					ch.Value = string(e.Kv.Value)
+				}
+				ev.Changes = append(ev.Changes, ch)
 			}
-			if resp.Created && len(ev.Keys) == 0 {
+			if resp.Created && len(resp.Events) == 0 {
 				continue // the header check above is all a creation tells
 			}
 			// A progress answer (no events) means the range is synced
@@ -205,6 +257,77 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			fn(ev)
 		}
 	}
+}
+
+// openRanges opens the watch of each key: as one range, filtered back to
+// the key, or, where etcd refuses that range, as the key and "key/". Each
+// range's creation is awaited (clientv3 creates one watch at a time on a
+// stream anyway), so a refusal is known before the next opens.
+//
+// The one range of "/foo" is ["/foo", "/foo0"): "0" follows "/", so it
+// holds "/foo", everything below "/foo/", and only the neighbours whose
+// next byte sorts before "/" ("/foo-old", "/foo.bak"). A prefix range would
+// also carry "/foobar" and, for a key as short as "/r", every change to
+// Kubernetes' "/registry/" (values included) through confd.
+func (c *Client) openRanges(ctx context.Context, keys []string, afterRev int64) ([]watchRange, error) {
+	open := func(from, end string) (clientv3.WatchChan, *clientv3.WatchResponse, error) {
+		opts := []clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}
+		switch end {
+		case "":
+		case "prefix":
+			opts = append(opts, clientv3.WithPrefix())
+		default:
+			opts = append(opts, clientv3.WithRange(end))
+		}
+		ch := c.cli.Watch(ctx, from, opts...)
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return nil, nil, fmt.Errorf("watch of %q closed as it opened (client closed or connection lost)", from)
+			}
+			return ch, &resp, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	var out []watchRange
+	for _, k := range keys {
+		if k == "" || strings.HasSuffix(k, "/") {
+			// A prefix range is the key's exactly.
+			ch, first, err := open(k, "prefix")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, watchRange{whole: k, ch: ch, first: first})
+			continue
+		}
+		ch, first, err := open(k, k+"0")
+		if err != nil {
+			return nil, err
+		}
+		if !first.Canceled || !refused(first.Err()) {
+			out = append(out, watchRange{whole: k, ch: ch, first: first})
+			continue
+		}
+		for _, half := range planReads([]string{k}) {
+			end := ""
+			if half.prefix {
+				end = "prefix"
+			}
+			ch, first, err := open(half.from, end)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, watchRange{ch: ch, first: first})
+		}
+	}
+	return out, nil
+}
+
+// refused tells a watch refused by the user's role. clientv3 hands the
+// server's reason on as a plain error, the gRPC status only in its text.
+func refused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
 }
 
 // Revision is etcd's current revision, read through key (one the caller

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/keysync/confd/internal/etcdtest"
 )
 
@@ -41,7 +43,7 @@ func TestWatchExactRanges(t *testing.T) {
 	for _, v := range etcdtest.Versions {
 		t.Run(v, func(t *testing.T) {
 			s := etcdtest.Start(t, etcdtest.WithVersion(v))
-			s.EnableAuth(t, "rootpw", "reader", "pw", "/a/foo")
+			s.EnableAuthExact(t, "rootpw", "reader", "pw", "/a/foo")
 			put := func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
 			c := connect(t, Config{Nodes: []string{s.Endpoint}, Username: "reader", Password: "pw"})
 			c.probeInterval = 200 * time.Millisecond
@@ -54,6 +56,11 @@ func TestWatchExactRanges(t *testing.T) {
 			e := nextKeys(t, evs, errc)
 			if !slices.Equal(e.Keys, []string{"/a/foo/x"}) || e.Revision != want {
 				t.Fatalf("event %+v, want /a/foo/x at %d", e, want)
+			}
+			// The role refuses the one range of "/a/foo" (it would cover
+			// "/a/foobar"), so the key is two ranges, in no common order.
+			if e.Whole != "" {
+				t.Errorf("Whole = %q for a key watched as two ranges", e.Whole)
 			}
 			// Progress answers keep coming while nothing changes.
 			deadline := time.After(10 * time.Second)
@@ -72,6 +79,47 @@ func TestWatchExactRanges(t *testing.T) {
 			cancel()
 			if err := <-errc; !errors.Is(err, context.Canceled) {
 				t.Errorf("err = %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// TestWatchWholeRange: a user allowed the wider range watches a key as one
+// range, filtered back to the key: changes to the key and below it come in
+// one ordered stream with their values; "/b/foo.bak", inside the range, and
+// "/b/foobar", outside it, are never heard.
+func TestWatchWholeRange(t *testing.T) {
+	for _, v := range etcdtest.Versions {
+		t.Run(v, func(t *testing.T) {
+			s := etcdtest.Start(t, etcdtest.WithVersion(v))
+			cli := s.Client(t)
+			c := connect(t, Config{Nodes: []string{s.Endpoint}})
+			after := s.Put(t, "/b/foo/init", "x")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evs, errc := collect(ctx, c, []string{"/b/foo"}, after)
+			s.Put(t, "/b/foobar", "not watched")
+			tx, err := cli.Txn(ctx).Then(
+				clientv3.OpPut("/b/foo/x", "1"),
+				clientv3.OpPut("/b/foo", "top"),
+				clientv3.OpPut("/b/foo.bak", "not watched"),
+				clientv3.OpDelete("/b/foo/init"),
+			).Commit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev := tx.Header.Revision
+			e := nextKeys(t, evs, errc)
+			want := []Change{
+				{Key: "/b/foo/x", Value: "1", Rev: rev},
+				{Key: "/b/foo", Value: "top", Rev: rev},
+				{Key: "/b/foo/init", Rev: rev, Deleted: true},
+			}
+			if !slices.Equal(e.Changes, want) || e.Whole != "/b/foo" || e.Revision != rev {
+				t.Fatalf("event %+v,\nwant changes %+v, Whole /b/foo, revision %d", e, want, rev)
+			}
+			if !slices.Equal(e.Keys, []string{"/b/foo/x", "/b/foo", "/b/foo/init"}) {
+				t.Errorf("Keys = %q", e.Keys)
 			}
 		})
 	}
