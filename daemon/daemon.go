@@ -169,7 +169,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			resyncAt = now.Add(plan.Resync)
 		}
 		due := s.due(now)
-		d.passes(ctx, due)
+		d.passes(ctx, s, due)
 		if len(due) > 0 {
 			d.report(s, w, &wasReady)
 			continue
@@ -244,9 +244,9 @@ const maxParallel = 8
 // resources the waits overlap instead of adding up. Members of one group
 // still go one after another, in file-name order. After ctx ends no
 // further group starts.
-func (d *Daemon) passes(ctx context.Context, due []*group) {
+func (d *Daemon) passes(ctx context.Context, s *sched, due []*group) {
 	if len(due) == 1 {
-		d.pass(ctx, due[0])
+		d.pass(ctx, s, due[0])
 		return
 	}
 	slots := make(chan struct{}, maxParallel)
@@ -260,18 +260,34 @@ func (d *Daemon) passes(ctx context.Context, due []*group) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			d.pass(ctx, g)
+			d.pass(ctx, s, g)
 		}()
 	}
 	wg.Wait()
 }
 
-// pass reads g's keys once and processes its members in file-name order.
-// After ctx ends no further member starts.
-func (d *Daemon) pass(ctx context.Context, g *group) {
-	g.start()
-	pairs, rev, err := resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
-	snap := snapshot{pairs: pairs, rev: rev}
+// pass reads g's keys once, or takes them from what it follows of the
+// watch, and processes its members in file-name order. After ctx ends no
+// further member starts. Passes of other groups run beside it: it touches
+// only g, and s's budget.
+func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
+	mustRead := g.start()
+	var snap snapshot
+	var err error
+	fromWatch := g.fed.on && !mustRead
+	d.o.Observer.Snapshot(fromWatch)
+	if fromWatch {
+		snap = snapshot{pairs: g.fed.pairs, rev: g.fed.rev}
+	} else {
+		gen := s.gen // before the read: see follow
+		snap.pairs, snap.rev, err = resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
+		if err == nil {
+			g.fed.start(snap.pairs, snap.rev, gen, s.budget)
+		} else {
+			g.fed.drop(s.budget)
+		}
+	}
+	rev := snap.rev
 	if err != nil {
 		err = fmt.Errorf("%s: read keys: %w", names(g), err)
 		d.o.Log.Error(err.Error())
@@ -380,6 +396,9 @@ type Observer interface {
 	Processed(resource string, res resource.Result, err error, reloadPending bool)
 	WatchUp(up bool)
 	WatchReconnect()
+	// Snapshot: a group's pass took its keys from a read of etcd, or
+	// from what it follows of the watch (fromWatch).
+	Snapshot(fromWatch bool)
 	Revisions(processed, current int64)
 	Ready(ready bool)
 }
@@ -409,6 +428,11 @@ func (m multi) WatchReconnect() {
 		o.WatchReconnect()
 	}
 }
+func (m multi) Snapshot(w bool) {
+	for _, o := range m {
+		o.Snapshot(w)
+	}
+}
 func (m multi) Revisions(p, c int64) {
 	for _, o := range m {
 		o.Revisions(p, c)
@@ -425,5 +449,6 @@ type nopObserver struct{}
 func (nopObserver) Processed(string, resource.Result, error, bool) {}
 func (nopObserver) WatchUp(bool)                                   {}
 func (nopObserver) WatchReconnect()                                {}
+func (nopObserver) Snapshot(bool)                                  {}
 func (nopObserver) Revisions(int64, int64)                         {}
 func (nopObserver) Ready(bool)                                     {}

@@ -96,24 +96,24 @@ func TestEventsRouteOnlyToTheirGroups(t *testing.T) {
 		&fakeProc{name: "a", keys: []string{"/a"}},
 		&fakeProc{name: "b", keys: []string{"/b"}},
 	}, waitspec.Spec{})
-	s.event([]string{"/a/x", "/ab"}, 5, t0)
+	s.event(timedEvent{keys: []string{"/a/x", "/ab"}, rev: 5, at: t0})
 	if got := groupNames(s.due(t0)); !slices.EqualFunc(got, [][]string{{"a"}}, slices.Equal) {
 		t.Fatalf("due = %v, want only a", got)
 	}
 	g := s.groups[0]
 	g.start()
 	g.finish(7, true, t0)
-	s.event([]string{"/a/x"}, 6, t0) // older than the read at 7: covered
+	s.event(timedEvent{keys: []string{"/a/x"}, rev: 6, at: t0}) // older than the read at 7: covered
 	if got := s.due(t0); len(got) != 0 {
 		t.Fatalf("an event the read covered woke %v", groupNames(got))
 	}
-	s.event([]string{"/a/x"}, 8, t0)
+	s.event(timedEvent{keys: []string{"/a/x"}, rev: 8, at: t0})
 	if len(s.due(t0)) != 1 {
 		t.Fatal("a newer event did not wake a")
 	}
 	s.forget() // a restore: revision 3 is new again
 	g.start()
-	s.event([]string{"/a/x"}, 3, t0)
+	s.event(timedEvent{keys: []string{"/a/x"}, rev: 3, at: t0})
 	if len(s.due(t0)) != 1 {
 		t.Fatal("after forget, a lower revision did not wake a")
 	}
@@ -132,7 +132,7 @@ func TestQuiescence(t *testing.T) {
 	g.finish(1, true, t0)
 	// Events every second: MIN never passes quietly, MAX fires at first+5s.
 	for i := 0; i <= 6; i++ {
-		s.event([]string{"/a"}, int64(10+i), at(time.Duration(10+i)*time.Second))
+		s.event(timedEvent{keys: []string{"/a"}, rev: int64(10 + i), at: at(time.Duration(10+i) * time.Second)})
 		now := at(time.Duration(10+i) * time.Second)
 		due := len(s.due(now)) == 1
 		if want := i >= 5; due != want {
@@ -145,7 +145,7 @@ func TestQuiescence(t *testing.T) {
 	g.start()
 	g.finish(20, true, at(15*time.Second))
 	// One event, then quiet: due at exactly +MIN, and next() says so.
-	s.event([]string{"/a"}, 21, at(20*time.Second))
+	s.event(timedEvent{keys: []string{"/a"}, rev: 21, at: at(20 * time.Second)})
 	if len(s.due(at(21*time.Second))) != 0 {
 		t.Fatal("due before MIN")
 	}
@@ -157,7 +157,7 @@ func TestQuiescence(t *testing.T) {
 	}
 	// An event during the pass gives exactly one more pass.
 	g.start()
-	s.event([]string{"/a"}, 23, at(22*time.Second))
+	s.event(timedEvent{keys: []string{"/a"}, rev: 23, at: at(22 * time.Second)})
 	g.finish(22, true, at(23*time.Second))
 	if len(s.due(at(24*time.Second))) != 1 {
 		t.Fatal("event during the pass dropped")
@@ -190,7 +190,7 @@ func TestRetriesListen(t *testing.T) {
 	if next, _ := s.next(); !next.Equal(at(2 * time.Second)) {
 		t.Fatalf("retry at %v, want +2s", next)
 	}
-	s.event([]string{"/a"}, 2, at(1100*time.Millisecond))
+	s.event(timedEvent{keys: []string{"/a"}, rev: 2, at: at(1100 * time.Millisecond)})
 	if len(s.due(at(1100*time.Millisecond))) != 1 {
 		t.Fatal("an event did not retry the failed group at once")
 	}
@@ -409,7 +409,7 @@ func TestIndependentGroupsRunConcurrently(t *testing.T) {
 	defer cancel()
 	s.all(t0)
 	done := make(chan struct{})
-	go func() { d.passes(ctx, s.due(t0)); close(done) }()
+	go func() { d.passes(ctx, s, s.due(t0)); close(done) }()
 	select {
 	case <-full:
 	case <-time.After(10 * time.Second):

@@ -31,12 +31,16 @@ type group struct {
 	retryAt     time.Time
 	backoff     time.Duration
 	rendered    bool // every member succeeded once since start
+
+	fed follow // the last read, and the watch's changes since
 }
 
 // sched decides which groups to process when. It does no I/O and reads no
 // clock: callers pass the time, so tests drive it without sleeping.
 type sched struct {
 	groups []*group
+	budget *budget // the memory groups may keep their reads in
+	gen    int64   // the watch stream events come from now; 0: none
 }
 
 // newSched groups procs: two resources whose keys overlap (one equal to or
@@ -64,7 +68,7 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 		}
 	}
 	byRoot := map[int]*group{}
-	s := &sched{}
+	s := &sched{budget: newBudget(followBudget)}
 	for i, p := range ps {
 		g, ok := byRoot[find(i)]
 		if !ok {
@@ -138,18 +142,40 @@ func (s *sched) keys() []string {
 	return out
 }
 
-// event routes a change of keys at rev to the groups whose keys it
-// touches and that have not read rev already.
-func (s *sched) event(keys []string, rev int64, at time.Time) {
+// event routes a change to the groups whose keys it touches and that have
+// not read its revision already. Those following the watch (follow) take
+// its changes, or stop following when it cannot be followed.
+func (s *sched) event(e timedEvent) {
 	for _, g := range s.groups {
-		if rev > 0 && rev <= g.rev {
-			continue
-		}
-		for _, k := range keys {
+		touched := false
+		for _, k := range e.keys {
 			if underAny(k, g.keys) {
-				g.mark(at, false)
+				touched = true
 				break
 			}
+		}
+		if !touched {
+			continue
+		}
+		g.fed.take(e, g.keys, s.budget)
+		if e.rev > 0 && e.rev <= g.rev {
+			continue
+		}
+		g.mark(e.at, false)
+	}
+}
+
+// watching says which watch stream events come from now (0: none, the
+// watch is down): groups following an older one must read again, since
+// what a stream delivers starts where it was opened.
+func (s *sched) watching(gen int64) {
+	if gen == s.gen {
+		return
+	}
+	s.gen = gen
+	for _, g := range s.groups {
+		if g.fed.gen != gen {
+			g.fed.drop(s.budget)
 		}
 	}
 }
@@ -166,6 +192,7 @@ func (s *sched) all(at time.Time) {
 func (s *sched) forget() {
 	for _, g := range s.groups {
 		g.rev = 0
+		g.fed.drop(s.budget)
 	}
 }
 
@@ -218,9 +245,12 @@ func (s *sched) next() (time.Time, bool) {
 	return first, found
 }
 
-// start is called as g's pass begins: events from now on need another pass.
-func (g *group) start() {
+// start is called as g's pass begins: events from now on need another
+// pass. It says whether the pass must read (start, resync, SIGHUP).
+func (g *group) start() (read bool) {
+	read = g.immediate
 	g.dirty, g.immediate = false, false
+	return read
 }
 
 // finish records a pass: rev is the revision read (0 when the read

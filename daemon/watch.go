@@ -36,15 +36,19 @@ type watcher struct {
 	pos     int64
 	current int64
 	up      bool
+	gen     int64 // counts watch streams opened
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 type timedEvent struct {
-	keys []string
-	rev  int64
-	at   time.Time
+	keys    []string
+	rev     int64
+	at      time.Time
+	changes []backends.Change // with values, when the store gave them
+	whole   string            // see backends.WatchEvent.Whole
+	gen     int64             // the watch stream it came from
 }
 
 func newWatcher(store WatchStore, log logrus.FieldLogger, obs Observer, clock Clock, notify func()) *watcher {
@@ -81,8 +85,13 @@ func (w *watcher) apply(s *sched) {
 	if w.all {
 		s.all(w.clock.Now())
 	}
+	if w.up {
+		s.watching(w.gen)
+	} else {
+		s.watching(0)
+	}
 	for _, e := range w.events {
-		s.event(e.keys, e.rev, e.at)
+		s.event(e)
 	}
 	w.events, w.all, w.forget = nil, false, false
 }
@@ -104,7 +113,8 @@ func (w *watcher) deliver(ev backends.WatchEvent) {
 	w.pos = max(w.pos, ev.Resume)
 	w.current = max(w.current, ev.Revision)
 	if len(ev.Keys) > 0 {
-		w.events = append(w.events, timedEvent{keys: ev.Keys, rev: ev.Revision, at: w.clock.Now()})
+		w.events = append(w.events, timedEvent{keys: ev.Keys, rev: ev.Revision, at: w.clock.Now(),
+			changes: ev.Changes, whole: ev.Whole, gen: w.gen})
 	}
 	w.mu.Unlock()
 	if len(ev.Keys) > 0 {
@@ -210,6 +220,13 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		w.mu.Unlock()
 		w.setUp(true)
 		backoff = minReconnect
+		// A new stream: what groups follow from the last one's changes
+		// no longer applies (sched.watching). pos is at or below any
+		// revision a read from now on returns, so the new stream
+		// delivers every change after such a read.
+		w.mu.Lock()
+		w.gen++
+		w.mu.Unlock()
 		err = w.store.Watch(ctx, keys, pos, w.deliver)
 		if ctx.Err() != nil {
 			return

@@ -2,13 +2,21 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
 )
@@ -111,5 +119,142 @@ func TestBindMountedDestIsWrittenInPlace(t *testing.T) {
 	}
 	if len(c.stageFiles()) != 0 {
 		t.Errorf("stage files left: %v", c.stageFiles())
+	}
+}
+
+// TestWatchRendersOnlyStatesEtcdHad: random puts, deletes and transactions
+// over a key and the keys below it (and a neighbour that only shares the
+// string prefix) are rendered as states etcd had at some revision, never
+// half of a transaction, ending on the last. A key the role lets confd
+// watch as one range is rendered from the watch's changes without a read
+// (confd_group_snapshots_total{source="watch"}); one a least-privilege role
+// grants exactly ("/f" and "/f/") is read on every change, since its two
+// ranges may be delivered in either order.
+func TestWatchRendersOnlyStatesEtcdHad(t *testing.T) {
+	for _, mode := range []string{"whole", "least-privilege"} {
+		t.Run(mode, func(t *testing.T) {
+			s := etcdtest.Start(t)
+			cli := s.Client(t)
+			ctx := context.Background()
+			state := map[string]string{"/f": "top0"}
+			s.Put(t, "/f", "top0")
+			render := func() string {
+				var b strings.Builder
+				if v, ok := state["/f"]; ok {
+					b.WriteString("top=" + v)
+				}
+				var keys []string
+				for k := range state {
+					if k != "/f" {
+						keys = append(keys, k)
+					}
+				}
+				slices.Sort(keys)
+				for _, k := range keys {
+					b.WriteString(" " + k + "=" + state[k])
+				}
+				return b.String()
+			}
+			valid := map[string]bool{render(): true}
+			c, ev := newConfdir(t), newEvents(t)
+			c.resource("f", fmt.Sprintf("[template]\nsrc = \"f.tmpl\"\ndest = \"DEST\"\nkeys = [\"/f\"]\nreload_cmd = \"cat {{.dest}} > %s\"\n", ev.path),
+				`{{if exists "/f"}}top={{getv "/f"}}{{end}}{{range gets "/f/*"}} {{.Key}}={{.Value}}{{end}}`+"\n")
+			addr := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+			args := append(nodeArgs(t, s), "-watch", "-confdir", c.Dir, "-metrics-addr", addr)
+			var env []string
+			if mode == "least-privilege" {
+				s.EnableAuthExact(t, "rootpw", "reader", "pw", "/f")
+				env = []string{"CONFD_PASSWORD=pw"}
+				args = append(args, "-username", "reader")
+				root := s.ClientConfig()
+				root.Username, root.Password = "root", "rootpw"
+				var err error
+				if cli, err = clientv3.New(root); err != nil {
+					t.Fatal(err)
+				}
+				defer cli.Close()
+			}
+			p := runDaemon(t, env, args...)
+			var seen []string
+			last := ev.next(t, 30*time.Second, p.out)
+			if last != render() {
+				t.Fatalf("start-up render %q, want %q", last, render())
+			}
+			// catchUp awaits the render of the state now; nothing is
+			// rendered when the file would not change.
+			catchUp := func() {
+				for last != render() {
+					last = ev.next(t, 30*time.Second, p.out)
+					seen = append(seen, last)
+				}
+			}
+			r := rand.New(rand.NewPCG(7, uint64(len(mode))))
+			key := func() string { return fmt.Sprintf("/f/k%d", r.IntN(5)) }
+			for i := 0; i < 150; i++ {
+				var ops []clientv3.Op
+				for n := 1 + r.IntN(3); n > 0; n-- {
+					switch k, v := key(), fmt.Sprintf("v%d", i); r.IntN(6) {
+					case 0:
+						ops = append(ops, clientv3.OpDelete(k))
+						delete(state, k)
+					case 1:
+						ops = append(ops, clientv3.OpPut("/f", "top"+v))
+						state["/f"] = "top" + v
+					case 2:
+						ops = append(ops, clientv3.OpPut("/fx", v)) // not below /f
+					default:
+						ops = append(ops, clientv3.OpPut(k, v))
+						state[k] = v
+					}
+				}
+				// A transaction may touch a key only once.
+				if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+					if !strings.Contains(err.Error(), "duplicate key") {
+						t.Fatal(err)
+					}
+					// Put the model back as etcd has it.
+					resp, err := cli.Get(ctx, "/f", clientv3.WithPrefix())
+					if err != nil {
+						t.Fatal(err)
+					}
+					clear(state)
+					for _, kv := range resp.Kvs {
+						if k := string(kv.Key); k == "/f" || strings.HasPrefix(k, "/f/") {
+							state[k] = string(kv.Value)
+						}
+					}
+					continue
+				}
+				valid[render()] = true
+				if r.IntN(10) == 0 { // now and then, let it catch up
+					catchUp()
+				}
+			}
+			if _, err := cli.Put(ctx, "/f/zz", "end"); err != nil {
+				t.Fatal(err)
+			}
+			state["/f/zz"] = "end"
+			valid[render()] = true
+			catchUp()
+			for _, got := range seen {
+				if !valid[got] {
+					t.Errorf("rendered %q, a state etcd never had", got)
+				}
+			}
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			metrics, _ := io.ReadAll(resp.Body)
+			fromWatch := regexp.MustCompile(`confd_group_snapshots_total\{source="watch"\} (\d+)`).FindSubmatch(metrics)
+			if mode == "whole" && (fromWatch == nil || string(fromWatch[1]) == "0") {
+				t.Errorf("no pass rendered from the watch:\n%s", metrics)
+			}
+			if mode == "least-privilege" && fromWatch != nil {
+				t.Errorf("a key watched as two ranges rendered from the watch: %s", fromWatch[0])
+			}
+			t.Logf("%d renders; %s", len(seen), regexp.MustCompile(`confd_group_snapshots_total.*`).FindAll(metrics, -1))
+		})
 	}
 }

@@ -31,6 +31,7 @@ type Metrics struct {
 	pending      *prometheus.GaugeVec
 	watchUp      prometheus.Gauge
 	reconnects   prometheus.Counter
+	snapshots    *prometheus.CounterVec
 	processedRev prometheus.Gauge
 	currentRev   prometheus.Gauge
 	lagRevisions prometheus.Gauge
@@ -58,6 +59,8 @@ func New() *Metrics {
 		Help: "1 while the etcd watch is live."})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "confd_watch_reconnects_total",
 		Help: "Times the etcd watch was opened again after it broke or was restarted."})
+	m.snapshots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "confd_group_snapshots_total",
+		Help: "Where a pass of a group of resources took its keys from: etcd (a read), or watch (the last read plus the changes the watch delivered since; see the README)."}, []string{"source"})
 	m.processedRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_processed_revision",
 		Help: "The etcd revision every resource has been read at, at least."})
 	m.currentRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_watch_etcd_revision",
@@ -67,7 +70,7 @@ func New() *Metrics {
 	m.readyGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "confd_ready",
 		Help: "1 once every resource rendered since start and the watch is live (as /readyz)."})
 	m.reg.MustRegister(m.lastSuccess, m.passes, m.writes, m.checks, m.reloads, m.pending, m.watchUp,
-		m.reconnects, m.processedRev, m.currentRev, m.lagRevisions, m.readyGauge,
+		m.reconnects, m.snapshots, m.processedRev, m.currentRev, m.lagRevisions, m.readyGauge,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -118,6 +121,15 @@ func (m *Metrics) WatchUp(up bool) {
 
 // WatchReconnect counts a reopened watch.
 func (m *Metrics) WatchReconnect() { m.reconnects.Inc() }
+
+// Snapshot counts where a group's pass took its keys from.
+func (m *Metrics) Snapshot(fromWatch bool) {
+	if fromWatch {
+		m.snapshots.WithLabelValues("watch").Inc()
+	} else {
+		m.snapshots.WithLabelValues("etcd").Inc()
+	}
+}
 
 // Revisions records how far processing is behind etcd.
 func (m *Metrics) Revisions(processed, current int64) {

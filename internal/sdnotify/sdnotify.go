@@ -79,4 +79,5 @@ func (n *Notifier) Stopping() { n.send(daemon.SdNotifyStopping) }
 func (n *Notifier) Processed(string, resource.Result, error, bool) {}
 func (n *Notifier) WatchUp(bool)                                   {}
 func (n *Notifier) WatchReconnect()                                {}
+func (n *Notifier) Snapshot(bool)                                  {}
 func (n *Notifier) Revisions(int64, int64)                         {}

@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kelseyhightower/memkv"
+
+	"github.com/keysync/confd/backends"
+)
+
+// followBudget bounds the memory all groups together keep to follow the
+// watch: keys and values plus a slice entry each. A group whose read does
+// not fit reads on every change, as it did before it could follow; 32 MiB
+// holds a group of 200k keys with 100-byte values.
+const followBudget = 32 << 20
+
+// follow is what a group knows of its keys without reading them: its last
+// read, with every change the watch delivered since applied to it. While
+// all the group's keys are below one watched key whose changes come in one
+// ordered range (backends.WatchEvent.Whole), that is the keys' state at the
+// last change's revision, exactly what a read at that revision returns, so
+// a change is rendered without waiting on a read (most of the time from a
+// put to the file). Any doubt drops it and the next pass reads: a change
+// from a key watched as two ranges, from another watch stream, a watch
+// down, a restore.
+type follow struct {
+	on    bool
+	pairs []memkv.KVPair // sorted by key, one per key
+	rev   int64          // the revision pairs are at
+	gen   int64          // the watch stream whose changes apply to them
+	size  int64          // taken from the budget
+}
+
+// start follows from a read of keys at rev, made while gen was the watch
+// stream delivering events (0: none); as far as the budget allows.
+func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) {
+	f.drop(b)
+	if gen == 0 {
+		return
+	}
+	own := slices.Clone(pairs)
+	// A group's keys may overlap ("/a" and "/a/b"), so a read may list a
+	// pair twice; at one revision both copies are the same.
+	slices.SortStableFunc(own, func(x, y memkv.KVPair) int { return strings.Compare(x.Key, y.Key) })
+	own = slices.CompactFunc(own, func(x, y memkv.KVPair) bool { return x.Key == y.Key })
+	var size int64
+	for _, kv := range own {
+		size += pairSize(kv.Key, kv.Value)
+	}
+	if !b.take(size) {
+		return
+	}
+	*f = follow{on: true, pairs: own, rev: rev, gen: gen, size: size}
+}
+
+// drop stops following: the next pass reads.
+func (f *follow) drop(b *budget) {
+	b.give(f.size)
+	*f = follow{}
+}
+
+// take applies e's changes to keys, or drops f when e cannot be followed.
+func (f *follow) take(e timedEvent, keys []string, b *budget) {
+	if !f.on {
+		return
+	}
+	if e.gen != f.gen || e.whole == "" || len(e.changes) != len(e.keys) || !allUnder(keys, e.whole) {
+		f.drop(b)
+		return
+	}
+	// A change at or before the read is in it already. An answer holds
+	// every change of its revisions, so compare with where f was before
+	// it: several changes may share a revision.
+	base := f.rev
+	for _, c := range e.changes {
+		if c.Rev <= base || !underAny(c.Key, keys) {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(f.pairs, c.Key, func(kv memkv.KVPair, k string) int { return cmp.Compare(kv.Key, k) })
+		delta := int64(0)
+		switch {
+		case c.Deleted && found:
+			delta = -pairSize(f.pairs[i].Key, f.pairs[i].Value)
+			f.pairs = slices.Delete(f.pairs, i, i+1)
+		case c.Deleted:
+		case found:
+			delta = int64(len(c.Value) - len(f.pairs[i].Value))
+			f.pairs[i].Value = c.Value
+		default:
+			delta = pairSize(c.Key, c.Value)
+			f.pairs = slices.Insert(f.pairs, i, memkv.KVPair{Key: c.Key, Value: c.Value})
+		}
+		f.rev = c.Rev
+		if delta > 0 && !b.take(delta) {
+			f.drop(b)
+			return
+		}
+		b.give(-min(delta, 0))
+		f.size += delta
+	}
+}
+
+// pairSize is what a kept pair costs: its strings and its slice entry.
+func pairSize(k, v string) int64 { return int64(len(k) + len(v) + 32) }
+
+func allUnder(keys []string, prefix string) bool {
+	for _, k := range keys {
+		if !backends.KeyUnder(k, prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// budget is memory shared by concurrent passes.
+type budget struct{ left atomic.Int64 }
+
+func newBudget(n int64) *budget {
+	b := &budget{}
+	b.left.Store(n)
+	return b
+}
+
+func (b *budget) take(n int64) bool {
+	for {
+		left := b.left.Load()
+		if n > left {
+			return false
+		}
+		if b.left.CompareAndSwap(left, left-n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) give(n int64) { b.left.Add(n) }

@@ -1,0 +1,267 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kelseyhightower/memkv"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/waitspec"
+	"github.com/keysync/confd/resource"
+)
+
+func change(key, value string, rev int64) backends.Change {
+	return backends.Change{Key: key, Value: value, Rev: rev}
+}
+
+func deleted(key string, rev int64) backends.Change {
+	return backends.Change{Key: key, Rev: rev, Deleted: true}
+}
+
+// changed is the event the watch gives for changes of one whole range.
+func changed(gen int64, whole string, cs ...backends.Change) timedEvent {
+	e := timedEvent{gen: gen, whole: whole, changes: cs, at: t0}
+	for _, c := range cs {
+		e.keys = append(e.keys, c.Key)
+		e.rev = c.Rev
+	}
+	return e
+}
+
+// TestFollowIsTheReadAtTheLastChange: a read plus the changes after it is
+// what a read at the last change's revision gives: puts, new keys,
+// deletes, several changes in one revision, changes the read had already
+// and changes to keys outside the group's.
+func TestFollowIsTheReadAtTheLastChange(t *testing.T) {
+	b := newBudget(1 << 20)
+	keys := []string{"/a", "/a/sub"} // overlapping: the read lists /a/sub/x twice
+	var f follow
+	f.start([]memkv.KVPair{{Key: "/a/sub/x", Value: "x"}, {Key: "/a/2", Value: "two"}, {Key: "/a/sub/x", Value: "x"}, {Key: "/a/1", Value: "one"}}, 5, 1, b)
+	if !f.on || !slices.Equal(f.pairs, []memkv.KVPair{{Key: "/a/1", Value: "one"}, {Key: "/a/2", Value: "two"}, {Key: "/a/sub/x", Value: "x"}}) {
+		t.Fatalf("after the read: %+v", f)
+	}
+	f.take(changed(1, "/a", change("/a/1", "stale", 4), change("/a/2", "stale", 5)), keys, b) // in the read already
+	f.take(changed(1, "/a", change("/a/1", "uno", 6), change("/a/0", "zero", 6), deleted("/a/2", 6), deleted("/a/none", 6)), keys, b)
+	f.take(changed(1, "/", change("/b/x", "other group's", 7)), keys, b)
+	f.take(changed(1, "/a", change("/a", "top", 8), deleted("/a/sub/x", 8)), keys, b)
+	want := []memkv.KVPair{{Key: "/a", Value: "top"}, {Key: "/a/0", Value: "zero"}, {Key: "/a/1", Value: "uno"}}
+	if !f.on || f.rev != 8 || !slices.Equal(f.pairs, want) {
+		t.Fatalf("followed to %d: %v, want %v at 8", f.rev, f.pairs, want)
+	}
+	var size int64
+	for _, kv := range want {
+		size += pairSize(kv.Key, kv.Value)
+	}
+	if f.size != size || b.left.Load() != 1<<20-size {
+		t.Errorf("size %d, budget left %d; want %d taken", f.size, b.left.Load(), size)
+	}
+}
+
+// TestFollowModel: random changes to a few keys, in random batches per
+// revision, followed from a read at a random revision, agree with a map of
+// the keys at every revision.
+func TestFollowModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	names := []string{"/m", "/m/a", "/m/b", "/m/b/c", "/m/d"}
+	for round := 0; round < 200; round++ {
+		state := map[string]string{}
+		var history []map[string]string // state after each revision, from 1
+		var events []timedEvent
+		for rev := int64(1); rev <= 40; rev++ {
+			var cs []backends.Change
+			for n := 1 + r.IntN(3); n > 0; n-- {
+				k := names[r.IntN(len(names))]
+				if r.IntN(3) == 0 {
+					delete(state, k)
+					cs = append(cs, deleted(k, rev))
+				} else {
+					v := string(rune('a' + r.IntN(26)))
+					state[k] = v
+					cs = append(cs, change(k, v, rev))
+				}
+			}
+			history = append(history, maps.Clone(state))
+			events = append(events, changed(1, "/m", cs...))
+		}
+		readAt := r.IntN(len(history))
+		var read []memkv.KVPair
+		for k, v := range history[readAt] {
+			read = append(read, memkv.KVPair{Key: k, Value: v})
+		}
+		var f follow
+		b := newBudget(1 << 20)
+		f.start(read, int64(readAt+1), 1, b)
+		// The watch may deliver events from before the read too.
+		for _, e := range events[max(readAt-3, 0):] {
+			f.take(e, []string{"/m"}, b)
+			if e.rev <= int64(readAt+1) {
+				continue
+			}
+			got := map[string]string{}
+			for _, kv := range f.pairs {
+				got[kv.Key] = kv.Value
+			}
+			if f.rev != e.rev || !maps.Equal(got, history[e.rev-1]) {
+				t.Fatalf("round %d, read at %d: at %d followed %v (rev %d), want %v", round, readAt+1, e.rev, got, f.rev, history[e.rev-1])
+			}
+		}
+	}
+}
+
+// TestFollowDropsWhatCannotBeFollowed: a change from a key watched as two
+// ranges, from a range that does not cover all the group's keys, from
+// another watch stream, a watch down, a restore and an exhausted budget
+// each stop following, and give the budget back.
+func TestFollowDropsWhatCannotBeFollowed(t *testing.T) {
+	const all = 1 << 20
+	read := []memkv.KVPair{{Key: "/a/x", Value: "1"}}
+	for _, tc := range []struct {
+		name string
+		keys []string
+		e    timedEvent
+	}{
+		{"two ranges", []string{"/a"}, changed(1, "", change("/a/x", "2", 6))},
+		{"range not covering", []string{"/a", "/b"}, changed(1, "/a", change("/a/x", "2", 6))},
+		{"another stream", []string{"/a"}, changed(2, "/a", change("/a/x", "2", 6))},
+		{"no values", []string{"/a"}, timedEvent{keys: []string{"/a/x"}, rev: 6, gen: 1, whole: "/a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBudget(all)
+			var f follow
+			f.start(read, 5, 1, b)
+			f.take(tc.e, tc.keys, b)
+			if f.on || b.left.Load() != all {
+				t.Fatalf("still following (%v) or budget not given back (%d left)", f.on, b.left.Load())
+			}
+		})
+	}
+	s := newSched([]Processor{&fakeProc{name: "a", keys: []string{"/a"}}}, waitspec.Spec{})
+	g := s.groups[0]
+	s.watching(1)
+	g.fed.start(read, 5, 1, s.budget)
+	s.watching(0) // the watch went down
+	if g.fed.on {
+		t.Error("still following with the watch down")
+	}
+	g.fed.start(read, 5, 1, s.budget)
+	s.forget()
+	if g.fed.on {
+		t.Error("still following after a restore")
+	}
+	if got := s.budget.left.Load(); got != followBudget {
+		t.Errorf("budget left %d, want all %d", got, followBudget)
+	}
+	b := newBudget(pairSize("/a/x", "1"))
+	var f follow
+	f.start(read, 5, 1, b)
+	if !f.on {
+		t.Fatal("a read that fits the budget is not followed")
+	}
+	f.take(changed(1, "/a", change("/a/y", "2", 6)), []string{"/a"}, b)
+	if f.on || b.left.Load() != pairSize("/a/x", "1") {
+		t.Errorf("following beyond the budget (%v, %d left)", f.on, b.left.Load())
+	}
+	f.start(read, 5, 0, b)
+	if f.on {
+		t.Error("following a read made with no watch stream")
+	}
+}
+
+// valueStore is a fake etcd whose reads the test counts.
+type valueStore struct {
+	fakeWatch
+	values map[string]string
+	reads  int
+}
+
+func (v *valueStore) GetValues(context.Context, []string) (map[string]string, int64, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.reads++
+	return maps.Clone(v.values), v.rev, nil
+}
+
+// seenProc records the values each pass saw.
+type seenProc struct {
+	fakeProc
+	seen chan map[string]string
+}
+
+func (p *seenProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+	vals, rev, err := g.GetValues(ctx, p.keys)
+	p.seen <- vals
+	return resource.Result{Revision: rev}, err
+}
+
+// TestRunRendersFromTheWatch: with a change of a key watched whole, a pass
+// renders the read plus the change without reading etcd again; a change
+// from a key watched as two ranges, and the first change on a new watch
+// stream, read.
+func TestRunRendersFromTheWatch(t *testing.T) {
+	f := &valueStore{fakeWatch: fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)},
+		values: map[string]string{"/k/a": "1"}}
+	p := &seenProc{fakeProc: fakeProc{name: "p", keys: []string{"/k"}}, seen: make(chan map[string]string)}
+	log, _ := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := <-f.watching
+	next := func(want map[string]string, reads int) {
+		t.Helper()
+		select {
+		case got := <-p.seen:
+			f.mu.Lock()
+			n := f.reads
+			f.mu.Unlock()
+			if !maps.Equal(got, want) || n != reads {
+				t.Fatalf("pass saw %v after %d reads, want %v after %d", got, n, want, reads)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no pass")
+		}
+	}
+	next(map[string]string{"/k/a": "1"}, 1)
+	// The start-up pass may have read before the watch stream opened; a
+	// change read from etcd follows from this stream on.
+	f.mu.Lock()
+	f.values["/k/b"], f.rev = "2", 11
+	f.mu.Unlock()
+	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 11, Resume: 11}
+	next(map[string]string{"/k/a": "1", "/k/b": "2"}, 2)
+	w <- backends.WatchEvent{Keys: []string{"/k/a", "/k/c"}, Revision: 12, Resume: 12, Whole: "/k",
+		Changes: []backends.Change{deleted("/k/a", 12), change("/k/c", "3", 12)}}
+	next(map[string]string{"/k/b": "2", "/k/c": "3"}, 2)
+	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 13, Resume: 13, Whole: "/k",
+		Changes: []backends.Change{change("/k/b", "two", 13)}}
+	next(map[string]string{"/k/b": "two", "/k/c": "3"}, 2)
+
+	// A key watched as two ranges: read.
+	f.mu.Lock()
+	f.values, f.rev = map[string]string{"/k/b": "two", "/k/c": "three"}, 14
+	f.mu.Unlock()
+	w <- backends.WatchEvent{Keys: []string{"/k/c"}, Revision: 14, Resume: 14,
+		Changes: []backends.Change{change("/k/c", "three", 14)}}
+	next(map[string]string{"/k/b": "two", "/k/c": "three"}, 3)
+	w <- backends.WatchEvent{Keys: []string{"/k/c"}, Revision: 15, Resume: 15, Whole: "/k",
+		Changes: []backends.Change{change("/k/c", "3", 15)}}
+	next(map[string]string{"/k/b": "two", "/k/c": "3"}, 3)
+
+	// A new stream: what was followed on the old one is dropped.
+	f.mu.Lock()
+	f.values, f.rev = map[string]string{"/k/b": "new", "/k/c": "3"}, 16
+	f.mu.Unlock()
+	f.errs <- errors.New("connection lost")
+	w = <-f.watching
+	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 16, Resume: 16, Whole: "/k",
+		Changes: []backends.Change{change("/k/b", "new", 16)}}
+	next(map[string]string{"/k/b": "new", "/k/c": "3"}, 4)
+}
