@@ -37,14 +37,15 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 	for _, opt := range opts {
 		opt(&o)
 	}
-	tmpl, err := parseFile(srcPath, store)
+	funcs := FuncMap(store)
+	tmpl, err := parseFile(srcPath, funcs)
 	if err != nil {
 		return Text{}, err
 	}
 	// The crypt functions FuncMap defined are swapped for ones that decrypt
 	// with this render's keyring and remember what they decrypted.
 	var decrypted []string
-	tmpl.Funcs(cryptFuncs(FuncMap(store), o.keyring, func(v string) { decrypted = append(decrypted, v) }))
+	tmpl.Funcs(cryptFuncs(funcs, o.keyring, func(v string) { decrypted = append(decrypted, v) }))
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
@@ -64,11 +65,11 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 // CheckFile parses the template at srcPath without executing it, so that
 // syntax errors and unknown function names show before any key is read.
 func CheckFile(srcPath string) error {
-	_, err := parseFile(srcPath, kvstore.New(nil))
+	_, err := parseFile(srcPath, FuncMap(kvstore.New(nil)))
 	return err
 }
 
-func parseFile(srcPath string, store *kvstore.Index) (*texttemplate.Template, error) {
+func parseFile(srcPath string, funcs texttemplate.FuncMap) (*texttemplate.Template, error) {
 	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
 	// apart from "does not parse"; ParseFiles would do exactly this Parse on
 	// a template of the same name, so the result is the same.
@@ -76,7 +77,7 @@ func parseFile(srcPath string, store *kvstore.Index) (*texttemplate.Template, er
 	if err != nil {
 		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
 	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(FuncMap(store)).Parse(string(src))
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}
