@@ -169,6 +169,18 @@ func (ix *Index) GetAll(pattern string) (memkv.KVPairs, error) {
 	// Sized for the whole run: "/*" over 100k keys would otherwise copy
 	// the result over and over as it grows.
 	ks = make(memkv.KVPairs, 0, len(run))
+	if pattern[len(head):] == "*" {
+		// "HEAD*", the usual pattern: path.Match compares the literal head
+		// (every key of the run starts with it) and then lets '*' take any
+		// bytes but '/'. Asking just that skips a path.Match per key, a
+		// tenth of a flat 100k render.
+		for _, kv := range run {
+			if strings.IndexByte(kv.Key[len(head):], '/') < 0 {
+				ks = append(ks, kv)
+			}
+		}
+		return ks, nil
+	}
 	for _, kv := range run {
 		if ok, _ := path.Match(pattern, kv.Key); ok {
 			ks = append(ks, kv)
@@ -232,11 +244,16 @@ func (ix *Index) List(filePath string) []string {
 func (ix *Index) ListDir(filePath string) []string {
 	names := make(map[string]bool)
 	under := path.Clean(filePath) + "/"
+	// The name comes from the directory alone, and entries come grouped
+	// by directory: once a directory gave its name, its other keys are
+	// skipped (1,000 map writes for 1,000 directories, not one per key).
+	named := ""
 	for _, e := range ix.dirPrefixRange(under) {
-		if !strings.HasPrefix(e.key, filePath) {
+		if e.dir == named || !strings.HasPrefix(e.key, filePath) {
 			continue
 		}
 		names[firstSegment(e.dir[len(under):])] = true
+		named = e.dir
 	}
 	return sortedNames(names)
 }
