@@ -282,7 +282,7 @@ func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
 		gen := s.gen // before the read: see follow
 		snap.pairs, snap.rev, err = resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
 		if err == nil {
-			g.fed.start(snap.pairs, snap.rev, gen, s.budget)
+			snap.pairs = g.fed.start(snap.pairs, snap.rev, gen, s.budget)
 		} else {
 			g.fed.drop(s.budget)
 		}

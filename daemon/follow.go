@@ -35,25 +35,29 @@ type follow struct {
 }
 
 // start follows from a read of keys at rev, made while gen was the watch
-// stream delivering events (0: none); as far as the budget allows.
-func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) {
+// stream delivering events (0: none); as far as the budget allows. It
+// keeps pairs itself, in key order with one pair per key, and returns
+// them so: the pass renders from the same list, with no copy.
+func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) []memkv.KVPair {
 	f.drop(b)
 	if gen == 0 {
-		return
+		return pairs
 	}
-	own := slices.Clone(pairs)
+	byKey := func(x, y memkv.KVPair) int { return strings.Compare(x.Key, y.Key) }
+	if !slices.IsSortedFunc(pairs, byKey) {
+		slices.SortFunc(pairs, byKey)
+	}
 	// A group's keys may overlap ("/a" and "/a/b"), so a read may list a
 	// pair twice; at one revision both copies are the same.
-	slices.SortStableFunc(own, func(x, y memkv.KVPair) int { return strings.Compare(x.Key, y.Key) })
-	own = slices.CompactFunc(own, func(x, y memkv.KVPair) bool { return x.Key == y.Key })
+	pairs = slices.CompactFunc(pairs, func(x, y memkv.KVPair) bool { return x.Key == y.Key })
 	var size int64
-	for _, kv := range own {
+	for _, kv := range pairs {
 		size += pairSize(kv.Key, kv.Value)
 	}
-	if !b.take(size) {
-		return
+	if b.take(size) {
+		*f = follow{on: true, pairs: pairs, rev: rev, gen: gen, size: size}
 	}
-	*f = follow{on: true, pairs: own, rev: rev, gen: gen, size: size}
+	return pairs
 }
 
 // drop stops following: the next pass reads.

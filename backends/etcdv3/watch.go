@@ -270,15 +270,8 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 // also carry "/foobar" and, for a key as short as "/r", every change to
 // Kubernetes' "/registry/" (values included) through confd.
 func (c *Client) openRanges(ctx context.Context, keys []string, afterRev int64) ([]watchRange, error) {
-	open := func(from, end string) (clientv3.WatchChan, *clientv3.WatchResponse, error) {
-		opts := []clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}
-		switch end {
-		case "":
-		case "prefix":
-			opts = append(opts, clientv3.WithPrefix())
-		default:
-			opts = append(opts, clientv3.WithRange(end))
-		}
+	open := func(from string, span ...clientv3.OpOption) (clientv3.WatchChan, *clientv3.WatchResponse, error) {
+		opts := append([]clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}, span...)
 		ch := c.cli.Watch(ctx, from, opts...)
 		select {
 		case resp, ok := <-ch:
@@ -294,14 +287,14 @@ func (c *Client) openRanges(ctx context.Context, keys []string, afterRev int64) 
 	for _, k := range keys {
 		if k == "" || strings.HasSuffix(k, "/") {
 			// A prefix range is the key's exactly.
-			ch, first, err := open(k, "prefix")
+			ch, first, err := open(k, clientv3.WithPrefix())
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, watchRange{whole: k, ch: ch, first: first})
 			continue
 		}
-		ch, first, err := open(k, k+"0")
+		ch, first, err := open(k, clientv3.WithRange(k+"0"))
 		if err != nil {
 			return nil, err
 		}
@@ -310,11 +303,11 @@ func (c *Client) openRanges(ctx context.Context, keys []string, afterRev int64) 
 			continue
 		}
 		for _, half := range planReads([]string{k}) {
-			end := ""
+			var span []clientv3.OpOption
 			if half.prefix {
-				end = "prefix"
+				span = append(span, clientv3.WithPrefix())
 			}
-			ch, first, err := open(half.from, end)
+			ch, first, err := open(half.from, span...)
 			if err != nil {
 				return nil, err
 			}
