@@ -280,7 +280,11 @@ func testHealthGateHoldsLock(t *testing.T, s *etcdtest.Server, cli *clientv3.Cli
 	dir := t.TempDir()
 	acquired := filepath.Join(dir, "etcdctl-acquired")
 	b := bin(t, env(s), append(lockArgs("gate"), append(h.args(), "--", "true")...)...)
-	h.awaitProbes(t, 1) // restarted, now in the gate
+	// The first probe is the check of the running apiserver before
+	// queueing, when etcdctl could still take the lock first: wait for the
+	// gate itself, and for one of its probes.
+	b.stderr.waitFor(t, "holding the lock until the apiserver is ready")
+	h.awaitProbes(t, h.probes.Load()+1)
 	ctl := etcdctl(t, env(s), "lock", "gate", "--", "sh", "-c", `date +%s%N > `+acquired)
 	waitQueue(t, cli, "gate", 2)
 	// While /readyz says 503 the gate keeps probing and etcdctl keeps waiting.
