@@ -360,3 +360,35 @@ func TestCommandOutputNeverCarriesPrivateKeys(t *testing.T) {
 		t.Fatalf("error carries key material or no redaction marker: %v", err)
 	}
 }
+
+// A destination that is a symlink is replaced by the file, as confd 0.16's
+// rename does; what it pointed to is left alone.
+func TestReplaceSymlinkDestReplacesTheLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("target\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(dir, "dest")
+	if err := os.Symlink(target, dest); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testSettings(t.TempDir())
+	content := template.TextOf([]byte("new\n"))
+	stage, err := writeStage(dest, content, 0o644, os.Geteuid(), os.Getegid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replace(stage, dest, content, 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(dest); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("dest after replace: %v, %v; want a regular file", fi, err)
+	}
+	if got, _ := os.ReadFile(dest); string(got) != "new\n" {
+		t.Errorf("dest = %q", got)
+	}
+	if got, _ := os.ReadFile(target); string(got) != "target\n" {
+		t.Errorf("the symlink's target was changed: %q", got)
+	}
+}
