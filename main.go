@@ -309,13 +309,15 @@ func (l *resourceLoader) load(s *resource.Settings) ([]daemon.Processor, int) {
 
 // removeStaleStageFiles clears what a killed confd left beside each dest.
 func (l *resourceLoader) removeStaleStageFiles() {
-	for _, r := range l.current {
-		removed, err := r.RemoveStaleStageFiles()
-		for _, f := range removed {
-			l.log.Infof("%s: removed stale stage file %s left by an earlier confd", r.File, f)
+	removed, err := resource.RemoveStaleStageFiles(l.current)
+	for _, f := range removed {
+		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() { // one line each
+			l.log.Warn(e.Error())
 		}
-		if err != nil {
-			l.log.Warn(err.Error())
-		}
+	} else if err != nil {
+		l.log.Warn(err.Error())
 	}
 }

@@ -68,36 +68,86 @@ func (FileWriter) MarkOwed(dest string, contents ...template.Text) error {
 // ClearOwed implements Writer.
 func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
 
-// RemoveStaleStageFiles removes stage files beside Dest that a killed
-// confd left behind (named as writeStage names them) and returns their paths.
-func (r *Resource) RemoveStaleStageFiles() ([]string, error) {
-	dir, base := filepath.Split(r.Dest)
-	if dir == "" {
-		dir = "."
+// StaleStageFile is a stage file that a killed confd left beside the
+// destination of Resource.
+type StaleStageFile struct {
+	Resource *Resource
+	Path     string
+}
+
+// RemoveStaleStageFiles removes the stage files that a killed confd left
+// beside the destinations of rs (named as writeStage names them) and returns
+// those it removed. Each directory is listed once, whatever the number of
+// resources writing into it: one listing per resource made a start-up with
+// 1,000 files in one directory read a million entries.
+func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, error) {
+	byDir := map[string]map[string]*Resource{} // directory, then dest's base name
+	var dirs []string
+	for _, r := range rs {
+		dir, base := filepath.Split(r.Dest)
+		if dir == "" {
+			dir = "."
+		}
+		if byDir[dir] == nil {
+			byDir[dir] = map[string]*Resource{}
+			dirs = append(dirs, dir)
+		}
+		if _, ok := byDir[dir][base]; !ok { // the first in file-name order names it
+			byDir[dir][base] = r
+		}
 	}
-	matches, err := filepath.Glob(filepath.Join(dir, "."+globQuote(base)+".*"))
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
+	var removed []StaleStageFile
 	var errs []error
-	for _, m := range matches {
-		suffix := strings.TrimPrefix(filepath.Base(m), "."+base+".")
-		if len(suffix) != 12 || strings.Trim(suffix, "0123456789abcdef") != "" {
+	for _, dir := range dirs {
+		names, err := listDir(dir)
+		if err != nil {
+			// A missing directory has no stage files; writing will say
+			// what else is wrong with it.
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("look for stale stage files: %w", err))
+			}
 			continue
 		}
-		if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("%s: remove stale stage file: %w", r.File, err))
-			continue
+		for _, name := range names {
+			r, ok := byDir[dir][stageOf(name)]
+			if !ok {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("%s: remove stale stage file: %w", r.File, err))
+				continue
+			}
+			removed = append(removed, StaleStageFile{Resource: r, Path: p})
 		}
-		removed = append(removed, m)
 	}
 	return removed, errors.Join(errs...)
 }
 
-func globQuote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`)
-	return r.Replace(s)
+func listDir(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	return names, nil
+}
+
+// stageOf is the base name of the destination whose stage file name is, as
+// writeStage names them ("." + base + "." + 12 hex digits), or "".
+func stageOf(name string) string {
+	const suffix = 1 + 12
+	if len(name) < 1+1+suffix || name[0] != '.' || name[len(name)-suffix] != '.' {
+		return ""
+	}
+	if strings.Trim(name[len(name)-12:], "0123456789abcdef") != "" {
+		return ""
+	}
+	return name[1 : len(name)-suffix]
 }
 
 // writeStage creates a stage file beside dest (so that rename is atomic),
