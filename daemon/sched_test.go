@@ -18,35 +18,45 @@ type destProc struct {
 
 func (p *destProc) Destination() string { return p.dest }
 
-// pairwiseGroups is the grouping by its definition: every pair compared.
-// unite must give the same partition without comparing every pair.
+// pairwiseGroups is the grouping by its definition: every pair compared,
+// then the connected components of what joins. unite must give the same
+// partition without comparing every pair.
 func pairwiseGroups(keys [][]string, dests []string) [][]int {
 	n := len(keys)
-	parent := make([]int, n)
-	for i := range parent {
-		parent[i] = i
-	}
-	var find func(int) int
-	find = func(i int) int {
-		if parent[i] != i {
-			parent[i] = find(parent[i])
+	joins := func(i, j int) bool {
+		if dests[i] != "" && dests[i] == dests[j] {
+			return true
 		}
-		return parent[i]
-	}
-	for i := 0; i < n; i++ {
-		for j := i + 1; j < n; j++ {
-			joined := dests[i] != "" && dests[i] == dests[j]
-			for _, x := range keys[i] {
-				for _, y := range keys[j] {
-					joined = joined || backends.KeyUnder(x, y) || backends.KeyUnder(y, x)
+		for _, x := range keys[i] {
+			for _, y := range keys[j] {
+				if backends.KeyUnder(x, y) || backends.KeyUnder(y, x) {
+					return true
 				}
 			}
-			if joined {
-				parent[find(j)] = find(i)
+		}
+		return false
+	}
+	component := make([]int, n)
+	for i := range component {
+		component[i] = -1
+	}
+	for i := 0; i < n; i++ {
+		if component[i] >= 0 {
+			continue
+		}
+		component[i] = i // the lowest index names the component, as unite does
+		for todo := []int{i}; len(todo) > 0; {
+			a := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			for b := 0; b < n; b++ {
+				if component[b] < 0 && joins(a, b) {
+					component[b] = i
+					todo = append(todo, b)
+				}
 			}
 		}
 	}
-	return partition(n, find)
+	return partition(n, func(i int) int { return component[i] })
 }
 
 func partition(n int, root func(int) int) [][]int {
