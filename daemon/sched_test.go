@@ -134,3 +134,17 @@ func BenchmarkNewSched(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNewSchedOneKey: a thousand resources on one key (one group).
+func BenchmarkNewSchedOneKey(b *testing.B) {
+	procs := make([]Processor, 1000)
+	for i := range procs {
+		procs[i] = &destProc{fakeProc{name: fmt.Sprintf("r%04d.toml", i), keys: []string{"/k"}}, fmt.Sprintf("/out/r%04d", i)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s := newSched(procs, waitspec.Spec{}); len(s.groups) != 1 {
+			b.Fatalf("%d groups", len(s.groups))
+		}
+	}
+}
