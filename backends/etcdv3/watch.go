@@ -65,21 +65,40 @@ var ErrStalled = errors.New("watch stalled")
 // DefaultProbeInterval is how often Watch asks etcd for progress.
 const DefaultProbeInterval = 2 * time.Second
 
-// watchKeys are the keys a watch must cover: a key below another is
-// covered by it.
+// watchKeys are the keys a watch must cover, each once, in the order given:
+// a key below another is covered by it.
+//
+// The keys a key can lie below are few and known from the key itself ("",
+// and its cut before and after each "/"), so each is looked up rather than
+// every pair compared, which took 1,000,000 comparisons for 1,000 resources
+// on every (re)connect.
 func watchKeys(keys []string) []string {
-	var out []string
-	for i, k := range keys {
-		covered := false
-		for j, o := range keys {
-			if (j < i && k == o) || (k != o && keypath.Under(k, o)) {
-				covered = true
-				break
+	set := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		set[k] = true
+	}
+	below := func(k string) bool {
+		if k != "" && set[""] {
+			return true
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] != '/' {
+				continue
+			}
+			// k[:i+1] ends in "/" and k extends it; k[:i] has k below it as a path.
+			if (i+1 < len(k) && set[k[:i+1]]) || (i > 0 && set[k[:i]]) {
+				return true
 			}
 		}
-		if !covered {
+		return false
+	}
+	var out []string
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if !seen[k] && !below(k) {
 			out = append(out, k)
 		}
+		seen[k] = true
 	}
 	return out
 }

@@ -1,0 +1,61 @@
+package etcdv3
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/keysync/confd/backends/internal/keypath"
+)
+
+// watchKeysPairwise is watchKeys by its definition: every pair compared.
+func watchKeysPairwise(keys []string) []string {
+	var out []string
+	for i, k := range keys {
+		covered := false
+		for j, o := range keys {
+			if (j < i && k == o) || (k != o && keypath.Under(k, o)) {
+				covered = true
+			}
+		}
+		if !covered {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestWatchKeysIsThePairwiseCover draws keys that are string prefixes of
+// one another without being paths below them, nest, repeat, end in "/",
+// hold "//", and include "" and "/".
+func TestWatchKeysIsThePairwiseCover(t *testing.T) {
+	pool := []string{"", "/", "//", "/a", "/a/", "/a//", "/a//b", "/a/b", "/a/b/", "/a/b/c", "/a-b", "/ab", "/ab/c", "/b", "/b/a", "a", "a/b", "/a/bc"}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for round := 0; round < 5000; round++ {
+		keys := make([]string, 1+rnd.IntN(6))
+		for i := range keys {
+			keys[i] = pool[rnd.IntN(len(pool))]
+			if round%3 != 0 && (keys[i] == "" || keys[i] == "/") {
+				keys[i] = "/z" // most rounds without a key that covers all
+			}
+		}
+		if got, want := watchKeys(keys), watchKeysPairwise(keys); !slices.Equal(got, want) {
+			t.Fatalf("watchKeys(%q) = %q, want %q", keys, got, want)
+		}
+	}
+}
+
+// BenchmarkWatchKeys: target 4's shape, 1,000 resources on as many prefixes.
+func BenchmarkWatchKeys(b *testing.B) {
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("/idle/p%04d/v", i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := len(watchKeys(keys)); n != len(keys) {
+			b.Fatal(n)
+		}
+	}
+}
