@@ -375,15 +375,61 @@ func (s snapshot) GetValues(ctx context.Context, keys []string) (map[string]stri
 }
 
 // Once processes every resource in file-name order and returns every
-// failure joined, one error per failed resource.
+// failure joined, one error per failed resource. Resources that share keys
+// (a group, as in Run) take them from one read, at one revision, made when
+// the first of them is processed: a flags file and the bundle it names
+// never come from two revisions. A resource alone in its group reads for
+// itself, as confd 0.16 did for every resource. Once ctx ends no further
+// resource starts.
 func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus.FieldLogger) error {
 	var errs []error
+	fail := func(err error) {
+		log.Error(err.Error())
+		errs = append(errs, err)
+	}
+	s := newSched(rs, waitspec.Spec{})
+	groupOf := map[string]*group{}
+	left := map[*group]int{} // members not yet processed
+	for _, g := range s.groups {
+		for _, m := range g.members {
+			groupOf[m.Name()] = g
+		}
+		left[g] = len(g.members)
+	}
+	type read struct {
+		snap snapshot
+		err  error
+	}
+	reads := map[*group]read{} // held until the group's last member is done
 	rs = append([]Processor(nil), rs...)
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Name() < rs[j].Name() })
 	for _, r := range rs {
-		if _, err := r.Process(ctx, store); err != nil {
-			log.Error(err.Error())
-			errs = append(errs, err)
+		if ctx.Err() != nil {
+			fail(fmt.Errorf("%s: not processed: confd is stopping", r.Name()))
+			continue
+		}
+		g := groupOf[r.Name()]
+		if len(g.members) == 1 {
+			if _, err := r.Process(ctx, store); err != nil {
+				fail(err)
+			}
+			continue
+		}
+		rd, ok := reads[g]
+		if !ok {
+			rd.snap.pairs, rd.snap.rev, rd.err = resource.GetPairs(ctx, store, g.keys)
+			if rd.err != nil {
+				rd.err = fmt.Errorf("read keys: %w", rd.err)
+			}
+			reads[g] = rd
+		}
+		if rd.err != nil {
+			fail(fmt.Errorf("%s: %w", r.Name(), rd.err))
+		} else if _, err := r.Process(ctx, rd.snap); err != nil {
+			fail(err)
+		}
+		if left[g]--; left[g] == 0 {
+			delete(reads, g)
 		}
 	}
 	return errors.Join(errs...)
