@@ -309,15 +309,11 @@ func (l *resourceLoader) load(s *resource.Settings) ([]daemon.Processor, int) {
 
 // removeStaleStageFiles clears what a killed confd left beside each dest.
 func (l *resourceLoader) removeStaleStageFiles() {
-	removed, err := resource.RemoveStaleStageFiles(l.current)
+	removed, errs := resource.RemoveStaleStageFiles(l.current)
 	for _, f := range removed {
 		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
 	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() { // one line each
-			l.log.Warn(e.Error())
-		}
-	} else if err != nil {
+	for _, err := range errs {
 		l.log.Warn(err.Error())
 	}
 }

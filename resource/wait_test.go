@@ -72,9 +72,9 @@ func TestRemoveStaleStageFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	removed, err := RemoveStaleStageFiles(rs)
-	if err != nil {
-		t.Fatal(err)
+	removed, errs := RemoveStaleStageFiles(rs)
+	if len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	got := map[string]string{}
 	for _, f := range removed {

@@ -77,10 +77,10 @@ type StaleStageFile struct {
 
 // RemoveStaleStageFiles removes the stage files that a killed confd left
 // beside the destinations of rs (named as writeStage names them) and returns
-// those it removed. Each directory is listed once, whatever the number of
+// those it removed, and one error per problem (as LoadNamed). Each directory is listed once, whatever the number of
 // resources writing into it: one listing per resource made a start-up with
 // 1,000 files in one directory read a million entries.
-func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, error) {
+func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 	byDir := map[string]map[string]*Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
@@ -99,7 +99,7 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, error) {
 	var removed []StaleStageFile
 	var errs []error
 	for _, dir := range dirs {
-		names, err := listDir(dir)
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			// A missing directory has no stage files; writing will say
 			// what else is wrong with it.
@@ -108,12 +108,12 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, error) {
 			}
 			continue
 		}
-		for _, name := range names {
-			r, ok := byDir[dir][stageOf(name)]
+		for _, e := range entries {
+			r, ok := byDir[dir][stageOf(e.Name())]
 			if !ok {
 				continue
 			}
-			p := filepath.Join(dir, name)
+			p := filepath.Join(dir, e.Name())
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("%s: remove stale stage file: %w", r.File, err))
 				continue
@@ -121,20 +121,7 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, error) {
 			removed = append(removed, StaleStageFile{Resource: r, Path: p})
 		}
 	}
-	return removed, errors.Join(errs...)
-}
-
-func listDir(dir string) ([]string, error) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	return names, nil
+	return removed, errs
 }
 
 // stageOf is the base name of the destination whose stage file name is, as
