@@ -188,6 +188,13 @@ func (v *valueStore) GetValues(context.Context, []string) (map[string]string, in
 	return maps.Clone(v.values), v.rev, nil
 }
 
+// set is what etcd holds from now on, at rev.
+func (v *valueStore) set(values map[string]string, rev int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.values, v.rev = values, rev
+}
+
 // seenProc records the values each pass saw.
 type seenProc struct {
 	fakeProc
@@ -232,9 +239,7 @@ func TestRunRendersFromTheWatch(t *testing.T) {
 	next(map[string]string{"/k/a": "1"}, 1)
 	// The start-up pass may have read before the watch stream opened; a
 	// change read from etcd follows from this stream on.
-	f.mu.Lock()
-	f.values["/k/b"], f.rev = "2", 11
-	f.mu.Unlock()
+	f.set(map[string]string{"/k/a": "1", "/k/b": "2"}, 11)
 	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 11, Resume: 11}
 	next(map[string]string{"/k/a": "1", "/k/b": "2"}, 2)
 	w <- backends.WatchEvent{Keys: []string{"/k/a", "/k/c"}, Revision: 12, Resume: 12, Whole: "/k",
@@ -245,9 +250,7 @@ func TestRunRendersFromTheWatch(t *testing.T) {
 	next(map[string]string{"/k/b": "two", "/k/c": "3"}, 2)
 
 	// A key watched as two ranges: read.
-	f.mu.Lock()
-	f.values, f.rev = map[string]string{"/k/b": "two", "/k/c": "three"}, 14
-	f.mu.Unlock()
+	f.set(map[string]string{"/k/b": "two", "/k/c": "three"}, 14)
 	w <- backends.WatchEvent{Keys: []string{"/k/c"}, Revision: 14, Resume: 14,
 		Changes: []backends.Change{change("/k/c", "three", 14)}}
 	next(map[string]string{"/k/b": "two", "/k/c": "three"}, 3)
@@ -256,9 +259,7 @@ func TestRunRendersFromTheWatch(t *testing.T) {
 	next(map[string]string{"/k/b": "two", "/k/c": "3"}, 3)
 
 	// A new stream: what was followed on the old one is dropped.
-	f.mu.Lock()
-	f.values, f.rev = map[string]string{"/k/b": "new", "/k/c": "3"}, 16
-	f.mu.Unlock()
+	f.set(map[string]string{"/k/b": "new", "/k/c": "3"}, 16)
 	f.errs <- errors.New("connection lost")
 	w = <-f.watching
 	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 16, Resume: 16, Whole: "/k",
