@@ -115,7 +115,7 @@ type watchRange struct {
 // Watch streams every change to a key equal to or below one of keys after
 // afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
 // or the watch fails: compaction (ErrCompacted), a revision lower than
-// afterRev or than one seen on this stream (*RevisionBehindError), no
+// afterRev or than one its range answered with before (*RevisionBehindError), no
 // answer to progress probes (ErrStalled), or an error from etcd. All ranges
 // share one gRPC stream. A key is watched as one range whose answers are
 // filtered back to the key and the keys below it ("/foo" hears "/foo/x",
@@ -201,7 +201,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			}
 		}()
 	}
-	seen := afterRev
+	seen := newHeaders(len(ranges), afterRev)
 	last := time.Now()
 	probing := make(chan struct{}, 1)
 	tick := time.NewTicker(probe)
@@ -246,11 +246,8 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				}
 				return fmt.Errorf("%s: %w", where, err)
 			}
-			if h := resp.Header.Revision; h > 0 {
-				if h < seen {
-					return fmt.Errorf("%s: %w", where, &RevisionBehindError{Current: h, Seen: seen})
-				}
-				seen = h
+			if err := seen.check(a.from, resp.Header.Revision); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
 			}
 			ev := WatchEvent{Revision: resp.Header.Revision, Whole: r.whole}
 			for _, e := range resp.Events {
@@ -276,6 +273,35 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			fn(ev)
 		}
 	}
+}
+
+// headers holds the highest header revision each range has answered with.
+// A range answers in order, so a lower one from it means etcd went back
+// (a restore). Ranges are not ordered with one another: their answers meet
+// on goroutines, and a range's creation answer is sent on only once every
+// range is open, so another range's later revision may come first.
+type headers []int64
+
+// newHeaders starts every range at afterRev: a creation answer below it
+// means etcd is behind what was already delivered.
+func newHeaders(n int, afterRev int64) headers {
+	h := make(headers, n)
+	for i := range h {
+		h[i] = afterRev
+	}
+	return h
+}
+
+// check records range i's answer at header revision rev (0: none given).
+func (h headers) check(i int, rev int64) error {
+	if rev <= 0 {
+		return nil
+	}
+	if rev < h[i] {
+		return &RevisionBehindError{Current: rev, Seen: h[i]}
+	}
+	h[i] = rev
+	return nil
 }
 
 // openRanges opens the watch of each key: as one range, filtered back to

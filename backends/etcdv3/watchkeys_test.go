@@ -1,6 +1,7 @@
 package etcdv3
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -57,5 +58,27 @@ func BenchmarkWatchKeys(b *testing.B) {
 		if n := len(watchKeys(keys)); n != len(keys) {
 			b.Fatal(n)
 		}
+	}
+}
+
+// TestHeadersPerRange: answers of two ranges meet in any order, so range
+// 0's creation at revision 3 may come after range 1's event at 4; that is
+// no restore. A range going back on itself, or below afterRev, is.
+func TestHeadersPerRange(t *testing.T) {
+	h := newHeaders(2, 2)
+	for _, step := range []struct {
+		from int
+		rev  int64
+	}{{1, 3}, {1, 4}, {0, 3}, {0, 0}, {0, 5}, {1, 4}} {
+		if err := h.check(step.from, step.rev); err != nil {
+			t.Fatalf("range %d at %d: %v", step.from, step.rev, err)
+		}
+	}
+	var behind *RevisionBehindError
+	if err := h.check(0, 4); !errors.As(err, &behind) || behind.Current != 4 || behind.Seen != 5 {
+		t.Errorf("range 0 back from 5 to 4: err = %v", err)
+	}
+	if err := newHeaders(2, 7).check(1, 6); !errors.As(err, &behind) || behind.Seen != 7 {
+		t.Errorf("creation below afterRev: err = %v", err)
 	}
 }
