@@ -42,3 +42,17 @@ func must(b *testing.B, err error) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkRenderSmall renders one key into a one-line template, the shape
+// of a watch-mode pass: the cost beside the keys' is the template's.
+func BenchmarkRenderSmall(b *testing.B) {
+	src := filepath.Join(b.TempDir(), "small.tmpl")
+	must(b, os.WriteFile(src, []byte(`{{getv "/key"}}`), 0o644))
+	kvs := map[string]string{"/key": "value"}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Render(src, kvs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

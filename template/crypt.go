@@ -67,33 +67,25 @@ func (k *Keyring) decrypt(value string) (string, error) {
 var errNoKeyring = errors.New("needs -secret-keyring (the crypt functions decrypt with its keys)")
 
 // cryptFuncs returns cget, cgets, cgetv and cgetvs over the key functions of
-// base (so they read whatever store base reads), decrypting with k. Every
-// decrypted value is passed to seen (when not nil), so that errors can be
-// kept clean of it.
-func cryptFuncs(base texttemplate.FuncMap, k *Keyring, seen func(string)) texttemplate.FuncMap {
-	get, _ := base["get"].(func(string) (memkv.KVPair, error))
-	gets, _ := base["gets"].(func(string) (memkv.KVPairs, error))
-	getv, _ := base["getv"].(func(string, ...string) (string, error))
-	getvs, _ := base["getvs"].(func(string) ([]string, error))
+// b's store, decrypting with b's keyring. Every decrypted value is passed
+// to b.seen (when not nil), so that errors can be kept clean of it.
+func cryptFuncs(b *binding) texttemplate.FuncMap {
+	get := func(key string) (memkv.KVPair, error) { return b.store.Get(key) }
+	gets := func(pattern string) (memkv.KVPairs, error) { return b.store.GetAll(pattern) }
+	getv := func(key string) (string, error) { return b.store.GetValue(key) }
+	getvs := func(pattern string) ([]string, error) { return b.store.GetAllValues(pattern) }
 	dec := func(fn, key, v string) (string, error) {
-		if k == nil {
+		if b.keyring == nil {
 			return "", fmt.Errorf("%s %q: %w", fn, key, errNoKeyring)
 		}
-		p, err := k.decrypt(v)
+		p, err := b.keyring.decrypt(v)
 		if err != nil {
 			return "", fmt.Errorf("%s %q: %w", fn, key, err)
 		}
-		if seen != nil {
-			seen(p)
+		if b.seen != nil {
+			b.seen(p)
 		}
 		return p, nil
-	}
-	if get == nil || gets == nil || getv == nil || getvs == nil {
-		// A store whose functions changed shape: fail the render, not panic.
-		broken := func(string) (string, error) {
-			return "", errors.New("crypt functions: the store's get/gets/getv/getvs have unexpected types")
-		}
-		return texttemplate.FuncMap{"cget": broken, "cgets": broken, "cgetv": broken, "cgetvs": broken}
 	}
 	return texttemplate.FuncMap{
 		"cget": func(key string) (memkv.KVPair, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -29,16 +30,41 @@ import (
 // template using them parses; they decrypt only when Render is given a
 // keyring (WithKeyring), and fail naming -secret-keyring otherwise.
 func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
-	m := texttemplate.FuncMap{
-		// memkv (store.FuncMap in confd).
-		"exists": store.Exists,
-		"ls":     store.List,
-		"lsdir":  store.ListDir,
-		"get":    store.Get,
-		"gets":   store.GetAll,
-		"getv":   store.GetValue,
-		"getvs":  store.GetAllValues,
+	return funcMap(&binding{store: store})
+}
 
+// binding is what the key and crypt functions of one parsed template read:
+// the store, keyring and decryption hook of the render executing it. A
+// parse is kept and executed again by later renders (parses), so its
+// functions cannot capture one store; each execution sets the binding.
+type binding struct {
+	store   *kvstore.Index
+	keyring *Keyring
+	seen    func(string) // told every decrypted value; may be nil
+}
+
+// funcMap is confd's function set with the key and crypt functions
+// reading b. The closures have the signatures of store.Index's methods, so
+// text/template reports argument errors exactly as for memkv's.
+func funcMap(b *binding) texttemplate.FuncMap {
+	m := make(texttemplate.FuncMap, len(storelessFuncs)+11)
+	maps.Copy(m, storelessFuncs)
+	// memkv (store.FuncMap in confd).
+	m["exists"] = func(key string) bool { return b.store.Exists(key) }
+	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
+	m["lsdir"] = func(filePath string) []string { return b.store.ListDir(filePath) }
+	m["get"] = func(key string) (memkv.KVPair, error) { return b.store.Get(key) }
+	m["gets"] = func(pattern string) (memkv.KVPairs, error) { return b.store.GetAll(pattern) }
+	m["getv"] = func(key string, v ...string) (string, error) { return b.store.GetValue(key, v...) }
+	m["getvs"] = func(pattern string) ([]string, error) { return b.store.GetAllValues(pattern) }
+	maps.Copy(m, cryptFuncs(b))
+	return m
+}
+
+// storelessFuncs are the functions that read no store: one map for every
+// parse (text/template copies it).
+var storelessFuncs = func() texttemplate.FuncMap {
+	m := texttemplate.FuncMap{
 		// Thin aliases of the standard library.
 		"base":       path.Base,
 		"dir":        path.Dir,
@@ -80,14 +106,9 @@ func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
 		"sortKVByLength": sortKVByLength,
 	}
 	// This implementation's additions; none shadows a confd name.
-	for name, fn := range pemFuncs() {
-		m[name] = fn
-	}
-	for name, fn := range cryptFuncs(m, nil, nil) {
-		m[name] = fn
-	}
+	maps.Copy(m, pemFuncs())
 	return m
-}
+}()
 
 func jsonObject(data string) (map[string]interface{}, error) {
 	var v map[string]interface{}

@@ -37,20 +37,22 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 	for _, opt := range opts {
 		opt(&o)
 	}
-	funcs := FuncMap(store)
-	tmpl, err := parseFile(srcPath, funcs)
+	p, err := parses.get(srcPath)
 	if err != nil {
 		return Text{}, err
 	}
-	// The crypt functions FuncMap defined are swapped for ones that decrypt
-	// with this render's keyring and remember what they decrypted.
+	// The crypt functions decrypt with this render's keyring and remember
+	// what they decrypted.
 	var decrypted []string
-	tmpl.Funcs(cryptFuncs(funcs, o.keyring, func(v string) { decrypted = append(decrypted, v) }))
+	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }}
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
 	var out textWriter
-	err = tmpl.Execute(&out, nil)
+	err = p.tmpl.Execute(&out, nil)
+	// The kept parse must not keep this render's keys alive.
+	*p.b = binding{}
+	parses.put(p)
 	text, terr := out.text()
 	if err != nil {
 		text.Release()
@@ -65,19 +67,28 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 // CheckFile parses the template at srcPath without executing it, so that
 // syntax errors and unknown function names show before any key is read.
 func CheckFile(srcPath string) error {
-	_, err := parseFile(srcPath, FuncMap(kvstore.New(nil)))
+	src, err := readFile(srcPath)
+	if err != nil {
+		return err
+	}
+	_, err = parse(srcPath, src, FuncMap(kvstore.New(nil)))
 	return err
 }
 
-func parseFile(srcPath string, funcs texttemplate.FuncMap) (*texttemplate.Template, error) {
-	// Reading the file ourselves (rather than ParseFiles) keeps "cannot read"
-	// apart from "does not parse"; ParseFiles would do exactly this Parse on
-	// a template of the same name, so the result is the same.
+// readFile reads a template. Reading the file ourselves (rather than
+// ParseFiles) keeps "cannot read" apart from "does not parse"; ParseFiles
+// would do exactly parse's Parse on a template of the same name, so the
+// result is the same.
+func readFile(srcPath string) (string, error) {
 	src, err := os.ReadFile(srcPath)
 	if err != nil {
-		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
+		return "", fmt.Errorf("read template %s: %w", srcPath, err)
 	}
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(string(src))
+	return string(src), nil
+}
+
+func parse(srcPath, src string, funcs texttemplate.FuncMap) (*texttemplate.Template, error) {
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(src)
 	if err != nil {
 		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}

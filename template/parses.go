@@ -1,0 +1,73 @@
+package template
+
+import (
+	"sync"
+	texttemplate "text/template"
+)
+
+// parses keeps templates parsed by recent renders. A render still reads
+// its template file every time, so an edit takes effect on the next pass as
+// in confd 0.16, but parses it again only when its bytes changed: giving a
+// new template confd's 60-odd functions costs more than rendering a small
+// file from a few keys (BenchmarkRenderSmall), and in watch mode that cost
+// sits between a put and the file.
+var parses = parseCache{max: maxKeptParses}
+
+// maxKeptParses bounds the memory kept: a parse with its function tables
+// is about 7 kB, and a daemon may have thousands of resources. The ones
+// that change often are the ones a bound keeps.
+const maxKeptParses = 64
+
+type parseCache struct {
+	mu   sync.Mutex
+	idle map[string]*parsed // by template path; not in use by any render
+	max  int
+}
+
+// parsed is a template parsed from src, its functions reading b.
+type parsed struct {
+	path, src string
+	tmpl      *texttemplate.Template
+	b         *binding
+}
+
+// get returns the template at srcPath parsed from the bytes it holds now,
+// for the caller's use alone until it puts it back: its binding is the
+// caller's render's. Two renders of one path at once each get their own.
+func (c *parseCache) get(srcPath string) (*parsed, error) {
+	src, err := readFile(srcPath)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	p := c.idle[srcPath]
+	delete(c.idle, srcPath)
+	c.mu.Unlock()
+	if p != nil && p.src == src {
+		return p, nil
+	}
+	b := &binding{}
+	tmpl, err := parse(srcPath, src, funcMap(b))
+	if err != nil {
+		return nil, err
+	}
+	return &parsed{path: srcPath, src: src, tmpl: tmpl, b: b}, nil
+}
+
+// put keeps p for the next render of its path. Past the bound, another
+// path's parse goes: any one (map order is random), which keeps a template
+// that renders often likely to stay.
+func (c *parseCache) put(p *parsed) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle == nil {
+		c.idle = map[string]*parsed{}
+	}
+	if _, ok := c.idle[p.path]; !ok && len(c.idle) >= c.max {
+		for path := range c.idle {
+			delete(c.idle, path)
+			break
+		}
+	}
+	c.idle[p.path] = p
+}
