@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/kelseyhightower/memkv"
 
@@ -25,6 +26,23 @@ func TestTemplateKeyIsConfdsJoin(t *testing.T) {
 			if got := templateKey(k, prefix); got != want {
 				t.Errorf("templateKey(%q, %q) = %q, want %q", k, prefix, got, want)
 			}
+		}
+	}
+}
+
+// TestTemplateKeyCopiesNoCleanKey: under confd's default prefix "/" (and
+// any prefix ending in "/") a clean key's template key is the store key's
+// own bytes, as it is under "/app".
+func TestTemplateKeyCopiesNoCleanKey(t *testing.T) {
+	for _, c := range []struct{ key, prefix string }{
+		{"/app/name", "/"}, {"/app/name", "/app/"}, {"/app/name", "/app"}, {"/", "/"},
+	} {
+		var got string
+		if n := testing.AllocsPerRun(100, func() { got = templateKey(c.key, c.prefix) }); n != 0 {
+			t.Errorf("templateKey(%q, %q) allocates %v times", c.key, c.prefix, n)
+		}
+		if unsafe.StringData(got) != unsafe.StringData(c.key[len(c.key)-len(got):]) {
+			t.Errorf("templateKey(%q, %q) = %q is a copy", c.key, c.prefix, got)
 		}
 	}
 }

