@@ -113,6 +113,7 @@ func procStatus(pid int, field string) string {
 type fileWatch struct {
 	fd, wd int
 	dir    string
+	read   string // the file whose content each of its events carries
 	events chan fileEvent
 	closed atomic.Bool
 }
@@ -120,9 +121,17 @@ type fileWatch struct {
 type fileEvent struct {
 	name string
 	at   time.Time
+	// content is the file's, read right after the event when name is the
+	// file watchDir was asked to read (ok): read later, when the event is
+	// taken from the channel, a burst's events would all show its last
+	// write.
+	content []byte
+	ok      bool
 }
 
-func watchDir(dir string) (*fileWatch, error) {
+// watchDir watches dir; the events of the file named read ("" for none)
+// carry its content.
+func watchDir(dir, read string) (*fileWatch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
@@ -132,7 +141,7 @@ func watchDir(dir string) (*fileWatch, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify %s: %w", dir, err)
 	}
-	w := &fileWatch{fd: fd, wd: wd, dir: dir, events: make(chan fileEvent, 65536)}
+	w := &fileWatch{fd: fd, wd: wd, dir: dir, read: read, events: make(chan fileEvent, 65536)}
 	go w.loop()
 	return w, nil
 }
@@ -158,9 +167,15 @@ func (w *fileWatch) loop() {
 			nameb := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			name := string(bytes.TrimRight(nameb, "\x00"))
+			fe := fileEvent{name: name, at: at}
+			if name == w.read && w.read != "" {
+				if b, err := os.ReadFile(filepath.Join(w.dir, name)); err == nil {
+					fe.content, fe.ok = b, true
+				}
+			}
 			if !w.closed.Load() {
 				select {
-				case w.events <- fileEvent{name: name, at: at}:
+				case w.events <- fe:
 				default: // nobody reads any more, or far behind: drop
 				}
 			}
