@@ -77,9 +77,10 @@ type StaleStageFile struct {
 
 // RemoveStaleStageFiles removes the stage files that a killed confd left
 // beside the destinations of rs (named as writeStage names them) and returns
-// those it removed, and one error per problem (as LoadNamed). Each directory is listed once, whatever the number of
-// resources writing into it: one listing per resource made a start-up with
-// 1,000 files in one directory read a million entries.
+// those it removed, and one error per problem (as LoadNamed). Each directory
+// is listed once, whatever the number of resources writing into it: one
+// listing per resource made a start-up with 1,000 files in one directory
+// read a million entries.
 func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 	byDir := map[string]map[string]*Resource{} // directory, then dest's base name
 	var dirs []string
@@ -124,14 +125,18 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 	return removed, errs
 }
 
+// stageRandom is how many random bytes a stage file's name ends with, in
+// hex: "." + base + "." + 2*stageRandom hex digits.
+const stageRandom = 6
+
 // stageOf is the base name of the destination whose stage file name is, as
-// writeStage names them ("." + base + "." + 12 hex digits), or "".
+// writeStage names them, or "".
 func stageOf(name string) string {
-	const suffix = 1 + 12
+	const suffix = 1 + 2*stageRandom
 	if len(name) < 1+1+suffix || name[0] != '.' || name[len(name)-suffix] != '.' {
 		return ""
 	}
-	if strings.Trim(name[len(name)-12:], "0123456789abcdef") != "" {
+	if strings.Trim(name[len(name)-2*stageRandom:], "0123456789abcdef") != "" {
 		return ""
 	}
 	return name[1 : len(name)-suffix]
@@ -147,7 +152,7 @@ func writeStage(dest string, content template.Text, mode os.FileMode, uid, gid i
 	}
 	var f *os.File
 	for try := 0; ; try++ {
-		var rnd [6]byte
+		var rnd [stageRandom]byte
 		_, _ = rand.Read(rnd[:])
 		name := filepath.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:]))
 		// The umask can only narrow mode.Perm(), never widen it; fixFile sets it exactly.

@@ -70,10 +70,6 @@ var errNoKeyring = errors.New("needs -secret-keyring (the crypt functions decryp
 // b's store, decrypting with b's keyring. Every decrypted value is passed
 // to b.seen (when not nil), so that errors can be kept clean of it.
 func cryptFuncs(b *binding) texttemplate.FuncMap {
-	get := func(key string) (memkv.KVPair, error) { return b.store.Get(key) }
-	gets := func(pattern string) (memkv.KVPairs, error) { return b.store.GetAll(pattern) }
-	getv := func(key string) (string, error) { return b.store.GetValue(key) }
-	getvs := func(pattern string) ([]string, error) { return b.store.GetAllValues(pattern) }
 	dec := func(fn, key, v string) (string, error) {
 		if b.keyring == nil {
 			return "", fmt.Errorf("%s %q: %w", fn, key, errNoKeyring)
@@ -89,7 +85,7 @@ func cryptFuncs(b *binding) texttemplate.FuncMap {
 	}
 	return texttemplate.FuncMap{
 		"cget": func(key string) (memkv.KVPair, error) {
-			kv, err := get(key)
+			kv, err := b.store.Get(key)
 			if err != nil {
 				return kv, err
 			}
@@ -97,7 +93,7 @@ func cryptFuncs(b *binding) texttemplate.FuncMap {
 			return kv, err
 		},
 		"cgets": func(pattern string) (memkv.KVPairs, error) {
-			kvs, err := gets(pattern)
+			kvs, err := b.store.GetAll(pattern)
 			if err != nil {
 				return kvs, err
 			}
@@ -109,14 +105,14 @@ func cryptFuncs(b *binding) texttemplate.FuncMap {
 			return kvs, nil
 		},
 		"cgetv": func(key string) (string, error) {
-			v, err := getv(key)
+			v, err := b.store.GetValue(key)
 			if err != nil {
 				return "", err
 			}
 			return dec("cgetv", key, v)
 		},
 		"cgetvs": func(pattern string) ([]string, error) {
-			vs, err := getvs(pattern)
+			vs, err := b.store.GetAllValues(pattern)
 			if err != nil {
 				return vs, err
 			}

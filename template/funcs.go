@@ -47,8 +47,7 @@ type binding struct {
 // reading b. The closures have the signatures of store.Index's methods, so
 // text/template reports argument errors exactly as for memkv's.
 func funcMap(b *binding) texttemplate.FuncMap {
-	m := make(texttemplate.FuncMap, len(storelessFuncs)+11)
-	maps.Copy(m, storelessFuncs)
+	m := maps.Clone(storelessFuncs)
 	// memkv (store.FuncMap in confd).
 	m["exists"] = func(key string) bool { return b.store.Exists(key) }
 	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
