@@ -266,3 +266,73 @@ func TestRunRendersFromTheWatch(t *testing.T) {
 		Changes: []backends.Change{change("/k/b", "new", 16)}}
 	next(map[string]string{"/k/b": "new", "/k/c": "3"}, 4)
 }
+
+// gatedStore holds the watcher's first Revision call (Run's own comes
+// first) until gate closes, so that the start-up pass reads before any
+// stream opens.
+type gatedStore struct {
+	valueStore
+	calls int
+	gate  chan struct{}
+}
+
+func (g *gatedStore) Revision(ctx context.Context, key string) (int64, error) {
+	g.mu.Lock()
+	g.calls++
+	n := g.calls
+	g.mu.Unlock()
+	if n == 2 {
+		<-g.gate
+	}
+	return g.valueStore.Revision(ctx, key)
+}
+
+// TestStartUpReadFollowsTheFirstStream: the first stream opens from the
+// revision taken before the start-up reads, so a change it delivers is
+// rendered from the start-up read without reading etcd again, even when
+// that read came before the stream opened.
+func TestStartUpReadFollowsTheFirstStream(t *testing.T) {
+	f := &gatedStore{valueStore: valueStore{fakeWatch: fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)},
+		values: map[string]string{"/k/a": "1"}}, gate: make(chan struct{})}
+	p := &seenProc{fakeProc: fakeProc{name: "p", keys: []string{"/k"}}, seen: make(chan map[string]string)}
+	log, _ := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	next := func(want map[string]string, reads int) {
+		t.Helper()
+		select {
+		case got := <-p.seen:
+			f.mu.Lock()
+			n := f.reads
+			f.mu.Unlock()
+			if !maps.Equal(got, want) || n != reads {
+				t.Fatalf("pass saw %v after %d reads, want %v after %d", got, n, want, reads)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no pass")
+		}
+	}
+	next(map[string]string{"/k/a": "1"}, 1) // no stream yet: the watcher waits on the gate
+	close(f.gate)
+	w := <-f.watching
+	f.mu.Lock()
+	from := f.starts[0]
+	f.mu.Unlock()
+	if from != 10 {
+		t.Fatalf("first stream opened after revision %d, want 10 (before the start-up read)", from)
+	}
+	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 11, Resume: 11, Whole: "/k",
+		Changes: []backends.Change{change("/k/b", "2", 11)}}
+	next(map[string]string{"/k/a": "1", "/k/b": "2"}, 1)
+
+	// The stream breaks: the next stream's first change reads again.
+	f.set(map[string]string{"/k/a": "1", "/k/b": "3"}, 12)
+	f.errs <- errors.New("connection lost")
+	w = <-f.watching
+	w <- backends.WatchEvent{Keys: []string{"/k/b"}, Revision: 12, Resume: 12, Whole: "/k",
+		Changes: []backends.Change{change("/k/b", "3", 12)}}
+	next(map[string]string{"/k/a": "1", "/k/b": "3"}, 2)
+}

@@ -85,9 +85,16 @@ func (w *watcher) apply(s *sched) {
 	if w.all {
 		s.all(w.clock.Now())
 	}
-	if w.up {
+	switch {
+	case w.up:
 		s.watching(w.gen)
-	} else {
+	case w.gen == 0 && w.pos != 0:
+		// No stream opened yet, and the first opens from pos, fixed before
+		// any read: it delivers every change after what a read returns
+		// now, so the start-up passes follow it. Without this the first
+		// change after start-up waited on a read of its own (1–2 ms).
+		s.watching(1)
+	default:
 		s.watching(0)
 	}
 	for _, e := range w.events {
@@ -127,6 +134,22 @@ func (w *watcher) setUp(up bool) {
 	changed := w.up != up
 	w.up = up
 	w.mu.Unlock()
+	w.changed(changed, up)
+}
+
+// open counts a new stream and marks the watch up, in one step: apply
+// must never see the new stream's number with the watch down, or the
+// watch up with the old stream's number.
+func (w *watcher) open() {
+	w.mu.Lock()
+	changed := !w.up
+	w.up = true
+	w.gen++
+	w.mu.Unlock()
+	w.changed(changed, true)
+}
+
+func (w *watcher) changed(changed, up bool) {
 	if changed {
 		w.obs.WatchUp(up)
 		w.notify() // readiness changed
@@ -218,15 +241,12 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		w.mu.Lock()
 		w.current = max(w.current, rev)
 		w.mu.Unlock()
-		w.setUp(true)
-		backoff = minReconnect
 		// A new stream: what groups follow from the last one's changes
 		// no longer applies (sched.watching). pos is at or below any
 		// revision a read from now on returns, so the new stream
 		// delivers every change after such a read.
-		w.mu.Lock()
-		w.gen++
-		w.mu.Unlock()
+		w.open()
+		backoff = minReconnect
 		err = w.store.Watch(ctx, keys, pos, w.deliver)
 		if ctx.Err() != nil {
 			return
