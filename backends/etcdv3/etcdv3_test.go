@@ -421,6 +421,44 @@ func TestGetValuesPagesAtOneRevision(t *testing.T) {
 	}
 }
 
+// TestGetValuesPagesBoundBytes: pages after the first carry about
+// pageBytes of keys and values, however few keys that is, and grow back to
+// pageKeys when the values are short.
+func TestGetValuesPagesBoundBytes(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	cli := s.Client(t)
+	big := strings.Repeat("v", 1000)
+	for prefix, value := range map[string]string{"/v/": big, "/w/": "s"} {
+		var ops []clientv3.Op
+		for i := 0; i < 100; i++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%03d", prefix, i), value))
+		}
+		if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.pageKeys, c.pageBytes = 40, 10_000
+	requests := 0
+	c.afterBatch = func(int, int) { requests++ }
+	got, _ := getValues(t, c, "/v")
+	// A transaction of "/v" and "/v/" (20 keys each at most): 20 keys of
+	// ~1 kB, then the other 80 in pages of 10,000 / 1,006 = 9 keys: 9 pages.
+	if len(got) != 100 || got["/v/099"] != big {
+		t.Fatalf("read %d keys, /v/099 = %.10q", len(got), got["/v/099"])
+	}
+	if requests != 10 {
+		t.Errorf("%d requests, want 10 (one transaction and 9 pages of 9 keys)", requests)
+	}
+	requests = 0
+	got, _ = getValues(t, c, "/w")
+	// Short values: 20 keys, then pages of pageKeys (40): 2 pages.
+	if len(got) != 100 || requests != 3 {
+		t.Errorf("short values: read %d keys in %d requests, want 100 in 3", len(got), requests)
+	}
+}
+
 // A read that finds no etcd says why, not only "context deadline exceeded":
 // the daemon logs this error on every retry while etcd is gone.
 func TestGetValuesNamesTheCause(t *testing.T) {
