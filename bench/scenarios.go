@@ -141,16 +141,38 @@ func (b *bench) oneShot(ctx context.Context, name string, res resource, lines in
 // flat is target 1: one prefix of FlatKeys keys, range gets "/*", beside
 // etcdctl get --prefix of the same keys.
 func (b *bench) flat(ctx context.Context) error {
-	n := b.cfg.FlatKeys
-	if err := b.load(ctx, n, func(i int) (string, string) { return fmt.Sprintf("/flat/k%07d", i), value(i) }); err != nil {
+	m, err := b.flatOf(ctx, "1 flat", "flat", b.cfg.FlatKeys, value)
+	b.flatMedian = m
+	return err
+}
+
+// values is target 1 with other value sizes: how the ratios move when
+// values are much shorter or longer than flat's 64 bytes (both binaries
+// start from a fixed floor of about 15-20 MB, which short values leave
+// dominant).
+func (b *bench) values(ctx context.Context) error {
+	short := func(i int) string { return fmt.Sprintf("%08d", i) }
+	long := func(i int) string { return fmt.Sprintf("%08d-%s", i, strings.Repeat("x", 2039)) }
+	if _, err := b.flatOf(ctx, "1 flat 8 B", "short", b.cfg.FlatKeys, short); err != nil {
 		return err
 	}
-	res := resource{name: "flat", prefix: "/flat", keys: []string{"/"},
+	_, err := b.flatOf(ctx, "1 flat 2 kB", "long", b.cfg.FlatKeys/5, long)
+	return err
+}
+
+// flatOf runs target 1 on n keys under /name/ with values val and returns
+// confd's median time.
+func (b *bench) flatOf(ctx context.Context, scenario, name string, n int, val func(int) string) (time.Duration, error) {
+	prefix := "/" + name
+	if err := b.load(ctx, n, func(i int) (string, string) { return fmt.Sprintf("%s/k%07d", prefix, i), val(i) }); err != nil {
+		return 0, err
+	}
+	res := resource{name: name, prefix: prefix, keys: []string{"/"},
 		tmpl: "{{range gets \"/*\"}}{{.Key}} {{.Value}}\n{{end}}"}
-	rows, err := b.oneShot(ctx, "1 flat", res, n,
-		[]string{b.etcdctl, "--endpoints", b.etcd.endpoint, "get", "--prefix", "/flat/"})
+	rows, err := b.oneShot(ctx, scenario, res, n,
+		[]string{b.etcdctl, "--endpoints", b.etcd.endpoint, "get", "--prefix", prefix + "/"})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	base := median(rows["baseline"].samples)
 	rows["baseline"].note = "etcdctl get --prefix, same keys"
@@ -166,8 +188,7 @@ func (b *bench) flat(ctx context.Context) error {
 	if ref := rows["ref"]; ref != nil {
 		b.rep.add(*ref)
 	}
-	b.flatMedian = median(ours.samples)
-	return nil
+	return median(ours.samples), nil
 }
 
 // dirs is target 2: Dirs directories of DirKeys keys, lsdir then gets per
