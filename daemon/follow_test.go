@@ -207,28 +207,24 @@ func (p *seenProc) Process(ctx context.Context, g resource.Getter) (resource.Res
 	return resource.Result{Revision: rev}, err
 }
 
-// TestRunRendersFromTheWatch: with a change of a key watched whole, a pass
-// renders the read plus the change without reading etcd again; a change
-// from a key watched as two ranges, and the first change on a new watch
-// stream, read.
-func TestRunRendersFromTheWatch(t *testing.T) {
-	f := &valueStore{fakeWatch: fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)},
-		values: map[string]string{"/k/a": "1"}}
+// runReading runs a daemon over s with one resource of the key "/k" until
+// the test ends, and returns next: it awaits the next pass and checks what
+// the pass saw and how many reads v (s's values) had answered by then.
+func runReading(t *testing.T, s WatchStore, v *valueStore) func(want map[string]string, reads int) {
 	p := &seenProc{fakeProc: fakeProc{name: "p", keys: []string{"/k"}}, seen: make(chan map[string]string)}
 	log, _ := test.NewNullLogger()
-	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log})
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: s, Watch: s, Log: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	w := <-f.watching
-	next := func(want map[string]string, reads int) {
+	t.Cleanup(func() { cancel(); <-done })
+	return func(want map[string]string, reads int) {
 		t.Helper()
 		select {
 		case got := <-p.seen:
-			f.mu.Lock()
-			n := f.reads
-			f.mu.Unlock()
+			v.mu.Lock()
+			n := v.reads
+			v.mu.Unlock()
 			if !maps.Equal(got, want) || n != reads {
 				t.Fatalf("pass saw %v after %d reads, want %v after %d", got, n, want, reads)
 			}
@@ -236,6 +232,17 @@ func TestRunRendersFromTheWatch(t *testing.T) {
 			t.Fatal("no pass")
 		}
 	}
+}
+
+// TestRunRendersFromTheWatch: with a change of a key watched whole, a pass
+// renders the read plus the change without reading etcd again; a change
+// from a key watched as two ranges, and the first change on a new watch
+// stream, read.
+func TestRunRendersFromTheWatch(t *testing.T) {
+	f := &valueStore{fakeWatch: fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)},
+		values: map[string]string{"/k/a": "1"}}
+	next := runReading(t, f, f)
+	w := <-f.watching
 	next(map[string]string{"/k/a": "1"}, 1)
 	// The start-up pass may have read before the watch stream opened; a
 	// change read from etcd follows from this stream on.
@@ -294,27 +301,7 @@ func (g *gatedStore) Revision(ctx context.Context, key string) (int64, error) {
 func TestStartUpReadFollowsTheFirstStream(t *testing.T) {
 	f := &gatedStore{valueStore: valueStore{fakeWatch: fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)},
 		values: map[string]string{"/k/a": "1"}}, gate: make(chan struct{})}
-	p := &seenProc{fakeProc: fakeProc{name: "p", keys: []string{"/k"}}, seen: make(chan map[string]string)}
-	log, _ := test.NewNullLogger()
-	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	next := func(want map[string]string, reads int) {
-		t.Helper()
-		select {
-		case got := <-p.seen:
-			f.mu.Lock()
-			n := f.reads
-			f.mu.Unlock()
-			if !maps.Equal(got, want) || n != reads {
-				t.Fatalf("pass saw %v after %d reads, want %v after %d", got, n, want, reads)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("no pass")
-		}
-	}
+	next := runReading(t, f, &f.valueStore)
 	next(map[string]string{"/k/a": "1"}, 1) // no stream yet: the watcher waits on the gate
 	close(f.gate)
 	w := <-f.watching
