@@ -127,7 +127,9 @@ func TestBindMountedDestIsWrittenInPlace(t *testing.T) {
 // string prefix) are rendered as states etcd had at some revision, never
 // half of a transaction, ending on the last. A key the role lets confd
 // watch as one range is rendered from the watch's changes without a read
-// (confd_group_snapshots_total{source="watch"}); one a least-privilege role
+// (confd_group_snapshots_total{source="watch"}), from the first change
+// after start-up on (source="etcd" is the start-up read alone); one a
+// least-privilege role
 // grants exactly ("/f" and "/f/") is read on every change, since its two
 // ranges may be delivered in either order.
 func TestWatchRendersOnlyStatesEtcdHad(t *testing.T) {
@@ -250,6 +252,12 @@ func TestWatchRendersOnlyStatesEtcdHad(t *testing.T) {
 			fromWatch := regexp.MustCompile(`confd_group_snapshots_total\{source="watch"\} (\d+)`).FindSubmatch(metrics)
 			if mode == "whole" && (fromWatch == nil || string(fromWatch[1]) == "0") {
 				t.Errorf("no pass rendered from the watch:\n%s", metrics)
+			}
+			// The first stream opens from the revision taken before the
+			// start-up read, so it follows that read: no read after it.
+			fromEtcd := regexp.MustCompile(`confd_group_snapshots_total\{source="etcd"\} (\d+)`).FindSubmatch(metrics)
+			if mode == "whole" && (fromEtcd == nil || string(fromEtcd[1]) != "1") {
+				t.Errorf("whole: want only the start-up read from etcd, got %q", fromEtcd)
 			}
 			if mode == "least-privilege" && fromWatch != nil {
 				t.Errorf("a key watched as two ranges rendered from the watch: %s", fromWatch[0])
