@@ -93,7 +93,7 @@ func (w *watcher) apply(s *sched) {
 		// any read: it delivers every change after what a read returns
 		// now, so the start-up passes follow it. Without this the first
 		// change after start-up waited on a read of its own (1–2 ms).
-		s.watching(1)
+		s.watching(w.gen + 1) // the number open gives it
 	default:
 		s.watching(0)
 	}
@@ -134,7 +134,9 @@ func (w *watcher) setUp(up bool) {
 	changed := w.up != up
 	w.up = up
 	w.mu.Unlock()
-	w.changed(changed, up)
+	if changed {
+		w.announce(up)
+	}
 }
 
 // open counts a new stream and marks the watch up, in one step: apply
@@ -146,14 +148,15 @@ func (w *watcher) open() {
 	w.up = true
 	w.gen++
 	w.mu.Unlock()
-	w.changed(changed, true)
+	if changed {
+		w.announce(true)
+	}
 }
 
-func (w *watcher) changed(changed, up bool) {
-	if changed {
-		w.obs.WatchUp(up)
-		w.notify() // readiness changed
-	}
+// announce tells the observer and Run that the watch went up or down.
+func (w *watcher) announce(up bool) {
+	w.obs.WatchUp(up)
+	w.notify() // readiness changed
 }
 
 // resync makes Run re-read everything; forget when revisions went back.
