@@ -7,18 +7,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/kelseyhightower/memkv"
 
-	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
@@ -59,6 +59,7 @@ const readAttempts = 3
 // Client is a connected etcd v3 client.
 type Client struct {
 	cli            *clientv3.Client
+	kv             pb.KVClient // reads, decoded by pairsCodec
 	endpoints      []string
 	requestTimeout time.Duration
 	closeOnce      sync.Once
@@ -95,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
+	return &Client{cli: cli, kv: clientv3.RetryKVClient(cli), endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
 }
 
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
@@ -205,11 +206,9 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 	// limit is the keys the next request asks for, at most page.
 	limit := page
 	var seenKeys, seenBytes int
-	sized := func(kvs []*mvccpb.KeyValue) {
-		for _, kv := range kvs {
-			seenBytes += len(kv.Key) + len(kv.Value)
-		}
-		seenKeys += len(kvs)
+	sized := func(r rangeReply) {
+		seenKeys += r.kvs
+		seenBytes += r.bytes
 	}
 	resize := func() {
 		if seenKeys > 0 {
@@ -225,6 +224,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		requests++
 	}
 	atRev := func(err error) error {
+		err = clientv3.ContextError(ctx, err)
 		if rev != 0 {
 			return fmt.Errorf("at revision %d: %w", rev, err)
 		}
@@ -236,98 +236,85 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		// range gets an equal share, and a range that has more continues
 		// in pages of its own below.
 		share := int64(max(limit/max(len(part), 1), 1))
-		ops := make([]clientv3.Op, len(part))
+		txn := &pb.TxnRequest{Success: make([]*pb.RequestOp, len(part))}
+		dec := &pairsCodec{under: make([]string, len(part)), pairs: pairs}
 		for i, r := range part {
-			opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithLimit(share)}
+			get := &pb.RangeRequest{Key: []byte(r.from), Revision: rev, Limit: share}
 			if r.prefix {
-				opts = append(opts, clientv3.WithPrefix())
+				get.Key, get.RangeEnd = []byte(prefixStart(r.from)), []byte(prefixEnd(r.from))
 			}
-			ops[i] = clientv3.OpGet(r.from, opts...)
+			txn.Success[i] = &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: get}}
+			dec.under[i] = r.key
 		}
 		// An empty transaction still answers with the current revision.
-		resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
+		if _, err := c.kv.Txn(ctx, txn, c.callOptions(dec)...); err != nil {
 			return nil, 0, atRev(err)
 		}
+		if dec.out.rev == 0 {
+			return nil, 0, errNoRevision
+		}
 		if rev == 0 {
-			rev = resp.Header.Revision
+			rev = dec.out.rev
 		}
-		if len(resp.Responses) != len(part) {
-			return nil, 0, fmt.Errorf("transaction answered %d of %d reads", len(resp.Responses), len(part))
-		}
-		if pairs == nil {
-			// etcd counts every key in each range, beyond the limit: size
-			// the list once instead of growing it (each growth holds the
-			// old and the new array at once).
-			var hint int64
-			for _, r := range resp.Responses {
-				if rr := r.GetResponseRange(); rr != nil {
-					hint += rr.Count
-				}
-			}
-			pairs = make([]memkv.KVPair, 0, hint)
-		}
+		pairs = dec.out.pairs
 		// Ranges that did not fit, with the last key each one returned.
 		type rest struct {
 			r    read
 			last string
 		}
 		var more []rest
-		// Responses come in the order of the ops of this batch; index
+		// Replies come in the order of the ops of this batch; index
 		// within the batch, never within all reads.
-		for i, r := range resp.Responses {
-			rr := r.GetResponseRange()
-			if rr == nil {
-				return nil, 0, fmt.Errorf("transaction answered read %q with no range", part[i].from)
-			}
-			pairs = keep(pairs, rr.Kvs, part[i].key)
-			sized(rr.Kvs)
-			if rr.More && len(rr.Kvs) > 0 {
-				more = append(more, rest{part[i], string(rr.Kvs[len(rr.Kvs)-1].Key)})
+		for i, rr := range dec.out.ranges {
+			sized(rr)
+			if rr.more && rr.kvs > 0 {
+				more = append(more, rest{part[i], rr.last})
 			}
 		}
 		after()
 		resize()
 		for _, m := range more {
-			end := prefixEnd(m.r.from)
+			end := []byte(prefixEnd(m.r.from))
 			for from := m.last + "\x00"; ; {
-				r, err := c.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(limit)))
-				if err != nil {
+				dec := &pairsCodec{under: []string{m.r.key}, pairs: pairs}
+				get := &pb.RangeRequest{Key: []byte(from), RangeEnd: end, Revision: rev, Limit: int64(limit)}
+				if _, err := c.kv.Range(ctx, get, c.callOptions(dec)...); err != nil {
 					return nil, 0, atRev(err)
 				}
-				pairs = keep(pairs, r.Kvs, m.r.key)
-				sized(r.Kvs)
+				rr := dec.out.ranges[0]
+				pairs = dec.out.pairs
+				sized(rr)
 				resize()
 				after()
-				if !r.More || len(r.Kvs) == 0 {
+				if !rr.more || rr.kvs == 0 {
 					break
 				}
-				from = string(r.Kvs[len(r.Kvs)-1].Key) + "\x00"
+				from = rr.last + "\x00"
 			}
 		}
 	}
 	return pairs, rev, nil
 }
 
-// keep appends to pairs the kvs that lie on or below key as a path.
-func keep(pairs []memkv.KVPair, kvs []*mvccpb.KeyValue, key string) []memkv.KVPair {
-	for _, kv := range kvs {
-		if k := bytesString(kv.Key); keypath.Under(k, key) {
-			pairs = append(pairs, memkv.KVPair{Key: k, Value: bytesString(kv.Value)})
-		}
+// callOptions are the options clientv3's own KV passes on every call
+// (clientv3.Config's defaults: etcdclient sets no message sizes), and
+// decoding by dec.
+func (c *Client) callOptions(dec *pairsCodec) []grpc.CallOption {
+	return []grpc.CallOption{
+		grpc.WaitForReady(true),
+		grpc.MaxCallSendMsgSize(2 << 20),
+		grpc.MaxCallRecvMsgSize(math.MaxInt32),
+		dec.callOption(),
 	}
-	return pairs
 }
 
-// bytesString is b as a string without a copy. The decoded response gives
-// every key and value a slice of its own that nothing writes to after
-// decoding (the wire buffer is not shared), and the response is dropped once
-// kept: copying would only double what a 100k-key read allocates.
-func bytesString(b []byte) string {
-	if len(b) == 0 {
-		return ""
+// prefixStart is the first key WithPrefix(from) reads: etcd refuses an
+// empty key, so every key is "\x00" on, as in clientv3.
+func prefixStart(from string) string {
+	if from == "" {
+		return "\x00"
 	}
-	return unsafe.String(&b[0], len(b))
+	return from
 }
 
 // prefixEnd is the end of the range WithPrefix(from) reads: every key

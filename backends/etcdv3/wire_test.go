@@ -1,0 +1,197 @@
+package etcdv3
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kelseyhightower/memkv"
+
+	"github.com/keysync/confd/backends/internal/keypath"
+)
+
+// The decoder is pinned against the generated one: whatever bytes come,
+// it accepts what proto.Unmarshal accepts and reads the same keys,
+// values, revision, more and count from it.
+
+func marshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func rangeResponse(rev int64, more bool, count int64, keys ...string) *pb.RangeResponse {
+	r := &pb.RangeResponse{Header: &pb.ResponseHeader{ClusterId: 7, MemberId: 9, Revision: rev, RaftTerm: 3}, More: more, Count: count}
+	for i, k := range keys {
+		r.Kvs = append(r.Kvs, &mvccpb.KeyValue{Key: []byte(k), Value: []byte(fmt.Sprintf("v%d", i)), CreateRevision: 2, ModRevision: rev, Version: 1, Lease: int64(i)})
+	}
+	return r
+}
+
+func txnResponse(ops ...*pb.ResponseOp) *pb.TxnResponse {
+	return &pb.TxnResponse{Header: &pb.ResponseHeader{Revision: 42}, Succeeded: true, Responses: ops}
+}
+
+func rangeOp(r *pb.RangeResponse) *pb.ResponseOp {
+	return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: r}}
+}
+
+// wantRange is what readAt took from a generated RangeResponse before the
+// decoder: the kept pairs, and the scalars.
+func wantRange(r *pb.RangeResponse, under string, pairs []memkv.KVPair) ([]memkv.KVPair, rangeReply) {
+	rr := rangeReply{more: r.GetMore(), count: r.GetCount(), kvs: len(r.GetKvs())}
+	for _, kv := range r.GetKvs() {
+		rr.bytes += len(kv.Key) + len(kv.Value)
+		rr.last = string(kv.Key)
+		if keypath.Under(string(kv.Key), under) {
+			pairs = append(pairs, memkv.KVPair{Key: string(kv.Key), Value: string(kv.Value)})
+		}
+	}
+	return pairs, rr
+}
+
+func checkPairs(t *testing.T, got, want []memkv.KVPair) {
+	t.Helper()
+	if len(got) != len(want) || (len(got) > 0 && !reflect.DeepEqual(got, want)) {
+		t.Fatalf("pairs %q, want %q", got, want)
+	}
+}
+
+func seedRanges(f *testing.F) {
+	one := marshal(f, rangeResponse(5, true, 10, "/a", "/a/b", "/ab", "/a/c"))
+	two := marshal(f, rangeResponse(6, false, 3, "/a/d"))
+	f.Add(one, "/a")
+	f.Add(append(append([]byte{}, one...), two...), "/a") // concatenated: merged
+	f.Add(marshal(f, &pb.RangeResponse{}), "")
+	f.Add(marshal(f, rangeResponse(1, false, 1, "")), "")
+	f.Add(one[:len(one)-3], "/a") // truncated
+	f.Add(protowire.AppendTag(nil, 2, protowire.VarintType), "")
+	f.Add(append(protowire.AppendTag(nil, 9, protowire.StartGroupType), protowire.AppendTag(nil, 9, protowire.EndGroupType)...), "")
+}
+
+func FuzzDecodeRange(f *testing.F) {
+	seedRanges(f)
+	f.Fuzz(func(t *testing.T, b []byte, under string) {
+		var want pb.RangeResponse
+		werr := proto.Unmarshal(b, &want)
+		base := []memkv.KVPair{{Key: "/before", Value: "x"}}
+		got, err := decodeRange(b, []string{under}, base)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("decode error %v, generated decoder's %v", err, werr)
+		}
+		if err != nil {
+			return
+		}
+		pairs, rr := wantRange(&want, under, base)
+		checkPairs(t, got.pairs, pairs)
+		if got.rev != want.GetHeader().GetRevision() || !reflect.DeepEqual(got.ranges, []rangeReply{rr}) {
+			t.Fatalf("got rev %d %+v, want %d %+v", got.rev, got.ranges, want.GetHeader().GetRevision(), rr)
+		}
+	})
+}
+
+func FuzzDecodeTxn(f *testing.F) {
+	a := rangeResponse(5, true, 10, "/a", "/a/b", "/ab")
+	b := rangeResponse(5, false, 1, "/b")
+	put := &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 3}}}}
+	f.Add(marshal(f, txnResponse(rangeOp(a), rangeOp(b))), "/a")
+	f.Add(marshal(f, txnResponse()), "")
+	f.Add(marshal(f, txnResponse(rangeOp(a), put)), "/a")
+	f.Add(marshal(f, txnResponse(rangeOp(&pb.RangeResponse{}))), "")
+	// One operation whose range field comes twice (merged), and one whose
+	// range is followed by a put (the oneof keeps the put).
+	twice := append(marshal(f, rangeOp(a)), marshal(f, rangeOp(b))...)
+	replaced := append(marshal(f, rangeOp(a)), marshal(f, put)...)
+	for _, op := range [][]byte{twice, replaced} {
+		msg := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), op)
+		f.Add(msg, "/")
+	}
+	f.Fuzz(func(t *testing.T, b []byte, under string) {
+		var want pb.TxnResponse
+		werr := proto.Unmarshal(b, &want)
+		_, ops, err := parseTxn(b)
+		if err == nil {
+			for _, op := range ops {
+				for _, m := range op.msgs {
+					if serr := (&rangeState{}).scan(m); serr != nil {
+						t.Fatalf("a range parseTxn passed fails its scan: %v", serr)
+					}
+				}
+			}
+		}
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("parse error %v, generated decoder's %v", err, werr)
+		}
+		if err != nil {
+			return
+		}
+		if len(ops) != len(want.Responses) {
+			t.Fatalf("%d operations, want %d", len(ops), len(want.Responses))
+		}
+		unders := make([]string, len(ops))
+		for i := range unders {
+			unders[i] = under
+		}
+		got, err := decodeTxn(b, unders, nil)
+		var pairs []memkv.KVPair
+		var ranges []rangeReply
+		for _, op := range want.Responses {
+			r := op.GetResponseRange()
+			if r == nil {
+				if err == nil {
+					t.Fatalf("an operation answered %T decoded as a range", op.Response)
+				}
+				return
+			}
+			var rr rangeReply
+			pairs, rr = wantRange(r, under, pairs)
+			ranges = append(ranges, rr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPairs(t, got.pairs, pairs)
+		if got.rev != want.GetHeader().GetRevision() || len(got.ranges) != len(ranges) || (len(ranges) > 0 && !reflect.DeepEqual(got.ranges, ranges)) {
+			t.Fatalf("got rev %d %+v, want %d %+v", got.rev, got.ranges, want.GetHeader().GetRevision(), ranges)
+		}
+	})
+}
+
+// A call that the client retries after its reply was decoded decodes
+// again: the pairs of the first decode must not stay beside the second's.
+func TestPairsCodecDecodesARetryAfresh(t *testing.T) {
+	msg := marshal(t, rangeResponse(5, false, 2, "/k/1", "/k/2"))
+	base := make([]memkv.KVPair, 1, 10)
+	base[0] = memkv.KVPair{Key: "/first", Value: "x"}
+	c := &pairsCodec{under: []string{"/k"}, pairs: base}
+	for range 2 {
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, &pb.RangeResponse{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkPairs(t, c.out.pairs, []memkv.KVPair{{Key: "/first", Value: "x"}, {Key: "/k/1", Value: "v0"}, {Key: "/k/2", Value: "v1"}})
+}
+
+// The pairs outlive the wire buffer, which gRPC reuses once Unmarshal
+// returns.
+func TestPairsCodecCopiesOutOfTheWireBuffer(t *testing.T) {
+	msg := marshal(t, rangeResponse(5, false, 1, "/k/1"))
+	c := &pairsCodec{under: []string{"/k"}}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, &pb.RangeResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	clear(msg)
+	checkPairs(t, c.out.pairs, []memkv.KVPair{{Key: "/k/1", Value: "v0"}})
+	if c.out.ranges[0].last != "/k/1" {
+		t.Fatalf("last %q", c.out.ranges[0].last)
+	}
+}
