@@ -141,17 +141,35 @@ func (ix *Index) GetValue(key string, v ...string) (string, error) {
 }
 
 // GetAll returns the pairs whose key matches pattern (path.Match syntax),
-// sorted by key (memkv GetAll). A malformed pattern is an error only when
-// the store holds a key, because memkv learns of it from path.Match.
+// sorted by key (memkv GetAll): a list of the caller's own. A malformed
+// pattern is an error only when the store holds a key, because memkv
+// learns of it from path.Match.
 func (ix *Index) GetAll(pattern string) (memkv.KVPairs, error) {
-	ks := make(memkv.KVPairs, 0)
+	ks, shared, err := ix.getAll(pattern)
+	if shared {
+		ks = slices.Clone(ks)
+	}
+	return ks, err
+}
+
+// GetAllShared is GetAll for a caller that never writes to the list: when
+// every key of the pattern's literal head matches (as "/*" over a flat
+// prefix does), the list is the index's own run of them, not a copy. A
+// template that only ranges over gets "/*" then holds its 100k pairs once.
+func (ix *Index) GetAllShared(pattern string) (memkv.KVPairs, error) {
+	ks, _, err := ix.getAll(pattern)
+	return ks, err
+}
+
+// getAll is GetAll, and whether the list is a run of byKey.
+func (ix *Index) getAll(pattern string) (ks memkv.KVPairs, shared bool, err error) {
 	if len(ix.byKey) == 0 {
-		return ks, nil
+		return make(memkv.KVPairs, 0), false, nil
 	}
 	// path.Match checks the whole pattern whatever the name, so one call
 	// tells a malformed pattern as every call in memkv's scan would.
 	if _, err := path.Match(pattern, ix.byKey[0].Key); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Only keys that start with the pattern's literal head can match: one
 	// run of byKey.
@@ -162,31 +180,39 @@ func (ix *Index) GetAll(pattern string) (memkv.KVPairs, error) {
 	if head == pattern {
 		// No meta characters: only the key itself matches, first in the run.
 		if len(run) > 0 && run[0].Key == pattern {
-			ks = append(ks, run[0])
+			return run[:1:1], true, nil
 		}
-		return ks, nil
+		return make(memkv.KVPairs, 0), false, nil
 	}
-	// Sized for the whole run: "/*" over 100k keys would otherwise copy
-	// the result over and over as it grows.
-	ks = make(memkv.KVPairs, 0, len(run))
+	match := func(key string) bool {
+		ok, _ := path.Match(pattern, key)
+		return ok
+	}
 	if pattern[len(head):] == "*" {
 		// "HEAD*", the usual pattern: path.Match compares the literal head
 		// (every key of the run starts with it) and then lets '*' take any
 		// bytes but '/'. Asking just that skips a path.Match per key, a
 		// tenth of a flat 100k render.
-		for _, kv := range run {
-			if strings.IndexByte(kv.Key[len(head):], '/') < 0 {
+		match = func(key string) bool { return strings.IndexByte(key[len(head):], '/') < 0 }
+	}
+	// The run itself while every key matches; a list of the matches from
+	// the first key that does not, sized for the rest of the run ("/*/x"
+	// over 100k keys would otherwise copy the list over and over as it
+	// grows).
+	for i, kv := range run {
+		if match(kv.Key) {
+			continue
+		}
+		ks = make(memkv.KVPairs, i, len(run)-1)
+		copy(ks, run[:i])
+		for _, kv := range run[i+1:] {
+			if match(kv.Key) {
 				ks = append(ks, kv)
 			}
 		}
-		return ks, nil
+		return ks, false, nil
 	}
-	for _, kv := range run {
-		if ok, _ := path.Match(pattern, kv.Key); ok {
-			ks = append(ks, kv)
-		}
-	}
-	return ks, nil
+	return run[:len(run):len(run)], true, nil
 }
 
 // literalHead is the part of pattern before its first meta character.
@@ -201,7 +227,7 @@ func literalHead(pattern string) string {
 // (memkv GetAllValues); on error the slice is empty, not nil.
 func (ix *Index) GetAllValues(pattern string) ([]string, error) {
 	vs := make([]string, 0)
-	ks, err := ix.GetAll(pattern)
+	ks, _, err := ix.getAll(pattern)
 	if err != nil {
 		return vs, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,8 @@ func compare(t *testing.T, keys []string, r *rand.Rand) {
 		gs, ge := ix.GetAll(p)
 		ws, we := ref.GetAll(p)
 		check("gets", p, []any{gs, ge}, []any{ws, we})
+		gs, ge = ix.GetAllShared(p)
+		check("gets (shared)", p, []any{gs, ge}, []any{ws, we})
 		gvs, ge := ix.GetAllValues(p)
 		wvs, we := ref.GetAllValues(p)
 		check("getvs", p, []any{gvs, ge}, []any{wvs, we})
@@ -177,5 +180,49 @@ func TestIndexDirectoryLoop(t *testing.T) {
 		if !reflect.DeepEqual(got, want) || len(got) != 12 {
 			t.Fatalf("gets %s = %v, memkv %v", p, got, want)
 		}
+	}
+}
+
+// GetAllShared hands out the index's own run when every key of it
+// matches, and GetAll a copy always: a caller that sorts its list in place
+// (sortKVByLength) must not reorder the index under later lookups.
+func TestGetAllSharesOnlyWhenAsked(t *testing.T) {
+	kvs := map[string]string{}
+	for i := range 1000 {
+		kvs[fmt.Sprintf("/k%04d", i)] = "v"
+	}
+	kvs["/nested/x"] = "v"
+	ix := New(kvs)
+	for _, tc := range []struct {
+		pattern string
+		shared  bool
+	}{
+		{"/k*", true},     // every key of the run "/k" matches
+		{"/k0001", true},  // a key itself
+		{"/k000?", true},  // a pattern matching its whole run
+		{"/*", false},     // "/nested/x" is in the run and does not match
+		{"/[k]*", false},  // no literal head: the run holds "/nested/x"
+		{"/none*", false}, // nothing matches
+	} {
+		a, _ := ix.GetAllShared(tc.pattern)
+		b, _ := ix.GetAllShared(tc.pattern)
+		same := len(a) > 0 && &a[0] == &b[0]
+		if same != tc.shared {
+			t.Errorf("GetAllShared(%q): two calls share their list: %v, want %v", tc.pattern, same, tc.shared)
+		}
+		if len(a) > 0 && cap(a) != len(a) {
+			t.Errorf("GetAllShared(%q): capacity %d beyond its %d pairs: an append would write into the index", tc.pattern, cap(a), len(a))
+		}
+		c, _ := ix.GetAll(tc.pattern)
+		if len(c) > 0 && &c[0] == &a[0] {
+			t.Errorf("GetAll(%q) shares the index's run", tc.pattern)
+		}
+		slices.Reverse(c)
+		if d, _ := ix.GetAllShared(tc.pattern); !reflect.DeepEqual(d, b) {
+			t.Errorf("GetAll(%q): reversing its list changed the index", tc.pattern)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { _, _ = ix.GetAllShared("/k*") }); n != 0 {
+		t.Errorf("GetAllShared(\"/k*\") allocates %v times", n)
 	}
 }

@@ -98,6 +98,7 @@ func TestCryptFunctionsDecryptConfdValues(t *testing.T) {
 {{range cgets "/crypt/db/*"}}{{.Key}}:{{.Value}} {{end}}
 {{range cgetvs "/crypt/db/*"}}[{{.}}]{{end}}
 {{getv "/plain"}}
+{{range gets "/crypt/db/*"}}{{.Value}} {{end}}
 `
 			got, err := renderWith(t, src, kvs, WithKeyring(kr))
 			if err != nil {
@@ -107,6 +108,11 @@ func TestCryptFunctionsDecryptConfdValues(t *testing.T) {
 			if lines[0] != "/crypt/db/pass=s3cret-pass" || lines[1] != "admin" ||
 				lines[2] != "/crypt/db/pass:s3cret-pass /crypt/db/user:admin " || lines[4] != "visible" {
 				t.Errorf("rendered:\n%s", got)
+			}
+			// cgets decrypts into a list of its own: gets, which may hand out
+			// the store's own pairs, still sees what is stored.
+			if want := kvs["/crypt/db/pass"] + " " + kvs["/crypt/db/user"] + " "; lines[5] != want {
+				t.Errorf("gets after cgets = %q, want the stored values %q", lines[5], want)
 			}
 			// getvs (and so cgetvs) orders by stored (encrypted) value, as confd.
 			if l := lines[3]; l != "[s3cret-pass][admin]" && l != "[admin][s3cret-pass]" {

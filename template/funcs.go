@@ -41,6 +41,9 @@ type binding struct {
 	store   *kvstore.Index
 	keyring *Keyring
 	seen    func(string) // told every decrypted value; may be nil
+	// readOnlyGets: nothing the template can call writes to a list gets
+	// returns, so gets may hand out the store's own pairs (see sharesGets).
+	readOnlyGets bool
 }
 
 // funcMap is confd's function set with the key and crypt functions
@@ -53,7 +56,12 @@ func funcMap(b *binding) texttemplate.FuncMap {
 	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
 	m["lsdir"] = func(filePath string) []string { return b.store.ListDir(filePath) }
 	m["get"] = func(key string) (memkv.KVPair, error) { return b.store.Get(key) }
-	m["gets"] = func(pattern string) (memkv.KVPairs, error) { return b.store.GetAll(pattern) }
+	m["gets"] = func(pattern string) (memkv.KVPairs, error) {
+		if b.readOnlyGets {
+			return b.store.GetAllShared(pattern)
+		}
+		return b.store.GetAll(pattern)
+	}
 	m["getv"] = func(key string, v ...string) (string, error) { return b.store.GetValue(key, v...) }
 	m["getvs"] = func(pattern string) ([]string, error) { return b.store.GetAllValues(pattern) }
 	maps.Copy(m, cryptFuncs(b))
@@ -196,6 +204,14 @@ func reverse(values interface{}) interface{} {
 	}
 	return values
 }
+
+// sharesGets reports whether gets may return the store's own pairs to the
+// template src: only sortKVByLength, of confd's functions, writes to a
+// list of pairs it is given (reverse reverses only []memkv.KVPair, which
+// gets's memkv.KVPairs is not; cgets decrypts into a copy of its own), and
+// a template can call it only by naming it. Where it is named, even in a
+// comment, every gets copies, as memkv's does.
+func sharesGets(src string) bool { return !strings.Contains(src, "sortKVByLength") }
 
 // sortByLength and sortKVByLength sort in place with sort.Sort, as confd
 // does, rather than a stable sort: for up to 6 items both Go 1.10's and

@@ -26,9 +26,10 @@ type parseCache struct {
 
 // parsed is a template parsed from src, its functions reading b.
 type parsed struct {
-	path, src string
-	tmpl      *texttemplate.Template
-	b         *binding
+	path, src    string
+	tmpl         *texttemplate.Template
+	b            *binding
+	readOnlyGets bool // sharesGets(src)
 }
 
 // get returns the template at srcPath parsed from the bytes it holds now,
@@ -51,7 +52,7 @@ func (c *parseCache) get(srcPath string) (*parsed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &parsed{path: srcPath, src: src, tmpl: tmpl, b: b}, nil
+	return &parsed{path: srcPath, src: src, tmpl: tmpl, b: b, readOnlyGets: sharesGets(src)}, nil
 }
 
 // put keeps p for the next render of its path. Past the bound, another

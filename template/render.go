@@ -44,7 +44,7 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 	// The crypt functions decrypt with this render's keyring and remember
 	// what they decrypted.
 	var decrypted []string
-	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }}
+	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }, readOnlyGets: p.readOnlyGets}
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
