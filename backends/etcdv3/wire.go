@@ -253,7 +253,7 @@ func replyOf(rev int64, ops []opRange, under []string, pairs []memkv.KVPair) (re
 	var hint int64
 	for i, op := range ops {
 		if op.msgs == nil {
-			return reply{}, fmt.Errorf("read %d was answered with no range", i+1)
+			return reply{}, fmt.Errorf("the read of %q was answered with no range", under[i])
 		}
 		rr := &r.ranges[i]
 		rr.more, rr.count = op.more, op.count
