@@ -233,12 +233,18 @@ func (st *rangeState) scan(b []byte) error {
 	return rangeFields(b, st, func(key, value []byte) {})
 }
 
+// maxHint bounds the list made for etcd's count of a read's keys (32
+// bytes a pair: 32 MiB): the count is the server's word, and a count
+// beyond what the read will hold (a broken or hostile answer) must not
+// make the allocation; a larger read grows the list as it comes.
+const maxHint = 1 << 20
+
 // replyOf is the reply of ops, scanned before: one range each, and
 // the pairs on or below the key under gives it appended to pairs, their
 // keys and values copied into one allocation for the whole response, not
 // two slices per key. A list not yet allocated is made as large as etcd
-// counts the ranges to be, beyond the limit, so that it is not grown
-// (each growth holds the old and the new array at once).
+// counts the ranges to be, beyond the limit (up to maxHint), so that it
+// is not grown (each growth holds the old and the new array at once).
 func replyOf(rev int64, ops []opRange, under []string, pairs []memkv.KVPair) (reply, error) {
 	if len(ops) != len(under) {
 		return reply{}, fmt.Errorf("answered %d of %d reads", len(ops), len(under))
@@ -272,7 +278,7 @@ func replyOf(rev int64, ops []opRange, under []string, pairs []memkv.KVPair) (re
 		rr.last = string(last)
 	}
 	if pairs == nil {
-		pairs = make([]memkv.KVPair, 0, max(hint, int64(keep)))
+		pairs = make([]memkv.KVPair, 0, max(min(hint, maxHint), int64(keep)))
 	}
 	block := make([]byte, 0, size)
 	for i, op := range ops {

@@ -195,3 +195,19 @@ func TestPairsCodecCopiesOutOfTheWireBuffer(t *testing.T) {
 		t.Fatalf("last %q", c.out.ranges[0].last)
 	}
 }
+
+// etcd's count of a range sizes the list of pairs, but only up to
+// maxHint: an answer claiming more keys than it could hold must not make
+// the allocation (found by FuzzDecodeTxn: out of memory).
+func TestDecodeBoundsTheListACountAsksFor(t *testing.T) {
+	for _, count := range []int64{1 << 62, -5} {
+		msg := marshal(t, rangeResponse(5, true, count, "/k/1"))
+		got, err := decodeRange(msg, []string{"/k"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.pairs) != 1 || cap(got.pairs) > maxHint {
+			t.Errorf("count %d: %d pairs in a list of capacity %d", count, len(got.pairs), cap(got.pairs))
+		}
+	}
+}
