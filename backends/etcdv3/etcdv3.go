@@ -304,7 +304,7 @@ func (c *Client) callOptions(dec *pairsCodec) []grpc.CallOption {
 		grpc.WaitForReady(true),
 		grpc.MaxCallSendMsgSize(2 << 20),
 		grpc.MaxCallRecvMsgSize(math.MaxInt32),
-		dec.callOption(),
+		grpc.ForceCodecV2(dec),
 	}
 }
 

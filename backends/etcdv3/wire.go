@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -93,9 +92,6 @@ func (c *pairsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	c.out = r
 	return nil
 }
-
-// callOption makes a call decode with c.
-func (c *pairsCodec) callOption() grpc.CallOption { return grpc.ForceCodecV2(c) }
 
 // decodeRange decodes a RangeResponse.
 func decodeRange(b []byte, under []string, pairs []memkv.KVPair) (reply, error) {
