@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 
 	"github.com/keysync/confd/internal/etcdtest"
 )
@@ -27,8 +28,12 @@ func Build(flags []string, binaries map[string]string) (map[string]string, func(
 		args := append(append([]string{"build"}, flags...), "-o", out, pkg)
 		cmd := exec.Command("go", args...)
 		cmd.Dir = etcdtest.RepoRoot()
-		// Static, as `make build` builds them (see the Makefile).
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// Static, as `make build` builds them (see the Makefile); but
+		// the race detector, which a test may build a binary with, needs
+		// cgo.
+		if !slices.Contains(flags, "-race") {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			cleanup()
 			return nil, nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
