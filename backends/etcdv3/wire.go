@@ -136,7 +136,7 @@ func parseTxn(b []byte) (rev int64, ops []opRange, err error) {
 		if typ != protowire.BytesType || (num != 1 && num != 3) {
 			return skip, nil
 		}
-		v, n := protowire.ConsumeBytes(b)
+		v, n := consumeBytes(b)
 		if n < 0 {
 			return n, nil
 		}
@@ -159,7 +159,7 @@ func responseOp(b []byte) (opRange, error) {
 		if num < 1 || num > 4 || typ != protowire.BytesType {
 			return skip, nil
 		}
-		v, n := protowire.ConsumeBytes(b)
+		v, n := consumeBytes(b)
 		if n < 0 {
 			return n, nil
 		}
@@ -305,13 +305,13 @@ func rangeFields(b []byte, st *rangeState, kv func(key, value []byte)) error {
 	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return n, nil
 			}
 			return n, header(v, &st.rev)
 		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return n, nil
 			}
@@ -352,11 +352,21 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int, error) {
 	return num, typ, n, nil
 }
 
+// consumeBytes is protowire.ConsumeBytes with lengths of one byte, which
+// every key/value pair of a small value has, read in place.
+func consumeBytes(b []byte) ([]byte, int) {
+	if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+		return b[1 : 1+b[0]], 1 + int(b[0])
+	}
+	return protowire.ConsumeBytes(b)
+}
+
 // keyValue returns the key and value of a KeyValue message: fields
-// written out for the message every key of a read passes through (three
-// times: scan, count, copy), with lengths of one byte read in place. A
-// page of 10,000 keys decodes in a quarter to 40 % less time than through
-// fields and protowire alone (BenchmarkDecodeRange, interleaved runs).
+// written out, without a callback per field, for the message every key of
+// a read passes through (three times: scan, count, copy). With consumeTag
+// and consumeBytes, a page of 10,000 keys decodes in a quarter to 40 %
+// less time than through fields and protowire alone (BenchmarkDecodeRange,
+// interleaved runs).
 func keyValue(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n, err := consumeTag(b)
@@ -367,11 +377,7 @@ func keyValue(b []byte) (key, value []byte, err error) {
 		switch {
 		case (num == 1 || num == 5) && typ == protowire.BytesType:
 			var v []byte
-			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
-				v, n = b[1:1+b[0]], 1+int(b[0])
-			} else {
-				v, n = protowire.ConsumeBytes(b)
-			}
+			v, n = consumeBytes(b)
 			if num == 1 {
 				key = v
 			} else {
