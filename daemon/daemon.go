@@ -271,6 +271,9 @@ func (d *Daemon) passes(ctx context.Context, s *sched, due []*group) {
 // further member starts. Passes of other groups run beside it: it touches
 // only g, and s's budget.
 func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
+	// A pass owed to changes the watch delivered (not start-up, SIGHUP,
+	// resync or a retry alone) times them from the first one's arrival.
+	byChange, changedAt := g.dirty && !g.immediate, g.first
 	mustRead := g.start()
 	var snap snapshot
 	var err error
@@ -308,6 +311,9 @@ func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
 		if err != nil {
 			d.o.Log.Error(err.Error())
 			ok = false
+		}
+		if byChange && !res.Replaced.IsZero() {
+			d.o.Observer.Landed(max(res.Replaced.Sub(changedAt), 0))
 		}
 		d.o.Observer.Processed(m.Name(), res, err, m.ReloadPending())
 	}
@@ -447,6 +453,9 @@ type Observer interface {
 	Snapshot(fromWatch bool)
 	Revisions(processed, current int64)
 	Ready(ready bool)
+	// Landed: a change the watch delivered is in place in a destination it
+	// changed, d after it arrived (quiescence and check_cmd included).
+	Landed(d time.Duration)
 }
 
 // Observers fans out to several observers.
@@ -489,6 +498,11 @@ func (m multi) Ready(r bool) {
 		o.Ready(r)
 	}
 }
+func (m multi) Landed(d time.Duration) {
+	for _, o := range m {
+		o.Landed(d)
+	}
+}
 
 type nopObserver struct{}
 
@@ -498,3 +512,4 @@ func (nopObserver) WatchReconnect()                                {}
 func (nopObserver) Snapshot(bool)                                  {}
 func (nopObserver) Revisions(int64, int64)                         {}
 func (nopObserver) Ready(bool)                                     {}
+func (nopObserver) Landed(time.Duration)                           {}

@@ -444,3 +444,65 @@ func TestSnapshotServesEachMemberItsKeys(t *testing.T) {
 		t.Fatalf("GetValues(/b, /ab) = %v", vals)
 	}
 }
+
+// fixedClock stands still at t0: every arrival and every replacement is
+// then timed exactly.
+type fixedClock struct{}
+
+func (fixedClock) Now() time.Time                         { return t0 }
+func (fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// landingObserver records what Landed is told.
+type landingObserver struct {
+	nopObserver
+	landed chan time.Duration
+}
+
+func (o landingObserver) Landed(d time.Duration) { o.landed <- d }
+
+// replacingProc replaces its file on every pass, 1.5 s after t0.
+type replacingProc struct {
+	fakeProc
+	passes chan struct{}
+}
+
+func (p *replacingProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+	_, rev, err := g.GetValues(ctx, p.keys)
+	p.passes <- struct{}{}
+	return resource.Result{Revision: rev, Changed: true, Replaced: t0.Add(1500 * time.Millisecond)}, err
+}
+
+// TestLandedTimesChangesFromTheirArrival: a pass owed to a change the watch
+// delivered reports, per file replaced, the time from the change's arrival
+// to the replacement; the start-up pass, owed to no change, reports none.
+func TestLandedTimesChangesFromTheirArrival(t *testing.T) {
+	f := &fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent), errs: make(chan error)}
+	p := &replacingProc{fakeProc: fakeProc{name: "a", keys: []string{"/k"}}, passes: make(chan struct{}, 10)}
+	obs := landingObserver{landed: make(chan time.Duration, 10)}
+	log, _ := test.NewNullLogger()
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log,
+		Observer: obs, Clock: fixedClock{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	defer stop()
+
+	w := <-f.watching
+	<-p.passes // start-up
+	f.setRev(11)
+	w <- backends.WatchEvent{Keys: []string{"/k/a"}, Revision: 11, Resume: 11}
+	<-p.passes
+	select {
+	case got := <-obs.landed:
+		if got != 1500*time.Millisecond {
+			t.Errorf("Landed(%s), want 1.5s: the change arrived at t0, the file was replaced at t0+1.5s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Landed for a pass owed to a change")
+	}
+	stop() // every pass has reported
+	if n := len(obs.landed); n != 0 {
+		t.Errorf("%d more Landed calls: the start-up pass was timed", n)
+	}
+}

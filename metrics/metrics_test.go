@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/resource"
@@ -41,6 +42,8 @@ func TestMetricsNames(t *testing.T) {
 	m.WatchUp(true)
 	m.WatchReconnect()
 	m.Revisions(7, 10)
+	m.Landed(1500 * time.Microsecond)
+	m.Landed(3 * time.Second)
 	_, body := get(t, m, "/metrics")
 	for _, want := range []string{
 		`confd_resource_renders_total{resource="a.toml",result="ok"} 1`,
@@ -55,6 +58,11 @@ func TestMetricsNames(t *testing.T) {
 		"confd_watch_reconnects_total 1",
 		"confd_watch_processed_revision 7",
 		"confd_watch_lag_revisions 3",
+		`confd_watch_change_to_file_seconds_bucket{le="0.001"} 0`,
+		`confd_watch_change_to_file_seconds_bucket{le="0.002"} 1`,
+		`confd_watch_change_to_file_seconds_bucket{le="5"} 2`,
+		"confd_watch_change_to_file_seconds_sum 3.0015",
+		"confd_watch_change_to_file_seconds_count 2",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -49,9 +49,12 @@ func TestReloadOwedAfterFsyncFailureRunsOnNextRun(t *testing.T) {
 	f.s.Writer = faultWriter{afterRename: fmt.Errorf("fsync directory %s: %w", filepath.Dir(f.dest), syscall.EIO)}
 	r := f.load()
 	r.ReloadCmd = "echo reload >> " + f.marks
-	_, err := r.Process(context.Background(), f.store)
+	first, err := r.Process(context.Background(), f.store)
 	if err == nil || !strings.Contains(err.Error(), "reload_cmd is owed and will be retried on the next run") || !strings.Contains(err.Error(), "input/output error") {
 		t.Fatalf("first run error = %v", err)
+	}
+	if first.Replaced.IsZero() {
+		t.Error("the file was replaced (not durably), but Result.Replaced is zero")
 	}
 	if got, _ := os.ReadFile(f.dest); string(got) != "name=one\n" {
 		t.Fatalf("dest = %q", got)

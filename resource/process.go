@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
@@ -27,6 +28,11 @@ type Result struct {
 	Revision int64 // store revision the file was rendered from
 	Changed  bool  // the destination was (or, with -noop, would be) replaced
 	Reloaded bool  // reload_cmd ran and succeeded
+	// Replaced is when the writer's Replace returned with the new content
+	// at the destination (the rename and its directory fsync, or the
+	// write in place, done; also when only that fsync failed); zero when
+	// the destination was not replaced.
+	Replaced time.Time
 }
 
 // Process plans and applies one pass: render from one snapshot and, when
@@ -102,9 +108,13 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 		}
 	}
 	log.Debugf("Overwriting target config %s", r.Dest)
-	if err := w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID); err != nil {
-		var nd *NotDurableError
-		if errors.As(err, &nd) {
+	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
+	var nd *NotDurableError
+	if err == nil || errors.As(err, &nd) {
+		res.Replaced = time.Now()
+	}
+	if err != nil {
+		if nd != nil {
 			if owe {
 				return res, fmt.Errorf("%s: %s was replaced, but %w; its reload_cmd is owed and will be retried on the next run", r.File, r.Dest, err)
 			}

@@ -392,3 +392,28 @@ func TestReplaceSymlinkDestReplacesTheLink(t *testing.T) {
 		t.Errorf("the symlink's target was changed: %q", got)
 	}
 }
+
+// Result.Replaced says when the destination came to hold the new content,
+// and only then: not for a file in sync, nor for one its check refused.
+func TestResultSaysWhenTheFileWasReplaced(t *testing.T) {
+	f := newFixture(t, "")
+	r := f.load()
+	ctx := context.Background()
+	before := time.Now()
+	res, err := r.Process(ctx, f.store)
+	after := time.Now()
+	if err != nil || !res.Changed {
+		t.Fatalf("first pass = %+v, %v", res, err)
+	}
+	if res.Replaced.Before(before) || res.Replaced.After(after) {
+		t.Errorf("Replaced = %v, not within the pass (%v to %v)", res.Replaced, before, after)
+	}
+	if res, err := r.Process(ctx, f.store); err != nil || !res.Replaced.IsZero() {
+		t.Errorf("pass in sync = %+v, %v; want no Replaced", res, err)
+	}
+	r.CheckCmd = "false"
+	f.store.kvs["/app/name"] = "refused"
+	if res, err := r.Process(ctx, f.store); err == nil || !res.Replaced.IsZero() {
+		t.Errorf("pass refused by its check = %+v, %v; want an error and no Replaced", res, err)
+	}
+}

@@ -81,3 +81,4 @@ func (n *Notifier) WatchUp(bool)                                   {}
 func (n *Notifier) WatchReconnect()                                {}
 func (n *Notifier) Snapshot(bool)                                  {}
 func (n *Notifier) Revisions(int64, int64)                         {}
+func (n *Notifier) Landed(time.Duration)                           {}
