@@ -5,7 +5,7 @@
 // flags on the same data). It prints one table and writes it, with the
 // machine it ran on, to bench/results.md.
 //
-//	go run ./bench [-runs 5] [-smoke] [-only flat,values,dirs,watch,idle,burst,restart]
+//	go run ./bench [-runs 5] [-smoke] [-only flat,values,dirs,watch,idle,burst,restart,tenfold]
 package main
 
 import (
@@ -70,7 +70,7 @@ func main() {
 	flag.StringVar(&c.EtcdDir, "etcd-bin-dir", etcdDir, "directory holding etcd and etcdctl [env ETCD_BIN_DIR]")
 	flag.IntVar(&c.Runs, "runs", 5, "runs of each one-shot scenario (and rounds of the daemon ones)")
 	flag.BoolVar(&c.Smoke, "smoke", false, "tiny data, one run: proves the harness works (CI), measures nothing")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios: flat,values,dirs,watch,idle,burst,restart")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios: flat,values,dirs,watch,idle,burst,restart,tenfold")
 	flag.StringVar(&c.Out, "out", filepath.Join(root, "bench", "results.md"), "results file (empty: none)")
 	flag.Parse()
 	c.Only = map[string]bool{}
@@ -148,6 +148,7 @@ func runBench(ctx context.Context, c config) (*report, error) {
 		{"idle", b.idle},
 		{"burst", b.burst},
 		{"restart", b.restart},
+		{"tenfold", b.tenfold},
 	}
 	var failed []string
 	for _, s := range scenarios {

@@ -123,7 +123,7 @@ func (r *report) markdown() string {
 	if r.cfg.Ref != "" {
 		fmt.Fprintf(&b, "- reference (CONFD_REF): `%s` (%s)\n", r.cfg.Ref, version(r.cfg.Ref))
 	}
-	fmt.Fprintf(&b, "\nData: %d keys flat; %d directories × %d keys (and a tenth of that for linearity); "+
+	fmt.Fprintf(&b, "\nData: %d keys flat; %d directories × %d keys (and a tenth and ten times that, for linearity); "+
 		"%d watch samples; %d puts back to back; %d resources idle.\n\n",
 		r.cfg.FlatKeys, r.cfg.Dirs, r.cfg.DirKeys, r.cfg.WatchSamples, r.cfg.BackToBack, r.cfg.Resources)
 	b.WriteString("Ratio is the measured figure over its limit: ≤ 1 meets the target.\n\n")

@@ -57,7 +57,8 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	md, err := os.ReadFile(c.Out)
-	if err != nil || !strings.Contains(string(md), "SMOKE") || !strings.Contains(string(md), "| 1 flat | confd |") {
+	if err != nil || !strings.Contains(string(md), "SMOKE") || !strings.Contains(string(md), "| 1 flat | confd |") ||
+		!strings.Contains(string(md), "| 2 dirs×10 | confd |") {
 		t.Errorf("results file: %v\n%s", err, md)
 	}
 }
