@@ -87,6 +87,9 @@ type Client struct {
 	// or page) of one GetValues, to provoke what can happen between them;
 	// counted is the keys etcd counted for it (its ranges' counts).
 	afterBatch func(attempt, batch int, counted int64)
+
+	// afterProbe, when set by tests, runs after each probe of a watch.
+	afterProbe func()
 }
 
 // Config is how to reach etcd; see etcdclient.Config.

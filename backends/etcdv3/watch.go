@@ -202,8 +202,18 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		}()
 	}
 	seen := newHeaders(len(ranges), afterRev)
+	// last is when etcd last answered; progressAt when it last answered a
+	// progress request, probedAt when the last probe went out.
 	last := time.Now()
+	var progressAt, probedAt time.Time
 	probing := make(chan struct{}, 1)
+	// quietRev carries etcd's revision, read by a probe when the one
+	// before it had no progress answer; see below.
+	quietRev := make(chan int64, 1)
+	var revKey string
+	if wk := watchKeys(keys); len(wk) > 0 {
+		revKey = prefixStart(wk[0])
+	}
 	tick := time.NewTicker(probe)
 	defer tick.Stop()
 	for {
@@ -219,19 +229,52 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if since := time.Since(last); since > 2*probe {
 				return fmt.Errorf("%s: %w: no answer from etcd for %s", where, ErrStalled, since.Round(time.Millisecond))
 			}
+			// etcd 3.6 drops a progress request while a watcher's start
+			// revision is above its own, as ours are from their creation
+			// until the next write anywhere in etcd: a quiet etcd never
+			// answers one, and every watch looked stalled after two
+			// intervals. So when the last probe had no progress answer,
+			// this one also reads etcd's revision, over the same client,
+			// to tell that silence from a stall.
+			unanswered := probedAt.IsZero() || progressAt.Before(probedAt)
 			// With wctx itself: the first caller's context becomes the
 			// shared stream's, so a shorter one would end the stream.
 			// It blocks while the client library reconnects, hence the
 			// goroutine; one probe at a time.
 			select {
 			case probing <- struct{}{}:
+				probedAt = time.Now()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					defer func() {
+						<-probing
+						if c.afterProbe != nil {
+							c.afterProbe()
+						}
+					}()
 					_ = c.cli.RequestProgress(wctx)
-					<-probing
+					if !unanswered || revKey == "" {
+						return
+					}
+					rctx, cancel := context.WithTimeout(wctx, probe)
+					defer cancel()
+					if resp, err := c.cli.Get(rctx, revKey, clientv3.WithCountOnly()); err == nil {
+						select {
+						case quietRev <- resp.Header.Revision:
+						default:
+						}
+					}
 				}()
 			default:
+			}
+		case rev := <-quietRev:
+			// At the revision we last heard, etcd has nothing to tell: it
+			// is there. Above it, the next progress request is answered.
+			// Below it, etcd went back (a restore): the stall this leaves
+			// reconnects, and the new watch's first answer tells it.
+			if rev == slices.Max(seen) {
+				last = time.Now()
 			}
 		case a := <-merged:
 			resp := a.resp
@@ -265,6 +308,9 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			}
 			if resp.Created && len(resp.Events) == 0 {
 				continue // the header check above is all a creation tells
+			}
+			if len(resp.Events) == 0 {
+				progressAt = last
 			}
 			// A progress answer (no events) means the range is synced
 			// up to the header's revision.
