@@ -121,30 +121,36 @@ func (s *etcdServer) stop() {
 	}
 }
 
-// watchers reads etcd's own count of open watch streams and watchers from
-// its metrics: how many watches a daemon holds, seen from the server.
-func (s *etcdServer) watchers(ctx context.Context) (streams, watchers int, err error) {
+// watchStats is etcd's own count of open watch streams and watchers, and of
+// watch streams ever opened: how many watches a daemon holds, and whether it
+// opened them again, seen from the server.
+type watchStats struct{ streams, watchers, opened int }
+
+// watchers reads watchStats from etcd's metrics.
+func (s *etcdServer) watchers(ctx context.Context) (watchStats, error) {
+	var st watchStats
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watch_stream_total "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			streams = int(f)
-		}
-		if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			watchers = int(f)
+		name, v, _ := strings.Cut(sc.Text(), " ")
+		f, _ := strconv.ParseFloat(v, 64)
+		switch name {
+		case "etcd_debugging_mvcc_watch_stream_total":
+			st.streams = int(f)
+		case "etcd_debugging_mvcc_watcher_total":
+			st.watchers = int(f)
+		case `grpc_server_started_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}`:
+			st.opened = int(f)
 		}
 	}
-	return streams, watchers, sc.Err()
+	return st, sc.Err()
 }

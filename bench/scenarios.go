@@ -496,7 +496,7 @@ func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n
 		return err
 	}
 	defer fw.close()
-	streams0, watchers0, _ := b.etcd.watchers(ctx)
+	before, _ := b.etcd.watchers(ctx)
 	start := time.Now()
 	d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.confdArgs(bin.path, conf, "-watch")...)
 	if err != nil {
@@ -533,17 +533,26 @@ func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n
 	if err != nil {
 		return err
 	}
+	settled, err := b.etcd.watchers(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd metrics: %w", err)
+	}
 	time.Sleep(b.cfg.IdleFor)
 	t1, err := cpuTicks(pid)
 	if err != nil {
 		return err
 	}
-	streams, watchers, err := b.etcd.watchers(ctx)
+	after, err := b.etcd.watchers(ctx)
 	if err != nil {
 		return fmt.Errorf("etcd metrics: %w", err)
 	}
-	r.note = fmt.Sprintf("idle %s: %d CPU ticks; watch streams %d, watchers %d; threads %s; RSS %s",
-		b.cfg.IdleFor, t1-t0, streams-streams0, watchers-watchers0, procStatus(pid, "Threads"), procStatus(pid, "VmRSS"))
+	// A watch opened again while idle is a reconnect nobody asked for.
+	r.note = fmt.Sprintf("idle %s: %d CPU ticks, %d watch streams opened; watch streams %d, watchers %d; threads %s; RSS %s",
+		b.cfg.IdleFor, t1-t0, after.opened-settled.opened, after.streams-before.streams, after.watchers-before.watchers,
+		procStatus(pid, "Threads"), procStatus(pid, "VmRSS"))
+	if after.opened != settled.opened {
+		r.note += " (WATCH REOPENED WHILE IDLE)"
+	}
 	stopped = true
 	r.rss = max(r.rss, d.stop())
 	return nil
