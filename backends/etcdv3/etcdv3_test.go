@@ -429,34 +429,38 @@ func TestGetValuesPagesAtOneRevision(t *testing.T) {
 // in n (a million keys in pages of 10,000: 50 million counted, 9.6 s of
 // etcd's CPU, against 8 million).
 func TestGetValuesPagesGrowWithTheRest(t *testing.T) {
-	t.Parallel()
-	s := etcdtest.Start(t)
-	cli := s.Client(t)
-	const n = 2560
-	for i := 0; i < n; i += 128 {
-		var ops []clientv3.Op
-		for j := i; j < i+128; j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/g/%05d", j), "v"))
-		}
-		if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
-			t.Fatal(err)
-		}
+	for _, v := range etcdtest.Versions {
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			s := etcdtest.Start(t, etcdtest.WithVersion(v))
+			cli := s.Client(t)
+			const n = 2560
+			for i := 0; i < n; i += 128 {
+				var ops []clientv3.Op
+				for j := i; j < i+128; j++ {
+					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/g/%05d", j), "v"))
+				}
+				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := connect(t, Config{Nodes: []string{s.Endpoint}})
+			c.pageKeys = 10
+			var counted int64
+			requests := 0
+			c.afterBatch = func(_, _ int, k int64) { counted += k; requests++ }
+			if got, _ := getValues(t, c, "/g"); len(got) != n {
+				t.Fatalf("read %d keys, want %d", len(got), n)
+			}
+			// The first transaction counts n, each page after it the rest
+			// of the range: about 8·n in all. Pages of 10 would count
+			// n²/20 = 327,680 keys in 256 requests.
+			if counted > 10*n {
+				t.Errorf("etcd counted %d keys in %d requests to read %d; want at most %d", counted, requests, n, 10*n)
+			}
+			t.Logf("%d keys read in %d requests; etcd counted %d", n, requests, counted)
+		})
 	}
-	c := connect(t, Config{Nodes: []string{s.Endpoint}})
-	c.pageKeys = 10
-	var counted int64
-	requests := 0
-	c.afterBatch = func(_, _ int, k int64) { counted += k; requests++ }
-	if got, _ := getValues(t, c, "/g"); len(got) != n {
-		t.Fatalf("read %d keys, want %d", len(got), n)
-	}
-	// The first transaction counts n, each page after it the rest of the
-	// range: about 8·n in all. Pages of 10 would count n²/20 = 327,680 keys
-	// in 256 requests.
-	if counted > 10*n {
-		t.Errorf("etcd counted %d keys in %d requests to read %d; want at most %d", counted, requests, n, 10*n)
-	}
-	t.Logf("%d keys read in %d requests; etcd counted %d", n, requests, counted)
 }
 
 // TestGetValuesPagesBoundBytes: pages after the first carry about
