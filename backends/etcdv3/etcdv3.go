@@ -220,8 +220,8 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		maxBytes = pageBytes
 	}
 	// byBytes is the keys that fit maxBytes at the size of the last
-	// response's; limit is the keys the next transaction asks for.
-	byBytes, limit := page, page
+	// response's.
+	byBytes := page
 	var seenKeys, seenBytes int
 	sized := func(r rangeReply) {
 		seenKeys += r.kvs
@@ -230,7 +230,6 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 	resize := func() {
 		if seenKeys > 0 {
 			byBytes = max(maxBytes/max(seenBytes/seenKeys, 1), 1)
-			limit = min(byBytes, page)
 		}
 		seenKeys, seenBytes = 0, 0
 	}
@@ -258,7 +257,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		// One transaction answers at most about one page of keys: each
 		// range gets an equal share, and a range that has more continues
 		// in pages of its own below.
-		share := int64(max(limit/max(len(part), 1), 1))
+		share := int64(max(min(byBytes, page)/max(len(part), 1), 1))
 		txn := &pb.TxnRequest{Success: make([]*pb.RequestOp, len(part))}
 		dec := &pairsCodec{under: make([]string, len(part)), pairs: pairs}
 		for i, r := range part {

@@ -145,7 +145,8 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// not hold us there.
 	var createStalled atomic.Bool
 	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
-	ranges, err := c.openRanges(wctx, watchKeys(keys), afterRev)
+	wk := watchKeys(keys)
+	ranges, err := c.openRanges(wctx, wk, afterRev)
 	creating.Stop()
 	if createStalled.Load() && ctx.Err() == nil {
 		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
@@ -211,7 +212,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// before it had no progress answer; see below.
 	quietRev := make(chan int64, 1)
 	var revKey string
-	if wk := watchKeys(keys); len(wk) > 0 {
+	if len(wk) > 0 {
 		revKey = prefixStart(wk[0])
 	}
 	tick := time.NewTicker(probe)
@@ -259,9 +260,9 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 					}
 					rctx, cancel := context.WithTimeout(wctx, probe)
 					defer cancel()
-					if resp, err := c.cli.Get(rctx, revKey, clientv3.WithCountOnly()); err == nil {
+					if rev, err := c.Revision(rctx, revKey); err == nil {
 						select {
-						case quietRev <- resp.Header.Revision:
+						case quietRev <- rev:
 						default:
 						}
 					}
