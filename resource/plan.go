@@ -30,8 +30,12 @@ type Plan struct {
 	live      liveFile
 }
 
-// Release frees what the plan's content holds (a large render's file).
-func (p *Plan) Release() { p.Content.Release() }
+// Release frees what the plan holds: its content (a large render's file)
+// and the live file it read.
+func (p *Plan) Release() {
+	p.Content.Release()
+	p.live.release()
+}
 
 // Diff is what -noop prints for the plan: owner and mode changes, then a
 // unified diff, private key material masked; for a file others may not
