@@ -316,16 +316,19 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 	return pairs, rev, nil
 }
 
-// callOptions are the options clientv3's own KV passes on every call
-// (clientv3.Config's defaults: etcdclient sets no message sizes), and
-// decoding by dec.
-func (c *Client) callOptions(dec *pairsCodec) []grpc.CallOption {
+// baseCallOptions are the options clientv3's own KV and Watch pass on
+// every call (clientv3.Config's defaults: etcdclient sets no message sizes).
+func (c *Client) baseCallOptions() []grpc.CallOption {
 	return []grpc.CallOption{
 		grpc.WaitForReady(true),
 		grpc.MaxCallSendMsgSize(2 << 20),
 		grpc.MaxCallRecvMsgSize(math.MaxInt32),
-		grpc.ForceCodecV2(dec),
 	}
+}
+
+// callOptions are baseCallOptions and decoding by dec.
+func (c *Client) callOptions(dec *pairsCodec) []grpc.CallOption {
+	return append(c.baseCallOptions(), grpc.ForceCodecV2(dec))
 }
 
 // prefixStart is the first key WithPrefix(from) reads: etcd refuses an

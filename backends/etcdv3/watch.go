@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -108,22 +110,31 @@ func watchKeys(keys []string) []string {
 // itself and as "key/".
 type watchRange struct {
 	whole string // "": a half
-	ch    clientv3.WatchChan
-	first *clientv3.WatchResponse // its answer to the creation
+	id    int64  // etcd's watch ID on the stream
+	key   string // the range's start, for messages
 }
 
 // Watch streams every change to a key equal to or below one of keys after
 // afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
 // or the watch fails: compaction (ErrCompacted), a revision lower than
 // afterRev or than one its range answered with before (*RevisionBehindError), no
-// answer to progress probes (ErrStalled), or an error from etcd. All ranges
-// share one gRPC stream. A key is watched as one range whose answers are
+// answer to progress probes (ErrStalled), the stream's end (the
+// connection was lost; the caller resumes from the last Resume), or an
+// error from etcd. A key is watched as one range whose answers are
 // filtered back to the key and the keys below it ("/foo" hears "/foo/x",
 // never "/foo-old"), so that its changes come in order (see
 // WatchEvent.Whole); where the user's role refuses that range, as a
 // least-privilege role granting exactly the key and "key/" does, the key is
 // watched as those two ranges instead. fn also receives progress answers
 // (no keys).
+//
+// All ranges share one gRPC stream of etcd's Watch API, read by one
+// goroutine and written by another, however many ranges there are:
+// clientv3's Watcher runs a goroutine per range (ours forwarded each one's
+// channel in another: 20,000 for 10,000 resources), and creates one range
+// at a time, waiting for each answer, which at 10,000 ranges outlasted the
+// creation deadline, so that the watch never opened. A lost connection
+// ends the stream and the watch; the caller opens a new one from Resume.
 func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(WatchEvent)) error {
 	probe := c.probeInterval
 	if probe <= 0 {
@@ -135,74 +146,87 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	type answer struct {
-		from int // index of the range
-		resp clientv3.WatchResponse
-	}
-	merged := make(chan answer)
-	closed := make(chan struct{}, 1)
-	// Creating the watches waits on etcd's answers: a stalled server must
-	// not hold us there.
+	// Opening the stream and creating the ranges wait on etcd: a stalled
+	// server must not hold us there.
+	deadline := max(2*probe, c.requestTimeout)
 	var createStalled atomic.Bool
-	creating := time.AfterFunc(max(2*probe, c.requestTimeout), func() { createStalled.Store(true); cancel() })
-	wk := watchKeys(keys)
-	ranges, err := c.openRanges(wctx, wk, afterRev)
-	creating.Stop()
-	if createStalled.Load() && ctx.Err() == nil {
-		return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, max(2*probe, c.requestTimeout))
-	}
-	if err != nil {
+	creating := time.AfterFunc(deadline, func() { createStalled.Store(true); cancel() })
+	stalled := func(err error) error {
+		if createStalled.Load() && ctx.Err() == nil {
+			return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, deadline)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("%s: %w", where, err)
 	}
+	// Through the client's connection, so its interceptors add what
+	// clientv3's own watch stream gets: the auth token, fetched anew.
+	stream, err := pb.NewWatchClient(c.cli.ActiveConnection()).Watch(wctx, c.baseCallOptions()...)
+	if err != nil {
+		creating.Stop()
+		return stalled(rpctypes.Error(err))
+	}
+	wk := watchKeys(keys)
+	// One goroutine reads the stream and one writes it, so that neither
+	// waits on the other: 10,000 creations sent while their answers went
+	// unread filled gRPC's flow-control windows both ways, and etcd
+	// stopped reading. Requests: each key's creation, up to two
+	// more for its halves, then probes.
+	requests := make(chan *pb.WatchRequest, 3*len(wk)+4)
+	answers := make(chan *pb.WatchResponse, 64)
+	ended := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case answers <- resp:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case req := <-requests:
+				// A failed send ends the stream: Recv reports why.
+				if stream.Send(req) != nil {
+					return
+				}
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	seen := newHeaders(0, afterRev)
+	ranges, early, err := openRanges(requests, answers, ended, wk, afterRev, &seen)
+	creating.Stop()
+	if err != nil {
+		var behind *RevisionBehindError
+		if errors.As(err, &behind) || errors.Is(err, ErrCompacted) {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		return stalled(err)
+	}
+	byID := make(map[int64]int, len(ranges))
+	for i, r := range ranges {
+		byID[r.id] = i
+	}
 	// pos[i]: every change in range i up to pos[i] was delivered. Ranges
 	// catching up on a backlog advance independently, so only their
 	// minimum is a safe place to resume from.
 	pos := make([]int64, len(ranges))
-	for i, r := range ranges {
+	for i := range pos {
 		pos[i] = afterRev
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			send := func(resp clientv3.WatchResponse) bool {
-				select {
-				case merged <- answer{i, resp}:
-					return true
-				case <-wctx.Done():
-					return false
-				}
-			}
-			if !send(*r.first) {
-				return
-			}
-			// Leave on wctx, not only when ch closes: clientv3 closes it
-			// only once its stream goroutine runs again, which it does
-			// not while a reconnect keeps failing (an expired
-			// certificate).
-			for {
-				var resp clientv3.WatchResponse
-				var ok bool
-				select {
-				case resp, ok = <-r.ch:
-				case <-wctx.Done():
-					return
-				}
-				if !ok {
-					select {
-					case closed <- struct{}{}:
-					default:
-					}
-					return
-				}
-				if !send(resp) {
-					return
-				}
-			}
-		}()
 	}
-	seen := newHeaders(len(ranges), afterRev)
 	// last is when etcd last answered; progressAt when it last answered a
 	// progress request, probedAt when the last probe went out.
 	last := time.Now()
@@ -215,17 +239,81 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	if len(wk) > 0 {
 		revKey = prefixStart(wk[0])
 	}
+	progress := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+	// handle takes one answer; a non-nil error ends the watch.
+	handle := func(resp *pb.WatchResponse) error {
+		last = time.Now()
+		rev := resp.GetHeader().GetRevision()
+		if resp.WatchId == clientv3.InvalidWatchID && !resp.Created {
+			// A progress answer: every range is synced up to rev.
+			if len(ranges) == 0 {
+				return nil
+			}
+			for i := range ranges {
+				if err := seen.check(i, rev); err != nil {
+					return err
+				}
+				pos[i] = max(pos[i], rev)
+			}
+			progressAt = last
+			fn(WatchEvent{Revision: rev, Resume: slices.Min(pos)})
+			return nil
+		}
+		i, ok := byID[resp.WatchId]
+		if !ok {
+			return nil // no range of ours
+		}
+		r := ranges[i]
+		if resp.CompactRevision != 0 {
+			return fmt.Errorf("%w (oldest revision kept is %d)", ErrCompacted, resp.CompactRevision)
+		}
+		if resp.Canceled {
+			return fmt.Errorf("watch of %q canceled by etcd: %s", r.key, cancelReason(resp))
+		}
+		if err := seen.check(i, rev); err != nil {
+			return err
+		}
+		ev := WatchEvent{Revision: rev, Whole: r.whole}
+		for _, e := range resp.Events {
+			ev.Revision = e.Kv.ModRevision
+			k := string(e.Kv.Key)
+			if r.whole != "" && !keypath.Under(k, r.whole) {
+				continue // "/foobar", heard by the range of "/foo"
+			}
+			ev.Keys = append(ev.Keys, k)
+			ch := Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
+			if !ch.Deleted {
+				ch.Value = string(e.Kv.Value)
+			}
+			ev.Changes = append(ev.Changes, ch)
+		}
+		if len(resp.Events) == 0 {
+			progressAt = last
+		}
+		// An answer without events means the range is synced up to the
+		// header's revision.
+		pos[i] = max(pos[i], ev.Revision)
+		ev.Resume = slices.Min(pos)
+		fn(ev)
+		return nil
+	}
+	// What came for open ranges while others were still being created.
+	for _, resp := range early {
+		if err := handle(resp); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+	}
 	tick := time.NewTicker(probe)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-closed:
+		case err := <-ended:
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%s: watch closed (client closed or connection lost)", where)
+			return fmt.Errorf("%s: watch stream ended (connection lost?): %w", where, rpctypes.Error(err))
 		case <-tick.C:
 			if since := time.Since(last); since > 2*probe {
 				return fmt.Errorf("%s: %w: no answer from etcd for %s", where, ErrStalled, since.Round(time.Millisecond))
@@ -238,13 +326,24 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			// this one also reads etcd's revision, over the same client,
 			// to tell that silence from a stall.
 			unanswered := probedAt.IsZero() || progressAt.Before(probedAt)
-			// With wctx itself: the first caller's context becomes the
-			// shared stream's, so a shorter one would end the stream.
-			// It blocks while the client library reconnects, hence the
-			// goroutine; one probe at a time.
 			select {
 			case probing <- struct{}{}:
 				probedAt = time.Now()
+				// Never blocks: a stream whose requests are not leaving
+				// is stalled, and two intervals tell.
+				select {
+				case requests <- progress:
+				default:
+				}
+				if !unanswered || revKey == "" {
+					<-probing
+					if c.afterProbe != nil {
+						c.afterProbe()
+					}
+					break
+				}
+				// The read blocks while the client reconnects, hence the
+				// goroutine; one probe at a time.
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -254,10 +353,6 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 							c.afterProbe()
 						}
 					}()
-					_ = c.cli.RequestProgress(wctx)
-					if !unanswered || revKey == "" {
-						return
-					}
 					rctx, cancel := context.WithTimeout(wctx, probe)
 					defer cancel()
 					if rev, err := c.Revision(rctx, revKey); err == nil {
@@ -277,49 +372,20 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if rev == slices.Max(seen) {
 				last = time.Now()
 			}
-		case a := <-merged:
-			resp := a.resp
-			r := ranges[a.from]
-			last = time.Now()
-			if resp.CompactRevision != 0 {
-				return fmt.Errorf("%s: %w (oldest revision kept is %d)", where, ErrCompacted, resp.CompactRevision)
-			}
-			if err := resp.Err(); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
+		case resp := <-answers:
+			if err := handle(resp); err != nil {
 				return fmt.Errorf("%s: %w", where, err)
 			}
-			if err := seen.check(a.from, resp.Header.Revision); err != nil {
-				return fmt.Errorf("%s: %w", where, err)
-			}
-			ev := WatchEvent{Revision: resp.Header.Revision, Whole: r.whole}
-			for _, e := range resp.Events {
-				ev.Revision = e.Kv.ModRevision
-				k := string(e.Kv.Key)
-				if r.whole != "" && !keypath.Under(k, r.whole) {
-					continue // "/foobar", heard by the range of "/foo"
-				}
-				ev.Keys = append(ev.Keys, k)
-				ch := Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == clientv3.EventTypeDelete}
-				if !ch.Deleted {
-					ch.Value = string(e.Kv.Value)
-				}
-				ev.Changes = append(ev.Changes, ch)
-			}
-			if resp.Created && len(resp.Events) == 0 {
-				continue // the header check above is all a creation tells
-			}
-			if len(resp.Events) == 0 {
-				progressAt = last
-			}
-			// A progress answer (no events) means the range is synced
-			// up to the header's revision.
-			pos[a.from] = max(pos[a.from], ev.Revision)
-			ev.Resume = slices.Min(pos)
-			fn(ev)
 		}
 	}
+}
+
+// cancelReason is why etcd canceled a watch, as clientv3 words it.
+func cancelReason(resp *pb.WatchResponse) string {
+	if resp.CancelReason != "" {
+		return resp.CancelReason
+	}
+	return "no reason given"
 }
 
 // headers holds the highest header revision each range has answered with.
@@ -351,68 +417,77 @@ func (h headers) check(i int, rev int64) error {
 	return nil
 }
 
-// openRanges opens the watch of each key: as one range, filtered back to
-// the key, or, where etcd refuses that range, as the key and "key/". Each
-// range's creation is awaited (clientv3 creates one watch at a time on a
-// stream anyway), so a refusal is known before the next opens.
+// openRanges creates the watch of each key through requests: as one range,
+// filtered back to the key, or, where etcd refuses that range, as the key
+// and "key/". The creations are sent together and etcd answers them in the
+// order sent (a refused one with no watch ID of its own), so the n-th
+// creation answer is the n-th request's; answers for ranges already open
+// that arrive meanwhile are returned, in order, for the caller to handle
+// first. seen gets each range's creation header.
 //
 // The one range of "/foo" is ["/foo", "/foo0"): "0" follows "/", so it
 // holds "/foo", everything below "/foo/", and only the neighbours whose
 // next byte sorts before "/" ("/foo-old", "/foo.bak"). A prefix range would
 // also carry "/foobar" and, for a key as short as "/r", every change to
 // Kubernetes' "/registry/" (values included) through confd.
-func (c *Client) openRanges(ctx context.Context, keys []string, afterRev int64) ([]watchRange, error) {
-	open := func(from string, span ...clientv3.OpOption) (clientv3.WatchChan, *clientv3.WatchResponse, error) {
-		opts := append([]clientv3.OpOption{clientv3.WithRev(afterRev + 1), clientv3.WithCreatedNotify()}, span...)
-		ch := c.cli.Watch(ctx, from, opts...)
-		select {
-		case resp, ok := <-ch:
-			if !ok {
-				return nil, nil, fmt.Errorf("watch of %q closed as it opened (client closed or connection lost)", from)
-			}
-			return ch, &resp, nil
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
+func openRanges(requests chan<- *pb.WatchRequest, answers <-chan *pb.WatchResponse, ended <-chan error, keys []string, afterRev int64, seen *headers) ([]watchRange, []*pb.WatchResponse, error) {
+	type want struct {
+		r        watchRange
+		end      string
+		splitter bool // the one range of a key: refused, it becomes two
 	}
-	var out []watchRange
+	var sent []want
+	// requests has room for every creation: sending never blocks.
+	send := func(w want) {
+		sent = append(sent, w)
+		requests <- &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+			Key: []byte(w.r.key), RangeEnd: []byte(w.end), StartRevision: afterRev + 1,
+		}}}
+	}
 	for _, k := range keys {
+		w := want{r: watchRange{whole: k, key: k}, end: k + "0", splitter: true}
 		if k == "" || strings.HasSuffix(k, "/") {
 			// A prefix range is the key's exactly.
-			ch, first, err := open(k, clientv3.WithPrefix())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, watchRange{whole: k, ch: ch, first: first})
+			w = want{r: watchRange{whole: k, key: prefixStart(k)}, end: prefixEnd(k)}
+		}
+		send(w)
+	}
+	var out []watchRange
+	var early []*pb.WatchResponse
+	for answered := 0; answered < len(sent); {
+		var resp *pb.WatchResponse
+		select {
+		case resp = <-answers:
+		case err := <-ended:
+			return nil, nil, rpctypes.Error(err)
+		}
+		if !resp.Created {
+			early = append(early, resp)
 			continue
 		}
-		ch, first, err := open(k, clientv3.WithRange(k+"0"))
-		if err != nil {
-			return nil, err
-		}
-		if !first.Canceled || !refused(first.Err()) {
-			out = append(out, watchRange{whole: k, ch: ch, first: first})
+		w := sent[answered]
+		answered++
+		if resp.Canceled {
+			if !w.splitter || !strings.Contains(resp.CancelReason, rpctypes.ErrPermissionDenied.Error()) {
+				return nil, nil, fmt.Errorf("watch of %q refused by etcd: %s", w.r.key, cancelReason(resp))
+			}
+			for _, half := range planReads([]string{w.r.key}) {
+				h := want{r: watchRange{key: half.from}}
+				if half.prefix {
+					h.r.key, h.end = prefixStart(half.from), prefixEnd(half.from)
+				}
+				send(h)
+			}
 			continue
 		}
-		for _, half := range planReads([]string{k}) {
-			var span []clientv3.OpOption
-			if half.prefix {
-				span = append(span, clientv3.WithPrefix())
-			}
-			ch, first, err := open(half.from, span...)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, watchRange{ch: ch, first: first})
+		w.r.id = resp.WatchId
+		out = append(out, w.r)
+		*seen = append(*seen, afterRev)
+		if err := seen.check(len(out)-1, resp.GetHeader().GetRevision()); err != nil {
+			return nil, nil, err
 		}
 	}
-	return out, nil
-}
-
-// refused tells a watch refused by the user's role. clientv3 hands the
-// server's reason on as a plain error, the gRPC status only in its text.
-func refused(err error) bool {
-	return err != nil && strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error())
+	return out, early, nil
 }
 
 // Revision is etcd's current revision, read through key (one the caller

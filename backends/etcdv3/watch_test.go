@@ -3,6 +3,8 @@ package etcdv3
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -215,5 +217,40 @@ func TestWatchFailures(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a paused server went unnoticed")
+	}
+}
+
+// TestWatchManyRangesOneStream: 10,000 ranges open on one stream with a
+// fixed number of goroutines (clientv3's Watcher ran one per range, and we
+// one more to forward it: 20,000), and their creations, all sent at once,
+// do not wedge the stream (sent by the goroutine that reads the answers,
+// they filled gRPC's flow-control windows both ways, etcd stopped reading,
+// and no event came; 3,000 got through). A change to the first and to the
+// last range is heard.
+func TestWatchManyRangesOneStream(t *testing.T) {
+	for _, v := range etcdtest.Versions {
+		t.Run(v, func(t *testing.T) {
+			s := etcdtest.Start(t, etcdtest.WithVersion(v))
+			c := connect(t, Config{Nodes: []string{s.Endpoint}})
+			const n = 10000
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("/many/k%04d", i)
+			}
+			after := s.Put(t, "/many/init", "x")
+			before := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evs, errc := collect(ctx, c, keys, after)
+			for _, k := range []string{keys[0], keys[n-1]} {
+				want := s.Put(t, k, "1")
+				if e := nextKeys(t, evs, errc); !slices.Equal(e.Keys, []string{k}) || e.Revision != want {
+					t.Fatalf("event %+v, want %s at %d", e, k, want)
+				}
+			}
+			if grown := runtime.NumGoroutine() - before; grown > 30 {
+				t.Errorf("%d more goroutines with %d ranges open", grown, n)
+			}
+		})
 	}
 }
