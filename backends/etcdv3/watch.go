@@ -206,7 +206,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			}
 		}
 	}()
-	seen := newHeaders(0, afterRev)
+	var seen headers // openRanges adds each range, from afterRev
 	ranges, early, err := openRanges(requests, answers, ended, wk, afterRev, &seen)
 	creating.Stop()
 	if err != nil {
@@ -390,9 +390,9 @@ func cancelReason(resp *pb.WatchResponse) string {
 
 // headers holds the highest header revision each range has answered with.
 // A range answers in order, so a lower one from it means etcd went back
-// (a restore). Ranges are not ordered with one another: their answers meet
-// on goroutines, and a range's creation answer is sent on only once every
-// range is open, so another range's later revision may come first.
+// (a restore). Ranges are not ordered with one another: etcd sends the
+// backlog of a range catching up beside the answers of ranges already
+// current, so another range's later revision may come first.
 type headers []int64
 
 // newHeaders starts every range at afterRev: a creation answer below it
