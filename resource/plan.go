@@ -30,12 +30,8 @@ type Plan struct {
 	live      liveFile
 }
 
-// Release frees what the plan holds: its content (a large render's file)
-// and the live file it read.
-func (p *Plan) Release() {
-	p.Content.Release()
-	p.live.release()
-}
+// Release frees what the plan's content holds (a large render's file).
+func (p *Plan) Release() { p.Content.Release() }
 
 // Diff is what -noop prints for the plan: owner and mode changes, then a
 // unified diff, private key material masked; for a file others may not

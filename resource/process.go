@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +109,6 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	log.Debugf("Overwriting target config %s", r.Dest)
 	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
-	p.live.release() // the old content goes now, not during a reload
 	var nd *NotDurableError
 	if err == nil || errors.As(err, &nd) {
 		res.Replaced = time.Now()
@@ -257,54 +255,28 @@ func (r *Resource) reload(ctx context.Context, stage string, log logrus.FieldLog
 }
 
 type liveFile struct {
-	exists  bool
-	content []byte
-	// open is the live file as read, held open until the rename that
-	// replaces it is done: the rename then drops a name, not the inode's
-	// last reference, so it does not free the old content's blocks while
-	// the new content waits to be visible (ext4: 0.1–0.3 ms of every
-	// watch pass's put-to-file time); its close frees them, after.
-	open     *os.File
+	exists   bool
+	content  []byte
 	mode     os.FileMode
 	uid, gid int
 }
 
-// release closes the held live file; once is enough, more are harmless.
-func (l liveFile) release() {
-	if l.open != nil {
-		_ = l.open.Close()
-	}
-}
-
-// readLive reads dest and keeps it open (liveFile.open): the caller
-// releases it. Mode and owner come from the file read, not from a second
-// look up of the name. O_NONBLOCK: a FIFO at dest is refused, not waited
-// on for a writer (it changes nothing for a regular file).
 func readLive(dest string) (liveFile, error) {
-	f, err := os.OpenFile(dest, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	fi, err := os.Stat(dest)
 	if errors.Is(err, fs.ErrNotExist) {
 		return liveFile{}, nil
 	}
 	if err != nil {
 		return liveFile{}, fmt.Errorf("dest: %w", err)
 	}
-	fail := func(err error) (liveFile, error) {
-		_ = f.Close()
-		return liveFile{}, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return fail(fmt.Errorf("dest: %w", err))
-	}
 	if !fi.Mode().IsRegular() {
-		return fail(fmt.Errorf("dest %s is not a regular file", dest))
+		return liveFile{}, fmt.Errorf("dest %s is not a regular file", dest)
 	}
-	var b bytes.Buffer
-	b.Grow(int(fi.Size()) + bytes.MinRead) // one read when the size holds
-	if _, err := b.ReadFrom(f); err != nil {
-		return fail(fmt.Errorf("dest: %w", err))
+	b, err := os.ReadFile(dest)
+	if err != nil {
+		return liveFile{}, fmt.Errorf("dest: %w", err)
 	}
-	lf := liveFile{exists: true, content: b.Bytes(), open: f, mode: fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)}
+	lf := liveFile{exists: true, content: b, mode: fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		lf.uid, lf.gid = int(st.Uid), int(st.Gid)
 	}
