@@ -210,8 +210,10 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	ranges, early, err := openRanges(requests, answers, ended, wk, afterRev, &seen)
 	creating.Stop()
 	if err != nil {
+		// A compaction is no creation answer: it comes among the early
+		// answers, handled below.
 		var behind *RevisionBehindError
-		if errors.As(err, &behind) || errors.Is(err, ErrCompacted) {
+		if errors.As(err, &behind) {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		return stalled(err)
@@ -232,6 +234,12 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	last := time.Now()
 	var progressAt, probedAt time.Time
 	probing := make(chan struct{}, 1)
+	probed := func() {
+		<-probing
+		if c.afterProbe != nil {
+			c.afterProbe()
+		}
+	}
 	// quietRev carries etcd's revision, read by a probe when the one
 	// before it had no progress answer; see below.
 	quietRev := make(chan int64, 1)
@@ -336,10 +344,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				default:
 				}
 				if !unanswered || revKey == "" {
-					<-probing
-					if c.afterProbe != nil {
-						c.afterProbe()
-					}
+					probed()
 					break
 				}
 				// The read blocks while the client reconnects, hence the
@@ -347,12 +352,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() {
-						<-probing
-						if c.afterProbe != nil {
-							c.afterProbe()
-						}
-					}()
+					defer probed()
 					rctx, cancel := context.WithTimeout(wctx, probe)
 					defer cancel()
 					if rev, err := c.Revision(rctx, revKey); err == nil {
@@ -380,7 +380,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	}
 }
 
-// cancelReason is why etcd canceled a watch, as clientv3 words it.
+// cancelReason is why etcd canceled a watch, for an error message.
 func cancelReason(resp *pb.WatchResponse) string {
 	if resp.CancelReason != "" {
 		return resp.CancelReason
@@ -394,16 +394,6 @@ func cancelReason(resp *pb.WatchResponse) string {
 // backlog of a range catching up beside the answers of ranges already
 // current, so another range's later revision may come first.
 type headers []int64
-
-// newHeaders starts every range at afterRev: a creation answer below it
-// means etcd is behind what was already delivered.
-func newHeaders(n int, afterRev int64) headers {
-	h := make(headers, n)
-	for i := range h {
-		h[i] = afterRev
-	}
-	return h
-}
 
 // check records range i's answer at header revision rev (0: none given).
 func (h headers) check(i int, rev int64) error {
@@ -482,6 +472,8 @@ func openRanges(requests chan<- *pb.WatchRequest, answers <-chan *pb.WatchRespon
 		}
 		w.r.id = resp.WatchId
 		out = append(out, w.r)
+		// From afterRev: a creation answered below it means etcd is
+		// behind what was already delivered.
 		*seen = append(*seen, afterRev)
 		if err := seen.check(len(out)-1, resp.GetHeader().GetRevision()); err != nil {
 			return nil, nil, err

@@ -65,7 +65,7 @@ func BenchmarkWatchKeys(b *testing.B) {
 // 0's creation at revision 3 may come after range 1's event at 4; that is
 // no restore. A range going back on itself, or below afterRev, is.
 func TestHeadersPerRange(t *testing.T) {
-	h := newHeaders(2, 2)
+	h := headers{2, 2}
 	for _, step := range []struct {
 		from int
 		rev  int64
@@ -78,7 +78,7 @@ func TestHeadersPerRange(t *testing.T) {
 	if err := h.check(0, 4); !errors.As(err, &behind) || behind.Current != 4 || behind.Seen != 5 {
 		t.Errorf("range 0 back from 5 to 4: err = %v", err)
 	}
-	if err := newHeaders(2, 7).check(1, 6); !errors.As(err, &behind) || behind.Seen != 7 {
+	if err := (headers{7, 7}).check(1, 6); !errors.As(err, &behind) || behind.Seen != 7 {
 		t.Errorf("creation below afterRev: err = %v", err)
 	}
 }
