@@ -255,10 +255,10 @@ func (b *bench) dirs(ctx context.Context) error {
 	growth := float64(median(ours.samples)) / float64(median(small["confd"].samples))
 	ours.note = fmt.Sprintf("10× keys: %.1f× time (≤ 12)", growth)
 	if flat := big["beside"]; flat != nil {
-		yard := median(flat.samples)
+		flatTime := median(flat.samples)
 		ours.target = "≤ 1.2× flat beside it"
-		ours.ratio = float64(b.dirsMedian) / (1.2 * float64(yard))
-		ours.note += fmt.Sprintf("; dirs %.2f× flat", float64(b.dirsMedian)/float64(yard))
+		ours.ratio = float64(b.dirsMedian) / (1.2 * float64(flatTime))
+		ours.note += fmt.Sprintf("; dirs %.2f× flat", float64(b.dirsMedian)/float64(flatTime))
 		flat.binary = "confd flat"
 		flat.note = fmt.Sprintf("target 1's render, run before each of confd's: the yardstick (%s in target 1)", fmtDur(b.flatMedian))
 		b.rep.add(*flat)
