@@ -159,7 +159,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
 	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix, "etcd prefix of the trust records: PREFIX/HOST lists the keys HOST's apiserver loaded at its last successful restart")
-	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it)")
+	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it), and in holds and the lock queue (default there: the kernel's host name)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
 	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
 	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key)")
@@ -194,7 +194,7 @@ var flagScope = map[string][]string{
 	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
 	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
-	"host":          {cmdRestart, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-timeout": restarting,
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"signing-key":   {cmdRotateKey, cmdRetireKeys},

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -39,6 +43,12 @@ func (a *app) restart(ctx context.Context) int {
 			log.Errorf("preflight: health gate: %v", e)
 		}
 		log.Error("preflight failed: not taking the lock, not restarting")
+		return exitPreflight
+	}
+	// A command that cannot start is found before the lock wait; the guard
+	// reports one that fails to start all the same (restart.ErrNotStarted).
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
+		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.argv))
 		return exitPreflight
 	}
 	env := runner.WithoutVars(os.Environ(), secretEnv...)
@@ -165,9 +175,10 @@ type commandRunner struct {
 
 // guard is a started group guard waiting for its hand-over.
 type guard struct {
-	argv []string
-	p    *runner.Process
-	ctl  *os.File // our end of the guard's stdin
+	argv    []string
+	guarded string // the guard's own command line, quoted as the runner does
+	p       *runner.Process
+	ctl     *net.UnixConn // our end of the guard's stdin
 }
 
 // warm starts the guard for argv's first run.
@@ -197,7 +208,7 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	}
 	if g != nil {
 		if err := g.handOver(env); err == nil {
-			return runnerProcess{g.p}, nil
+			return g.started()
 		}
 		// It ended before taking the command (killed by someone else):
 		// nothing ran, so a fresh guard runs it, as without warming.
@@ -211,7 +222,25 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 		g.discard()
 		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
 	}
-	return runnerProcess{g.p}, nil
+	return g.started()
+}
+
+// started reads the guard's report once it has the command: a command
+// that could not start (not found, not executable) ran nothing, and is
+// restart.ErrNotStarted, not a failed restart (which would be retried and
+// stop the line with a hold).
+func (g *guard) started() (restart.Process, error) {
+	report, _ := io.ReadAll(io.LimitReader(g.ctl, 4096))
+	_ = g.ctl.Close()
+	g.ctl = nil
+	p := runnerProcess{Process: g.p, guarded: g.guarded, argv: runner.Quote(g.argv)}
+	if why, ok := strings.CutPrefix(string(report), guardNotStarted); ok {
+		<-g.p.Done()
+		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(g.argv), strings.TrimSpace(why))
+	}
+	// "started", or nothing from a guard that died (killed): the command's
+	// fate is then the guard's exit status, as before.
+	return p, nil
 }
 
 // spawn starts a guard for argv that waits for its hand-over. argv is on
@@ -221,9 +250,11 @@ func (r *commandRunner) spawn(argv []string) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdin, ctl, err := os.Pipe()
+	// A socket pair, not a pipe: the guard answers on it whether the
+	// command started.
+	stdin, ctl, err := handoverPair()
 	if err != nil {
-		return nil, fmt.Errorf("hand-over pipe for the command's group guard: %w", err)
+		return nil, fmt.Errorf("hand-over socket for the command's group guard: %w", err)
 	}
 	p, err := runner.Start(context.Background(), runner.Spec{
 		Argv: guarded, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
@@ -234,7 +265,25 @@ func (r *commandRunner) spawn(argv []string) (*guard, error) {
 		_ = ctl.Close()
 		return nil, err
 	}
-	return &guard{argv: argv, p: p, ctl: ctl}, nil
+	return &guard{argv: argv, guarded: runner.Quote(guarded), p: p, ctl: ctl}, nil
+}
+
+// handoverPair is a connected pair of Unix stream sockets: the guard's
+// stdin, and our end of it.
+func handoverPair() (*os.File, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "guard-handover")
+	mine := os.NewFile(uintptr(fds[0]), "guard-handover-ctl")
+	c, err := net.FileConn(mine)
+	_ = mine.Close() // FileConn dup'ed it
+	if err != nil {
+		_ = theirs.Close()
+		return nil, nil, err
+	}
+	return theirs, c.(*net.UnixConn), nil
 }
 
 // handOver gives the guard the command's environment and lets it run the
@@ -253,9 +302,11 @@ func (g *guard) handOver(env []string) error {
 	if err != nil {
 		return fmt.Errorf("write the hand-over: %w", err)
 	}
-	// The whole hand-over is in the pipe; EOF tells the guard to run it.
-	_ = g.ctl.Close()
-	g.ctl = nil
+	// The whole hand-over is in the socket; EOF tells the guard to run it.
+	// Our reading side stays open for its report.
+	if err := g.ctl.CloseWrite(); err != nil {
+		return fmt.Errorf("end the hand-over: %w", err)
+	}
 	return nil
 }
 
@@ -278,9 +329,20 @@ func (g *guard) discard() {
 	<-g.p.Done()
 }
 
-type runnerProcess struct{ *runner.Process }
+// runnerProcess is a guarded command. Its errors name the command, not
+// the guard that ran it: they become hold reasons an operator reads.
+type runnerProcess struct {
+	*runner.Process
+	guarded, argv string
+}
 
-func (p runnerProcess) Wait() error { return p.Process.Wait().Err }
+func (p runnerProcess) Wait() error {
+	err := p.Process.Wait().Err
+	if err == nil {
+		return nil
+	}
+	return errors.New(strings.Replace(err.Error(), p.guarded, p.argv, 1))
+}
 
 // healthGate is the health package as restart.Gate.
 type healthGate struct {

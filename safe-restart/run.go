@@ -41,7 +41,13 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		fmt.Fprintf(stderr, "%s: %v\n", progName, err)
 		return exitUsage
 	}
-	a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: hostname()}
+	// Holds and lock entries name the host as --host does, so that a hold
+	// reads like the trust records and the published keys of that host.
+	host := o.trustHostName
+	if host == "" {
+		host = hostname()
+	}
+	a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: host}
 	switch o.sub {
 	case cmdVersion:
 		fmt.Fprintf(stdout, "%s %s\n", progName, Version)

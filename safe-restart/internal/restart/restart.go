@@ -57,6 +57,11 @@ type Session interface {
 // ErrLost is what a Session's Lock wraps when the lease was lost.
 var ErrLost = errors.New("lock lost")
 
+// ErrNotStarted is what a Runner's Start wraps when the command could not
+// be started at all (not found, not executable): nothing ran, so the
+// apiserver is as it was, and trying again cannot help.
+var ErrNotStarted = errors.New("restart command could not start")
+
 // Locker opens sessions and describes the current holder.
 type Locker interface {
 	Open(ctx context.Context) (Session, error)
@@ -424,6 +429,10 @@ func (r *Restarter) attempts(ctx context.Context, force <-chan struct{}, sess Se
 func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Session, log logrus.FieldLogger) result {
 	env := append(append([]string(nil), r.cfg.Env...), sess.Env()...)
 	p, err := r.runner.Start(r.cfg.Argv, env)
+	if errors.Is(err, ErrNotStarted) {
+		log.WithError(err).Error("the restart command could not start: nothing was restarted by this attempt; not retrying. Fix the command (its path, PATH, permissions)")
+		return result{code: Preflight, failure: err.Error()}
+	}
 	if err != nil {
 		log.WithError(err).Error("restart command did not start")
 		return result{code: Failed, failure: err.Error()}

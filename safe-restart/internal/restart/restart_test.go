@@ -86,9 +86,16 @@ type fakeRunner struct {
 	// arrange for something to terminate it.
 	onStart func(n int, p *fakeProc)
 	env     []string
+	// startErr, when set, is Start's error on run n (nil: it starts).
+	startErr func(n int) error
 }
 
 func (r *fakeRunner) Start(argv, env []string) (Process, error) {
+	if r.startErr != nil {
+		if err := r.startErr(len(r.procs) + 1); err != nil {
+			return nil, err
+		}
+	}
 	p := &fakeProc{done: make(chan struct{})}
 	r.procs = append(r.procs, p)
 	r.env = env
@@ -254,6 +261,20 @@ func TestRun(t *testing.T) {
 				return nil
 			}
 		}, want{code: Preflight, released: true}},
+		{"command cannot start: not retried, nothing ran, no hold", func(f *fixture) {
+			f.runner.startErr = func(int) error {
+				return fmt.Errorf("%w: systemctl: exec: no such file or directory", ErrNotStarted)
+			}
+		}, want{code: Preflight, released: true}},
+		{"command cannot start on the second attempt: the first ran, hold", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
+			f.runner.startErr = func(n int) error {
+				if n == 2 {
+					return fmt.Errorf("%w: script removed", ErrNotStarted)
+				}
+				return nil
+			}
+		}, want{code: Preflight, starts: 1, hold: "could not start", released: true}},
 		{"preflight fails before the second attempt: hold", func(f *fixture) {
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
 			f.preflight = func(n int) error {
