@@ -385,15 +385,25 @@ func (h *etcdHolds) Add(ctx context.Context, r hold.Record) error {
 }
 
 // worstCase is the longest a restart with these flags can take.
-func (o *options) worstCase() time.Duration {
+func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
+
+// durations are the bounded waits of a restart with these flags.
+func (o *options) durations() restart.Durations {
 	d := restart.Durations{
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
 		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
+		// Filled by the fleet check and the static-pod restart mode when
+		// they are configured; zero until then.
+		FleetTimeout: 0, KubeletBackoff: 0,
+	}
+	if o.trustHostName == "" {
+		d.HostnameTimeout = hostnameTimeout
 	}
 	if o.healthURL != "" {
 		d.HealthTimeout = o.healthTimeout + o.commandTimeout
 	}
-	return restart.WorstCase(d)
+	return d
 }
 
 // dryRun reports what a restart would do, after preflight passed, and how
@@ -418,6 +428,17 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		return exitHold
 	}
 	worst := o.worstCase()
+	type part struct {
+		Name    string `json:"name"`
+		Times   int    `json:"times"`
+		Seconds int64  `json:"seconds"`
+	}
+	var parts []part
+	for _, w := range restart.Waits(o.durations()) {
+		if w.Total() > 0 {
+			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
+		}
+	}
 	if o.output == "json" {
 		plan := map[string]any{
 			"dry_run":            true,
@@ -434,6 +455,7 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 			"hold":               h,
 			"worst_case":         worst.String(),
 			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
+			"worst_case_parts":   parts,
 		}
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -463,7 +485,14 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.healthURL, o.healthSettle, o.healthTimeout)
 	}
 	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.holdKeyOrDefault())
-	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout above it\n", worst, worst.Seconds())
+	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
+	for _, p := range parts {
+		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
+		if p.Times > 1 {
+			fmt.Fprintf(&b, " (%d times)", p.Times)
+		}
+		b.WriteString("\n")
+	}
 	_, _ = a.stdout.Write([]byte(b.String()))
 	return exitOK
 }

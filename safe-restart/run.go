@@ -22,6 +22,8 @@ type app struct {
 	stderr io.Writer
 	log    *logrus.Logger
 	host   string
+	// fqdn is `hostname -f`, once asked (trustHost).
+	fqdn string
 }
 
 // run is main without the process: ctx ending means the first SIGTERM,

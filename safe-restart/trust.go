@@ -22,7 +22,7 @@ import (
 // back to the kernel's name keeps a host without a resolvable FQDN usable,
 // with a warning, since its records would then not match what it publishes.
 func fqdn(ctx context.Context, log logrus.FieldLogger) string {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, hostnameTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, "hostname", "-f").Output()
 	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
@@ -33,12 +33,18 @@ func fqdn(ctx context.Context, log logrus.FieldLogger) string {
 	return h
 }
 
-// trustHost is --host, or this host's FQDN.
+// hostnameTimeout bounds `hostname -f` (a wait of the worst case).
+const hostnameTimeout = 5 * time.Second
+
+// trustHost is --host, or this host's FQDN, asked once per run.
 func (a *app) trustHost(ctx context.Context) string {
 	if a.o.trustHostName != "" {
 		return a.o.trustHostName
 	}
-	return fqdn(ctx, a.log)
+	if a.fqdn == "" {
+		a.fqdn = fqdn(ctx, a.log)
+	}
+	return a.fqdn
 }
 
 func (a *app) prefixes() trust.Prefixes {
