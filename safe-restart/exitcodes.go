@@ -15,6 +15,9 @@ const (
 	exitHealth      = int(restart.Unhealthy)
 	exitLeaseLost   = int(restart.LeaseLost)
 	exitInterrupted = int(restart.Interrupted)
+	// exitStale is `trust` finding a stale host: not an etcd error (1),
+	// so that a monitoring check can tell "look at the fleet" from "etcd".
+	exitStale = 10
 )
 
 var exitCodeDocs = []struct {
@@ -31,4 +34,5 @@ var exitCodeDocs = []struct {
 	{exitHealth, "health gate failed: not ready in time, or 401/403 (a hold was written)"},
 	{exitLeaseLost, "session lease lost (or lock key deleted) while waiting or holding: command terminated, lock not released by us; a hold is written if the command had started"},
 	{exitInterrupted, "interrupted by SIGTERM/SIGINT/SIGHUP/SIGQUIT (waiting: left the queue; restarting: hold written; a second signal stops the command now)"},
+	{exitStale, "`trust`: a host is stale (publishes keys, but its trust record is missing, unparseable or lacks a published key); the report names it"},
 }

@@ -93,9 +93,9 @@ func (a *app) restart(ctx context.Context) int {
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
 		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
 	}
-	cfg.Locked = func(ctx context.Context) func(context.Context) {
+	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
 		snap := a.trustSnapshot(ctx, log)
-		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, snap) }
+		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
 		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,

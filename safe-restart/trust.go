@@ -100,13 +100,16 @@ func (a *app) serviceAccountFiles() ([]string, string, error) {
 // writeTrust stores the record of a restart whose gate passed. A failure is
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
-func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, rec *trust.Record) {
+func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
 	if rec == nil {
 		return
 	}
 	tctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if err := trust.Put(tctx, cli, a.o.trustPrefix, *rec); err != nil {
+	if err := trust.Put(tctx, cli, a.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
+		return
+	} else if err != nil {
 		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
@@ -178,6 +181,10 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 	if err != nil {
 		a.log.WithError(err).Error("write trust report")
 		return exitError
+	}
+	if stale := rep.Stale(); len(stale) > 0 {
+		a.log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
+		return exitStale
 	}
 	return exitOK
 }

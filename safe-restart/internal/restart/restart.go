@@ -143,9 +143,10 @@ type Config struct {
 	BeforeQueue func(ctx context.Context) Code
 	// Locked, when set, runs once the lock is held, before the first
 	// attempt; the function it returns, if any, runs after an attempt
-	// succeeded, the lock still held. (The trust record: what the
-	// apiserver is about to load, written once it is ready.)
-	Locked func(ctx context.Context) func(ctx context.Context)
+	// succeeded, the lock still held. lockKey is the lock's key in etcd.
+	// (The trust record: what the apiserver is about to load, written once
+	// it is ready, on condition that the lock key still exists.)
+	Locked func(ctx context.Context, lockKey string) func(ctx context.Context)
 	Log    logrus.FieldLogger
 }
 
@@ -262,7 +263,7 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	}
 	var succeeded func(context.Context)
 	if r.cfg.Locked != nil {
-		succeeded = r.cfg.Locked(ctx)
+		succeeded = r.cfg.Locked(ctx, sess.Key())
 	}
 	out := r.attempts(ctx, force, sess, log)
 	switch {
