@@ -48,7 +48,9 @@ type options struct {
 	argv []string // restart command; check: files
 
 	// etcd
-	endpoints      []string
+	endpoints []string
+	// endpointsFrom names where endpoints came from, for etcd errors.
+	endpointsFrom  string
 	cacert         string
 	cert           string
 	key            string
@@ -305,8 +307,13 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("key", "ETCDCTL_KEY", &o.key)
 	str("user", "ETCDCTL_USER", &o.user)
 	str("password", "ETCDCTL_PASSWORD", &o.password)
+	o.endpointsFrom = endpointsDefault
+	if fs.Changed("endpoints") {
+		o.endpointsFrom = "from --endpoints"
+	}
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
+		o.endpointsFrom = "from ETCDCTL_ENDPOINTS"
 	}
 	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
 		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -331,6 +338,10 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	}
 	return nil
 }
+
+// endpointsDefault is endpointsFrom when neither the flag nor the
+// environment named the endpoints.
+const endpointsDefault = "the default: neither --endpoints nor ETCDCTL_ENDPOINTS is set"
 
 func splitList(v string) []string {
 	var out []string

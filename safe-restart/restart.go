@@ -64,7 +64,7 @@ func (a *app) restart(ctx context.Context) int {
 	}
 	cli, err := a.etcdClient(ctx)
 	if err != nil {
-		log.WithError(err).Error("etcd")
+		log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
 		return exitError
 	}
 	defer cli.Close()
