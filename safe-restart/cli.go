@@ -101,6 +101,8 @@ type options struct {
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
+	abort          bool
+	rollback       bool
 
 	// subcommands
 	reason      string
@@ -172,6 +174,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
+	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -202,7 +206,7 @@ var flagScope = map[string][]string{
 	"signing-key":   {cmdRotateKey, cmdRetireKeys},
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
-	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey}, "abort": {cmdRotateKey}, "rollback": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
