@@ -27,7 +27,7 @@ var exitCodeDocs = []struct {
 	{exitOK, "success: restarted and ready (or the subcommand succeeded)"},
 	{exitError, "internal or etcd error (unreachable, refused, timed out)"},
 	{exitUsage, "usage error: bad flags or arguments"},
-	{exitPreflight, "preflight failed, or the health gate's TLS/credentials were refused by the running apiserver: nothing restarted; `check`: a file is invalid"},
+	{exitPreflight, "preflight failed, the restart command cannot start, or the health gate's TLS/credentials were refused by the running apiserver: nothing restarted, no hold; `check`: a file is invalid; rotate-key: its key files or the rotation's state do not allow it (--abort after the install, --rollback before it or once retired)"},
 	{exitHold, "a hold is active: restarts are refused until `unhold`"},
 	{exitLockTimeout, "lock not acquired within --lock-timeout; key not trusted by every host in time (hosts named); another rotation of this host runs"},
 	{exitRestart, "restart command failed or timed out (a hold was written)"},

@@ -152,6 +152,7 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		for _, l := range lines {
 			fmt.Fprintln(a.stdout, l)
 		}
+		fmt.Fprintf(a.stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.timeout)
 		// The restart the install step would run.
 		return a.restart(ctx)
 	}
@@ -235,7 +236,7 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		case time.Now().Before(st.RetireAfter):
 			fmt.Fprintf(a.stdout, "dry run: previous key %s stays published until %s\n", st.Previous, st.RetireAfter.Format(time.RFC3339))
 		default:
-			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s\n", a.o.publicKey, st.Next, st.Previous)
+			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s, and overwrite and remove %s\n", a.o.publicKey, st.Next, st.Previous, rotation.Files{SigningKey: a.o.signingKey}.Backup())
 		}
 		return exitOK
 	}
