@@ -410,8 +410,13 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 		mark(at >= 4) + fmt.Sprintf("%s: restart this apiserver through the lock", StepRestart),
 		mark(at >= 4) + fmt.Sprintf("%s: the previous public key may be retired %s after the install (retire-keys)", StepRecord, r.Grace),
 	}
-	if at == 4 {
-		lines = append(lines, fmt.Sprintf("nothing to do: previous key %s retires after %s", st.Previous, st.RetireAfter.Format(time.RFC3339)))
+	switch {
+	case phase == PhaseRollingBack:
+		return []string{lines[0], "a rollback is under way: rotate-key --rollback finishes it (rotate-key alone refuses, exit 3)"}, nil
+	case at == 4:
+		lines = append(lines, fmt.Sprintf("nothing to do: previous key %s retires after %s; rotate-key --rollback would sign with it again until then", st.Previous, st.RetireAfter.Format(time.RFC3339)))
+	case at >= 1:
+		lines = append(lines, "rotate-key --abort would withdraw the next key instead, as long as it is not installed")
 	}
 	return lines, nil
 }
