@@ -225,3 +225,41 @@ func systemdTime(t *testing.T, where string, u map[string][]string, key string) 
 	}
 	return total, true
 }
+
+// Puppet's exec of `systemctl start UNIT` waits for the unit's start: its
+// timeout (Puppet's default is 300 s) must be above the unit's
+// TimeoutStartSec, or Puppet reports a failure while the restart goes on.
+func TestExamplePuppetExecTimeouts(t *testing.T) {
+	manifests := globs(t, "../examples/puppet/*.pp", "../examples/*/puppet/*.pp")
+	execs := regexp.MustCompile(`(?s)exec \{[^}]*?command\s*=>\s*'/bin/systemctl start ([^']+\.service)'[^}]*?\}`)
+	timeout := regexp.MustCompile(`timeout\s*=>\s*(\d+)`)
+	checked := 0
+	for _, path := range manifests {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range execs.FindAllStringSubmatch(string(data), -1) {
+			units := globs(t, "../examples/systemd/"+m[1], "../examples/*/systemd/"+m[1])
+			if len(units) == 0 {
+				continue
+			}
+			limit, ok := systemdTime(t, units[0], readUnit(t, units[0]), "TimeoutStartSec")
+			if !ok {
+				continue
+			}
+			wait := 300 * time.Second // Puppet's default exec timeout
+			if tm := timeout.FindStringSubmatch(m[0]); tm != nil {
+				n, _ := strconv.Atoi(tm[1])
+				wait = time.Duration(n) * time.Second
+			}
+			checked++
+			if wait <= limit {
+				t.Errorf("%s: exec of %s times out after %s, not above its TimeoutStartSec %s", path, m[1], wait, limit)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no Puppet exec of a unit with TimeoutStartSec found")
+	}
+}
