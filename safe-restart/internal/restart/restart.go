@@ -57,7 +57,8 @@ type Session interface {
 // ErrLost is what a Session's Lock wraps when the lease was lost.
 var ErrLost = errors.New("lock lost")
 
-// ErrNotStarted is what a Runner's Start wraps when the command could not
+// ErrNotStarted is what a Runner's Start, or a Process's Wait (a guard
+// that reports it only once it ended), wraps when the command could not
 // be started at all (not found, not executable): nothing ran, so the
 // apiserver is as it was, and trying again cannot help.
 var ErrNotStarted = errors.New("restart command could not start")
@@ -463,11 +464,15 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		}
 	}
 	cmdErr := p.Wait()
+	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
-	if cmdErr != nil {
+	switch {
+	case notStarted:
+		failure = cmdErr.Error()
+	case cmdErr != nil:
 		failure = cmdErr.Error()
 		log.Error(failure)
-	} else {
+	default:
 		log.Info("restart command succeeded")
 	}
 	if !lost && sess.Lost() {
@@ -475,8 +480,13 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		log.Error("LOCK LOST while the restart command ran")
 	}
 	switch {
+	case lost && notStarted:
+		return result{code: LeaseLost, failure: joinReason("lock lost", failure)}
 	case lost:
 		return result{code: LeaseLost, ran: true, failure: joinReason("lock lost while the restart command ran; the apiserver's state is unknown", failure)}
+	case notStarted:
+		log.WithError(cmdErr).Error("the restart command could not start: nothing was restarted by this attempt; not retrying. Fix the command (its path, PATH, permissions)")
+		return result{code: Preflight, failure: failure}
 	case forced:
 		return result{code: Interrupted, ran: true, failure: joinReason("restart command stopped by a second signal", failure)}
 	case signalled || ctx.Err() != nil:

@@ -276,6 +276,11 @@ func TestRun(t *testing.T) {
 				return nil
 			}
 		}, want{code: Preflight, starts: 1, hold: "could not start", released: true}},
+		{"command reported as not started once it ended: not retried, no hold", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) {
+				p.finish(fmt.Errorf("%w: systemctl: no such file or directory", ErrNotStarted))
+			}
+		}, want{code: Preflight, starts: 1, released: true}},
 		{"preflight fails before the second attempt: hold", func(f *fixture) {
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
 			f.preflight = func(n int) error {
