@@ -22,11 +22,6 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
-// ErrCompacted is wrapped by Watch when etcd no longer has the
-// revisions after afterRev: changes may have been missed, so the caller
-// must read everything again and watch from the new revision.
-var ErrCompacted = errors.New("etcd revision compacted")
-
 // maxTxnOps is etcd's default --max-txn-ops; a larger transaction is refused.
 const maxTxnOps = 128
 

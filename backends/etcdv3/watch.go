@@ -15,54 +15,23 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
-// WatchEvent is one answer of Watch: keys that changed up to Revision, or,
-// with no keys, a sign of life at etcd's current Revision.
-type WatchEvent struct {
-	Revision int64
-	Keys     []string
-	// Changes are the changes behind Keys, with their values, in the
-	// order etcd made them.
-	Changes []Change
-	// Whole, when set, is a watched key whose every change (to it and
-	// to the keys below it) comes in one range, in revision order: so
-	// Changes applied to a read of keys under Whole at a revision below
-	// theirs give those keys' state at Revision, without reading again.
-	// It is empty when the key is watched as two ranges (as itself and as
-	// "key/", for a role granted exactly those), whose answers may be
-	// delivered in either order.
-	Whole string
-	// Resume is the revision up to which every change in the watched
-	// ranges has been delivered: a new watch from Resume+1 misses nothing.
-	Resume int64
-}
+// The watch's types are backends', which links no etcd or gRPC.
+type (
+	WatchEvent          = backends.WatchEvent
+	Change              = backends.Change
+	RevisionBehindError = backends.RevisionBehindError
+)
 
-// Change is one key's change in a WatchEvent.
-type Change struct {
-	Key, Value string
-	Rev        int64 // the revision that made it
-	Deleted    bool
-}
-
-// RevisionBehindError means etcd answered with a revision lower than one it
-// had shown before: it was restored from a snapshot or rebuilt, and a watch
-// from the old revision would wait for revisions that may not come for a
-// long time.
-type RevisionBehindError struct {
-	Current, Seen int64
-}
-
-func (e *RevisionBehindError) Error() string {
-	return fmt.Sprintf("etcd is at revision %d, lower than revision %d seen before (restored from a snapshot or rebuilt?)", e.Current, e.Seen)
-}
-
-// ErrStalled is wrapped by Watch when etcd answered nothing, not even a
-// progress request, for two probe intervals: the connection is down or the
-// member is stuck, and the client library would retry silently.
-var ErrStalled = errors.New("watch stalled")
+// ErrStalled and ErrCompacted are backends'.
+var (
+	ErrStalled   = backends.ErrStalled
+	ErrCompacted = backends.ErrCompacted
+)
 
 // DefaultProbeInterval is how often Watch asks etcd for progress.
 const DefaultProbeInterval = 2 * time.Second
