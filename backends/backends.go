@@ -42,6 +42,10 @@ type Config struct {
 	Filter         string   // file backend: glob applied to names under directories in YAMLFiles
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// WatchStallTimeout is how long a watch waits for any answer, progress
+	// requests included, before it reconnects (etcd only); zero: connect's
+	// default.
+	WatchStallTimeout time.Duration
 }
 
 // WatchEvent is one answer of a watch: keys that changed up to Revision,

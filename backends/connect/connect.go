@@ -17,8 +17,9 @@ import (
 
 // Defaults applied by New to zero durations.
 const (
-	DefaultDialTimeout    = etcdv3.DefaultDialTimeout    // 5s
-	DefaultRequestTimeout = etcdv3.DefaultRequestTimeout // 10s
+	DefaultDialTimeout       = etcdv3.DefaultDialTimeout    // 5s
+	DefaultRequestTimeout    = etcdv3.DefaultRequestTimeout // 10s
+	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout   // 30s
 )
 
 var (
@@ -66,6 +67,7 @@ func New(ctx context.Context, cfg backends.Config) (backends.StoreClient, error)
 		if err != nil {
 			return nil, err
 		}
+		c.StallTimeout = cfg.WatchStallTimeout
 		return c, nil
 	case "env":
 		return env.New(nil), nil
