@@ -18,7 +18,7 @@ import (
 	"github.com/keysync/confd/internal/etcdtest"
 )
 
-func connect(t *testing.T, cfg Config) *Client {
+func connect(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

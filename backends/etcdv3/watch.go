@@ -45,8 +45,10 @@ const probesPerStall = 3
 
 // maxRanges is how many ranges a watch opens before keys sharing a
 // directory are watched as that directory. clientv3's Watcher creates
-// ranges one at a time, each waiting for etcd's answer, so start-up grows
-// with the ranges: see BenchmarkWatchOpen and the report in watch_test.go.
+// ranges one at a time, each waiting for etcd's answer (and runs a
+// goroutine for each): measured by BenchmarkWatchOpen on 2 cores, a range
+// per key took 0.30-0.32 s to open 1,000 keys and 2.3-2.5 s for 10,000;
+// merged, 0.10-0.15 s and 0.07-0.09 s.
 const maxRanges = 64
 
 // A directory watched for the keys below it is never "/" (or ""): a range

@@ -372,3 +372,45 @@ func TestWatchWideRanges(t *testing.T) {
 		t.Fatalf("event %+v, want /other/x at %d", e, want)
 	}
 }
+
+// BenchmarkWatchOpen: from Watch to the change of the last of n keys
+// (idle-bench shape: one key on each of n prefixes), which is heard once
+// its range is open, with keys merged beyond maxRanges ("merged") and
+// with every key a range of its own ("per-key", clientv3 opening them one
+// at a time). Run with -benchtime=1x: each opens n ranges.
+func BenchmarkWatchOpen(b *testing.B) {
+	s := etcdtest.Start(b)
+	c := connect(b, Config{Nodes: []string{s.Endpoint}, RequestTimeout: time.Minute})
+	for _, n := range []int{1000, 10000} {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("/open/p%05d/v", i)
+		}
+		for _, mode := range []string{"merged", "per-key"} {
+			b.Run(fmt.Sprintf("%d/%s", n, mode), func(b *testing.B) {
+				c.maxRanges = 0
+				if mode == "per-key" {
+					c.maxRanges = n + 1
+				}
+				for b.Loop() {
+					after := s.Put(b, "/open/init", "x")
+					ctx, cancel := context.WithCancel(context.Background())
+					evs, errc := collect(ctx, c, keys, after)
+					want := s.Put(b, keys[n-1], "1")
+					for heard := false; !heard; {
+						select {
+						case e := <-evs:
+							heard = e.Revision == want && len(e.Keys) > 0
+						case err := <-errc:
+							b.Fatalf("watch ended: %v", err)
+						case <-time.After(5 * time.Minute):
+							b.Fatal("not heard")
+						}
+					}
+					cancel()
+					<-errc
+				}
+			})
+		}
+	}
+}
