@@ -222,13 +222,10 @@ func TestWatchFailures(t *testing.T) {
 	}
 }
 
-// TestWatchManyRangesOneStream: 10,000 ranges open on one stream with a
-// fixed number of goroutines (clientv3's Watcher ran one per range, and we
-// one more to forward it: 20,000), and their creations, all sent at once,
-// do not wedge the stream (sent by the goroutine that reads the answers,
-// they filled gRPC's flow-control windows both ways, etcd stopped reading,
-// and no event came; 3,000 got through). A change to the first and to the
-// last range is heard.
+// TestWatchManyRangesOneStream: 10,000 keys open as a few ranges on one
+// stream with a fixed number of goroutines (a range per key, clientv3's
+// Watcher runs a goroutine for each and opens them one at a time), and a
+// change to the first and to the last key is heard.
 func TestWatchManyRangesOneStream(t *testing.T) {
 	for _, v := range etcdtest.Versions {
 		t.Run(v, func(t *testing.T) {
@@ -260,7 +257,7 @@ func TestWatchManyRangesOneStream(t *testing.T) {
 // TestWatchLateProgressIsNoStall: an etcd that answers nothing for longer
 // than the old fixed threshold (4 s), as during a defrag, but less than
 // the stall timeout keeps its watch: no error, no reconnect (the same
-// stream hears the next change). With a stall timeout of 4 s the same
+// stream hears the next change). With a stall timeout of 4 s, the same
 // pause ends the watch with ErrStalled.
 func TestWatchLateProgressIsNoStall(t *testing.T) {
 	s := etcdtest.Start(t)
