@@ -49,7 +49,7 @@ func TestWatchExactRanges(t *testing.T) {
 			s.EnableAuthExact(t, "rootpw", "reader", "pw", "/a/foo")
 			put := func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
 			c := connect(t, Config{Nodes: []string{s.Endpoint}, Username: "reader", Password: "pw"})
-			c.StallTimeout = 600 * time.Millisecond
+			c.StallTimeout = 1500 * time.Millisecond // probes every 0.5 s
 			after := put("/a/foo/init", "x")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -153,7 +153,7 @@ func TestWatchQuietEtcdIsNotStalled(t *testing.T) {
 					put = func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
 				}
 				c := connect(t, cfg)
-				c.StallTimeout = 600 * time.Millisecond
+				c.StallTimeout = 1500 * time.Millisecond // probes every 0.5 s
 				probes := make(chan struct{}, 1)
 				c.afterProbe = func() {
 					select {
