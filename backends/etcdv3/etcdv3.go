@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -229,6 +230,9 @@ func appendRange(pairs []memkv.KVPair, r *pb.RangeResponse) ([]memkv.KVPair, ran
 	return pairs, rr
 }
 
+// maxGrow bounds how many pairs a count from etcd reserves room for.
+const maxGrow = 1 << 22
+
 // errNoRevision is a response without the revision it was read at.
 var errNoRevision = errors.New("response carries no revision")
 
@@ -323,6 +327,15 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		}
 		after(counted)
 		resize()
+		// The pages to come hold the rest of each range etcd counted:
+		// the list grows once, not by doubling (with the copies beside
+		// the pages at the peak of a large read). Bounded, as a count is
+		// only what etcd says.
+		var left int64
+		for _, m := range more {
+			left += m.rr.count - int64(m.rr.kvs)
+		}
+		pairs = slices.Grow(pairs, int(min(left, maxGrow)))
 		for _, m := range more {
 			end := prefixEnd(m.r.from)
 			for rr := m.rr; rr.more && rr.kvs > 0; {
