@@ -46,6 +46,14 @@ func validateKeyFlags(o *options) []error {
 		if o.timeout <= 0 {
 			errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
 		}
+	case cmdPublishKey:
+		// The public half of --signing-key only when no --public-key.
+		if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
+			o.publicKey = defaultPublicKey
+		}
+		if o.grace < 0 {
+			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+		}
 	case cmdRotateKey, cmdRetireKeys:
 		if o.signingKey == "" {
 			o.signingKey = defaultSigningKey

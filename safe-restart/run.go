@@ -62,6 +62,10 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		return a.withClient(ctx, a.rotateKey)
 	case cmdRetireKeys:
 		return a.withClient(ctx, a.retireKeys)
+	case cmdPublishKey:
+		return a.withClient(ctx, a.publishKey)
+	case cmdConfig:
+		return a.showConfig(stdout, fs)
 	default:
 		return a.restart(ctx)
 	}
