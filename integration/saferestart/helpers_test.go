@@ -185,7 +185,7 @@ func env(s *etcdtest.Server, extra ...string) []string {
 }
 
 // bin starts the binary; runBin runs it to the end. Neither reads the
-// host's configuration file: --config '' unless the test names one.
+// host's configuration file: --config= (none) unless the test names one.
 func bin(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	return startProc(t, env, binPath, append([]string{"--config="}, args...)...)
