@@ -219,7 +219,7 @@ var flagScope = map[string][]string{
 	"trust-timeout": restarting,
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"signing-key":   {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
-	"certificate":   {cmdPublishKey, cmdRetireKeys},
+	"certificate":   {cmdPublishKey},
 	"config":        subcommands,
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -162,13 +163,43 @@ func (a *app) publishKey(ctx context.Context, cli *clientv3.Client) int {
 		if len(resp.Kvs) > 0 {
 			cur, rev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 		}
-		value := a.publishedValue(log, key, cur, items)
-		if bytes.Equal(value, cur) {
+		conds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+		var ops []clientv3.Op
+		want := items
+		if o.certificate != "" {
+			// A renewal with a new key keeps the previous one published
+			// until retire-keys after --grace.
+			rec, recRev, err := a.loadKept(ctx, cli, host)
+			if err != nil {
+				log.WithError(err).Error("publish-key: cannot read what is kept published")
+				return exitError
+			}
+			prev, _ := canonicalItems(key, cur, true) // unparseable: nothing to keep
+			var next *keptRecord
+			want, next = a.withPrevious(items, prev, rec, time.Now())
+			if !keptEqual(rec, next) {
+				data, err := json.Marshal(next)
+				if err != nil {
+					log.WithError(err).Error("publish-key")
+					return exitError
+				}
+				conds = append(conds, clientv3.Compare(clientv3.ModRevision(a.keptKey(host)), "=", recRev))
+				ops = append(ops, clientv3.OpPut(a.keptKey(host), string(data)))
+			}
+			for kid, until := range next.Keep {
+				log.WithField("kept", kid).Infof("previous key %s stays published beside %s until retire-keys after %s", kid, name, until.UTC().Format(time.RFC3339))
+			}
+		}
+		value := a.publishedValue(log, key, cur, want)
+		if bytes.Equal(value, cur) && len(ops) == 0 {
 			log.WithField("keys", kids(value)).Infof("%s: published value unchanged: nothing written", name)
 			return exitOK
 		}
+		if !bytes.Equal(value, cur) {
+			ops = append(ops, clientv3.OpPut(key, string(value)))
+		}
 		pctx, cancel := a.opCtx(ctx)
-		tr, err := cli.Txn(pctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(value))).Commit()
+		tr, err := cli.Txn(pctx).If(conds...).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			log.WithError(a.etcdErr(err)).Error("publish-key: cannot write the published value")
@@ -216,4 +247,16 @@ func kids(value []byte) []string {
 		out[i] = it.kid
 	}
 	return out
+}
+
+func keptEqual(a, b *keptRecord) bool {
+	if len(a.Keep) != len(b.Keep) {
+		return false
+	}
+	for k, v := range a.Keep {
+		if w, ok := b.Keep[k]; !ok || !w.Equal(v) {
+			return false
+		}
+	}
+	return true
 }

@@ -175,3 +175,66 @@ func TestPublishKeyFromConfig(t *testing.T) {
 		t.Fatalf("published %v %v", resp, err)
 	}
 }
+
+// publish-key --certificate publishes the certificate; a renewal with the
+// same key replaces it, one with a new key keeps the previous one beside it
+// until retire-keys after --grace, never while sa.key still signs with it.
+func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
+	e := newPublishEnv(t)
+	a, b := newTestKey(t, false), newTestKey(t, true)
+	certA1, certA2, certB := a.certificate(t, 1), a.certificate(t, 2), b.certificate(t, 3)
+	crt := e.file(t, "sa.crt", certA1)
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA1) {
+		t.Fatalf("first certificate: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Renewed with the same key: the new certificate replaces the old.
+	e.file(t, "sa.crt", certA2)
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA2) {
+		t.Fatalf("same-key renewal: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Renewed with a new key: both published, sorted by key ID.
+	e.file(t, "sa.crt", certB)
+	both := string(certA2) + string(certB)
+	if b.kid < a.kid {
+		both = string(certB) + string(certA2)
+	}
+	code, value, rev, stderr := e.run(t, "--certificate", crt, "--grace", "1h")
+	if code != exitOK || value != both || !strings.Contains(stderr, a.kid) {
+		t.Fatalf("new-key renewal: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Again: nothing changes, no revision.
+	if code, value, rev2, stderr := e.run(t, "--certificate", crt, "--grace", "1h"); code != exitOK || value != both || rev2 != rev {
+		t.Fatalf("republish: exit %d rev %d -> %d\n%s", code, rev, rev2, stderr)
+	}
+	retire := func(extra ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, append([]string{"retire-keys", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
+			"--signing-key", filepath.Join(e.dir, "sa.key"), "--public-key", filepath.Join(e.dir, "sa.pub")}, extra...), &out, &errb)
+		resp, err := e.srv.Client(t).Get(context.Background(), "/kubernetes/service-account-keys/"+e.host)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("published value: %v", err)
+		}
+		return code, string(resp.Kvs[0].Value), errb.String()
+	}
+	e.file(t, "sa.key", b.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != both {
+		t.Fatalf("retire-keys before the grace: exit %d value %q\n%s", code, value, stderr)
+	}
+	// The grace is over (the record says so).
+	keptKey := "/kubernetes/service-account-keys-rotation/" + e.host + "/kept"
+	e.srv.Put(t, keptKey, `{"host":"`+e.host+`","keep":{"`+a.kid+`":"`+time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)+`"}}`)
+	// Not while sa.key still signs with the previous key.
+	e.file(t, "sa.key", a.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != both || !strings.Contains(stderr, "still signs with it") {
+		t.Fatalf("retire-keys while signing with the kept key: exit %d value %q\n%s", code, value, stderr)
+	}
+	e.file(t, "sa.key", b.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != string(certB) {
+		t.Fatalf("retire-keys after the grace: exit %d value %q\n%s", code, value, stderr)
+	}
+	// --grace 0: a new key replaces the old at once.
+	e.file(t, "sa.crt", certA1)
+	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != string(certA1) {
+		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
+	}
+}

@@ -234,6 +234,11 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
+	// What publish-key --certificate kept beside a renewed certificate.
+	if err := a.retireKept(ctx, cli, host, log); err != nil {
+		log.WithError(err).Error("retire-keys: kept certificate keys")
+		return exitError
+	}
 	if _, err := r.Retire(ctx); err != nil {
 		if errors.Is(err, rotation.ErrSigning) {
 			log.WithError(err).Error("retire-keys refused")
