@@ -547,6 +547,13 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s wait-trusted --public-key FILE [--timeout D]   exit 0 once every publishing host trusts FILE's key; 5 on timeout
   %[1]s rotate-key [restart flags] [-- COMMAND]        rotate this host's service-account key (resumable; --dry-run shows the steps)
   %[1]s retire-keys                    drop the previous public key once its --grace is over (for a systemd timer)
+  %[1]s publish-key [--certificate F]   publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed
+  %[1]s config                         print the effective configuration and where each value came from
+
+Configuration: every flag's long name is a key of the TOML file --config
+(default %[3]s, read when present): e.g. endpoints = ["https://..."],
+health-url = "...", preflight-flags-file = [...]. A flag beats ETCDCTL_*,
+which beats the file; a list on the command line replaces the file's.
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is
 active; take the etcd lock (interoperable with `+"`etcdctl lock NAME`"+`; the command
@@ -555,7 +562,7 @@ its own process group; hold the lock until the health URL reports ready; on
 failure write a hold that stops every host until `+"`unhold`"+`.
 
 Flags:
-`, progName, strings.Join(defaultCommand, " "))
+`, progName, strings.Join(defaultCommand, " "), config.DefaultPath)
 	b.WriteString(fs.FlagUsages())
 	b.WriteString("\nExit codes:\n")
 	for _, c := range exitCodeDocs {
