@@ -260,6 +260,9 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		known = known || s == o.sub
 	}
 	if !known {
+		if m := suggest.Closest(o.sub, subcommands); m != "" {
+			return nil, fs, usagef("unknown subcommand %q; did you mean %s?", o.sub, m)
+		}
 		return nil, fs, usagef("unknown subcommand %q (want one of %s; put a restart command after --)", o.sub, strings.Join(subcommands, ", "))
 	}
 	var bad []string

@@ -207,6 +207,7 @@ func TestUnknownFlagAndHelp(t *testing.T) {
 		"--health-ur x":           "unknown flag: --health-ur; did you mean --health-url?",
 		"status --endpoint x":     "unknown flag: --endpoint; did you mean --endpoints?",
 		"--preflight-flag-file f": "did you mean --preflight-flags-file?",
+		"rotate-keys":             `unknown subcommand "rotate-keys"; did you mean rotate-key?`,
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != exitUsage || !strings.Contains(errb.String(), want) {
