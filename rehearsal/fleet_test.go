@@ -529,7 +529,7 @@ func (f *fleet) publishedKids(t *testing.T) []string {
 	t.Helper()
 	var kids []string
 	for _, v := range f.etcdKeys(t, keyPrefix) {
-		kids = append(kids, bundleKids([]byte(v))...)
+		kids = append(kids, valueKids([]byte(v))...)
 	}
 	sort.Strings(kids)
 	return kids
