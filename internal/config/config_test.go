@@ -48,6 +48,9 @@ socket = "/run/s/signer.sock"
 	if got := f.Where("ttl"); got != "/etc/x.toml:7" {
 		t.Errorf("Where(ttl) = %q", got)
 	}
+	if got := f.Where("cacert"); got != "" {
+		t.Errorf("Where(cacert), not set = %q", got)
+	}
 }
 
 // Every problem is reported, each with file and line; unknown keys get a

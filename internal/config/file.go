@@ -40,12 +40,22 @@ func (v Value) where(path string) string {
 	return path
 }
 
-// Where names the place a key was set, for messages and `config`.
+// Where names the place a key was set, for messages and `config`; "" when
+// the file does not set it.
 func (f *File) Where(name string) string {
-	if f == nil {
+	v, ok := f.lookup(name)
+	if !ok {
 		return ""
 	}
-	return f.Values[name].where(f.Path)
+	return v.where(f.Path)
+}
+
+func (f *File) lookup(name string) (Value, bool) {
+	if f == nil {
+		return Value{}, false
+	}
+	v, ok := f.Values[name]
+	return v, ok
 }
 
 // Load reads path. Every problem is reported, each naming the file and
