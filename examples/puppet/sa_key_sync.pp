@@ -12,7 +12,8 @@
 #
 # The module's files/ holds bin/ (confd and kube-apiserver-safe-restart as
 # built by `make build`), conf.d/ and templates/ (examples/confd) and
-# systemd/ (examples/systemd).
+# systemd/ (examples/systemd); its templates/ holds confd.toml.epp and
+# safe-restart.toml.epp (examples/puppet).
 class sa_key_sync (
   Array[String] $etcd_endpoints,
   String        $etcd_ca   = '/etc/kubernetes/pki/etcd/ca.crt',
