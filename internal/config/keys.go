@@ -47,7 +47,8 @@ type Key struct {
 // Keys is every key any of the binaries reads: one list, so that one file
 // serves all of them. A binary ignores the keys it has no flag for, and
 // each subcommand those it does not use. Command-line-only choices
-// (--help, --config, --dry-run, hold's --reason) are not keys.
+// (--help, --config, --dry-run, hold's --reason, rotate-key's --abort and
+// --rollback) are not keys.
 var Keys = []Key{
 	// etcd, as etcdctl takes it (ETCDCTL_* beats the file).
 	{Name: "endpoints", Kind: List},
@@ -137,7 +138,7 @@ var Keys = []Key{
 }
 
 // CommandLineOnly are flags that are no keys: choices for one run.
-var CommandLineOnly = []string{"help", "config", "dry-run", "reason"}
+var CommandLineOnly = []string{"help", "config", "dry-run", "reason", "abort", "rollback"}
 
 // Lookup finds a key by name.
 func Lookup(name string) (Key, bool) {
