@@ -39,15 +39,23 @@ etcd:
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
 
-# Both binaries into $(DESTDIR)$(PREFIX)/bin and the systemd units into
-# $(DESTDIR)$(SYSTEMDDIR), their /usr/local/bin paths pointed at $(PREFIX)/bin.
+# Both binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
+# $(DESTDIR)$(SYSTEMDDIR), and the example confdir (conf.d, templates,
+# confd.toml) and safe-restart.toml into $(DESTDIR)$(PREFIX)/share/keysync,
+# to copy from: /etc/confd and /etc/kubernetes are the site's and never
+# written. Every /usr/local/bin path in them is pointed at $(PREFIX)/bin.
+SHAREDIR = $(PREFIX)/share/keysync
 install: build
-	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR)
+	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR) $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
+	$(INSTALL) -d $(DESTDIR)$(SHAREDIR)/confd/conf.d $(DESTDIR)$(SHAREDIR)/confd/templates
 	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart $(DESTDIR)$(PREFIX)/bin/
-	$(INSTALL) -d $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
 	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
 		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
 		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
+	done
+	for f in examples/confd/confd.toml examples/confd/conf.d/*.toml examples/confd/templates/*.tmpl examples/safe-restart.toml; do \
+		case "$$f" in examples/confd/*) d="$(DESTDIR)$(SHAREDIR)/confd/$${f#examples/confd/}";; *) d="$(DESTDIR)$(SHAREDIR)/$${f#examples/}";; esac; \
+		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$f" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
 	done
 
 fmt-check:

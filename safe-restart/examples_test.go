@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/keysync/confd/internal/config"
 )
 
 // The shipped timeouts are above the worst case of the commands they bound,
@@ -146,6 +148,9 @@ func commandWorstCase(t *testing.T, where, cmdline string) (time.Duration, bool)
 		}
 		if strings.Contains(w, "{{") {
 			w = "/example/file"
+		}
+		if w == config.DefaultPath {
+			w = "../examples/safe-restart.toml" // the shipped configuration
 		}
 		args = append(args, w)
 	}

@@ -46,6 +46,14 @@ func validateKeyFlags(o *options) []error {
 		if o.timeout <= 0 {
 			errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
 		}
+	case cmdPublishKey:
+		// The public half of --signing-key only when no --public-key.
+		if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
+			o.publicKey = defaultPublicKey
+		}
+		if o.grace < 0 {
+			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+		}
 	case cmdRotateKey, cmdRetireKeys:
 		if o.signingKey == "" {
 			o.signingKey = defaultSigningKey
@@ -250,6 +258,11 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
+	// What publish-key --certificate kept beside a renewed certificate.
+	if err := a.retireKept(ctx, cli, host, log); err != nil {
+		log.WithError(err).Error("retire-keys: kept certificate keys")
+		return exitError
+	}
 	if _, err := r.Retire(ctx); err != nil {
 		if errors.Is(err, rotation.ErrSigning) {
 			log.WithError(err).Error("retire-keys refused")

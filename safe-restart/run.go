@@ -70,6 +70,10 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		return a.withClient(ctx, a.rotateKey)
 	case cmdRetireKeys:
 		return a.withClient(ctx, a.retireKeys)
+	case cmdPublishKey:
+		return a.withClient(ctx, a.publishKey)
+	case cmdConfig:
+		return a.showConfig(stdout, fs)
 	default:
 		return a.restart(ctx)
 	}
@@ -121,7 +125,7 @@ func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // etcdConnectFailed is the message of a failed connection to etcd.
-const etcdConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS), the TLS and auth flags, and that etcd runs there"
+const etcdConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS) or endpoints in the configuration file, the TLS and auth settings, and that etcd runs there"
 
 // etcdErr names the endpoints in an etcd error and where they came from
 // (--endpoints, ETCDCTL_ENDPOINTS or the default), so that "context

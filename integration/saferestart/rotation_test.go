@@ -129,7 +129,7 @@ func newMiniFleet(t *testing.T, n int) *miniFleet {
 func (f *miniFleet) restartArgs(h *miniHost, more ...string) []string {
 	script := fmt.Sprintf(`n=$(date +%%s%%N); cp %q %q/$n-%s.bundle && cp %q %q/$n-%s.key`,
 		h.path("sa-bundle.pem"), f.events, h.name, h.path("sa.key"), f.events, h.name)
-	args := append([]string{"--lock-name", f.lock, "--health-url", "", "--retry-delay", "10ms", "--ttl", "2",
+	args := append([]string{"--config=", "--lock-name", f.lock, "--health-url", "", "--retry-delay", "10ms", "--ttl", "2",
 		"--host", h.name, "--preflight-flags-file", h.path("apiserver.env")}, more...)
 	return append(args, "--", "sh", "-c", script)
 }
