@@ -260,6 +260,7 @@ type resourceLoader struct {
 	getenv         func(string) string
 	cfg            *Config
 	keyring        *template.Keyring // -secret-keyring, read once at start
+	renderer       template.Renderer // keeps parses across passes and SIGHUPs
 	stop           <-chan struct{}   // closed by the first SIGTERM/SIGINT
 	current        []*resource.Resource
 }
@@ -271,6 +272,7 @@ func (l *resourceLoader) settings(c *Config) *resource.Settings {
 		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
+		Renderer: &l.renderer,
 	}
 }
 

@@ -67,7 +67,7 @@ func (r *Resource) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = r.settings.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.settings.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	defer func() {

@@ -37,7 +37,10 @@ type Settings struct {
 	// world-readable; otherwise only its changed line counts are shown.
 	NoopShowSecrets bool
 	// Keyring decrypts for the crypt template functions (-secret-keyring); nil without one.
-	Keyring       *template.Keyring
+	Keyring *template.Keyring
+	// Renderer keeps templates' parses between passes; nil parses each
+	// template on every pass.
+	Renderer      *template.Renderer
 	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
 	KeepStageFile bool          // keep the stage file of a failed check for inspection
 	CheckTimeout  time.Duration // default check_cmd timeout
