@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/keysync/confd/internal/atomicfile"
 	"github.com/keysync/confd/template"
 )
 
@@ -80,27 +81,14 @@ func readOwed(dest string) (owedRecord, error) {
 // it is live. It is written before the rename, so that no crash between the
 // rename and the record can lose the reload.
 func markOwed(dest string, contents ...template.Text) error {
-	p := owedPath(dest)
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("record owed reload in %s: %w", p, err)
-	}
 	var b strings.Builder
 	for _, c := range contents {
 		b.WriteString("sha256:" + contentSum(c) + "\n")
 	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("record owed reload in %s: %w", p, err)
+	if err := atomicfile.WriteFile(owedPath(dest), []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("record owed reload: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("fsync owed-reload record %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("record owed reload in %s: %w", p, err)
-	}
-	return syncDir(filepath.Dir(p))
+	return nil
 }
 
 // clearOwed removes the record once the reload succeeded (or was found
@@ -110,5 +98,5 @@ func clearOwed(dest string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove owed-reload record %s: %w", p, err)
 	}
-	return syncDir(filepath.Dir(p))
+	return atomicfile.SyncDir(filepath.Dir(p))
 }

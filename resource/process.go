@@ -14,6 +14,7 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/atomicfile"
 	kvstore "github.com/keysync/confd/store"
 	"github.com/keysync/confd/template"
 )
@@ -109,7 +110,7 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	log.Debugf("Overwriting target config %s", r.Dest)
 	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
-	var nd *NotDurableError
+	var nd *atomicfile.NotDurableError
 	if err == nil || errors.As(err, &nd) {
 		res.Replaced = time.Now()
 	}

@@ -375,7 +375,7 @@ func TestReplaceSymlinkDestReplacesTheLink(t *testing.T) {
 	}
 	s, _ := testSettings(t.TempDir())
 	content := template.TextOf([]byte("new\n"))
-	stage, err := writeStage(dest, content, 0o644, os.Geteuid(), os.Getegid())
+	stage, err := FileWriter{}.Stage(dest, content, 0o644, os.Geteuid(), os.Getegid())
 	if err != nil {
 		t.Fatal(err)
 	}

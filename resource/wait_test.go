@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/keysync/confd/template"
 )
 
 // TestResourceWait: a resource's wait = "MIN[:MAX]" is its own quiescence;
@@ -91,21 +89,6 @@ func TestRemoveStaleStageFiles(t *testing.T) {
 		_, err := os.Stat(n)
 		if gone != os.IsNotExist(err) {
 			t.Errorf("%s: removed %v, want %v", n, os.IsNotExist(err), gone)
-		}
-	}
-}
-
-// A stage file's name (as writeStage makes it) is recognised as exactly
-// that, for the destination it belongs to.
-func TestStageOfNamesWriteStageMakes(t *testing.T) {
-	dir := t.TempDir()
-	for _, base := range []string{"out.conf", "a", ".hidden", "x.0123456789ab", "sa.pub"} {
-		stage, err := writeStage(filepath.Join(dir, base), template.TextOf([]byte("x")), 0o600, os.Geteuid(), os.Getegid())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := stageOf(filepath.Base(stage)); got != base {
-			t.Errorf("stageOf(%q) = %q, want %q", filepath.Base(stage), got, base)
 		}
 	}
 }
