@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/resource"
 )
@@ -27,7 +28,7 @@ func runValidate(t *testing.T, confdir, mock string, noop bool, names ...string)
 	log := logrus.New()
 	log.SetOutput(&logs)
 	code := Validate(context.Background(), ValidateOptions{
-		MockData: mock, Settings: resource.Settings{ConfDir: confdir}, Resources: names,
+		MockData: mock, Settings: apply.Settings{Settings: resource.Settings{ConfDir: confdir}}, Resources: names,
 		Noop: noop, Out: &out, Log: log,
 	})
 	return code, out.String(), logs.String()

@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"crypto/sha256"
@@ -99,4 +99,16 @@ func clearOwed(dest string) error {
 		return fmt.Errorf("remove owed-reload record %s: %w", p, err)
 	}
 	return atomicfile.SyncDir(filepath.Dir(p))
+}
+
+// ReloadPending reports a reload_cmd owed since its file was replaced: an
+// owed-reload record that covers the live content (for metrics; Apply
+// itself decides from the record).
+func (r *File) ReloadPending() bool {
+	rec, err := readOwed(r.Dest)
+	if err != nil || !rec.exists {
+		return err != nil
+	}
+	live, err := os.ReadFile(r.Dest)
+	return err == nil && rec.covers(live)
 }

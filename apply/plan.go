@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"context"
@@ -61,13 +61,13 @@ func GetPairs(ctx context.Context, store Getter, keys []string) ([]memkv.KVPair,
 // Plan reads one snapshot of the resource's keys, renders the template and
 // compares the result with the live file and the owed-reload record. The
 // caller releases a plan that returned no error (Plan.Release).
-func (r *Resource) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
+func (r *File) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
 	pairs, rev, err := GetPairs(ctx, store, r.StoreKeys())
 	if err != nil {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = r.settings.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	defer func() {

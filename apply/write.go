@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
 
@@ -65,7 +66,7 @@ func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
 // StaleStageFile is a stage file that a killed confd left beside the
 // destination of Resource.
 type StaleStageFile struct {
-	Resource *Resource
+	Resource *resource.Resource
 	Path     string
 }
 
@@ -75,8 +76,8 @@ type StaleStageFile struct {
 // is listed once, whatever the number of resources writing into it: one
 // listing per resource made a start-up with 1,000 files in one directory
 // read a million entries.
-func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
-	byDir := map[string]map[string]*Resource{} // directory, then dest's base name
+func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) {
+	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
 		dir, base := filepath.Split(r.Dest)
@@ -84,7 +85,7 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 			dir = "."
 		}
 		if byDir[dir] == nil {
-			byDir[dir] = map[string]*Resource{}
+			byDir[dir] = map[string]*resource.Resource{}
 			dirs = append(dirs, dir)
 		}
 		if _, ok := byDir[dir][base]; !ok { // the first in file-name order names it
