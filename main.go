@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/authoring"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/daemon"
-	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/metrics"

@@ -130,7 +130,7 @@ func TestExampleBundleIsCanonical(t *testing.T) {
 		if err := os.WriteFile(mock, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return runValidate(t, "../../examples/confd", mock, false, "20-sa-bundle")
+		return runValidate(t, "../examples/confd", mock, false, "20-sa-bundle")
 	}
 	code, base, logs := render(map[string]string{k + "master-1": rsaPub, k + "master-2": ecPub})
 	if code != 0 {

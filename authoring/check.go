@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keysync/confd/internal/redact"
 	"io"
 	"io/fs"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )

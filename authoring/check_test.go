@@ -57,7 +57,7 @@ func runCheck(t *testing.T, dir string, names ...string) (int, string) {
 func TestCheckExampleConfdir(t *testing.T) {
 	var out bytes.Buffer
 	code := Check(context.Background(), CheckOptions{
-		Settings: apply.Settings{Settings: resource.Settings{ConfDir: "../../examples/confd"}},
+		Settings: apply.Settings{Settings: resource.Settings{ConfDir: "../examples/confd"}},
 		Out:      &out,
 	})
 	if code != 0 || !strings.Contains(out.String(), "OK: 2 resource(s), 2 template(s)") {
