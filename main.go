@@ -271,7 +271,7 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 		Settings: resource.Settings{ConfDir: c.ConfDir, Prefix: c.Prefix, CheckTimeout: c.CheckCmdTimeout,
 			ReloadTimeout: c.ReloadCmdTimeout, Log: l.log},
 		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
-		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
+		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
 		Renderer: &l.renderer,
 	}
@@ -290,6 +290,7 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			}
 			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
 			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
+			l.cfg.DestLockTimeout = c.DestLockTimeout
 		}
 	}
 	procs, _ := l.load(l.settings(l.cfg))

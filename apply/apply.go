@@ -38,6 +38,9 @@ type Settings struct {
 	// Stop, when closed, lets no check_cmd or reload_cmd start (confd is
 	// stopping); nil never closes. A reload not started stays owed.
 	Stop <-chan struct{}
+	// DestLockTimeout is how long a pass waits for another process's pass
+	// over the same destination; zero means DefaultDestLockTimeout.
+	DestLockTimeout time.Duration
 	// Writer and Runner carry out plans; nil means FileWriter and runner.Run.
 	Writer Writer
 	Runner Runner
@@ -61,6 +64,13 @@ func LoadNamed(s *Settings, names []string) ([]*File, []error) {
 		fs[i] = New(r, s)
 	}
 	return fs, errs
+}
+
+func (s *Settings) destLockTimeout() time.Duration {
+	if s.DestLockTimeout <= 0 {
+		return DefaultDestLockTimeout
+	}
+	return s.DestLockTimeout
 }
 
 func (s *Settings) writer() Writer {

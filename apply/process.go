@@ -41,7 +41,20 @@ type Result struct {
 // the result differs from the live file, stage, check, replace and reload;
 // a reload still owed from an earlier pass runs even when nothing changed.
 // The live file is only ever replaced by a file that passed its check.
+//
+// Unless -noop, the pass holds the destination's lock throughout, from
+// reading the live file to the end of reload_cmd: another confd's pass over
+// the same file (an operator's -onetime beside the daemon) waits for it,
+// then finds the file in sync rather than staging, replacing and reloading
+// a second time.
 func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
+	if !r.s.Noop {
+		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout())
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", r.File, err)
+		}
+		defer l.unlock()
+	}
 	p, err := r.Plan(ctx, store)
 	if err != nil {
 		return Result{Revision: p.Revision}, err

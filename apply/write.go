@@ -71,9 +71,13 @@ type StaleStageFile struct {
 }
 
 // RemoveStaleStageFiles removes the stage files that a killed confd left
-// beside the destinations of rs (named as atomicfile.Stage names them) and returns
-// those it removed, and one error per problem (as LoadNamed). Each directory
-// is listed once, whatever the number of resources writing into it: one
+// beside the destinations of rs (named as atomicfile.Stage names them) and
+// returns those it removed, and one error per problem (as LoadNamed). A
+// destination's stage files are removed only under its lock, and those of
+// a destination whose lock another process holds are left alone: they
+// belong to that process's pass (an operator's -onetime must not delete
+// the daemon's stage file while its check_cmd reads it). Each directory is
+// listed once, whatever the number of resources writing into it: one
 // listing per resource made a start-up with 1,000 files in one directory
 // read a million entries.
 func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) {
@@ -104,9 +108,21 @@ func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) 
 			}
 			continue
 		}
+		locks := map[string]*destLock{} // by base name; nil: held by another process
 		for _, e := range entries {
-			r, ok := byDir[dir][atomicfile.StageOf(e.Name())]
+			base := atomicfile.StageOf(e.Name())
+			r, ok := byDir[dir][base]
 			if !ok {
+				continue
+			}
+			l, tried := locks[base]
+			if !tried {
+				if l, err = tryLock(lockPath(r.Dest)); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", r.File, err))
+				}
+				locks[base] = l
+			}
+			if l == nil {
 				continue
 			}
 			p := filepath.Join(dir, e.Name())
@@ -115,6 +131,9 @@ func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) 
 				continue
 			}
 			removed = append(removed, StaleStageFile{Resource: r, Path: p})
+		}
+		for _, l := range locks {
+			l.unlock()
 		}
 	}
 	return removed, errs

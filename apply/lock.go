@@ -1,0 +1,127 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultDestLockTimeout is how long a pass waits for another confd's pass
+// over the same destination (-dest-lock-timeout).
+const DefaultDestLockTimeout = time.Minute
+
+// lockPoll is how often a waiting pass tries the lock again: flock has no
+// timeout, and a blocked flock cannot be interrupted.
+const lockPoll = 20 * time.Millisecond
+
+// lockPath is the lock of dest: one per destination, whatever confdir or
+// resource writes it, so that every confd process on the host agrees.
+func lockPath(dest string) string {
+	return filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".confd-lock")
+}
+
+// destLock is a held lock of one destination.
+type destLock struct {
+	f    *os.File
+	path string
+}
+
+// LockedError says another process held a destination's lock for longer
+// than the wait allowed.
+type LockedError struct {
+	Dest string
+	PID  int // 0 when the holder had not written its PID yet
+	Wait time.Duration
+}
+
+func (e *LockedError) Error() string {
+	who := "another confd"
+	if e.PID > 0 {
+		who = fmt.Sprintf("another confd (PID %d)", e.PID)
+	}
+	return fmt.Sprintf("%s is being written by %s, still after -dest-lock-timeout %s; left to it", e.Dest, who, e.Wait)
+}
+
+// lockDest takes dest's lock, waiting up to wait (0: not at all) or until
+// ctx ends. The lock file holds the holder's PID, for the error of those
+// who wait in vain; the holder removes it on release, so a lock file is
+// only ever seen beside a destination while a pass over it runs (or after
+// a crash, when it is free: flock dies with its process).
+func lockDest(ctx context.Context, dest string, wait time.Duration) (*destLock, error) {
+	p := lockPath(dest)
+	deadline := time.Now().Add(wait)
+	for {
+		l, err := tryLock(p)
+		if err != nil || l != nil {
+			return l, err
+		}
+		if !time.Now().Before(deadline) {
+			return nil, &LockedError{Dest: dest, PID: holder(p), Wait: wait}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the lock of %s: %w", dest, ctx.Err())
+		case <-time.After(lockPoll):
+		}
+	}
+}
+
+// tryLock returns nil, nil when another process holds the lock.
+func tryLock(p string) (*destLock, error) {
+	for {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("lock file: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			_ = f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lock %s: %w", p, err)
+		}
+		// The previous holder may have removed the file between our open
+		// and our flock: a lock on that file locks nothing any more.
+		held, err := f.Stat()
+		now, serr := os.Stat(p)
+		if err == nil && serr == nil && os.SameFile(held, now) {
+			_ = f.Truncate(0)
+			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			return &destLock{f: f, path: p}, nil
+		}
+		_ = f.Close()
+		if err == nil && !errors.Is(serr, fs.ErrNotExist) {
+			err = serr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", p, err)
+		}
+	}
+}
+
+// unlock removes the lock file while still holding it, then releases it.
+func (l *destLock) unlock() {
+	if l == nil {
+		return
+	}
+	_ = os.Remove(l.path)
+	_ = l.f.Close()
+}
+
+// holder is the PID a lock file names, or 0.
+func holder(p string) int {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}

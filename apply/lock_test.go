@@ -1,0 +1,61 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/resource"
+)
+
+// A destination whose lock another holder has: a pass waits
+// -dest-lock-timeout and fails naming the holder's PID, writing nothing; a
+// -noop pass takes no lock; stale-stage cleanup leaves that destination's
+// stage files alone. Once free, a pass runs and leaves no lock file.
+func TestDestLockOneWriterPerDestination(t *testing.T) {
+	f := newFixture(t, "")
+	held, err := tryLock(lockPath(f.dest))
+	if err != nil || held == nil {
+		t.Fatalf("tryLock = %v, %v", held, err)
+	}
+	f.s.DestLockTimeout = 30 * time.Millisecond
+	r := f.load()
+	_, err = r.Process(context.Background(), f.store)
+	var le *LockedError
+	if !errors.As(err, &le) || le.PID != os.Getpid() || !strings.Contains(err.Error(), fmt.Sprintf("PID %d", os.Getpid())) || !strings.Contains(err.Error(), "-dest-lock-timeout") {
+		t.Fatalf("pass under another's lock: %v; want a LockedError naming PID %d", err, os.Getpid())
+	}
+	if _, err := os.Stat(f.dest); !os.IsNotExist(err) {
+		t.Errorf("dest written under another's lock: %v", err)
+	}
+
+	stage := filepath.Join(filepath.Dir(f.dest), ".app.conf.0123456789ab")
+	if err := os.WriteFile(stage, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if removed, errs := RemoveStaleStageFiles([]*resource.Resource{r.Resource}); len(removed) != 0 || len(errs) != 0 {
+		t.Errorf("cleanup under another's lock removed %v (%v)", removed, errs)
+	}
+
+	f.s.Noop = true
+	if res, err := r.Process(context.Background(), f.store); err != nil || !res.Changed {
+		t.Errorf("-noop pass under another's lock: %+v, %v", res, err)
+	}
+	f.s.Noop = false
+
+	held.unlock()
+	if removed, _ := RemoveStaleStageFiles([]*resource.Resource{r.Resource}); len(removed) != 1 {
+		t.Errorf("cleanup of a free destination removed %v, want the stage file", removed)
+	}
+	if _, err := r.Process(context.Background(), f.store); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lockPath(f.dest)); !os.IsNotExist(err) {
+		t.Errorf("lock file left after the pass: %v", err)
+	}
+}
