@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,15 +56,21 @@ func (e *LockedError) Error() string {
 // who wait in vain; the holder removes it on release, so a lock file is
 // only ever seen beside a destination while a pass over it runs (or after
 // a crash, when it is free: flock dies with its process).
-func lockDest(ctx context.Context, dest string, wait time.Duration) (*destLock, error) {
+func lockDest(ctx context.Context, dest string, wait time.Duration, log logrus.FieldLogger) (*destLock, error) {
 	p := lockPath(dest)
-	deadline := time.Now().Add(wait)
-	for {
+	start := time.Now()
+	for try := 0; ; try++ {
 		l, err := tryLock(p)
+		if l != nil && try > 0 {
+			log.Infof("Got the lock of %s after %s; going on with this pass", dest, time.Since(start).Round(time.Millisecond))
+		}
 		if err != nil || l != nil {
 			return l, err
 		}
-		if !time.Now().Before(deadline) {
+		if try == 0 {
+			log.Infof("Waiting up to %s (-dest-lock-timeout) for the lock of %s: another confd (PID %d) is writing it", wait, dest, holder(p))
+		}
+		if time.Since(start) >= wait {
 			return nil, &LockedError{Dest: dest, PID: holder(p), Wait: wait}
 		}
 		select {
