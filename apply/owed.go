@@ -41,7 +41,12 @@ type owedRecord struct {
 	exists bool
 	valid  bool // the record could be parsed
 	sums   []string
+	// inPlace is set while an in-place write may be under way: the sums of
+	// the content before and after it, whose copy is in previousPath.
+	inPlace *inPlaceWrite
 }
+
+type inPlaceWrite struct{ old, new string }
 
 // covers reports whether the record owes a reload for content.
 func (o owedRecord) covers(content []byte) bool {
@@ -54,6 +59,10 @@ func (o owedRecord) covers(content []byte) bool {
 	return false
 }
 
+// inPlacePrefix starts the record's line that names an in-place write and
+// its copy of the old content: "in-place sha256:OLD sha256:NEW .NAME.confd-previous".
+const inPlacePrefix = "in-place"
+
 func readOwed(dest string) (owedRecord, error) {
 	b, err := os.ReadFile(owedPath(dest))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -63,7 +72,12 @@ func readOwed(dest string) (owedRecord, error) {
 		return owedRecord{}, fmt.Errorf("read owed-reload record: %w", err)
 	}
 	o := owedRecord{exists: true, valid: true}
-	for _, l := range strings.Fields(string(b)) {
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 4 && f[0] == inPlacePrefix && len(f[1]) == 71 && len(f[2]) == 71 {
+			o.inPlace = &inPlaceWrite{old: strings.TrimPrefix(f[1], "sha256:"), new: strings.TrimPrefix(f[2], "sha256:")}
+			continue
+		}
 		sum, ok := strings.CutPrefix(l, "sha256:")
 		if !ok || len(sum) != 64 {
 			o.valid = false
@@ -71,19 +85,28 @@ func readOwed(dest string) (owedRecord, error) {
 		}
 		o.sums = append(o.sums, sum)
 	}
-	if len(o.sums) == 0 {
+	if len(o.sums) == 0 && o.inPlace == nil {
 		o.valid = false
 	}
 	return o, nil
 }
 
-// markOwed records, durably, that a reload is owed for each of contents once
-// it is live. It is written before the rename, so that no crash between the
-// rename and the record can lose the reload.
-func markOwed(dest string, contents ...template.Text) error {
+// writeOwed replaces the record with o's sums and in-place write, or
+// removes it when o holds neither.
+func writeOwed(dest string, o owedRecord) error {
+	if len(o.sums) == 0 && o.inPlace == nil {
+		p := owedPath(dest)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove owed-reload record %s: %w", p, err)
+		}
+		return atomicfile.SyncDir(filepath.Dir(p))
+	}
 	var b strings.Builder
-	for _, c := range contents {
-		b.WriteString("sha256:" + contentSum(c) + "\n")
+	for _, s := range o.sums {
+		b.WriteString("sha256:" + s + "\n")
+	}
+	if w := o.inPlace; w != nil {
+		fmt.Fprintf(&b, "%s sha256:%s sha256:%s %s\n", inPlacePrefix, w.old, w.new, filepath.Base(previousPath(dest)))
 	}
 	if err := atomicfile.WriteFile(owedPath(dest), []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("record owed reload: %w", err)
@@ -91,14 +114,25 @@ func markOwed(dest string, contents ...template.Text) error {
 	return nil
 }
 
-// clearOwed removes the record once the reload succeeded (or was found
-// stale) and makes the removal durable.
-func clearOwed(dest string) error {
-	p := owedPath(dest)
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove owed-reload record %s: %w", p, err)
+// markOwed records, durably, that a reload is owed for each of contents once
+// it is live. It is written before the rename, so that no crash between the
+// rename and the record can lose the reload.
+func markOwed(dest string, contents ...template.Text) error {
+	o := owedRecord{}
+	for _, c := range contents {
+		o.sums = append(o.sums, contentSum(c))
 	}
-	return atomicfile.SyncDir(filepath.Dir(p))
+	return writeOwed(dest, o)
+}
+
+// clearOwed removes the record once the reload succeeded (or was found
+// stale), keeping an in-place write it names, and makes that durable.
+func clearOwed(dest string) error {
+	o, err := readOwed(dest)
+	if err != nil {
+		return err
+	}
+	return writeOwed(dest, owedRecord{inPlace: o.inPlace})
 }
 
 // ReloadPending reports a reload_cmd owed since its file was replaced: an

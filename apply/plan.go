@@ -85,7 +85,7 @@ func (r *File) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
-	if owed.exists {
+	if owed.exists && (len(owed.sums) > 0 || !owed.valid) { // not just an in-place write's line
 		// Owed only if the live file is what the recording pass installed;
 		// an unreadable record counts as owed: a spare reload is better
 		// than a lost one.

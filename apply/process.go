@@ -54,6 +54,11 @@ func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 			return Result{}, fmt.Errorf("%s: %w", r.File, err)
 		}
 		defer l.unlock()
+		// A file torn by an in-place write that a crash interrupted is
+		// restored before anything else reads or replaces it.
+		if err := repairInPlace(r.Dest, r.s.Logger().WithField("resource", r.File)); err != nil {
+			r.s.Logger().WithField("resource", r.File).Warn(err.Error())
+		}
 	}
 	p, err := r.Plan(ctx, store)
 	if err != nil {

@@ -342,6 +342,12 @@ func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
 	if string(got) != "new\n" || fi.Mode().Perm() != 0o644 {
 		t.Errorf("dest = %q mode %#o", got, fi.Mode().Perm())
 	}
+	// The old content was kept while the write ran, and is gone now.
+	for _, p := range []string{previousPath(dest), owedPath(dest)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after a complete in-place write: %v", p, err)
+		}
+	}
 }
 
 func TestModesAppliedExactly(t *testing.T) {

@@ -173,7 +173,7 @@ func replace(stage, dest string, content template.Text, mode os.FileMode, uid, g
 		return fmt.Errorf("rename %s to %s: %w", stage, dest, err)
 	}
 	log.Debugf("Rename failed (%v): %s is likely a mount point; writing in place", err, dest)
-	return writeInPlace(dest, content, mode, uid, gid)
+	return writeInPlaceKept(dest, content, mode, uid, gid, log)
 }
 
 // writeInPlace overwrites dest without ever leaving it truncated for want
