@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/sirupsen/logrus"
 
@@ -70,20 +69,16 @@ func repairInPlace(dest string, log logrus.FieldLogger) error {
 	if err != nil || rec.inPlace == nil {
 		return err
 	}
-	live, err := os.ReadFile(dest)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	live, err := readLive(dest)
+	if err != nil {
 		return fmt.Errorf("check %s after an in-place write: %w", dest, err)
 	}
-	if sum := contentSum(template.TextOf(live)); sum != rec.inPlace.old && sum != rec.inPlace.new {
+	if sum := contentSum(template.TextOf(live.content)); sum != rec.inPlace.old && sum != rec.inPlace.new {
 		prev, err := os.ReadFile(previousPath(dest))
 		if err != nil || contentSum(template.TextOf(prev)) != rec.inPlace.old {
 			return fmt.Errorf("%s is torn by an interrupted in-place write, and its previous content %s is unusable (%v); it is rendered anew", dest, previousPath(dest), err)
 		}
-		var st syscall.Stat_t
-		if err := syscall.Stat(dest, &st); err != nil {
-			return fmt.Errorf("restore %s: %w", dest, err)
-		}
-		if err := writeInPlace(dest, template.TextOf(prev), fileMode(st.Mode), int(st.Uid), int(st.Gid)); err != nil {
+		if err := writeInPlace(dest, template.TextOf(prev), live.mode, live.uid, live.gid); err != nil {
 			return fmt.Errorf("%s is torn by an interrupted in-place write; restore its previous content from %s: %w", dest, previousPath(dest), err)
 		}
 		log.Warnf("%s was torn by an interrupted in-place write (half old, half new content); restored its previous content from %s before rendering it anew", dest, previousPath(dest))
@@ -103,15 +98,4 @@ func dropInPlace(dest string) error {
 	}
 	rec.inPlace = nil
 	return writeOwed(dest, rec)
-}
-
-// fileMode maps stat's mode bits to os.FileMode's permission and special bits.
-func fileMode(m uint32) os.FileMode {
-	fm := os.FileMode(m & 0o777)
-	for bit, f := range map[uint32]os.FileMode{syscall.S_ISUID: os.ModeSetuid, syscall.S_ISGID: os.ModeSetgid, syscall.S_ISVTX: os.ModeSticky} {
-		if m&bit != 0 {
-			fm |= f
-		}
-	}
-	return fm
 }
