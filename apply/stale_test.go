@@ -20,21 +20,24 @@ func TestRemoveStaleStageFiles(t *testing.T) {
 		{File: "u.toml", Dest: filepath.Join(t.TempDir(), "gone", "y")}, // no directory: nothing to do
 	}
 	names := map[string]bool{
-		dir + "/.out.conf.0123456789ab":   true,
-		dir + "/.out.conf.fedcba987654":   true,
-		dir + "/.out.conf.zz23456789ab":   false,
-		dir + "/.out.conf.0123456789abc":  false,
-		dir + "/.out.conf.0123456789AB":   false,
-		dir + "/.out.conf.keep":           false,
-		dir + "/.out.conf.confd-rejected": false,
-		dir + "/.other.0123456789ab":      false,
-		dir + "/out.conf.0123456789ab":    false,
-		dir + "/out.conf":                 false,
-		dir + "/.a.b.0123456789ab":        true,
-		dir + "/.a.0123456789ab":          false, // "a" is no destination here
-		dir + "/.x.0123456789ab":          false, // x is written in the other directory
-		other + "/.x.0123456789ab":        true,
-		other + "/.out.conf.0123456789ab": false,
+		dir + "/.out.conf.0123456789ab":               true,
+		dir + "/.out.conf.fedcba987654":               true,
+		dir + "/.out.conf.zz23456789ab":               false,
+		dir + "/.out.conf.0123456789abc":              false,
+		dir + "/.out.conf.0123456789AB":               false,
+		dir + "/.out.conf.keep":                       false,
+		dir + "/.out.conf.confd-rejected":             false,
+		dir + "/.other.0123456789ab":                  false,
+		dir + "/out.conf.0123456789ab":                false,
+		dir + "/out.conf":                             false,
+		dir + "/.a.b.0123456789ab":                    true,
+		dir + "/..confd-reload-owed.a.b.0123456789ab": true, // the record's, cut short
+		dir + "/..a.b.confd-previous.0123456789ab":    true, // the in-place copy's
+		dir + "/.confd-reload-owed.a.b":               false,
+		dir + "/.a.0123456789ab":                      false, // "a" is no destination here
+		dir + "/.x.0123456789ab":                      false, // x is written in the other directory
+		other + "/.x.0123456789ab":                    true,
+		other + "/.out.conf.0123456789ab":             false,
 	}
 	for n := range names {
 		if err := os.WriteFile(n, nil, 0o600); err != nil {
@@ -51,7 +54,8 @@ func TestRemoveStaleStageFiles(t *testing.T) {
 	}
 	want := map[string]string{
 		dir + "/.out.conf.0123456789ab": "r.toml", dir + "/.out.conf.fedcba987654": "r.toml",
-		dir + "/.a.b.0123456789ab": "s.toml", other + "/.x.0123456789ab": "t.toml",
+		dir + "/.a.b.0123456789ab": "s.toml", dir + "/..confd-reload-owed.a.b.0123456789ab": "s.toml",
+		dir + "/..a.b.confd-previous.0123456789ab": "s.toml", other + "/.x.0123456789ab": "t.toml",
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("removed %v, want %v", got, want)

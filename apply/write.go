@@ -92,8 +92,12 @@ func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) 
 			byDir[dir] = map[string]*resource.Resource{}
 			dirs = append(dirs, dir)
 		}
-		if _, ok := byDir[dir][base]; !ok { // the first in file-name order names it
-			byDir[dir][base] = r
+		// The destination's stage files, and those of its owed-reload
+		// record and in-place copy (atomicfile.WriteFile's).
+		for _, b := range []string{base, owedPrefix + base, "." + base + ".confd-previous"} {
+			if _, ok := byDir[dir][b]; !ok { // the first in file-name order names it
+				byDir[dir][b] = r
+			}
 		}
 	}
 	var removed []StaleStageFile
@@ -108,19 +112,18 @@ func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) 
 			}
 			continue
 		}
-		locks := map[string]*destLock{} // by base name; nil: held by another process
+		locks := map[string]*destLock{} // by destination; nil: held by another process
 		for _, e := range entries {
-			base := atomicfile.StageOf(e.Name())
-			r, ok := byDir[dir][base]
+			r, ok := byDir[dir][atomicfile.StageOf(e.Name())]
 			if !ok {
 				continue
 			}
-			l, tried := locks[base]
+			l, tried := locks[r.Dest]
 			if !tried {
 				if l, err = tryLock(lockPath(r.Dest)); err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", r.File, err))
 				}
-				locks[base] = l
+				locks[r.Dest] = l
 			}
 			if l == nil {
 				continue
