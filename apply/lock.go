@@ -51,12 +51,13 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("%s is being written by %s, still after -dest-lock-timeout %s; left to it", e.Dest, who, e.Wait)
 }
 
-// lockDest takes dest's lock, waiting up to wait (0: not at all) or until
-// ctx ends. The lock file holds the holder's PID, for the error of those
+// lockDest takes dest's lock, waiting up to wait (0: not at all), until
+// ctx ends or until stop closes (confd is stopping: a pass not begun is
+// not begun for a lock either). The lock file holds the holder's PID, for the error of those
 // who wait in vain; the holder removes it on release, so a lock file is
 // only ever seen beside a destination while a pass over it runs (or after
 // a crash, when it is free: flock dies with its process).
-func lockDest(ctx context.Context, dest string, wait time.Duration, log logrus.FieldLogger) (*destLock, error) {
+func lockDest(ctx context.Context, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*destLock, error) {
 	p := lockPath(dest)
 	start := time.Now()
 	for try := 0; ; try++ {
@@ -76,6 +77,8 @@ func lockDest(ctx context.Context, dest string, wait time.Duration, log logrus.F
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for the lock of %s: %w", dest, ctx.Err())
+		case <-stop:
+			return nil, fmt.Errorf("confd is stopping: gave up waiting for the lock of %s", dest)
 		case <-time.After(lockPoll):
 		}
 	}

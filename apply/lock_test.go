@@ -59,3 +59,26 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 		t.Errorf("lock file left after the pass: %v", err)
 	}
 }
+
+// A pass waiting for a destination's lock gives up when confd stops (the
+// first SIGTERM closes Settings.Stop), however long -dest-lock-timeout is.
+func TestDestLockWaitEndsWhenConfdStops(t *testing.T) {
+	f := newFixture(t, "")
+	held, err := tryLock(lockPath(f.dest))
+	if err != nil || held == nil {
+		t.Fatalf("tryLock = %v, %v", held, err)
+	}
+	defer held.unlock()
+	stop := make(chan struct{})
+	f.s.Stop, f.s.DestLockTimeout = stop, time.Hour
+	r := f.load()
+	done := make(chan error)
+	go func() {
+		_, err := r.Process(context.Background(), f.store)
+		done <- err
+	}()
+	close(stop)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "confd is stopping") {
+		t.Errorf("pass waiting for the lock after stop: %v", err)
+	}
+}

@@ -49,7 +49,7 @@ type Result struct {
 // a second time.
 func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	if !r.s.Noop {
-		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Logger().WithField("resource", r.File))
+		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Stop, r.s.Logger().WithField("resource", r.File))
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: %w", r.File, err)
 		}
