@@ -53,15 +53,21 @@ func (e *LockedError) Error() string {
 
 // lockDest takes dest's lock, waiting up to wait (0: not at all), until
 // ctx ends or until stop closes (confd is stopping: a pass not begun is
-// not begun for a lock either). The lock file holds the holder's PID, for the error of those
-// who wait in vain; the holder removes it on release, so a lock file is
-// only ever seen beside a destination while a pass over it runs (or after
-// a crash, when it is free: flock dies with its process).
+// not begun for a lock either). The lock file holds the holder's PID, for
+// the error of those who wait in vain; the holder removes it on release,
+// so a lock file is only ever seen beside a destination while a pass over
+// it runs (or after a crash, when it is free: flock dies with its process).
+// Without dest's directory there is nothing to lock, nor to write: the
+// pass goes on unlocked and says what is wrong where it needs the
+// directory (a nil lock unlocks nothing).
 func lockDest(ctx context.Context, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*destLock, error) {
 	p := lockPath(dest)
 	start := time.Now()
 	for try := 0; ; try++ {
 		l, err := tryLock(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
 		if l != nil && try > 0 {
 			log.Infof("Got the lock of %s after %s; going on with this pass", dest, time.Since(start).Round(time.Millisecond))
 		}
