@@ -42,29 +42,34 @@ type Result struct {
 // a reload still owed from an earlier pass runs even when nothing changed.
 // The live file is only ever replaced by a file that passed its check.
 //
-// Unless -noop, the pass holds the destination's lock throughout, from
-// reading the live file to the end of reload_cmd: another confd's pass over
-// the same file (an operator's -onetime beside the daemon) waits for it,
-// then finds the file in sync rather than staging, replacing and reloading
-// a second time.
+// A pass that has something to do (unless -noop) holds the destination's
+// lock from there to the end of reload_cmd, and compares with the live
+// file again under it: another confd's pass over the same file (an
+// operator's -onetime beside the daemon) waits, then finds the file in sync
+// rather than staging, replacing and reloading a second time. A pass in
+// sync takes no lock: it writes and runs nothing.
 func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
-	if !r.s.Noop {
-		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Stop, r.s.Logger().WithField("resource", r.File))
-		if err != nil {
-			return Result{}, fmt.Errorf("%s: %w", r.File, err)
-		}
-		defer l.unlock()
-		// A file torn by an in-place write that a crash interrupted is
-		// restored before anything else reads or replaces it.
-		if err := repairInPlace(r.Dest, r.s.Logger().WithField("resource", r.File)); err != nil {
-			r.s.Logger().WithField("resource", r.File).Warn(err.Error())
-		}
-	}
 	p, err := r.Plan(ctx, store)
 	if err != nil {
 		return Result{Revision: p.Revision}, err
 	}
 	defer p.Release()
+	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
+		log := r.s.Logger().WithField("resource", r.File)
+		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
+		if err != nil {
+			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
+		}
+		defer l.unlock()
+		// A file torn by an in-place write that a crash interrupted is
+		// restored before anything else reads or replaces it.
+		if err := repairInPlace(r.Dest, log); err != nil {
+			log.Warn(err.Error())
+		}
+		if err := r.compare(&p); err != nil {
+			return Result{Revision: p.Revision}, err
+		}
+	}
 	return r.Apply(ctx, p)
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,7 +90,7 @@ func confDir(t testing.TB, resources, templates map[string]string) string {
 func testSettings(dir string) (*Settings, *test.Hook) {
 	l, hook := test.NewNullLogger()
 	l.SetLevel(logrus.DebugLevel)
-	return &Settings{Settings: resource.Settings{ConfDir: dir, Log: l}}, hook
+	return &Settings{Settings: resource.Settings{ConfDir: dir, Log: l}, Renderer: &template.Renderer{}}, hook
 }
 
 func (f *fixture) marksRead() string {
@@ -97,9 +98,10 @@ func (f *fixture) marksRead() string {
 	return string(b)
 }
 
+// stageFiles are the dot files beside dest but its lock, which stays.
 func (f *fixture) stageFiles() []string {
 	m, _ := filepath.Glob(filepath.Join(filepath.Dir(f.dest), ".app.conf.*"))
-	return m
+	return slices.DeleteFunc(m, func(p string) bool { return p == lockPath(f.dest) })
 }
 
 func TestProcessWritesWithModeAndSkipsWhenInSync(t *testing.T) {
