@@ -11,6 +11,7 @@ import (
 
 	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/resource"
 )
@@ -91,8 +92,9 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", resource.DefaultReloadTimeout, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
 	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when a -onetime confd is stopped) and SIGKILL")
 	fs.DurationVar(&c.DestLockTimeout, "dest-lock-timeout", apply.DefaultDestLockTimeout, "how long a pass waits for another confd's pass over the same destination file before it fails naming that confd's PID")
-	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", backends.DefaultDialTimeout, "how long to wait for the backend to answer at start")
-	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", backends.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", connect.DefaultDialTimeout, "how long to wait for the backend to answer at start")
+	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", connect.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.Store.WatchStallTimeout, "watch-stall-timeout", connect.DefaultWatchStallTimeout, "-watch: reconnect (and re-read) when etcd answers nothing, progress requests included, for this long; long enough for a defrag of a large etcd (a lost connection is noticed at once)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
 	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")

@@ -17,7 +17,7 @@ import (
 
 	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/authoring"
-	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
@@ -122,7 +122,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}
 
 	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
-	store, err := backends.New(dialCtx, c.Store)
+	store, err := connect.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
 		log.Errorf("backend %s: %v", c.Store.Backend, err)

@@ -55,9 +55,9 @@ func (c *config) sized() {
 	}
 	c.FlatKeys, c.Dirs, c.DirKeys = 100_000, 1000, 100
 	c.WatchSamples, c.BackToBack, c.Resources = 100, 100, 1000
-	// Longer than a watch's probe interval and stall limit (2 s, 4 s): a
-	// watch taken for stalled would reconnect within it.
-	c.IdleFor = 10 * time.Second
+	// Longer than the default -watch-stall-timeout (30 s): a quiet watch
+	// taken for stalled would reconnect within the window, and show.
+	c.IdleFor = 35 * time.Second
 }
 
 func main() {

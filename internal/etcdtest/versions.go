@@ -2,10 +2,12 @@ package etcdtest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Versions are the etcd releases that version-looping tests run against:
@@ -69,4 +71,41 @@ func versionDir(v string) (dir, where string) {
 		return d, d
 	}
 	return "", filepath.Join(RepoRoot(), ".tools", "etcd-"+v+".*") + "; run `make etcd`"
+}
+
+// WithArgs adds etcd flags, e.g. "--auth-token-ttl=2".
+func WithArgs(args ...string) Option {
+	return func(s *Server) { s.extra = append(s.extra, args...) }
+}
+
+// Backup stops etcd, copies its data directory (a consistent copy of the
+// store at its current revision) and starts it again. RestoreBackup puts
+// such a copy back, as restoring an older snapshot does: the revision goes
+// back.
+func (s *Server) Backup(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "backup")
+	s.Stop()
+	if out, err := exec.Command("cp", "-a", s.dataDir, dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy data dir: %v: %s", err, out)
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("etcd restart after backup: %v", err)
+	}
+	return dir
+}
+
+// RestoreBackup replaces the data with a Backup and restarts etcd.
+func (s *Server) RestoreBackup(t testing.TB, backup string) {
+	t.Helper()
+	s.Stop()
+	if err := os.RemoveAll(s.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", backup, s.dataDir).CombinedOutput(); err != nil {
+		t.Fatalf("restore data dir: %v: %s", err, out)
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("etcd start after restore: %v", err)
+	}
 }
