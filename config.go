@@ -50,6 +50,7 @@ var fileKeys = map[string]string{
 	"check_cmd_timeout":  "check-cmd-timeout",
 	"reload_cmd_timeout": "reload-cmd-timeout",
 	"command_grace":      "command-grace",
+	"dest_lock_timeout":  "dest-lock-timeout",
 	"dial_timeout":       "dial-timeout",
 	"request_timeout":    "request-timeout",
 	"wait":               "wait",
@@ -220,9 +221,8 @@ func validate(c *Config) error {
 	}
 	for name, d := range map[string]interface{ Seconds() float64 }{
 		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
-		"-command-grace": c.CommandGrace,
-		"-dial-timeout":  c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
-
+		"-command-grace": c.CommandGrace, "-dest-lock-timeout": c.DestLockTimeout,
+		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
 		"-watch-stall-timeout": c.Store.WatchStallTimeout,
 	} {
 		if d.Seconds() <= 0 {

@@ -4,7 +4,7 @@
 // touches, waits for quiescence, retries failures with backoff and at once
 // on a new event, and re-reads everything after a restore, a compaction, a
 // SIGHUP or every -resync; -interval re-reads conf.d and processes
-// everything every interval. The write path itself is resource's.
+// everything every interval. The write path itself is apply's.
 package daemon
 
 import (
@@ -19,24 +19,24 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/resource"
 )
 
 // Processor is one template resource as the daemon drives it;
-// *resource.Resource is one.
+// *apply.File is one.
 type Processor interface {
 	Name() string // the resource file: orders resources and names them
 	StoreKeys() []string
 	Quiescence() (waitspec.Spec, bool) // the resource's own wait, if set
 	ReloadPending() bool
-	Process(ctx context.Context, store resource.Getter) (resource.Result, error)
+	Process(ctx context.Context, store apply.Getter) (apply.Result, error)
 }
 
 // WatchStore is a store that can be watched (etcd).
 type WatchStore interface {
-	resource.Getter
+	apply.Getter
 	Revision(ctx context.Context, key string) (int64, error)
 	Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error
 }
@@ -74,7 +74,7 @@ type Options struct {
 	// Reload (SIGHUP, full: confd.toml too) and, in interval mode, before
 	// every pass. It logs what failed to load.
 	Load  func(full bool) Plan
-	Store resource.Getter
+	Store apply.Getter
 	// Watch, when set, selects watch mode; otherwise Interval mode.
 	Watch    WatchStore
 	Interval time.Duration
@@ -109,7 +109,7 @@ func New(o Options) *Daemon {
 }
 
 // Reload asks Run to re-read the configuration and process everything
-// (SIGHUP); unchanged files are left alone by resource.
+// (SIGHUP); unchanged files are left alone by apply.
 func (d *Daemon) Reload() {
 	select {
 	case d.hup <- struct{}{}:
@@ -283,7 +283,7 @@ func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
 		snap = snapshot{pairs: g.fed.pairs, rev: g.fed.rev}
 	} else {
 		gen := s.gen // before the read: see follow
-		snap.pairs, snap.rev, err = resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
+		snap.pairs, snap.rev, err = apply.GetPairs(d.o.Commands, d.o.Store, g.keys)
 		if err == nil {
 			snap.pairs = g.fed.start(snap.pairs, snap.rev, gen, s.budget)
 		} else {
@@ -295,7 +295,7 @@ func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
 		err = fmt.Errorf("%s: read keys: %w", names(g), err)
 		d.o.Log.Error(err.Error())
 		for _, m := range g.members {
-			d.o.Observer.Processed(m.Name(), resource.Result{}, err, m.ReloadPending())
+			d.o.Observer.Processed(m.Name(), apply.Result{}, err, m.ReloadPending())
 		}
 		g.finish(0, false, d.o.Clock.Now())
 		return
@@ -387,7 +387,7 @@ func (s snapshot) GetValues(ctx context.Context, keys []string) (map[string]stri
 // never come from two revisions. A resource alone in its group reads for
 // itself, as confd 0.16 did for every resource. Once ctx ends no further
 // resource starts.
-func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus.FieldLogger) error {
+func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.FieldLogger) error {
 	var errs []error
 	fail := func(err error) {
 		log.Error(err.Error())
@@ -423,7 +423,7 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 		}
 		rd, ok := reads[g]
 		if !ok {
-			rd.snap.pairs, rd.snap.rev, rd.err = resource.GetPairs(ctx, store, g.keys)
+			rd.snap.pairs, rd.snap.rev, rd.err = apply.GetPairs(ctx, store, g.keys)
 			if rd.err != nil {
 				rd.err = fmt.Errorf("read keys: %w", rd.err)
 			}
@@ -445,7 +445,7 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 // methods are called concurrently: by passes of independent groups and by
 // the watch.
 type Observer interface {
-	Processed(resource string, res resource.Result, err error, reloadPending bool)
+	Processed(resource string, res apply.Result, err error, reloadPending bool)
 	WatchUp(up bool)
 	WatchReconnect()
 	// Snapshot: a group's pass took its keys from a read of etcd, or
@@ -468,7 +468,7 @@ func Observers(os ...Observer) Observer {
 
 type multi []Observer
 
-func (m multi) Processed(r string, res resource.Result, err error, p bool) {
+func (m multi) Processed(r string, res apply.Result, err error, p bool) {
 	for _, o := range m {
 		o.Processed(r, res, err, p)
 	}
@@ -506,10 +506,10 @@ func (m multi) Landed(d time.Duration) {
 
 type nopObserver struct{}
 
-func (nopObserver) Processed(string, resource.Result, error, bool) {}
-func (nopObserver) WatchUp(bool)                                   {}
-func (nopObserver) WatchReconnect()                                {}
-func (nopObserver) Snapshot(bool)                                  {}
-func (nopObserver) Revisions(int64, int64)                         {}
-func (nopObserver) Ready(bool)                                     {}
-func (nopObserver) Landed(time.Duration)                           {}
+func (nopObserver) Processed(string, apply.Result, error, bool) {}
+func (nopObserver) WatchUp(bool)                                {}
+func (nopObserver) WatchReconnect()                             {}
+func (nopObserver) Snapshot(bool)                               {}
+func (nopObserver) Revisions(int64, int64)                      {}
+func (nopObserver) Ready(bool)                                  {}
+func (nopObserver) Landed(time.Duration)                        {}

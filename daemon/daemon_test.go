@@ -13,9 +13,9 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/resource"
 )
 
 // fakeProc records its passes; it fails while fail is set.
@@ -38,7 +38,7 @@ func (p *fakeProc) Quiescence() (waitspec.Spec, bool) {
 	return *p.wait, true
 }
 
-func (p *fakeProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *fakeProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	_, rev, err := g.GetValues(ctx, p.keys)
 	if p.mu != nil {
 		p.mu.Lock()
@@ -46,12 +46,12 @@ func (p *fakeProc) Process(ctx context.Context, g resource.Getter) (resource.Res
 		p.mu.Unlock()
 	}
 	if err != nil {
-		return resource.Result{}, err
+		return apply.Result{}, err
 	}
 	if p.fail {
-		return resource.Result{Revision: rev}, errors.New(p.name + ": render failed")
+		return apply.Result{Revision: rev}, errors.New(p.name + ": render failed")
 	}
-	return resource.Result{Revision: rev}, nil
+	return apply.Result{Revision: rev}, nil
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -352,13 +352,13 @@ type gatedProc struct {
 
 func (p *gatedProc) Destination() string { return p.dest }
 
-func (p *gatedProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *gatedProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	p.in()
 	defer p.out()
 	select {
 	case <-p.gate:
 	case <-ctx.Done():
-		return resource.Result{}, ctx.Err()
+		return apply.Result{}, ctx.Err()
 	}
 	return p.fakeProc.Process(ctx, g)
 }
@@ -466,10 +466,10 @@ type replacingProc struct {
 	passes chan struct{}
 }
 
-func (p *replacingProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *replacingProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	_, rev, err := g.GetValues(ctx, p.keys)
 	p.passes <- struct{}{}
-	return resource.Result{Revision: rev, Changed: true, Replaced: t0.Add(1500 * time.Millisecond)}, err
+	return apply.Result{Revision: rev, Changed: true, Replaced: t0.Add(1500 * time.Millisecond)}, err
 }
 
 // TestLandedTimesChangesFromTheirArrival: a pass owed to a change the watch

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/atomicfile"
 )
 
 // ErrState is an operation the rotation's stored state does not allow
@@ -113,7 +115,7 @@ func (r *Rotator) withoutKey(kid string) ([]byte, error) {
 	}
 	value := joinBlocks(keep)
 	if string(value) != string(data) {
-		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
 			return nil, err
 		}
 	}
@@ -128,7 +130,7 @@ func (r *Rotator) removeNext() error {
 	if err := os.Remove(r.Files.NextPub()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(r.Files.NextPub()))
+	return atomicfile.SyncDir(filepath.Dir(r.Files.NextPub()))
 }
 
 // Rollback puts the previous signing key back after an install, while the
@@ -221,10 +223,10 @@ func (r *Rotator) swapBack() error {
 		return err
 	}
 	// A private key: never wider than 0600, whatever the file had.
-	if err := writeAtomic(r.Files.SigningKey, prev, modeOf(r.Files.SigningKey, 0o600)&0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.SigningKey, prev, modeOf(r.Files.SigningKey, 0o600)&0o600); err != nil {
 		return err
 	}
-	return writeAtomic(r.Files.Backup(), next, 0o600)
+	return atomicfile.WriteFile(r.Files.Backup(), next, 0o600)
 }
 
 // scrub removes a private key file: overwritten with zeros, fsynced,
@@ -260,16 +262,19 @@ func scrub(path, keep string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // removeTemporaries removes what a killed write left beside the key files
-// (writeAtomic's temporaries) and the next public key once it is no longer
+// (atomicfile's stage files) and the next public key once it is no longer
 // needed: no temporary file outlives a finished rotation. Best effort.
 func (r *Rotator) removeTemporaries() {
 	for _, p := range []string{r.Files.SigningKey, r.Files.PublicKey, r.Files.NextKey(), r.Files.NextPub(), r.Files.Backup()} {
-		tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*"))
+		tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".*"))
 		for _, tmp := range tmps {
+			if atomicfile.StageOf(filepath.Base(tmp)) != filepath.Base(p) {
+				continue
+			}
 			if err := scrub(tmp, r.Files.SigningKey); err != nil {
 				r.Log.WithError(err).Warnf("cannot remove %s", tmp)
 			}

@@ -144,7 +144,7 @@ func TestRetireRemovesThePreviousPrivateKey(t *testing.T) {
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(filepath.Dir(f.files.PublicKey), "."+filepath.Base(f.files.PublicKey)+".tmp-123")
+	tmp := filepath.Join(filepath.Dir(f.files.PublicKey), "."+filepath.Base(f.files.PublicKey)+".0123456789ab") // as atomicfile.Stage names it
 	if err := os.WriteFile(tmp, []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/atomicfile"
 )
 
 // Rotator runs one host's rotation. The etcd, trust and restart sides are
@@ -196,10 +198,10 @@ func (r *Rotator) generate() (string, error) {
 		return "", err
 	}
 	// The private key is never readable by others, not even while written.
-	if err := writeAtomic(r.Files.NextKey(), priv, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.NextKey(), priv, 0o600); err != nil {
 		return "", err
 	}
-	if err := writeAtomic(r.Files.NextPub(), pub, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.NextPub(), pub, 0o600); err != nil {
 		return "", err
 	}
 	return signingKeyID(r.Files.NextKey())
@@ -237,7 +239,7 @@ func (r *Rotator) publish(ctx context.Context, next string) error {
 	}
 	value := joinBlocks(blocks)
 	if string(value) != string(cur) {
-		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
 			return err
 		}
 	}
@@ -268,11 +270,11 @@ func (r *Rotator) install(st *State) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(r.Files.Backup(), data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.Backup(), data, 0o600); err != nil {
 		return err
 	}
-	if err := renameAtomic(r.Files.NextKey(), r.Files.SigningKey); err != nil {
-		return err
+	if err := atomicfile.Replace(r.Files.NextKey(), r.Files.SigningKey); err != nil {
+		return fmt.Errorf("install %s as %s: %w", r.Files.NextKey(), r.Files.SigningKey, err)
 	}
 	r.Log.WithFields(logrus.Fields{"step": StepInstall, "signing_key": r.Files.SigningKey, "backup": r.Files.Backup()}).Info("next key installed as the signing key; previous key kept as backup")
 	return nil
@@ -338,7 +340,7 @@ func (r *Rotator) Retire(ctx context.Context) (bool, error) {
 	}
 	value := joinBlocks(keep)
 	if string(value) != string(data) {
-		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
 			return false, err
 		}
 	}

@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/keysync/confd/internal/atomicfile"
 	"github.com/keysync/confd/template"
 )
 
@@ -31,7 +32,7 @@ func (w faultWriter) Replace(stage, dest string, content template.Text, mode os.
 	if err := os.Rename(stage, dest); err != nil {
 		return err
 	}
-	return &NotDurableError{Err: w.afterRename}
+	return &atomicfile.NotDurableError{Err: w.afterRename}
 }
 
 func (w faultWriter) MarkOwed(dest string, contents ...template.Text) error {

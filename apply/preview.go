@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func (p Preview) Masked() string { return redact.String(string(p.Content)) }
 
 // Preview renders r from store and compares the result with the live
 // destination. It writes nothing and runs neither check_cmd nor reload_cmd.
-func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
+func (r *File) Preview(ctx context.Context, store Getter) (Preview, error) {
 	p, err := r.Plan(ctx, store)
 	if err != nil {
 		return Preview{}, err
@@ -31,14 +31,14 @@ func (r *Resource) Preview(ctx context.Context, store Getter) (Preview, error) {
 	defer p.Release()
 	pv := Preview{Dest: r.Dest, Content: p.Content.Bytes(), InSync: !p.Write}
 	if p.Write {
-		pv.Change = p.Diff(r.Dest, r.settings.NoopShowSecrets)
+		pv.Change = p.Diff(r.Dest, r.s.NoopShowSecrets)
 	}
 	return pv, nil
 }
 
 // effectiveMode is the mode the destination gets: the resource's, else the
 // live file's, else 0644.
-func (r *Resource) effectiveMode(live liveFile) os.FileMode {
+func (r *File) effectiveMode(live liveFile) os.FileMode {
 	switch {
 	case r.Mode != 0:
 		return r.Mode
@@ -50,6 +50,6 @@ func (r *Resource) effectiveMode(live liveFile) os.FileMode {
 
 // inSync says whether the live destination already is content with mode
 // and r's owner, so that nothing needs writing.
-func (r *Resource) inSync(live liveFile, content template.Text, mode os.FileMode) bool {
+func (r *File) inSync(live liveFile, content template.Text, mode os.FileMode) bool {
 	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && content.Equal(live.content)
 }

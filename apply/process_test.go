@@ -1,11 +1,14 @@
-package resource
+package apply
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
 
@@ -56,13 +60,37 @@ func newFixture(t testing.TB, extra string) *fixture {
 	return f
 }
 
-func (f *fixture) load() *Resource {
+func (f *fixture) load() *File {
 	f.t.Helper()
-	r, err := Load(filepath.Join(f.dir, "conf.d", "app.toml"), f.s)
+	r, err := resource.Load(filepath.Join(f.dir, "conf.d", "app.toml"), &f.s.Settings)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return r
+	return New(r, f.s)
+}
+
+// confDir lays out confdir/conf.d and confdir/templates with the given files.
+func confDir(t testing.TB, resources, templates map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for sub, files := range map[string]map[string]string{"conf.d": resources, "templates": templates} {
+		for name, body := range files {
+			p := filepath.Join(dir, sub, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+func testSettings(dir string) (*Settings, *test.Hook) {
+	l, hook := test.NewNullLogger()
+	l.SetLevel(logrus.DebugLevel)
+	return &Settings{Settings: resource.Settings{ConfDir: dir, Log: l}, Renderer: &template.Renderer{}}, hook
 }
 
 func (f *fixture) marksRead() string {
@@ -70,9 +98,10 @@ func (f *fixture) marksRead() string {
 	return string(b)
 }
 
+// stageFiles are the dot files beside dest but its lock, which stays.
 func (f *fixture) stageFiles() []string {
 	m, _ := filepath.Glob(filepath.Join(filepath.Dir(f.dest), ".app.conf.*"))
-	return m
+	return slices.DeleteFunc(m, func(p string) bool { return p == lockPath(f.dest) })
 }
 
 func TestProcessWritesWithModeAndSkipsWhenInSync(t *testing.T) {
@@ -262,7 +291,7 @@ func TestCommandTimeoutKillsProcessGroup(t *testing.T) {
 	f := newFixture(t, "")
 	f.s.CommandGrace = 100 * time.Millisecond
 	r := f.load()
-	err := r.runCommand(context.Background(), "check_cmd", "exec env --ignore-signal=TERM sh -c 'sleep 60 & echo $! > "+pidFile+"; wait'", 300*time.Millisecond, t.Logf, f.s.log())
+	err := r.runCommand(context.Background(), "check_cmd", "exec env --ignore-signal=TERM sh -c 'sleep 60 & echo $! > "+pidFile+"; wait'", 300*time.Millisecond, t.Logf, f.s.Logger())
 	var ce *CommandError
 	if !errors.As(err, &ce) || !ce.Result.TimedOut || !ce.Result.Killed || !strings.Contains(err.Error(), "did not finish within 300ms") {
 		t.Fatalf("error = %v", err)
@@ -307,13 +336,19 @@ func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
 		t.Skipf("rename across /dev/shm and temp dir did not give EXDEV: %v", err)
 	}
 	s, _ := testSettings(t.TempDir())
-	if err := replace(stage, dest, template.TextOf([]byte("new\n")), 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
+	if err := replace(stage, dest, template.TextOf([]byte("new\n")), 0o644, os.Geteuid(), os.Getegid(), s.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(dest)
 	fi, _ := os.Stat(dest)
 	if string(got) != "new\n" || fi.Mode().Perm() != 0o644 {
 		t.Errorf("dest = %q mode %#o", got, fi.Mode().Perm())
+	}
+	// The old content was kept while the write ran, and is gone now.
+	for _, p := range []string{previousPath(dest), owedPath(dest)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after a complete in-place write: %v", p, err)
+		}
 	}
 }
 
@@ -323,11 +358,12 @@ func TestModesAppliedExactly(t *testing.T) {
 	for _, mode := range []string{"0600", "0644", "0755", "4755", "2750", "1777"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFixture(t, "")
-			r := f.load()
-			var err error
-			if r.Mode, err = parseMode(mode); err != nil {
+			toml := filepath.Join(f.dir, "conf.d", "app.toml")
+			b, _ := os.ReadFile(toml)
+			if err := os.WriteFile(toml, bytes.Replace(b, []byte(`mode = "0640"`), []byte(`mode = "`+mode+`"`), 1), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			r := f.load()
 			if _, err := r.Process(context.Background(), f.store); err != nil {
 				t.Fatal(err)
 			}
@@ -375,11 +411,11 @@ func TestReplaceSymlinkDestReplacesTheLink(t *testing.T) {
 	}
 	s, _ := testSettings(t.TempDir())
 	content := template.TextOf([]byte("new\n"))
-	stage, err := writeStage(dest, content, 0o644, os.Geteuid(), os.Getegid())
+	stage, err := FileWriter{}.Stage(dest, content, 0o644, os.Geteuid(), os.Getegid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := replace(stage, dest, content, 0o644, os.Geteuid(), os.Getegid(), s.log()); err != nil {
+	if err := replace(stage, dest, content, 0o644, os.Geteuid(), os.Getegid(), s.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(dest); err != nil || !fi.Mode().IsRegular() {

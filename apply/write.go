@@ -1,21 +1,20 @@
-package resource
+package apply
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
 
@@ -24,8 +23,8 @@ import (
 type Writer interface {
 	// Stage writes content to a new file beside dest and returns its path.
 	Stage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error)
-	// Replace puts the checked stage file's content at dest. A
-	// *NotDurableError means dest was replaced but the change may not
+	// Replace puts the checked stage file's content at dest. An
+	// *atomicfile.NotDurableError means dest was replaced but the change may not
 	// survive a crash; any other error means dest was not replaced.
 	Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error
 	// MarkOwed durably records that a reload is owed for each of contents
@@ -34,13 +33,6 @@ type Writer interface {
 	ClearOwed(dest string) error
 }
 
-// NotDurableError says dest already holds the new content, but making that
-// durable failed.
-type NotDurableError struct{ Err error }
-
-func (e *NotDurableError) Error() string { return e.Err.Error() }
-func (e *NotDurableError) Unwrap() error { return e.Err }
-
 // FileWriter writes to the local file systems.
 type FileWriter struct {
 	Log logrus.FieldLogger
@@ -48,7 +40,10 @@ type FileWriter struct {
 
 // Stage implements Writer.
 func (w FileWriter) Stage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error) {
-	return writeStage(dest, content, mode, uid, gid)
+	return atomicfile.Stage(dest, mode, uid, gid, func(w io.Writer) error {
+		_, err := content.WriteTo(w)
+		return err
+	})
 }
 
 // Replace implements Writer.
@@ -71,18 +66,22 @@ func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
 // StaleStageFile is a stage file that a killed confd left beside the
 // destination of Resource.
 type StaleStageFile struct {
-	Resource *Resource
+	Resource *resource.Resource
 	Path     string
 }
 
 // RemoveStaleStageFiles removes the stage files that a killed confd left
-// beside the destinations of rs (named as writeStage names them) and returns
-// those it removed, and one error per problem (as LoadNamed). Each directory
-// is listed once, whatever the number of resources writing into it: one
+// beside the destinations of rs (named as atomicfile.Stage names them) and
+// returns those it removed, and one error per problem (as LoadNamed). A
+// destination's stage files are removed only under its lock, and those of
+// a destination whose lock another process holds are left alone: they
+// belong to that process's pass (an operator's -onetime must not delete
+// the daemon's stage file while its check_cmd reads it). Each directory is
+// listed once, whatever the number of resources writing into it: one
 // listing per resource made a start-up with 1,000 files in one directory
 // read a million entries.
-func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
-	byDir := map[string]map[string]*Resource{} // directory, then dest's base name
+func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) {
+	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
 		dir, base := filepath.Split(r.Dest)
@@ -90,11 +89,15 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 			dir = "."
 		}
 		if byDir[dir] == nil {
-			byDir[dir] = map[string]*Resource{}
+			byDir[dir] = map[string]*resource.Resource{}
 			dirs = append(dirs, dir)
 		}
-		if _, ok := byDir[dir][base]; !ok { // the first in file-name order names it
-			byDir[dir][base] = r
+		// The destination's stage files, and those of its owed-reload
+		// record and in-place copy (atomicfile.WriteFile's).
+		for _, b := range []string{base, owedPrefix + base, "." + base + ".confd-previous"} {
+			if _, ok := byDir[dir][b]; !ok { // the first in file-name order names it
+				byDir[dir][b] = r
+			}
 		}
 	}
 	var removed []StaleStageFile
@@ -109,9 +112,20 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 			}
 			continue
 		}
+		locks := map[string]*destLock{} // by destination; nil: held by another process
 		for _, e := range entries {
-			r, ok := byDir[dir][stageOf(e.Name())]
+			r, ok := byDir[dir][atomicfile.StageOf(e.Name())]
 			if !ok {
+				continue
+			}
+			l, tried := locks[r.Dest]
+			if !tried {
+				if l, err = tryLock(lockPath(r.Dest)); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", r.File, err))
+				}
+				locks[r.Dest] = l
+			}
+			if l == nil {
 				continue
 			}
 			p := filepath.Join(dir, e.Name())
@@ -121,69 +135,11 @@ func RemoveStaleStageFiles(rs []*Resource) ([]StaleStageFile, []error) {
 			}
 			removed = append(removed, StaleStageFile{Resource: r, Path: p})
 		}
+		for _, l := range locks {
+			l.unlock()
+		}
 	}
 	return removed, errs
-}
-
-// stageRandom is how many random bytes a stage file's name ends with, in
-// hex: "." + base + "." + 2*stageRandom hex digits.
-const stageRandom = 6
-
-// stageOf is the base name of the destination whose stage file name is, as
-// writeStage names them, or "".
-func stageOf(name string) string {
-	const suffix = 1 + 2*stageRandom
-	if len(name) < 1+1+suffix || name[0] != '.' || name[len(name)-suffix] != '.' {
-		return ""
-	}
-	if strings.Trim(name[len(name)-2*stageRandom:], "0123456789abcdef") != "" {
-		return ""
-	}
-	return name[1 : len(name)-suffix]
-}
-
-// writeStage creates a stage file beside dest (so that rename is atomic),
-// gives it its final owner and mode before a single byte is written, then
-// writes and fsyncs it. It returns the stage file's path.
-func writeStage(dest string, content template.Text, mode os.FileMode, uid, gid int) (string, error) {
-	dir, base := filepath.Split(dest)
-	if dir == "" {
-		dir = "."
-	}
-	var f *os.File
-	for try := 0; ; try++ {
-		var rnd [stageRandom]byte
-		_, _ = rand.Read(rnd[:])
-		name := filepath.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:]))
-		// The umask can only narrow mode.Perm(), never widen it; fixFile sets it exactly.
-		var err error
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode.Perm())
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) || try > 100 {
-			return "", fmt.Errorf("create stage file in %s: %w", dir, err)
-		}
-	}
-	name := f.Name()
-	fail := func(err error) (string, error) {
-		_ = f.Close()
-		_ = os.Remove(name)
-		return "", err
-	}
-	if err := fixFile(f, mode, uid, gid); err != nil {
-		return fail(fmt.Errorf("stage file %s: %w", name, err))
-	}
-	if _, err := content.WriteTo(f); err != nil {
-		return fail(fmt.Errorf("write stage file %s: %w", name, err))
-	}
-	if err := f.Sync(); err != nil {
-		return fail(fmt.Errorf("fsync stage file %s: %w", name, err))
-	}
-	if err := f.Close(); err != nil {
-		return fail(fmt.Errorf("close stage file %s: %w", name, err))
-	}
-	return name, nil
 }
 
 // keptStagePath is where a refused stage file is kept: one fixed name per
@@ -206,35 +162,21 @@ func keepStage(stage, dest string, mode os.FileMode) (string, error) {
 	return kept, nil
 }
 
-// fixFile sets owner, then mode: chown clears setuid/setgid bits, so the
-// order matters.
-func fixFile(f *os.File, mode os.FileMode, uid, gid int) error {
-	if err := f.Chown(uid, gid); err != nil {
-		return fmt.Errorf("chown to %d:%d: %w", uid, gid, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("chmod %#o: %w", mode, err)
-	}
-	return nil
-}
-
 // replace moves the checked stage file over dest and makes the rename
 // durable. A bind-mounted dest cannot be renamed over (EBUSY) and a stage
 // file on another device cannot be renamed (EXDEV): then the content is
 // written in place, the only option left.
 func replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int, log logrus.FieldLogger) error {
-	err := os.Rename(stage, dest)
-	if err == nil {
-		if err := syncDir(filepath.Dir(dest)); err != nil {
-			return &NotDurableError{Err: err}
-		}
-		return nil
+	err := atomicfile.Replace(stage, dest)
+	var nd *atomicfile.NotDurableError
+	if err == nil || errors.As(err, &nd) {
+		return err
 	}
 	if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EXDEV) {
 		return fmt.Errorf("rename %s to %s: %w", stage, dest, err)
 	}
 	log.Debugf("Rename failed (%v): %s is likely a mount point; writing in place", err, dest)
-	return writeInPlace(dest, content, mode, uid, gid)
+	return writeInPlaceKept(dest, content, mode, uid, gid, log)
 }
 
 // writeInPlace overwrites dest without ever leaving it truncated for want
@@ -249,7 +191,7 @@ func writeInPlace(dest string, content template.Text, mode os.FileMode, uid, gid
 		_ = f.Close()
 		return fmt.Errorf("write %s in place: cannot reserve %d bytes: %w; %s left unchanged", dest, content.Len(), err, dest)
 	}
-	if err := fixFile(f, mode, uid, gid); err != nil {
+	if err := atomicfile.SetOwnerMode(f, mode, uid, gid); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("write %s in place: %w; its content is unchanged", dest, err)
 	}
@@ -263,10 +205,10 @@ func writeInPlace(dest string, content template.Text, mode os.FileMode, uid, gid
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
-		return &NotDurableError{Err: fmt.Errorf("fsync %s: %w", dest, err)}
+		return &atomicfile.NotDurableError{Err: fmt.Errorf("fsync %s: %w", dest, err)}
 	}
 	if err := f.Close(); err != nil {
-		return &NotDurableError{Err: fmt.Errorf("close %s: %w", dest, err)}
+		return &atomicfile.NotDurableError{Err: fmt.Errorf("close %s: %w", dest, err)}
 	}
 	return nil
 }
@@ -293,18 +235,6 @@ func reserve(f *os.File, n int64) error {
 	}
 	if need := n - fi.Size(); need > 0 && int64(st.Bavail)*st.Bsize < need {
 		return fmt.Errorf("fallocate unsupported and only %d bytes free: %w", int64(st.Bavail)*st.Bsize, unix.ENOSPC)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package resource
+package apply
 
 // This file computes which lines differ the way GNU diff does, so that
 // -noop prints the hunks diff -u would print for the same two files: the

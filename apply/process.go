@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/resource"
 	kvstore "github.com/keysync/confd/store"
 	"github.com/keysync/confd/template"
 )
@@ -39,19 +41,42 @@ type Result struct {
 // the result differs from the live file, stage, check, replace and reload;
 // a reload still owed from an earlier pass runs even when nothing changed.
 // The live file is only ever replaced by a file that passed its check.
-func (r *Resource) Process(ctx context.Context, store Getter) (Result, error) {
+//
+// A pass that has something to do (unless -noop) holds the destination's
+// lock from there to the end of reload_cmd, and compares with the live
+// file again under it: another confd's pass over the same file (an
+// operator's -onetime beside the daemon) waits, then finds the file in sync
+// rather than staging, replacing and reloading a second time. A pass in
+// sync takes no lock: it writes and runs nothing.
+func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	p, err := r.Plan(ctx, store)
 	if err != nil {
 		return Result{Revision: p.Revision}, err
 	}
 	defer p.Release()
+	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
+		log := r.s.Logger().WithField("resource", r.File)
+		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
+		if err != nil {
+			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
+		}
+		defer l.unlock()
+		// A file torn by an in-place write that a crash interrupted is
+		// restored before anything else reads or replaces it.
+		if err := repairInPlace(r.Dest, log); err != nil {
+			log.Warn(err.Error())
+		}
+		if err := r.compare(&p); err != nil {
+			return Result{Revision: p.Revision}, err
+		}
+	}
 	return r.Apply(ctx, p)
 }
 
 // Apply carries out a plan with the settings' Writer and Runner.
-func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
-	log := r.settings.log().WithField("resource", r.File)
-	s := r.settings
+func (r *File) Apply(ctx context.Context, p Plan) (Result, error) {
+	log := r.s.Logger().WithField("resource", r.File)
+	s := r.s
 	w := s.writer()
 	res := Result{Revision: p.Revision}
 	if !p.Write {
@@ -66,7 +91,7 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 			log.Warnf("Noop mode enabled. reload_cmd for %s, owed since an earlier update, will not be run", r.Dest)
 		}
 		if s.DiffOut != nil {
-			_, _ = s.DiffOut.Write(p.Diff(r.Dest, r.settings.NoopShowSecrets))
+			_, _ = s.DiffOut.Write(p.Diff(r.Dest, r.s.NoopShowSecrets))
 		}
 		return res, nil
 	}
@@ -109,7 +134,7 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	log.Debugf("Overwriting target config %s", r.Dest)
 	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
-	var nd *NotDurableError
+	var nd *atomicfile.NotDurableError
 	if err == nil || errors.As(err, &nd) {
 		res.Replaced = time.Now()
 	}
@@ -147,8 +172,8 @@ func (r *Resource) Apply(ctx context.Context, p Plan) (Result, error) {
 
 // settleOwed runs (or, in -noop and -sync-only, reports) a reload owed from
 // an earlier update of a file that is now in sync, and drops stale records.
-func (r *Resource) settleOwed(ctx context.Context, p Plan, res *Result, log logrus.FieldLogger) error {
-	s := r.settings
+func (r *File) settleOwed(ctx context.Context, p Plan, res *Result, log logrus.FieldLogger) error {
+	s := r.s
 	switch {
 	case !p.ReloadOwed && !p.staleOwed:
 		return nil
@@ -180,7 +205,7 @@ func (r *Resource) settleOwed(ctx context.Context, p Plan, res *Result, log logr
 // keys are rewritten in place, sharing the store key's bytes where they are
 // already clean. Two store keys can become one template key ("/p/a" and
 // "/p/a/"): the index keeps one of them, the same on every run.
-func (r *Resource) index(pairs []memkv.KVPair) *kvstore.Index {
+func (r *File) index(pairs []memkv.KVPair) *kvstore.Index {
 	for i := range pairs {
 		pairs[i].Key = templateKey(pairs[i].Key, r.Prefix)
 	}
@@ -204,8 +229,8 @@ func templateKey(key, prefix string) string {
 	return path.Join("/", rest)
 }
 
-func (r *Resource) check(ctx context.Context, stage string, log logrus.FieldLogger) error {
-	cmd, err := expandCommand("check_cmd", r.CheckCmd, stage, r.Dest)
+func (r *File) check(ctx context.Context, stage string, log logrus.FieldLogger) error {
+	cmd, err := resource.ExpandCommand("check_cmd", r.CheckCmd, stage, r.Dest)
 	if err != nil {
 		return fmt.Errorf("%s: check_cmd: %w", r.File, err)
 	}
@@ -222,12 +247,12 @@ func (r *Resource) check(ctx context.Context, stage string, log logrus.FieldLogg
 // stopping reports that no command may start any more: ctx ended, or the
 // daemon's first SIGTERM closed Settings.Stop (commands already running
 // keep their own context until a second signal).
-func (r *Resource) stopping(ctx context.Context) bool {
+func (r *File) stopping(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
 	}
 	select {
-	case <-r.settings.Stop:
+	case <-r.s.Stop:
 		return true
 	default:
 		return false
@@ -236,8 +261,8 @@ func (r *Resource) stopping(ctx context.Context) bool {
 
 // reload runs reload_cmd for a file that is live and clears the owed
 // record when it succeeds.
-func (r *Resource) reload(ctx context.Context, stage string, log logrus.FieldLogger) error {
-	cmd, err := expandCommand("reload_cmd", r.ReloadCmd, stage, r.Dest)
+func (r *File) reload(ctx context.Context, stage string, log logrus.FieldLogger) error {
+	cmd, err := resource.ExpandCommand("reload_cmd", r.ReloadCmd, stage, r.Dest)
 	if err != nil {
 		return fmt.Errorf("%s: reload_cmd: %w; it is owed and will be retried on the next run", r.File, err)
 	}
@@ -248,7 +273,7 @@ func (r *Resource) reload(ctx context.Context, stage string, log logrus.FieldLog
 	if err := r.runCommand(ctx, "reload_cmd", cmd, r.ReloadTimeout, log.Infof, log); err != nil {
 		return fmt.Errorf("%s: %s is updated, but reload_cmd failed; it is owed and will be retried on the next run: %w", r.File, r.Dest, err)
 	}
-	if err := r.settings.writer().ClearOwed(r.Dest); err != nil {
+	if err := r.s.writer().ClearOwed(r.Dest); err != nil {
 		return fmt.Errorf("%s: reload_cmd succeeded, but %w; it will run once more on the next run", r.File, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package resource
+package apply
 
 import (
 	"context"
@@ -27,7 +27,10 @@ type Plan struct {
 	// staleOwed is an owed-reload record for content that never went live
 	// (the process died between recording and renaming): nothing is owed.
 	staleOwed bool
-	live      liveFile
+	// inPlace: the record names an in-place write that may have been cut
+	// short (repairInPlace settles it).
+	inPlace bool
+	live    liveFile
 }
 
 // Release frees what the plan's content holds (a large render's file).
@@ -61,39 +64,46 @@ func GetPairs(ctx context.Context, store Getter, keys []string) ([]memkv.KVPair,
 // Plan reads one snapshot of the resource's keys, renders the template and
 // compares the result with the live file and the owed-reload record. The
 // caller releases a plan that returned no error (Plan.Release).
-func (r *Resource) Plan(ctx context.Context, store Getter) (_ Plan, err error) {
+func (r *File) Plan(ctx context.Context, store Getter) (Plan, error) {
 	pairs, rev, err := GetPairs(ctx, store, r.StoreKeys())
 	if err != nil {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = template.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.settings.Keyring)); err != nil {
+	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
-	defer func() {
-		if err != nil {
-			p.Release()
-		}
-	}()
+	if err := r.compare(&p); err != nil {
+		p.Release()
+		return p, err
+	}
+	return p, nil
+}
+
+// compare sets what p would do from the live file and the owed-reload
+// record as they are now: Process compares again once it holds the
+// destination's lock, as another process may have written the file since.
+func (r *File) compare(p *Plan) (err error) {
 	if p.live, err = readLive(r.Dest); err != nil {
-		return p, fmt.Errorf("%s: %w", r.File, err)
+		return fmt.Errorf("%s: %w", r.File, err)
 	}
 	p.Mode = r.effectiveMode(p.live)
 	p.Write = !r.inSync(p.live, p.Content, p.Mode)
-	l := p.live
 	owed, err := readOwed(r.Dest)
 	if err != nil {
-		return p, fmt.Errorf("%s: %w", r.File, err)
+		return fmt.Errorf("%s: %w", r.File, err)
 	}
-	if owed.exists {
+	p.inPlace = owed.inPlace != nil
+	p.ReloadOwed, p.staleOwed = false, false
+	if owed.exists && (len(owed.sums) > 0 || !owed.valid) { // not just an in-place write's line
 		// Owed only if the live file is what the recording pass installed;
 		// an unreadable record counts as owed: a spare reload is better
 		// than a lost one.
-		if !owed.valid || (l.exists && owed.covers(l.content)) {
+		if !owed.valid || (p.live.exists && owed.covers(p.live.content)) {
 			p.ReloadOwed = true
 		} else {
 			p.staleOwed = true
 		}
 	}
-	return p, nil
+	return nil
 }

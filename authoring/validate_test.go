@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/resource"
 )
@@ -27,7 +28,7 @@ func runValidate(t *testing.T, confdir, mock string, noop bool, names ...string)
 	log := logrus.New()
 	log.SetOutput(&logs)
 	code := Validate(context.Background(), ValidateOptions{
-		MockData: mock, Settings: resource.Settings{ConfDir: confdir}, Resources: names,
+		MockData: mock, Settings: apply.Settings{Settings: resource.Settings{ConfDir: confdir}}, Resources: names,
 		Noop: noop, Out: &out, Log: log,
 	})
 	return code, out.String(), logs.String()
@@ -129,7 +130,7 @@ func TestExampleBundleIsCanonical(t *testing.T) {
 		if err := os.WriteFile(mock, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return runValidate(t, "../../examples/confd", mock, false, "20-sa-bundle")
+		return runValidate(t, "../examples/confd", mock, false, "20-sa-bundle")
 	}
 	code, base, logs := render(map[string]string{k + "master-1": rsaPub, k + "master-2": ecPub})
 	if code != 0 {

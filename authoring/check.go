@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keysync/confd/internal/redact"
 	"io"
 	"io/fs"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
@@ -38,8 +39,8 @@ type ConfigFile struct {
 // CheckOptions are Check's inputs.
 type CheckOptions struct {
 	Config    ConfigFile
-	Settings  resource.Settings // as the run would use them; Log is replaced
-	Resources []string          // -resource names; none means every resource
+	Settings  apply.Settings // as the run would use them; Log is replaced
+	Resources []string       // -resource names; none means every resource
 	// Validate checks the combined configuration (flags, environment and
 	// file) as a run would before starting; nil skips it.
 	Validate func() error
@@ -140,7 +141,7 @@ func checkConfigFile(c ConfigFile) []Problem {
 
 // loadResources loads through the resource package, as a run does, and
 // turns its errors and the warnings it logs into problems.
-func loadResources(s resource.Settings, names []string) ([]*resource.Resource, []Problem) {
+func loadResources(s apply.Settings, names []string) ([]*resource.Resource, []Problem) {
 	rec := &recorder{}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -148,7 +149,7 @@ func loadResources(s resource.Settings, names []string) ([]*resource.Resource, [
 	log.AddHook(rec)
 	s.Log = log
 	s.Noop = true // nothing here may act, whatever the caller set
-	rs, errs := resource.LoadNamed(&s, names)
+	rs, errs := resource.LoadNamed(&s.Settings, names)
 	var ps []Problem
 	for _, msg := range rec.msgs {
 		ps = append(ps, locate(msg))

@@ -1,11 +1,9 @@
-package resource
+package apply
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -26,22 +24,6 @@ func (f RunnerFunc) Run(ctx context.Context, spec runner.Spec) runner.Result { r
 
 // errorTailLines is how much of a failed command's output its error shows.
 const errorTailLines = 5
-
-// expandCommand fills {{.src}} and {{.dest}} in a check_cmd or reload_cmd.
-func expandCommand(name, cmd, src, dest string) (string, error) {
-	if cmd == "" {
-		return "", nil
-	}
-	t, err := template.New(name).Option("missingkey=error").Parse(cmd)
-	if err != nil {
-		return "", err
-	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]string{"src": src, "dest": dest}); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
 
 // CommandError reports a command that failed, timed out, was stopped or
 // could not start. Its output tail is already redacted.
@@ -71,13 +53,13 @@ const maxLoggedLines = 1000
 
 // runCommand runs one check_cmd or reload_cmd under /bin/sh -c, logging
 // each output line as it arrives through logLine.
-func (r *Resource) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
+func (r *File) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
 	lines := 0
-	res := r.settings.runner().Run(ctx, runner.Spec{
+	res := r.s.runner().Run(ctx, runner.Spec{
 		Argv:    runner.Shell(cmd),
-		Env:     r.settings.CommandEnv,
+		Env:     r.s.CommandEnv,
 		Timeout: timeout,
-		Grace:   r.settings.CommandGrace,
+		Grace:   r.s.CommandGrace,
 		// One pipe: the log shows the lines in the order they were written.
 		CombinedOutput: true,
 		// %q: one log record per line, whatever the line holds, as confd

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/resource"
 )
 
@@ -46,7 +47,7 @@ func runCheck(t *testing.T, dir string, names ...string) (int, string) {
 	var out bytes.Buffer
 	code := Check(context.Background(), CheckOptions{
 		Config:    ConfigFile{Path: filepath.Join(dir, "confd.toml"), Set: knownKeys},
-		Settings:  resource.Settings{ConfDir: dir},
+		Settings:  apply.Settings{Settings: resource.Settings{ConfDir: dir}},
 		Resources: names,
 		Out:       &out,
 	})
@@ -56,7 +57,7 @@ func runCheck(t *testing.T, dir string, names ...string) (int, string) {
 func TestCheckExampleConfdir(t *testing.T) {
 	var out bytes.Buffer
 	code := Check(context.Background(), CheckOptions{
-		Settings: resource.Settings{ConfDir: "../../examples/confd"},
+		Settings: apply.Settings{Settings: resource.Settings{ConfDir: "../examples/confd"}},
 		Out:      &out,
 	})
 	if code != 0 || !strings.Contains(out.String(), "OK: 2 resource(s), 2 template(s)") {
@@ -130,7 +131,7 @@ func TestCheckConfigFileSyntaxAndAbsence(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	missing := filepath.Join(dir, "absent.toml")
-	code = Check(context.Background(), CheckOptions{Config: ConfigFile{Path: missing, Required: true}, Settings: resource.Settings{ConfDir: dir}, Out: &buf})
+	code = Check(context.Background(), CheckOptions{Config: ConfigFile{Path: missing, Required: true}, Settings: apply.Settings{Settings: resource.Settings{ConfDir: dir}}, Out: &buf})
 	if code != 1 || !strings.Contains(buf.String(), missing) {
 		t.Errorf("required but absent confd.toml: exit %d:\n%s", code, buf.String())
 	}

@@ -8,17 +8,17 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends/file"
-	"github.com/keysync/confd/resource"
 )
 
 // ValidateOptions are Validate's inputs.
 type ValidateOptions struct {
-	MockData  string            // a JSON or YAML file, read as the file backend reads one
-	Settings  resource.Settings // as the run would use them
-	Resources []string          // -resource names; none means every resource
-	Noop      bool              // print the change against the live destination instead of the file
-	Out       io.Writer         // rendered files or changes
+	MockData  string         // a JSON or YAML file, read as the file backend reads one
+	Settings  apply.Settings // as the run would use them
+	Resources []string       // -resource names; none means every resource
+	Noop      bool           // print the change against the live destination instead of the file
+	Out       io.Writer      // rendered files or changes
 	Log       logrus.FieldLogger
 }
 
@@ -43,7 +43,7 @@ func Validate(ctx context.Context, opts ValidateOptions) int {
 	s := opts.Settings
 	s.Noop = true
 	s.Log = log
-	rs, errs := resource.LoadNamed(&s, opts.Resources)
+	rs, errs := apply.LoadNamed(&s, opts.Resources)
 	failed := len(errs) > 0
 	for _, err := range errs {
 		log.Error(err.Error())
