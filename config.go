@@ -55,6 +55,7 @@ var fileKeys = map[string]string{
 	"wait":               "wait",
 	"resync":             "resync",
 	"metrics_addr":       "metrics-addr",
+	"max_commands":       "max-commands",
 }
 
 // otherBackendKeys are confd.toml keys that only confd's other backends
@@ -224,6 +225,9 @@ func validate(c *Config) error {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)
 		}
+	}
+	if c.MaxCommands < 1 {
+		return fmt.Errorf("-max-commands %d must be at least 1", c.MaxCommands)
 	}
 	if c.Resync < 0 {
 		return fmt.Errorf("-resync %s must not be negative (0 turns it off)", c.Resync)

@@ -64,6 +64,10 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	stopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c, stop: stopCtx.Done()}
+	// One bound on commands across groups for the process's life: a
+	// SIGHUP's new resources share it with the old ones still running.
+	limits := daemon.NewLimits(c.MaxCommands, stopCtx.Done(), log)
+	loader.runner = limits.Runner(nil)
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
@@ -170,6 +174,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		Log:      log,
 		Observer: daemon.Observers(observers...),
 		Commands: cmdCtx,
+		Limits:   limits,
 	}
 	if c.Watch {
 		ws, ok := store.(daemon.WatchStore)
@@ -261,6 +266,7 @@ type resourceLoader struct {
 	cfg            *Config
 	keyring        *template.Keyring // -secret-keyring, read once at start
 	stop           <-chan struct{}   // closed by the first SIGTERM/SIGINT
+	runner         resource.Runner   // bounds commands (-max-commands); nil: the plain runner
 	current        []*resource.Resource
 }
 
@@ -270,7 +276,7 @@ func (l *resourceLoader) settings(c *Config) *resource.Settings {
 		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
 		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
-		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
+		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop, Runner: l.runner,
 	}
 }
 
