@@ -1,10 +1,14 @@
 // Package daemon is confd's scheduling policy: which resources to process
-// when. -onetime processes everything once; -watch follows one etcd watch
+// when. -onetime processes everything once, one resource at a time in
+// file-name order, as confd 0.16 did; -watch follows one etcd watch
 // stream, routes each change to the groups of resources whose keys it
 // touches, waits for quiescence, retries failures with backoff and at once
 // on a new event, and re-reads everything after a restore, a compaction, a
 // SIGHUP or every -resync; -interval re-reads conf.d and processes
-// everything every interval. The write path itself is resource's.
+// everything every interval. Groups are independent: each pass runs in a
+// worker of its own, so a reload that takes 30 minutes delays no other
+// group, and at most -max-commands commands run at once (Limits). The
+// write path itself is resource's.
 package daemon
 
 import (
