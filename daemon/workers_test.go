@@ -70,6 +70,9 @@ func runWatching(t *testing.T, obs Observer, procs ...Processor) (*Daemon, *fake
 	f := &fakeWatch{rev: 10, watching: make(chan chan backends.WatchEvent, 10), errs: make(chan error)}
 	log, _ := test.NewNullLogger()
 	d := New(Options{Load: func(bool) Plan { return Plan{Procs: procs} }, Store: f, Watch: f, Log: log, Observer: obs})
+	if lo, ok := obs.(*loopObserver); ok {
+		lo.d.Store(d) // before Run: every state the loop publishes is seen
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- d.Run(ctx) }()
@@ -121,8 +124,7 @@ func TestChangesCoalesceWhileAPassRuns(t *testing.T) {
 	b.release <- struct{}{}
 	b.release <- struct{}{}
 	obs := &loopObserver{revs: make(chan [2]int64, 10000)}
-	d, f, w := runWatching(t, obs, a, b)
-	obs.d.Store(d)
+	_, f, w := runWatching(t, obs, a, b)
 	a.next(t)
 	b.next(t)
 	for rev := int64(11); rev <= 1010; rev++ {
@@ -177,7 +179,6 @@ func TestSIGHUPDuringAPass(t *testing.T) {
 	b.release <- struct{}{}
 	obs := &loopObserver{revs: make(chan [2]int64, 10000)}
 	d, _, _ := runWatching(t, obs, a, b)
-	obs.d.Store(d)
 	a.next(t)
 	b.next(t)
 	runningNow := func(want func(int64) bool) int64 {
