@@ -291,6 +291,9 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
 				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
 			}
+			if c.MaxCommands != l.cfg.MaxCommands {
+				l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
+			}
 			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
 			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
 		}
