@@ -12,6 +12,7 @@ import (
 	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/connect"
+	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/resource"
 )
@@ -48,6 +49,7 @@ type Config struct {
 	Wait          waitspec.Spec // default quiescence of -watch
 	Resync        time.Duration // -watch: full reconcile every Resync; 0 = off
 	MetricsAddr   string        // HOST:PORT for /metrics, /healthz, /readyz
+	MaxCommands   int           // check_cmd/reload_cmd run at once, across groups
 }
 
 // DefaultResync is -resync's default: the safety net behind the watch.
@@ -98,6 +100,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
 	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")
+	fs.IntVar(&c.MaxCommands, "max-commands", daemon.DefaultMaxCommands, "how many check_cmd and reload_cmd commands may run at once across independent resources (-watch, -interval); others wait for their turn")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on (off when empty)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "check confd.toml, every resource and the templates they name (syntax, keys, functions) without contacting a store; exit 0 when all are fine, 1 otherwise")
 	fs.BoolVar(&c.Validate, "validate", false, "render resources from -mock-data instead of a store and print them (with -noop: the diff against the live file); writes nothing, runs no command")

@@ -65,6 +65,10 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	stopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c, stop: stopCtx.Done()}
+	// One bound on commands across groups for the process's life: a
+	// SIGHUP's new resources share it with the old ones still running.
+	limits := daemon.NewLimits(c.MaxCommands, stopCtx.Done(), log)
+	loader.runner = limits.Runner(nil)
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
@@ -171,6 +175,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		Log:      log,
 		Observer: daemon.Observers(observers...),
 		Commands: cmdCtx,
+		Limits:   limits,
 	}
 	if c.Watch {
 		ws, ok := store.(daemon.WatchStore)
@@ -263,6 +268,7 @@ type resourceLoader struct {
 	keyring        *template.Keyring // -secret-keyring, read once at start
 	renderer       template.Renderer // keeps parses across passes and SIGHUPs
 	stop           <-chan struct{}   // closed by the first SIGTERM/SIGINT
+	runner         apply.Runner      // bounds commands (-max-commands); nil: the plain runner
 	current        []*resource.Resource
 }
 
@@ -273,7 +279,7 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
-		Renderer: &l.renderer,
+		Renderer: &l.renderer, Runner: l.runner,
 	}
 }
 
@@ -287,6 +293,9 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 		} else {
 			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
 				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
+			}
+			if c.MaxCommands != l.cfg.MaxCommands {
+				l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
 			}
 			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
 			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
