@@ -410,6 +410,7 @@ func (p *Process) read(s Stream, f *os.File) {
 	defer p.out.readerDone(s)
 	br := bufio.NewReaderSize(pipeReader{f: f, c: p.out, s: s}, MaxLine)
 	var filter redact.Lines
+	emit := func(text string) { p.out.line(s, text) }
 	for {
 		line, err := br.ReadSlice('\n')
 		text := string(line)
@@ -425,13 +426,14 @@ func (p *Process) read(s Stream, f *os.File) {
 		}
 		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
 		if text != "" || len(line) > 0 {
-			text = filter.Line(text)
 			if cut > 0 {
 				text += fmt.Sprintf(" [%d more bytes of this line dropped]", cut)
 			}
-			p.out.line(s, text)
+			filter.Push(text, emit)
 		}
 		if err != nil {
+			// Lines of a base64 block are held until it ends: here.
+			filter.Flush(emit)
 			return
 		}
 	}
