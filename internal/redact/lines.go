@@ -49,7 +49,7 @@ func (f *Lines) Push(l string, emit func(string)) {
 		return
 	}
 	if ok && len(f.held) > 0 {
-		switch joins(f.first, n) {
+		switch joins(f.first, n, l[start:end]) {
 		case joinMiddle:
 			f.hold(l, n, emit)
 			return
@@ -87,11 +87,15 @@ const (
 	joinLast
 )
 
-func joins(first, n int) int {
+func joins(first, n int, run string) int {
 	switch {
 	case n >= first-1 && n <= first+1:
 		return joinMiddle
-	case n < first-1:
+	case n < first-1 && (strings.HasSuffix(run, "=") || (n-first%4)%4 != 1):
+		// No base64 text is 1 mod 4 characters long (a glued diff
+		// marker is the first line's remainder): a short word after a
+		// block ("after") is not part of it. One that could be is masked
+		// with it only if the block is a key.
 		return joinLast
 	}
 	return joinNone
@@ -139,7 +143,7 @@ func maskEncodedLines(lines []string) {
 			if !ok {
 				break
 			}
-			how := joins(end-start, e-s)
+			how := joins(end-start, e-s, b[s:e])
 			if how == joinNone {
 				break
 			}

@@ -43,6 +43,16 @@ func String(s string) string {
 	if strings.Contains(s, "://") {
 		s = urlPassRE.ReplaceAllString(s, "${1}"+PasswordMask+"${3}")
 	}
+	return maskKeys(s)
+}
+
+// HasKey reports whether s holds private key material that String would
+// mask, for inputs that must be refused rather than stored masked (a hold
+// reason, a flag value).
+func HasKey(s string) bool { return maskKeys(s) != s }
+
+// maskKeys is String without the URL passwords.
+func maskKeys(s string) string {
 	armoured := strings.Contains(s, "KEY")
 	longest := longestRun(s)
 	if !armoured && longest < minRunLine {
