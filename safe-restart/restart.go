@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/internal/groupguard"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -165,9 +167,10 @@ type commandRunner struct {
 
 // guard is a started group guard waiting for its hand-over.
 type guard struct {
-	argv []string
-	p    *runner.Process
-	ctl  *os.File // our end of the guard's stdin
+	argv   []string
+	p      *runner.Process
+	ctl    *os.File // our end of the guard's stdin
+	status *os.File // the read end of the guard's status pipe
 }
 
 // warm starts the guard for argv's first run.
@@ -197,7 +200,7 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	}
 	if g != nil {
 		if err := g.handOver(env); err == nil {
-			return runnerProcess{g.p}, nil
+			return newRunnerProcess(g), nil
 		}
 		// It ended before taking the command (killed by someone else):
 		// nothing ran, so a fresh guard runs it, as without warming.
@@ -211,30 +214,31 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 		g.discard()
 		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
 	}
-	return runnerProcess{g.p}, nil
+	return newRunnerProcess(g), nil
 }
 
 // spawn starts a guard for argv that waits for its hand-over. argv is on
 // its command line, as the helper's own; the environment never is.
 func (r *commandRunner) spawn(argv []string) (*guard, error) {
-	guarded, err := guardedArgv(argv)
-	if err != nil {
-		return nil, err
-	}
 	stdin, ctl, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("hand-over pipe for the command's group guard: %w", err)
 	}
-	p, err := runner.Start(context.Background(), runner.Spec{
-		Argv: guarded, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, ArmLater: true, Grace: killGrace, ParentDeathSignal: guardDeathSignal,
-	})
-	_ = stdin.Close()
+	status, statusW, err := os.Pipe()
 	if err != nil {
-		_ = ctl.Close()
+		_, _ = stdin.Close(), ctl.Close()
+		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
+	}
+	p, err := runner.Start(context.Background(), groupguard.Wrap(runner.Spec{
+		Argv: argv, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, ArmLater: true, Grace: killGrace,
+	}, groupguard.Options{Handover: true, Status: statusW}))
+	_, _ = stdin.Close(), statusW.Close()
+	if err != nil {
+		_, _ = ctl.Close(), status.Close()
 		return nil, err
 	}
-	return &guard{argv: argv, p: p, ctl: ctl}, nil
+	return &guard{argv: argv, p: p, ctl: ctl, status: status}, nil
 }
 
 // handOver gives the guard the command's environment and lets it run the
@@ -249,7 +253,7 @@ func (g *guard) handOver(env []string) error {
 	// Armed before the write: a guard that does not read is then timed out
 	// (its group killed), which ends a blocked write too.
 	g.p.Arm()
-	_, err := g.ctl.Write(encodeHandover(env))
+	_, err := g.ctl.Write(groupguard.EncodeHandover(env))
 	if err != nil {
 		return fmt.Errorf("write the hand-over: %w", err)
 	}
@@ -271,16 +275,54 @@ func (g *guard) discard() {
 	defer t.Stop()
 	select {
 	case <-g.p.Done():
-		return
 	case <-t.C:
+		g.p.Terminate(0)
+		<-g.p.Done()
 	}
-	g.p.Terminate(0)
-	<-g.p.Done()
+	_ = g.status.Close()
 }
 
-type runnerProcess struct{ *runner.Process }
+// runnerProcess is a guarded restart command as restart.Process.
+type runnerProcess struct {
+	*runner.Process
+	status *os.File
+	once   *sync.Once
+	err    *error
+}
 
-func (p runnerProcess) Wait() error { return p.Process.Wait().Err }
+func newRunnerProcess(g *guard) runnerProcess {
+	return runnerProcess{Process: g.p, status: g.status, once: new(sync.Once), err: new(error)}
+}
+
+// Wait returns the command's error. A guard that ended without reporting
+// how the command ended died on its own (killed by someone): the command's
+// group may still run. It is killed and confirmed gone (restart.ErrGuardDied)
+// before the helper may release the lock; if that cannot be confirmed
+// within killGrace, the error also wraps restart.ErrGroupAlive, and the
+// lock must be kept until its lease runs out.
+func (p runnerProcess) Wait() error {
+	p.once.Do(func() {
+		res := p.Process.Wait()
+		st := groupguard.ReadStatus(p.status)
+		_ = p.status.Close()
+		err := res.Err
+		if st.Reported {
+			*p.err = err
+			return
+		}
+		if err == nil {
+			err = errors.New("the command's group guard ended without reporting the command's end")
+		}
+		if !res.TimedOut && !res.Terminated {
+			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
+		}
+		if !groupguard.GroupGone(p.Pid(), killGrace) {
+			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
+		}
+		*p.err = err
+	})
+	return *p.err
+}
 
 // healthGate is the health package as restart.Gate.
 type healthGate struct {

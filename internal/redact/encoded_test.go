@@ -245,3 +245,20 @@ func TestKeyMaterialRejectsPublicDER(t *testing.T) {
 		t.Fatal("public key DER taken for a private key")
 	}
 }
+
+// TestLinesPassOrdinaryLinesAtOnce: only bare base64-looking lines are held
+// back for their block; a log line ending in a long word is not.
+func TestLinesPassOrdinaryLinesAtOnce(t *testing.T) {
+	for _, l := range []string{
+		"time=x level=info msg=\"restart command started\" lock=kube-apiserver-restart",
+		"ppid=1 stdin=/dev/null v=s3cr3t-lock-value-31337",
+		"kube-apiserver-restart",
+	} {
+		var f Lines
+		var got []string
+		f.Push(l, func(s string) { got = append(got, s) })
+		if len(got) != 1 || got[0] != l {
+			t.Errorf("Push(%q) emitted %q at once", l, got)
+		}
+	}
+}

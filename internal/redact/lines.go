@@ -60,11 +60,19 @@ func (f *Lines) Push(l string, emit func(string)) {
 		}
 	}
 	f.Flush(emit)
-	if ok && n >= minRunLine {
+	if ok && n >= minRunLine && holdable(l[:start], l[start:end]) {
 		f.hold(l, n, emit)
 		return
 	}
 	emit(maskRuns(l))
+}
+
+// holdable tells whether a line may open a block that is held back: only
+// a bare run (wrapped base64 output has no prefix) that looks encoded. An
+// ordinary line that ends in a long word ("lock=kube-apiserver-restart")
+// must reach the log at once, not when the next line comes.
+func holdable(prefix, run string) bool {
+	return strings.TrimSpace(prefix) == "" && (len(run) >= 40 || strings.ContainsAny(run, "0123456789+/"))
 }
 
 func (f *Lines) hold(l string, n int, emit func(string)) {

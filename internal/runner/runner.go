@@ -61,6 +61,12 @@ func (s Stream) String() string {
 type Spec struct {
 	// Argv is run without a shell; use Shell for a /bin/sh -c command line.
 	Argv []string
+	// Name is how messages name the command; empty is Quote(Argv). (A
+	// command run under a wrapper, such as a group guard, keeps its own.)
+	Name string
+	// ExtraFiles are passed to the command as descriptors 3, 4, ...; the
+	// caller keeps (and closes) its copies.
+	ExtraFiles []*os.File
 	// Env is the complete environment of the command; nil inherits ours.
 	Env []string
 	Dir string
@@ -191,7 +197,12 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		cmd.Stdin = spec.Stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
-	p := &Process{spec: spec, cmd: cmd, argv: Quote(spec.Argv), armed: make(chan struct{}), done: make(chan struct{}),
+	cmd.ExtraFiles = spec.ExtraFiles
+	name := spec.Name
+	if name == "" {
+		name = Quote(spec.Argv)
+	}
+	p := &Process{spec: spec, cmd: cmd, argv: name, armed: make(chan struct{}), done: make(chan struct{}),
 		exited: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
