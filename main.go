@@ -12,12 +12,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/authoring"
+	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/metrics"
@@ -38,6 +40,10 @@ var Version = "0.1.0-dev"
 const gcPercent = 50
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == groupguard.Arg {
+		// This process is a command's group guard (see settings).
+		os.Exit(groupguard.Main("confd", os.Args[2:]))
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
@@ -271,7 +277,24 @@ func (l *resourceLoader) settings(c *Config) *resource.Settings {
 		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
+		// check_cmd and reload_cmd do not outlive confd: a guard gives
+		// their group SIGTERM, then SIGKILL after -command-grace, when
+		// confd dies; and the next confd's run of the same command waits
+		// for the old one to be gone.
+		Runner: groupguard.Runner{LockDir: commandLockDir(l.getenv), Waiting: func(cmd string) {
+			l.log.Warnf("%s: waiting for an earlier run of this command to end (left by a confd that died; it gets SIGTERM, then SIGKILL after -command-grace)", cmd)
+		}},
 	}
+}
+
+// commandLockDir is where the commands' locks are: systemd's
+// RuntimeDirectory when the unit has one, else a directory of this user's
+// in the temporary directory.
+func commandLockDir(getenv func(string) string) string {
+	if d := getenv("RUNTIME_DIRECTORY"); d != "" {
+		return filepath.Join(strings.Split(d, ":")[0], "commands")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("confd-%d-commands", os.Geteuid()))
 }
 
 // reload re-reads conf.d and, when full (SIGHUP), confd.toml first. A

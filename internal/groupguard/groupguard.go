@@ -75,7 +75,7 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
 	}
-	args := []string{"/proc/self/exe", Arg}
+	args := []string{self(), Arg}
 	if o.Grace > 0 {
 		args = append(args, "-grace="+o.Grace.String())
 	}
@@ -91,6 +91,21 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 		args = append(args, "-status-fd="+strconv.Itoa(3+len(extra)))
 		extra = append(extra, o.Status)
 	}
+	if o.Grace > 0 {
+		// The command may still write while it cleans up after our death:
+		// the guard then reads (and drops) its output, instead of the
+		// command dying of SIGPIPE.
+		spec.ShareOutputReaders = true
+		n := 1
+		if !spec.CombinedOutput {
+			n = 2
+		}
+		fds := make([]string, n)
+		for i := range fds {
+			fds[i] = strconv.Itoa(3 + len(extra) + i)
+		}
+		args = append(args, "-drain-fds="+strings.Join(fds, ","))
+	}
 	args = append(args, strconv.Itoa(os.Getpid()), "--")
 	spec.Argv = append(args, spec.Argv...)
 	spec.ExtraFiles = extra
@@ -98,9 +113,30 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 	return spec
 }
 
+// self is this binary's path, for the guard to re-execute: by name, so
+// that ps shows "confd __group-guard ..." rather than "exe"; through
+// /proc/self/exe when the file was replaced or removed since it started
+// (a package upgrade), which still runs this very binary.
+func self() string {
+	p, err := os.Executable()
+	if err != nil || strings.HasSuffix(p, " (deleted)") {
+		return "/proc/self/exe"
+	}
+	if fi, err := os.Stat(p); err != nil || !sameFile(fi, "/proc/self/exe") {
+		return "/proc/self/exe"
+	}
+	return p
+}
+
+func sameFile(fi os.FileInfo, path string) bool {
+	other, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, other)
+}
+
 // options are the guard's parsed command line.
 type options struct {
 	grace    time.Duration
+	drainFDs []int
 	handover bool
 	lockFD   int
 	statusFD int
@@ -118,6 +154,14 @@ func parse(args []string) (options, error) {
 			o.grace, err = time.ParseDuration(value)
 		case "-handover":
 			o.handover = true
+		case "-drain-fds":
+			for _, f := range strings.Split(value, ",") {
+				var fd int
+				if fd, err = strconv.Atoi(f); err != nil {
+					break
+				}
+				o.drainFDs = append(o.drainFDs, fd)
+			}
 		case "-lock-fd":
 			o.lockFD, err = strconv.Atoi(value)
 		case "-status-fd":
@@ -156,7 +200,7 @@ func Main(prog string, args []string) int {
 	// The command must not inherit the lock or the status pipe: the lock
 	// is released when the guard (the last of the group) ends, and a
 	// status pipe held by a straggler would never report EOF.
-	for _, fd := range []int{o.lockFD, o.statusFD} {
+	for _, fd := range append([]int{o.lockFD, o.statusFD}, o.drainFDs...) {
 		if fd >= 0 {
 			syscall.CloseOnExec(fd)
 		}
@@ -216,6 +260,11 @@ func Main(prog string, args []string) int {
 			death = nil
 			if o.grace <= 0 {
 				killGroup()
+			}
+			// The owner no longer reads the command's output: we do,
+			// dropping it, so that the command's writes do not fail.
+			for _, fd := range o.drainFDs {
+				go func(f *os.File) { _, _ = io.Copy(io.Discard, f) }(os.NewFile(uintptr(fd), "output"))
 			}
 			// SIGTERM first, so that the command can still clean up (the
 			// restart helper writes its hold); the guard catches its own.

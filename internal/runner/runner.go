@@ -67,6 +67,12 @@ type Spec struct {
 	// ExtraFiles are passed to the command as descriptors 3, 4, ...; the
 	// caller keeps (and closes) its copies.
 	ExtraFiles []*os.File
+	// ShareOutputReaders also passes the read ends of the command's output
+	// pipes (stdout's, then stderr's unless CombinedOutput), after
+	// ExtraFiles: for a group guard that keeps reading them once we are
+	// gone, so that the command's output does not kill it with SIGPIPE
+	// while it cleans up.
+	ShareOutputReaders bool
 	// Env is the complete environment of the command; nil inherits ours.
 	Env []string
 	Dir string
@@ -222,6 +228,12 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		go p.read(s, r)
 	}
 	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[len(childEnds)-1]
+	if spec.ShareOutputReaders {
+		cmd.ExtraFiles = append(append([]*os.File(nil), cmd.ExtraFiles...), p.out.pipes[Stdout])
+		if !spec.CombinedOutput {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, p.out.pipes[Stderr])
+		}
+	}
 	started := make(chan error, 1)
 	go p.run(started)
 	err := <-started
