@@ -19,6 +19,7 @@ import (
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/authoring"
+	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
@@ -108,8 +109,10 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 				}
 			case !stopping:
 				stopping = true
-				log.Infof("%v: stopping; no new pass or command starts, a running command may finish (send %v again to end it now)", s, s)
+				log.Info(stoppingMessage(c, s))
 				stop()
+			case c.OneTime:
+				log.Warnf("%v again: the running command already got SIGTERM; it gets SIGKILL when -command-grace (%s) ends", s, c.CommandGrace)
 			default:
 				log.Warnf("%v again: ending running commands now", s)
 				kill()
@@ -118,8 +121,11 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}()
 
 	procs, loadErrs := loader.load(loader.settings(c))
-	if !c.OneTime && len(procs) == 0 {
-		log.Errorf("nothing to process: no template resource loaded from %s", filepath.Join(c.ConfDir, "conf.d"))
+	if len(procs) == 0 && (!c.OneTime || loadErrs == 0) {
+		// -onetime too (confd 0.16 exited 0): a run that did nothing
+		// because it found nothing is a configuration error, not success.
+		// (A -onetime whose resources all failed to load exits 1 below.)
+		log.Error(nothingToProcess(filepath.Join(c.ConfDir, "conf.d"), loadErrs))
 		return exitUsage
 	}
 	if !c.KeepStageFile && !c.Noop {
@@ -130,7 +136,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	store, err := backends.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
-		log.Errorf("backend %s: %v", c.Store.Backend, err)
+		log.Error(startError(c.Store.Backend, err))
 		return exitFail
 	}
 	defer store.Close()
@@ -202,13 +208,51 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	return exitOK
 }
 
+// stoppingMessage is what the first SIGTERM/SIGINT does, as it does it.
+func stoppingMessage(c *Config, s os.Signal) string {
+	if c.OneTime {
+		// -onetime ends a running command at once: see daemon.Once below.
+		return fmt.Sprintf("%v: stopping: no further resource starts; a running check_cmd or reload_cmd gets SIGTERM now and SIGKILL after -command-grace (%s); a reload that does not finish is owed to the next run", s, c.CommandGrace)
+	}
+	return fmt.Sprintf("%v: stopping; no new pass or command starts, a running command may finish (send %v again to end it now)", s, s)
+}
+
+// startError is the message for a backend that could not be reached at
+// start, when confd exits.
+func startError(backend string, err error) string {
+	var expired *etcdclient.ExpiredError
+	if errors.As(err, &expired) {
+		// Not "read again on the next connection": there is none, confd
+		// stops here.
+		return fmt.Sprintf("backend %s: cannot start: client certificate %s expired at %s, and etcd refuses it. Renew the certificate (and its key) on disk, then start confd again; a running confd picks up a renewed certificate by itself",
+			backend, expired.File, expired.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("backend %s: %v", backend, err)
+}
+
+// nothingToProcess says why no resource loaded from dir, and what to do.
+func nothingToProcess(dir string, loadErrs int) string {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Sprintf("nothing to process: %s does not exist; create it and put template resources (*.toml) in it, or point -confdir (confd.toml: confdir) at the directory that holds conf.d/", dir)
+	}
+	if loadErrs > 0 {
+		return fmt.Sprintf("nothing to process: every template resource in %s failed to load (errors above); fix them and run confd again", dir)
+	}
+	return fmt.Sprintf("nothing to process: %s holds no template resource (*.toml); add one, or point -confdir (confd.toml: confdir) at the directory that holds yours", dir)
+}
+
 // configure builds the Config from flags, environment and confd.toml. A nil
 // logger means: exit now with the returned code.
 func configure(args []string, stdout, stderr io.Writer, getenv func(string) string) (*Config, *logrus.Logger, int) {
 	c := &Config{}
-	fset := newFlagSet(c, stderr)
+	// pflag prints nothing itself: errors go to stderr below, --help's
+	// usage to stdout (it is the output asked for; confd 0.16 wrote it to
+	// stderr).
+	fset := newFlagSet(c, io.Discard)
 	if err := parseFlags(fset, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			fset.SetOutput(stdout)
+			fset.Usage()
 			return nil, nil, 0
 		}
 		fmt.Fprintf(stderr, "confd: %v\n", err)
@@ -303,7 +347,10 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 	if full {
 		c, log, _ := configure(l.args, io.Discard, l.stderr, l.getenv)
 		if log == nil {
-			l.log.Errorf("SIGHUP: configuration unusable (see above); keeping the running one")
+			// Nothing is re-read, conf.d neither: a half-applied reload
+			// would mix two configurations.
+			l.log.Errorf("SIGHUP: %s is unusable (error above): nothing was re-read; confd goes on with the configuration and resources it had. Fix the file, check it with `confd -check-config`, and send SIGHUP again", l.cfg.ConfigFile)
+			return daemon.Plan{Keep: true}
 		} else {
 			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
 				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
