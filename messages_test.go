@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,5 +94,62 @@ func TestStartErrorExpiredCertificate(t *testing.T) {
 	if strings.Contains(msg, "next connection") ||
 		msg != "backend etcdv3: cannot start: client certificate /etc/confd/client.crt expired at 2026-01-02T03:04:05Z, and etcd refuses it. Renew the certificate (and its key) on disk, then start confd again; a running confd picks up a renewed certificate by itself" {
 		t.Errorf("message %q", msg)
+	}
+}
+
+// One readable journal: a command learns the resource it runs for
+// (CONFD_RESOURCE), and its printable output line is logged as it is, so
+// that a helper's own log line is one plain line under confd's prefix; a
+// line with control characters is still quoted. JSON stays valid JSON.
+func TestChildOutputLoggedPlain(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		dir := t.TempDir()
+		out := t.TempDir()
+		for _, d := range []string{"conf.d", "templates"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := filepath.Join(dir, "conf.d", "app.toml")
+		reload := `echo "for $CONFD_RESOURCE"; echo 'kube-apiserver-safe-restart[7]: INFO restart command started lock=x'; printf 'bell\a\n'`
+		toml := fmt.Sprintf("[template]\nsrc = \"app.tmpl\"\ndest = %q\nkeys = [\"/path\"]\nreload_cmd = %q\n", filepath.Join(out, "app"), reload)
+		if err := os.WriteFile(res, []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "templates", "app.tmpl"), []byte("{{getv \"/path\"}}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(dir, "confd.toml")
+		if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, errb bytes.Buffer
+		code := run(make(chan os.Signal), []string{"-onetime", "-backend", "env", "-confdir", dir, "-config-file", cfg, "-log-format", format}, &stdout, &errb, envOf(nil))
+		if code != 0 {
+			t.Fatalf("%s: exit %d:\n%s", format, code, errb.String())
+		}
+		log := errb.String()
+		switch format {
+		case "text":
+			for _, want := range []string{
+				"INFO reload_cmd output: for " + res + " resource=" + res + "\n",
+				"INFO reload_cmd output: kube-apiserver-safe-restart[7]: INFO restart command started lock=x resource=" + res + "\n",
+				`INFO reload_cmd output: "bell\a" resource=`,
+			} {
+				if !strings.Contains(log, want) {
+					t.Errorf("text log lacks %q:\n%s", want, log)
+				}
+			}
+		case "json":
+			for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(l), &rec); err != nil {
+					t.Errorf("not JSON: %q", l)
+				}
+			}
+			if !strings.Contains(log, `"msg":"reload_cmd output: kube-apiserver-safe-restart[7]: INFO restart command started lock=x"`) {
+				t.Errorf("json log:\n%s", log)
+			}
+		}
 	}
 }
