@@ -233,7 +233,7 @@ func TestCommandsGetNoCredentialsAndLogPerLine(t *testing.T) {
 			recs = append(recs, l)
 		}
 	}
-	if len(recs) != 2 || !strings.Contains(recs[0], ` INFO reload_cmd output: "line one"`) || !strings.Contains(recs[1], ` INFO reload_cmd output: "line two"`) {
+	if len(recs) != 2 || !strings.Contains(recs[0], ` INFO reload_cmd output: line one`) || !strings.Contains(recs[1], ` INFO reload_cmd output: line two`) {
 		t.Errorf("reload output records:\n%s\nstderr:\n%s", strings.Join(recs, "\n"), r.stderr)
 	}
 }

@@ -175,7 +175,7 @@ func parse(args []string) (options, error) {
 		args = args[1:]
 	}
 	if len(args) < 3 || args[1] != "--" {
-		return o, errors.New("needs [OPTIONS] PARENT-PID -- COMMAND...")
+		return o, errors.New("needs [OPTIONS] PARENT-PID -- COMMAND")
 	}
 	p, err := strconv.Atoi(args[0])
 	if err != nil {

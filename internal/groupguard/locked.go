@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/keysync/confd/internal/runner"
@@ -83,7 +84,10 @@ func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
 		return nil, fmt.Errorf("command lock directory %s: not a directory of ours that only we can write", r.LockDir)
 	}
-	sum := sha256.Sum256([]byte(spec.Dir + "\x00" + spec.Name))
+	// Keyed by what the command runs for (confd's CONFD_RESOURCE: the
+	// resource file, under its confdir) and the command line: the same
+	// confd restarted waits for its old run, another confd does not.
+	sum := sha256.Sum256([]byte(resourceOf(spec.Env) + "\x00" + spec.Dir + "\x00" + spec.Name))
 	path := filepath.Join(r.LockDir, hex.EncodeToString(sum[:12])+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -115,4 +119,14 @@ func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
 		go func() { <-got; _ = f.Close() }()
 		return nil, ctx.Err()
 	}
+}
+
+// resourceOf is the resource a command's environment names, if any.
+func resourceOf(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "CONFD_RESOURCE="); ok {
+			return v
+		}
+	}
+	return ""
 }
