@@ -262,3 +262,25 @@ func TestLinesPassOrdinaryLinesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestHasRun(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want bool
+	}{
+		{"", 4, false},
+		{"abc", 4, false},
+		{"abcd", 4, true},
+		{"x abcd", 4, true},
+		{"ab cd ef gh", 4, false},
+		{"ab.cdefg", 4, true},
+		{strings.Repeat("a", 63) + " " + strings.Repeat("b", 63), 64, false},
+		{strings.Repeat("a", 63) + " " + strings.Repeat("b", 64), 64, true},
+		{"   " + strings.Repeat("Z", 64) + "   ", 64, true},
+	} {
+		if got := hasRun(tc.s, tc.n); got != tc.want {
+			t.Errorf("hasRun(%q, %d) = %v", tc.s, tc.n, got)
+		}
+	}
+}

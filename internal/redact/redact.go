@@ -54,20 +54,19 @@ func HasKey(s string) bool { return maskKeys(s) != s }
 // maskKeys is String without the URL passwords.
 func maskKeys(s string) string {
 	armoured := strings.Contains(s, "KEY")
-	longest := longestRun(s)
-	if !armoured && longest < minRunLine {
-		return s
-	}
 	if !armoured {
 		// One line, as a log record is: no block to judge, and no
 		// allocation unless something is masked.
 		if body, nl := strings.CutSuffix(s, "\n"); !strings.Contains(body, "\n") {
-			if longest < minRun {
+			if !hasRun(body, minRun) {
 				return s
 			}
 			if m := maskRuns(body); m != body {
 				return m + nlIf(nl)
 			}
+			return s
+		}
+		if !hasRun(s, minRunLine) {
 			return s
 		}
 	}
