@@ -43,12 +43,13 @@ func TestConfdKilledReloadNeverOverlaps(t *testing.T) {
 		}
 		// The first run reports confd's pid (its parent is the guard,
 		// whose parent is confd), then ticks; on SIGTERM it goes on
-		// ticking (as a helper writing its hold would still work) until
+		// ticking and printing (as a helper writing its hold would still
+		// work and log; its output pipe's reader, confd, is gone) until
 		// the test has seen the next confd wait for it.
 		script := filepath.Join(dir, "reload.sh")
 		body := fmt.Sprintf(`if [ -e %[1]s ]; then
   rm %[1]s
-  trap 'echo term > %[2]s; while [ ! -e %[6]s ]; do %[4]s; done; exit 1' TERM
+  trap 'echo term > %[2]s; while [ ! -e %[6]s ]; do echo cleaning up; %[4]s; done; exit 1' TERM
   cut -d' ' -f4 /proc/$PPID/stat > %[3]s
   while :; do %[4]s; done
 fi
