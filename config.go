@@ -55,6 +55,8 @@ var fileKeys = map[string]string{
 	"wait":               "wait",
 	"resync":             "resync",
 	"metrics_addr":       "metrics-addr",
+
+	"watch_stall_timeout": "watch-stall-timeout",
 }
 
 // otherBackendKeys are confd.toml keys that only confd's other backends
@@ -220,6 +222,8 @@ func validate(c *Config) error {
 		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
 		"-command-grace": c.CommandGrace,
 		"-dial-timeout":  c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
+
+		"-watch-stall-timeout": c.Store.WatchStallTimeout,
 	} {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)

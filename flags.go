@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/internal/suggest"
 	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/resource"
@@ -89,8 +90,9 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", resource.DefaultCheckTimeout, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", resource.DefaultReloadTimeout, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
 	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when a -onetime confd is stopped) and SIGKILL")
-	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", backends.DefaultDialTimeout, "how long to wait for the backend to answer at start")
-	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", backends.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", connect.DefaultDialTimeout, "how long to wait for the backend to answer at start")
+	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", connect.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.Store.WatchStallTimeout, "watch-stall-timeout", connect.DefaultWatchStallTimeout, "-watch: reconnect (and re-read) when etcd answers nothing, progress requests included, for this long; long enough for a defrag of a large etcd (a lost connection is noticed at once)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
 	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/etcdclient"
@@ -133,7 +133,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}
 
 	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
-	store, err := backends.New(dialCtx, c.Store)
+	store, err := connect.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
 		log.Error(startError(c.Store.Backend, err))

@@ -266,14 +266,14 @@ func awaitHangUp(conn net.Conn, d time.Duration, after string) string {
 
 // reloadTimeout: confd's reload_cmd_timeout kills the helper while its
 // restart command runs. The command must die with it. For this scenario
-// only, the victim's 20-sa-bundle.toml has a 20 s timeout instead of 30m:
+// only, the victim's 20-sa-bundle.toml has a 20 s timeout instead of 45m:
 // the one edit of an example in the rehearsal besides paths, made so that
 // the timeout can be seen in a test's time.
 func (f *fleet) reloadTimeout(t *testing.T) {
 	victim := f.hosts[2]
 	res := "/etc/confd/conf.d/20-sa-bundle.toml"
 	orig := string(victim.read(res))
-	short := strings.Replace(orig, `reload_cmd_timeout = "30m"`, `reload_cmd_timeout = "20s"`, 1)
+	short := strings.Replace(orig, `reload_cmd_timeout = "45m"`, `reload_cmd_timeout = "20s"`, 1)
 	if short == orig {
 		t.Fatalf("%s has no reload_cmd_timeout = \"30m\"", res)
 	}

@@ -49,7 +49,9 @@ type options struct {
 	argv []string // restart command; check: files
 
 	// etcd
-	endpoints      []string
+	endpoints []string
+	// endpointsFrom names where endpoints came from, for etcd errors.
+	endpointsFrom  string
 	cacert         string
 	cert           string
 	key            string
@@ -100,6 +102,8 @@ type options struct {
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
+	abort          bool
+	rollback       bool
 
 	// subcommands
 	reason      string
@@ -160,7 +164,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
 	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix, "etcd prefix of the trust records: PREFIX/HOST lists the keys HOST's apiserver loaded at its last successful restart")
-	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it)")
+	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it), and in holds and the lock queue (default there: the kernel's host name)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
 	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
 	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key)")
@@ -171,6 +175,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
+	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -195,13 +201,13 @@ var flagScope = map[string][]string{
 	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
 	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
-	"host":          {cmdRestart, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"trust-timeout": restarting,
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"signing-key":   {cmdRotateKey, cmdRetireKeys},
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
-	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey}, "abort": {cmdRotateKey}, "rollback": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
@@ -306,8 +312,13 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("key", "ETCDCTL_KEY", &o.key)
 	str("user", "ETCDCTL_USER", &o.user)
 	str("password", "ETCDCTL_PASSWORD", &o.password)
+	o.endpointsFrom = endpointsDefault
+	if fs.Changed("endpoints") {
+		o.endpointsFrom = "from --endpoints"
+	}
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
+		o.endpointsFrom = "from ETCDCTL_ENDPOINTS"
 	}
 	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
 		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -332,6 +343,10 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	}
 	return nil
 }
+
+// endpointsDefault is endpointsFrom when neither the flag nor the
+// environment named the endpoints.
+const endpointsDefault = "the default: neither --endpoints nor ETCDCTL_ENDPOINTS is set"
 
 func splitList(v string) []string {
 	var out []string

@@ -116,7 +116,7 @@ class sa_key_sync (
   exec { 'kube-apiserver-safe-restart':
     command     => '/bin/systemctl start kube-apiserver-safe-restart.service',
     refreshonly => true,
-    timeout     => 1900, # above the unit's TimeoutStartSec=30min
+    timeout     => 2800, # above the unit's TimeoutStartSec=45min
   }
   # Example: file { '/etc/kubernetes/apiserver.env': ..., notify => Exec['kube-apiserver-safe-restart'] }
 }

@@ -56,6 +56,7 @@ const (
 	codeHealth      = 7
 	codeLeaseLost   = 8
 	codeInterrupted = 9
+	codeStale       = 10
 )
 
 // waitLimit bounds every wait of these tests; nothing should take this long.

@@ -45,14 +45,23 @@ const (
 	ExitNotRun = 127
 )
 
+// A guard that was handed its command reports on its stdin (a socket)
+// whether the command started: Started, or NotStarted and why.
+const (
+	Started    = "started\n"
+	NotStarted = "cannot start: "
+)
+
 // Options shape a guard.
 type Options struct {
 	// Grace is what the command gets when the owner dies: SIGTERM to the
 	// group, then SIGKILL after Grace. Zero is SIGKILL at once.
 	Grace time.Duration
 	// Handover: the guard starts at once but runs the command only when
-	// the owner has written its environment to the guard's stdin (see
-	// EncodeHandover) and closed it; EOF without one runs nothing. This
+	// the owner has written its environment to the guard's stdin, a
+	// socket (see EncodeHandover), and shut down its writing side; EOF
+	// without one runs nothing. The guard then answers Started or
+	// NotStarted on the same socket. This
 	// lets an owner start the guard ahead of time, and keeps the
 	// command's environment off every command line.
 	Handover bool
@@ -219,8 +228,9 @@ func Main(prog string, args []string) int {
 	if o.handover {
 		handover := make(chan handoverResult, 1)
 		go func() {
+			// With a hand-over, stdin is a socket: it stays open after the
+			// hand-over, for the report of whether the command started.
 			env, err := readHandover(os.Stdin)
-			_ = os.Stdin.Close()
 			handover <- handoverResult{env, err}
 		}()
 		for waiting := true; waiting; {
@@ -247,9 +257,18 @@ func Main(prog string, args []string) int {
 	}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
+		if o.handover {
+			// Told to the owner, which then knows nothing ran.
+			_, _ = fmt.Fprintf(os.Stdin, "%s%v\n", NotStarted, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
+		}
 		report(o.statusFD, "notrun")
 		return ExitNotRun
+	}
+	if o.handover {
+		_, _ = io.WriteString(os.Stdin, Started)
+		_ = os.Stdin.Close()
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()

@@ -1,4 +1,4 @@
-package backends
+package connect
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/etcdtest"
 )
 
 func TestNewUnknownBackend(t *testing.T) {
-	_, err := New(context.Background(), Config{Backend: "consul"})
+	_, err := New(context.Background(), backends.Config{Backend: "consul"})
 	if err == nil {
 		t.Fatal("New accepted backend consul")
 	}
@@ -26,7 +27,7 @@ func TestNewUnknownBackend(t *testing.T) {
 
 func TestNewEnv(t *testing.T) {
 	t.Setenv("KEYSYNC_NEWTEST_A", "1")
-	c, err := New(context.Background(), Config{Backend: "env"})
+	c, err := New(context.Background(), backends.Config{Backend: "env"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +37,8 @@ func TestNewEnv(t *testing.T) {
 		t.Errorf("GetValues = %v, %v", got, err)
 	}
 	if _, ok := c.(interface {
-		Watch(context.Context, []string, int64, func(WatchEvent)) error
-	}); ok || CanWatch("env") {
+		Watch(context.Context, []string, int64, func(backends.WatchEvent)) error
+	}); ok || backends.CanWatch("env") {
 		t.Error("the env backend claims it can watch")
 	}
 }
@@ -50,7 +51,7 @@ func TestNewFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "b.txt"), []byte("other: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(context.Background(), Config{Backend: "file", YAMLFiles: []string{dir}, Filter: "*.yaml"})
+	c, err := New(context.Background(), backends.Config{Backend: "file", YAMLFiles: []string{dir}, Filter: "*.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestNewFile(t *testing.T) {
 	if err != nil || !maps.Equal(got, map[string]string{"/app/port": "80"}) {
 		t.Errorf("GetValues = %v, %v", got, err)
 	}
-	if _, err := New(context.Background(), Config{Backend: "file"}); err == nil {
+	if _, err := New(context.Background(), backends.Config{Backend: "file"}); err == nil {
 		t.Error("file backend without files accepted")
 	}
 }
@@ -74,7 +75,7 @@ func TestNewEtcdAuth(t *testing.T) {
 	ctx := context.Background()
 	// etcd checks passwords with bcrypt: five logins at once on a busy
 	// 2-core machine take more than a second. This test is about outcomes.
-	base := Config{Nodes: []string{s.Endpoint}, DialTimeout: 15 * time.Second}
+	base := backends.Config{Nodes: []string{s.Endpoint}, DialTimeout: 15 * time.Second}
 
 	for _, tc := range []struct {
 		name      string
@@ -140,7 +141,7 @@ func TestNewEtcdUnreachable(t *testing.T) {
 	t.Parallel()
 	ep := etcdtest.UnusedEndpoint(t)
 	start := time.Now()
-	_, err := New(context.Background(), Config{Backend: "etcdv3", Nodes: []string{ep}, DialTimeout: 300 * time.Millisecond})
+	_, err := New(context.Background(), backends.Config{Backend: "etcdv3", Nodes: []string{ep}, DialTimeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), ep) {
 		t.Errorf("err = %v, want one naming %s", err, ep)
 	}

@@ -1,10 +1,15 @@
-package backends
+// Package connect opens the store a backends.Config names. It is the one
+// package that links every backend (and so etcd's client and gRPC): what
+// only consumes stores (daemon, resource) imports backends, which links
+// none of them.
+package connect
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/env"
 	"github.com/keysync/confd/backends/etcdv3"
 	"github.com/keysync/confd/backends/file"
@@ -12,59 +17,21 @@ import (
 
 // Defaults applied by New to zero durations.
 const (
-	DefaultDialTimeout    = etcdv3.DefaultDialTimeout    // 5s
-	DefaultRequestTimeout = etcdv3.DefaultRequestTimeout // 10s
+	DefaultDialTimeout       = etcdv3.DefaultDialTimeout    // 5s
+	DefaultRequestTimeout    = etcdv3.DefaultRequestTimeout // 10s
+	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout   // 30s
 )
 
-// names are the backends New accepts, in the order help text lists them,
-// and whether each can be watched (the others are polled with -interval).
-var names = []struct {
-	name  string
-	watch bool
-}{{"etcdv3", true}, {"etcd", true}, {"env", false}, {"file", false}}
-
-// Names lists the backends New accepts.
-func Names() []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = n.name
-	}
-	return out
-}
-
-// Supported reports whether New accepts name.
-func Supported(name string) bool { _, ok := lookup(name); return ok }
-
-// CanWatch reports whether backend name can serve -watch.
-func CanWatch(name string) bool { n, ok := lookup(name); return ok && n.watch }
-
-func lookup(name string) (struct {
-	name  string
-	watch bool
-}, bool) {
-	for _, n := range names {
-		if n.name == name {
-			return n, true
-		}
-	}
-	return names[0], false
-}
-
-// ErrCompacted is wrapped by Watch when the store no longer has the
-// revisions after afterRev: the caller must read everything again and watch
-// from the new revision. Test with errors.Is.
-var ErrCompacted = etcdv3.ErrCompacted
-
 var (
-	_ StoreClient = (*etcdv3.Client)(nil)
-	_ StoreClient = (*env.Client)(nil)
-	_ StoreClient = (*file.Client)(nil)
+	_ backends.StoreClient = (*etcdv3.Client)(nil)
+	_ backends.StoreClient = (*env.Client)(nil)
+	_ backends.StoreClient = (*file.Client)(nil)
 )
 
 // New returns the store cfg.Backend names, connected: for etcd, New fails
 // (within about cfg.DialTimeout) when no endpoint answers, instead of the
 // first read failing later.
-func New(ctx context.Context, cfg Config) (StoreClient, error) {
+func New(ctx context.Context, cfg backends.Config) (backends.StoreClient, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -100,6 +67,7 @@ func New(ctx context.Context, cfg Config) (StoreClient, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.StallTimeout = cfg.WatchStallTimeout
 		return c, nil
 	case "env":
 		return env.New(nil), nil
@@ -110,5 +78,5 @@ func New(ctx context.Context, cfg Config) (StoreClient, error) {
 		}
 		return c, nil
 	}
-	return nil, fmt.Errorf("backend %q is not supported; use one of %s", cfg.Backend, strings.Join(Names(), ", "))
+	return nil, fmt.Errorf("backend %q is not supported; use one of %s", cfg.Backend, strings.Join(backends.Names(), ", "))
 }
