@@ -157,7 +157,7 @@ func TestHelpDocumentsAuthoringFlags(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, f := range []string{"--check-config", "--validate", "--mock-data string", "--resource stringArray"} {
-		if !strings.Contains(errb.String(), f) {
+		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help lacks %s", f)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/daemon"
+	"github.com/keysync/confd/internal/suggest"
 	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/resource"
 )
@@ -107,7 +108,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&c.MockData, "mock-data", "", "the JSON or YAML file of key/values -validate renders from: absolute keys to strings, or the file backend's nested YAML")
 	fs.StringArrayVar(&c.Resources, "resource", nil, "process only this resource file, relative to conf.d, with or without .toml (repeatable; any mode)")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage of confd:\n  confd [flags]\n\nFlags may be written -flag or --flag, with -flag=value or -flag value, as with confd 0.16.\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(fs.Output(), "Usage of confd:\n  confd [flags]\n\nFlags may be written -flag or --flag, with -flag=value or -flag value, as with confd 0.16.\n\n%s", fs.FlagUsages())
 	}
 	return fs
 }
@@ -130,7 +131,26 @@ func parseFlags(fs *pflag.FlagSet, args []string) error {
 			msg = strings.ReplaceAll(msg, `"--`+name+`"`, `"-`+name+`"`)
 		}
 	}
-	return errors.New(msg)
+	return errors.New(msg + didYouMean(fs, msg))
+}
+
+// didYouMean is a hint for an unknown flag: the declared flag it most
+// likely meant (the same matching as confd.toml's and a resource's keys).
+func didYouMean(fs *pflag.FlagSet, msg string) string {
+	rest, ok := strings.CutPrefix(msg, "unknown flag: ")
+	if !ok {
+		return ""
+	}
+	dash := "-"
+	if strings.HasPrefix(rest, "--") {
+		dash = "--"
+	}
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if m := suggest.Closest(strings.TrimLeft(rest, "-"), names); m != "" {
+		return fmt.Sprintf("; did you mean %s%s? (confd --help lists every flag)", dash, m)
+	}
+	return " (confd --help lists every flag)"
 }
 
 // normalizeArgs turns Go flag package spellings (-watch, -node=X, -node X)
@@ -156,7 +176,8 @@ func normalizeArgs(fs *pflag.FlagSet, args []string) ([]string, error) {
 		case f == nil && (name == "h" || name == "help"):
 			// pflag answers -h and --help with the usage text.
 		case f == nil && a[1] != '-':
-			return nil, fmt.Errorf("unknown flag: -%s", name)
+			msg := "unknown flag: -" + name
+			return nil, errors.New(msg + didYouMean(fs, msg))
 		case f != nil && a[1] != '-':
 			a = "-" + a
 		}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/keysync/confd/authoring"
 	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/daemon"
+	"github.com/keysync/confd/internal/etcdclient"
+	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/metrics"
@@ -39,6 +42,10 @@ var Version = "0.1.0-dev"
 const gcPercent = 50
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == groupguard.Arg {
+		// This process is a command's group guard (see settings).
+		os.Exit(groupguard.Main("confd", os.Args[2:]))
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
@@ -68,7 +75,13 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	// One bound on commands across groups for the process's life: a
 	// SIGHUP's new resources share it with the old ones still running.
 	limits := daemon.NewLimits(c.MaxCommands, stopCtx.Done(), log)
-	loader.runner = limits.Runner(nil)
+	// check_cmd and reload_cmd do not outlive confd: a guard gives their
+	// group SIGTERM, then SIGKILL after -command-grace, when confd dies;
+	// and the next confd's run of the same command waits for the old one
+	// to be gone.
+	loader.runner = limits.Runner(groupguard.Runner{LockDir: commandLockDir(getenv), Waiting: func(cmd string) {
+		log.Warnf("%s: waiting for an earlier run of this command to end (left by a confd that died; it gets SIGTERM, then SIGKILL after -command-grace)", cmd)
+	}})
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
@@ -107,8 +120,10 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 				}
 			case !stopping:
 				stopping = true
-				log.Infof("%v: stopping; no new pass or command starts, a running command may finish (send %v again to end it now)", s, s)
+				log.Info(stoppingMessage(c, s))
 				stop()
+			case c.OneTime:
+				log.Warnf("%v again: the running command already got SIGTERM; it gets SIGKILL when -command-grace (%s) ends", s, c.CommandGrace)
 			default:
 				log.Warnf("%v again: ending running commands now", s)
 				kill()
@@ -117,8 +132,11 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}()
 
 	procs, loadErrs := loader.load(loader.settings(c))
-	if !c.OneTime && len(procs) == 0 {
-		log.Errorf("nothing to process: no template resource loaded from %s", filepath.Join(c.ConfDir, "conf.d"))
+	if len(procs) == 0 && (!c.OneTime || loadErrs == 0) {
+		// -onetime too (confd 0.16 exited 0): a run that did nothing
+		// because it found nothing is a configuration error, not success.
+		// (A -onetime whose resources all failed to load exits 1 below.)
+		log.Error(nothingToProcess(filepath.Join(c.ConfDir, "conf.d"), loadErrs))
 		return exitUsage
 	}
 	if !c.KeepStageFile && !c.Noop {
@@ -129,7 +147,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	store, err := connect.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
-		log.Errorf("backend %s: %v", c.Store.Backend, err)
+		log.Error(startError(c.Store.Backend, err))
 		return exitFail
 	}
 	defer store.Close()
@@ -202,13 +220,51 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	return exitOK
 }
 
+// stoppingMessage is what the first SIGTERM/SIGINT does, as it does it.
+func stoppingMessage(c *Config, s os.Signal) string {
+	if c.OneTime {
+		// -onetime ends a running command at once: see daemon.Once below.
+		return fmt.Sprintf("%v: stopping: no further resource starts; a running check_cmd or reload_cmd gets SIGTERM now and SIGKILL after -command-grace (%s); a reload that does not finish is owed to the next run", s, c.CommandGrace)
+	}
+	return fmt.Sprintf("%v: stopping; no new pass or command starts, a running command may finish (send %v again to end it now)", s, s)
+}
+
+// startError is the message for a backend that could not be reached at
+// start, when confd exits.
+func startError(backend string, err error) string {
+	var expired *etcdclient.ExpiredError
+	if errors.As(err, &expired) {
+		// Not "read again on the next connection": there is none, confd
+		// stops here.
+		return fmt.Sprintf("backend %s: cannot start: client certificate %s expired at %s, and etcd refuses it. Renew the certificate (and its key) on disk, then start confd again; a running confd picks up a renewed certificate by itself",
+			backend, expired.File, expired.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("backend %s: %v", backend, err)
+}
+
+// nothingToProcess says why no resource loaded from dir, and what to do.
+func nothingToProcess(dir string, loadErrs int) string {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Sprintf("nothing to process: %s does not exist; create it and put template resources (*.toml) in it, or point -confdir (confd.toml: confdir) at the directory that holds conf.d/", dir)
+	}
+	if loadErrs > 0 {
+		return fmt.Sprintf("nothing to process: every template resource in %s failed to load (errors above); fix them and run confd again", dir)
+	}
+	return fmt.Sprintf("nothing to process: %s holds no template resource (*.toml); add one, or point -confdir (confd.toml: confdir) at the directory that holds yours", dir)
+}
+
 // configure builds the Config from flags, environment and confd.toml. A nil
 // logger means: exit now with the returned code.
 func configure(args []string, stdout, stderr io.Writer, getenv func(string) string) (*Config, *logrus.Logger, int) {
 	c := &Config{}
-	fset := newFlagSet(c, stderr)
+	// pflag prints nothing itself: errors go to stderr below, --help's
+	// usage to stdout (it is the output asked for; confd 0.16 wrote it to
+	// stderr).
+	fset := newFlagSet(c, io.Discard)
 	if err := parseFlags(fset, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			fset.SetOutput(stdout)
+			fset.Usage()
 			return nil, nil, 0
 		}
 		fmt.Fprintf(stderr, "confd: %v\n", err)
@@ -283,13 +339,26 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 	}
 }
 
+// commandLockDir is where the commands' locks are: systemd's
+// RuntimeDirectory when the unit has one, else a directory of this user's
+// in the temporary directory.
+func commandLockDir(getenv func(string) string) string {
+	if d := getenv("RUNTIME_DIRECTORY"); d != "" {
+		return filepath.Join(strings.Split(d, ":")[0], "commands")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("confd-%d-commands", os.Geteuid()))
+}
+
 // reload re-reads conf.d and, when full (SIGHUP), confd.toml first. A
 // confd.toml that no longer parses keeps the running configuration.
 func (l *resourceLoader) reload(full bool) daemon.Plan {
 	if full {
 		c, log, _ := configure(l.args, io.Discard, l.stderr, l.getenv)
 		if log == nil {
-			l.log.Errorf("SIGHUP: configuration unusable (see above); keeping the running one")
+			// Nothing is re-read, conf.d neither: a half-applied reload
+			// would mix two configurations.
+			l.log.Errorf("SIGHUP: %s is unusable (error above): nothing was re-read; confd goes on with the configuration and resources it had. Fix the file, check it with `confd -check-config`, and send SIGHUP again", l.cfg.ConfigFile)
+			return daemon.Plan{Keep: true}
 		} else {
 			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
 				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")

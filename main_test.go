@@ -161,11 +161,15 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	if _, log, code := configure([]string{"--help"}, &out, &errb, envOf(nil)); log != nil || code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// On stdout, the output asked for, so that `confd --help | less` works.
+	if errb.Len() != 0 || !strings.HasPrefix(out.String(), "Usage of confd:") {
+		t.Errorf("--help: stdout %q..., stderr %q", out.String()[:min(40, out.Len())], errb.String())
+	}
 	for _, f := range []string{"backend", "node", "prefix", "confdir", "config-file", "interval", "watch", "onetime", "noop",
 		"sync-only", "keep-stage-file", "log-level", "client-cert", "client-key", "client-ca-keys", "client-insecure",
 		"basic-auth", "username", "password", "srv-domain", "srv-record", "scheme", "file", "filter", "version",
 		"wait", "resync", "metrics-addr"} {
-		if !strings.Contains(errb.String(), "--"+f+" ") && !strings.Contains(errb.String(), "--"+f+"[=true|false]") {
+		if !strings.Contains(out.String(), "--"+f+" ") && !strings.Contains(out.String(), "--"+f+"[=true|false]") {
 			t.Errorf("--help lacks --%s", f)
 		}
 	}
@@ -176,11 +180,14 @@ func TestUnknownFlagsNamedAsWritten(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-auth-token", "x"}, "confd: unknown flag: -auth-token\n"},
-		{[]string{"-auth-token=x"}, "confd: unknown flag: -auth-token\n"},
-		{[]string{"--auth-token", "x"}, "confd: unknown flag: --auth-token\n"},
-		{[]string{"-onetime", "-table", "t"}, "confd: unknown flag: -table\n"},
-		{[]string{"-a"}, "confd: unknown flag: -a\n"},
+		{[]string{"-auth-token", "x"}, "confd: unknown flag: -auth-token (confd --help lists every flag)\n"},
+		{[]string{"-auth-token=x"}, "confd: unknown flag: -auth-token (confd --help lists every flag)\n"},
+		{[]string{"--auth-token", "x"}, "confd: unknown flag: --auth-token (confd --help lists every flag)\n"},
+		{[]string{"-onetime", "-table", "t"}, "confd: unknown flag: -table (confd --help lists every flag)\n"},
+		{[]string{"-a"}, "confd: unknown flag: -a (confd --help lists every flag)\n"},
+		{[]string{"-onetim"}, "confd: unknown flag: -onetim; did you mean -onetime? (confd --help lists every flag)\n"},
+		{[]string{"--conf-dir", "/x"}, "confd: unknown flag: --conf-dir; did you mean --confdir? (confd --help lists every flag)\n"},
+		{[]string{"-client_cert=/c"}, "confd: unknown flag: -client_cert; did you mean -client-cert? (confd --help lists every flag)\n"},
 		{[]string{"-onetime=maybe"}, "confd: invalid argument \"maybe\" for \"-onetime\" flag: must be true or false\n"},
 	} {
 		var out, errb bytes.Buffer

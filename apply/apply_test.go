@@ -203,8 +203,9 @@ func TestReloadBackgroundingChildIsSuccess(t *testing.T) {
 	}
 }
 
-// Output goes to the log one record per line, quoted, as it arrives:
-// reload at info, check at debug; the tail of long output is in the error.
+// Output goes to the log one record per line as it arrives, quoted only
+// when not printable: reload at info, check at debug; the tail of long
+// output is in the error.
 func TestCommandOutputLoggedPerLineAndTailKept(t *testing.T) {
 	f := newFixture(t, "")
 	hook := test.NewLocal(f.s.Log.(*logrus.Logger))
@@ -220,8 +221,8 @@ func TestCommandOutputLoggedPerLineAndTailKept(t *testing.T) {
 			got = append(got, e.Level.String()+" "+e.Message)
 		}
 	}
-	want := []string{`debug check_cmd output: "c1"`, `debug check_cmd output: "c2"`,
-		`info reload_cmd output: "first"`, `info reload_cmd output: "second \x1b[31mred"`}
+	want := []string{`debug check_cmd output: c1`, `debug check_cmd output: c2`,
+		`info reload_cmd output: first`, `info reload_cmd output: "second \x1b[31mred"`}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("log records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -236,12 +237,12 @@ func TestCommandOutputLoggedPerLineAndTailKept(t *testing.T) {
 	// The log holds the first lines as they came, then the last ones.
 	var recs []string
 	for _, e := range hook.AllEntries() {
-		if strings.Contains(e.Message, "check_cmd output: ") {
+		if strings.HasPrefix(e.Message, "check_cmd") {
 			recs = append(recs, e.Message)
 		}
 	}
-	if len(recs) != maxLoggedLines+1+20 || recs[0] != `check_cmd output: "1"` || recs[maxLoggedLines-1] != `check_cmd output: "1000"` ||
-		recs[maxLoggedLines] != "check_cmd output: 18981 more lines not logged; the last 20 follow" || recs[len(recs)-1] != `check_cmd output: "the real error"` {
+	if len(recs) != maxLoggedLines+1+20 || recs[0] != `check_cmd output: 1` || recs[maxLoggedLines-1] != `check_cmd output: 1000` ||
+		recs[maxLoggedLines] != "check_cmd: 18981 more output lines not logged; the last 20 follow" || recs[len(recs)-1] != `check_cmd output: the real error` {
 		t.Errorf("%d records: first %q, after the cut %q, last %q", len(recs), recs[0], recs[min(maxLoggedLines, len(recs)-1)], recs[len(recs)-1])
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/runner"
 )
 
@@ -57,24 +58,25 @@ func (r *File) runCommand(ctx context.Context, kind, cmd string, timeout time.Du
 	lines := 0
 	res := r.s.runner().Run(ctx, runner.Spec{
 		Argv:    runner.Shell(cmd),
-		Env:     r.s.CommandEnv,
+		Env:     logfmt.ChildEnv(r.s.CommandEnv, r.File),
 		Timeout: timeout,
 		Grace:   r.s.CommandGrace,
 		// One pipe: the log shows the lines in the order they were written.
 		CombinedOutput: true,
-		// %q: one log record per line, whatever the line holds, as confd
-		// 0.16 quoted its command output.
+		// One log record per line, whatever the line holds: quoted
+		// unless it is printable (a helper's own log line stays one
+		// plain line, not a line re-quoted inside ours).
 		OnLine: func(_ runner.Stream, l string) {
 			if lines++; lines <= maxLoggedLines {
-				logLine("%s output: %q", kind, l)
+				logLine("%s output: %s", kind, logfmt.Printable(l))
 			}
 		},
 	})
 	if skipped := lines - maxLoggedLines; skipped > 0 {
 		n := min(skipped, len(res.Tail))
-		logLine("%s output: %d more lines not logged; the last %d follow", kind, skipped-n, n)
+		logLine("%s: %d more output lines not logged; the last %d follow", kind, skipped-n, n)
 		for _, l := range res.Tail[len(res.Tail)-n:] {
-			logLine("%s output: %q", kind, l)
+			logLine("%s output: %s", kind, logfmt.Printable(l))
 		}
 	}
 	if res.PipeHeld {

@@ -55,6 +55,9 @@ type Plan struct {
 	Procs  []Processor
 	Wait   waitspec.Spec // default quiescence; a resource's own wait wins
 	Resync time.Duration // full reconcile every Resync; 0: never
+	// Keep: nothing could be re-read (the loader logged why); everything
+	// stays as it was.
+	Keep bool
 }
 
 // ErrNothingToProcess is returned by Run when no resource loaded.
@@ -217,6 +220,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.settle(s, r)
 		case <-d.hup:
 			p := d.o.Load(true)
+			if p.Keep {
+				continue
+			}
 			if len(p.Procs) == 0 {
 				log.Error("SIGHUP: no template resource loaded; keeping the previous ones")
 				continue

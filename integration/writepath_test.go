@@ -143,8 +143,8 @@ func TestSigkillAfterRenameReloadsOnNextOnetime(t *testing.T) {
 	if err := os.WriteFile(armed, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// $PPID of the reload's shell is confd.
-	dest, reloads := owedResource(t, c, "if [ -e "+armed+" ]; then rm "+armed+"; kill -KILL $PPID; sleep 60; fi; ")
+	// $PPID of the reload's shell is its group guard, whose parent is confd.
+	dest, reloads := owedResource(t, c, "if [ -e "+armed+" ]; then rm "+armed+"; kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); sleep 60; fi; ")
 	args := append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir)
 	if r := confd(t, nil, args...); r.code == 0 {
 		t.Fatalf("first run survived its SIGKILL:\n%s", r.stderr)
@@ -233,7 +233,7 @@ func TestCommandsGetNoCredentialsAndLogPerLine(t *testing.T) {
 			recs = append(recs, l)
 		}
 	}
-	if len(recs) != 2 || !strings.Contains(recs[0], ` INFO reload_cmd output: "line one"`) || !strings.Contains(recs[1], ` INFO reload_cmd output: "line two"`) {
+	if len(recs) != 2 || !strings.Contains(recs[0], ` INFO reload_cmd output: line one`) || !strings.Contains(recs[1], ` INFO reload_cmd output: line two`) {
 		t.Errorf("reload output records:\n%s\nstderr:\n%s", strings.Join(recs, "\n"), r.stderr)
 	}
 }

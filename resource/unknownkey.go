@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/keysync/confd/internal/suggest"
 )
 
 // resourceKeys are the keys of [template]; the TOML tags of tomlTemplate.
@@ -42,19 +44,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// closestKey matches keys that differ only in case, dashes and underscores
-// ("checkcmd", "check-cmd", "CheckCmd" → "check_cmd").
-func closestKey(name string) string {
-	fold := func(s string) string {
-		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
-	}
-	for _, k := range resourceKeys {
-		if fold(k) == fold(name) {
-			return k
-		}
-	}
-	return ""
-}
+// closestKey is the resource key name probably meant ("checkcmd",
+// "check-cmd", "CheckCmd", "chek_cmd" → "check_cmd").
+func closestKey(name string) string { return suggest.Closest(name, resourceKeys) }
 
 // keyLine finds the line that defines k: a "name =" line inside k's table,
 // or the header of a table k names. BurntSushi/toml keeps no positions for

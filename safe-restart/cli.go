@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/internal/redact"
 	"io"
 	"os"
 	"regexp"
@@ -533,6 +534,11 @@ func validate(o *options) error {
 	errs = append(errs, validateKeyFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
+	}
+	// The reason is stored in etcd, readable by every host, and printed
+	// by hold and status: key material must not get there, masked or not.
+	if o.sub == cmdHold && redact.HasKey(o.reason) {
+		errs = append(errs, usagef("--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead"))
 	}
 	if o.output != "text" && o.output != "json" {
 		errs = append(errs, usagef("--output %q: want text or json", o.output))

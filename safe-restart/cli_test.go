@@ -3,6 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"reflect"
@@ -223,6 +229,28 @@ func TestUserAndPassword(t *testing.T) {
 		}
 		if err != nil || o.user != tc.user || o.password != tc.pw {
 			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.user, o.password)
+		}
+	}
+}
+
+// TestHoldReasonWithKeyIsRefused: `hold --reason "$(cat k.key)"` stores
+// nothing (it is a usage error, before etcd is dialled) and prints no key.
+func TestHoldReasonWithKeyIsRefused(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalECPrivateKey(k)
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	body := base64.StdEncoding.EncodeToString(der)
+	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)
+		if code != exitUsage {
+			t.Errorf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
+		}
+		if strings.Contains(out.String()+errb.String(), body[10:30]) || !strings.Contains(errb.String(), "--reason holds private key material") {
+			t.Errorf("output: %s / %s", out.String(), errb.String())
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/safe-restart/internal/restart"
 	"io"
 	"os"
 	"os/exec"
@@ -17,8 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/keysync/confd/safe-restart/internal/restart"
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is
@@ -119,25 +118,6 @@ func cmdlinesWith(t *testing.T, s string) []string {
 		}
 	}
 	return found
-}
-
-func TestHandoverEncoding(t *testing.T) {
-	for _, env := range [][]string{nil, {"A=1"}, {"A=1", "B=", "C=x=y z"}} {
-		got, err := readHandover(bytes.NewReader(encodeHandover(env)))
-		if err != nil || strings.Join(got, "\n") != strings.Join(env, "\n") || len(got) != len(env) {
-			t.Fatalf("%q: got %q, %v", env, got, err)
-		}
-	}
-	if _, err := readHandover(bytes.NewReader(nil)); !errors.Is(err, errNoHandover) {
-		t.Fatalf("EOF at once: %v, want errNoHandover", err)
-	}
-	// Cut anywhere short of its end, a hand-over is refused.
-	full := encodeHandover([]string{"A=1", "B=2"})
-	for n := 1; n < len(full); n++ {
-		if env, err := readHandover(bytes.NewReader(full[:n])); err == nil {
-			t.Fatalf("cut at %d of %d: accepted %q", n, len(full), env)
-		}
-	}
 }
 
 // A warm guard that is never handed its command (lock refused, hold,
@@ -343,6 +323,41 @@ func TestHelperKilledDuringWarmWait(t *testing.T) {
 			t.Fatalf("warm guard %d still runs %s after its helper was killed (poll %d, %v)", guard, waitTimeout, n, err)
 		}
 		return
+	}
+}
+
+// A guard killed (by anyone, SIGKILL included) while its command runs: Wait
+// reports restart.ErrGuardDied only once the command's whole group is gone.
+func TestGuardKilledDuringCommandKillsGroup(t *testing.T) {
+	r, out := newRunner(time.Minute)
+	argv := []string{"sh", "-c", `sleep 300 & echo "child=$!"; wait`}
+	p, err := r.Start(argv, os.Environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := out.next(t)
+	child, err := strconv.Atoi(strings.TrimPrefix(line, "child="))
+	if err != nil {
+		t.Fatalf("output %q", line)
+	}
+	fd, err := unix.PidfdOpen(child, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Wait()
+	if !errors.Is(err, restart.ErrGuardDied) || errors.Is(err, restart.ErrGroupAlive) {
+		t.Fatalf("Wait = %v, want ErrGuardDied", err)
+	}
+	// Gone already when Wait returned: no waiting here.
+	if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0); n != 1 {
+		t.Fatalf("the command's child %d still runs after Wait", child)
+	}
+	if err := syscall.Kill(-p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("group %d: %v, want ESRCH", p.Pid(), err)
 	}
 }
 

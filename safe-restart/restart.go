@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/health"
 	"github.com/keysync/confd/safe-restart/internal/hold"
@@ -175,10 +177,10 @@ type commandRunner struct {
 
 // guard is a started group guard waiting for its hand-over.
 type guard struct {
-	argv    []string
-	guarded string // the guard's own command line, quoted as the runner does
-	p       *runner.Process
-	ctl     *net.UnixConn // our end of the guard's stdin
+	argv   []string
+	p      *runner.Process
+	ctl    *net.UnixConn // our end of the guard's stdin
+	status *os.File      // the read end of the guard's status pipe
 }
 
 // warm starts the guard for argv's first run.
@@ -233,39 +235,40 @@ func (g *guard) started() (restart.Process, error) {
 	report, _ := io.ReadAll(io.LimitReader(g.ctl, 4096))
 	_ = g.ctl.Close()
 	g.ctl = nil
-	p := runnerProcess{Process: g.p, guarded: g.guarded, argv: runner.Quote(g.argv)}
-	if why, ok := strings.CutPrefix(string(report), guardNotStarted); ok {
+	if why, ok := strings.CutPrefix(string(report), groupguard.NotStarted); ok {
 		<-g.p.Done()
+		_ = g.status.Close()
 		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(g.argv), strings.TrimSpace(why))
 	}
 	// "started", or nothing from a guard that died (killed): the command's
 	// fate is then the guard's exit status, as before.
-	return p, nil
+	return newRunnerProcess(g), nil
 }
 
 // spawn starts a guard for argv that waits for its hand-over. argv is on
 // its command line, as the helper's own; the environment never is.
 func (r *commandRunner) spawn(argv []string) (*guard, error) {
-	guarded, err := guardedArgv(argv)
-	if err != nil {
-		return nil, err
-	}
 	// A socket pair, not a pipe: the guard answers on it whether the
 	// command started.
 	stdin, ctl, err := handoverPair()
 	if err != nil {
 		return nil, fmt.Errorf("hand-over socket for the command's group guard: %w", err)
 	}
-	p, err := runner.Start(context.Background(), runner.Spec{
-		Argv: guarded, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, ArmLater: true, Grace: killGrace, ParentDeathSignal: guardDeathSignal,
-	})
-	_ = stdin.Close()
+	status, statusW, err := os.Pipe()
 	if err != nil {
-		_ = ctl.Close()
+		_, _ = stdin.Close(), ctl.Close()
+		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
+	}
+	p, err := runner.Start(context.Background(), groupguard.Wrap(runner.Spec{
+		Argv: argv, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, ArmLater: true, Grace: killGrace,
+	}, groupguard.Options{Handover: true, Status: statusW}))
+	_, _ = stdin.Close(), statusW.Close()
+	if err != nil {
+		_, _ = ctl.Close(), status.Close()
 		return nil, err
 	}
-	return &guard{argv: argv, guarded: runner.Quote(guarded), p: p, ctl: ctl}, nil
+	return &guard{argv: argv, p: p, ctl: ctl, status: status}, nil
 }
 
 // handoverPair is a connected pair of Unix stream sockets: the guard's
@@ -298,7 +301,7 @@ func (g *guard) handOver(env []string) error {
 	// Armed before the write: a guard that does not read is then timed out
 	// (its group killed), which ends a blocked write too.
 	g.p.Arm()
-	_, err := g.ctl.Write(encodeHandover(env))
+	_, err := g.ctl.Write(groupguard.EncodeHandover(env))
 	if err != nil {
 		return fmt.Errorf("write the hand-over: %w", err)
 	}
@@ -322,26 +325,58 @@ func (g *guard) discard() {
 	defer t.Stop()
 	select {
 	case <-g.p.Done():
-		return
 	case <-t.C:
+		g.p.Terminate(0)
+		<-g.p.Done()
 	}
-	g.p.Terminate(0)
-	<-g.p.Done()
+	_ = g.status.Close()
 }
 
-// runnerProcess is a guarded command. Its errors name the command, not
-// the guard that ran it: they become hold reasons an operator reads.
+// runnerProcess is a guarded restart command as restart.Process.
 type runnerProcess struct {
 	*runner.Process
-	guarded, argv string
+	status *os.File
+	once   *sync.Once
+	err    *error
 }
 
+func newRunnerProcess(g *guard) runnerProcess {
+	return runnerProcess{Process: g.p, status: g.status, once: new(sync.Once), err: new(error)}
+}
+
+// Wait returns the command's error. A guard that ended without reporting
+// how the command ended died on its own (killed by someone): the command's
+// group may still run. It is killed and confirmed gone (restart.ErrGuardDied)
+// before the helper may release the lock; if that cannot be confirmed
+// within killGrace, the error also wraps restart.ErrGroupAlive, and the
+// lock must be kept until its lease runs out.
 func (p runnerProcess) Wait() error {
-	err := p.Process.Wait().Err
-	if err == nil {
-		return nil
-	}
-	return errors.New(strings.Replace(err.Error(), p.guarded, p.argv, 1))
+	p.once.Do(func() {
+		res := p.Process.Wait()
+		st := groupguard.ReadStatus(p.status)
+		_ = p.status.Close()
+		err := res.Err
+		if st.NotRun {
+			// Started, then found not to have run: nothing was restarted.
+			*p.err = fmt.Errorf("%w: %w", restart.ErrNotStarted, err)
+			return
+		}
+		if st.Reported {
+			*p.err = err
+			return
+		}
+		if err == nil {
+			err = errors.New("the command's group guard ended without reporting the command's end")
+		}
+		if !res.TimedOut && !res.Terminated {
+			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
+		}
+		if !groupguard.GroupGone(p.Pid(), killGrace) {
+			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
+		}
+		*p.err = err
+	})
+	return *p.err
 }
 
 // healthGate is the health package as restart.Gate.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/keysync/confd/internal/logfmt"
 	"io"
 	"os"
 	"strings"
@@ -95,6 +96,17 @@ func newLogger(w io.Writer, level, format string) (*logrus.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
+	if logfmt.UnderConfd(os.Getenv) {
+		// Run as confd's check_cmd or reload_cmd: confd logs each of our
+		// lines under its own prefix (time, host, confd[pid]), so ours
+		// carry neither time nor host, in confd's format.
+		child, err := logfmt.NewChild(w, level, format)
+		if err != nil {
+			return nil, err
+		}
+		return child, nil
+	}
+	log.SetFormatter(logfmt.Redacting(log.Formatter))
 	return log, nil
 }
 

@@ -107,11 +107,23 @@ func validity(file string, leaf *x509.Certificate, now time.Time) error {
 	}
 	switch {
 	case now.After(leaf.NotAfter):
-		return fmt.Errorf("client certificate %s expired at %s (renew it on disk: confd reads it again on the next connection)", file, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return &ExpiredError{File: file, NotAfter: leaf.NotAfter}
 	case now.Before(leaf.NotBefore):
 		return fmt.Errorf("client certificate %s is not valid before %s (clock skew?)", file, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// ExpiredError is a client certificate past its validity period. Its
+// message is for a running client, which reads the file again on its next
+// connection; a program that cannot start says so itself (errors.As).
+type ExpiredError struct {
+	File     string
+	NotAfter time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("client certificate %s expired at %s (renew it on disk: confd reads it again on the next connection)", e.File, e.NotAfter.UTC().Format(time.RFC3339))
 }
 
 // CertificateProblem reports the client certificate file of cfg when it

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
 
@@ -22,12 +25,18 @@ type ConfdFormatter struct {
 	Tag      string
 	Hostname string
 	PID      int
+	// Child drops TIME and HOST: for a program whose output confd logs,
+	// under its own prefix that already has both.
+	Child bool
 }
 
 // Format implements logrus.Formatter.
 func (f *ConfdFormatter) Format(e *logrus.Entry) ([]byte, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s[%d]: %s %s", e.Time.Format(time.RFC3339), f.Hostname, f.Tag, f.PID, strings.ToUpper(e.Level.String()), e.Message)
+	if !f.Child {
+		fmt.Fprintf(&b, "%s %s ", e.Time.Format(time.RFC3339), f.Hostname)
+	}
+	fmt.Fprintf(&b, "%s[%d]: %s %s", f.Tag, f.PID, strings.ToUpper(e.Level.String()), e.Message)
 	keys := make([]string, 0, len(e.Data))
 	for k := range e.Data {
 		keys = append(keys, k)
@@ -62,6 +71,64 @@ func New(w io.Writer, level, format string) (*logrus.Logger, error) {
 		return nil, fmt.Errorf("-log-format %q: want text or json", format)
 	}
 	return l, nil
+}
+
+// ResourceEnv is the variable confd sets for its check_cmd and reload_cmd:
+// the resource file they run for. A program that finds it logs as a child
+// (NewChild): one plain line under confd's prefix.
+const ResourceEnv = "CONFD_RESOURCE"
+
+// ChildEnv is env (nil: this process's) with ResourceEnv set to resource.
+func ChildEnv(env []string, resource string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, ResourceEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, ResourceEnv+"="+resource)
+}
+
+// UnderConfd reports whether this process runs as a confd command.
+func UnderConfd(getenv func(string) string) bool { return getenv(ResourceEnv) != "" }
+
+// NewChild is New for a program whose output confd logs line by line:
+// text is "TAG[PID]: LEVEL message key=value" (confd's format without the
+// time and host that confd's own prefix adds), JSON has no time field.
+func NewChild(w io.Writer, level, format string) (*logrus.Logger, error) {
+	l, err := New(w, level, format)
+	if err != nil {
+		return nil, err
+	}
+	switch format {
+	case "", "text":
+		l.SetFormatter(redacting{&ConfdFormatter{Tag: filepath.Base(os.Args[0]), PID: os.Getpid(), Child: true}})
+	case "json":
+		l.SetFormatter(redacting{&logrus.JSONFormatter{DisableTimestamp: true}})
+	}
+	return l, nil
+}
+
+// Redacting wraps f so that every record it formats is redacted.
+func Redacting(f logrus.Formatter) logrus.Formatter { return redacting{f} }
+
+// Printable is s as a log message shows a command's output line: as it is
+// when every character is printable (no control character, no invalid
+// UTF-8), else quoted, so that one line stays one record and cannot forge
+// another.
+func Printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" || strings.TrimSpace(s) != s {
+		return strconv.Quote(s) // an empty or padded line stays visible
+	}
+	return s
 }
 
 // redacting masks private keys and URL passwords in every formatted record,

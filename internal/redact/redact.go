@@ -12,7 +12,6 @@
 package redact
 
 import (
-	"encoding/base64"
 	"regexp"
 	"strings"
 )
@@ -35,30 +34,61 @@ var (
 	urlPassRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@"']*:)([^/\s@"']+)(@)`)
 	// b64RunRE is a run of base64 text long enough to be key material.
 	b64RunRE = regexp.MustCompile(`[A-Za-z0-9+/=]{16,}`)
-	// b64PEMRE is a whole PEM file base64-encoded on one line, as
-	// kubeconfig's client-key-data holds it: "-----BEGIN" is "LS0tLS1CRUdJTi".
-	b64PEMRE = regexp.MustCompile(`LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}`)
 )
 
-// String masks every private key block in s, and passwords in URLs. The
-// number of lines is kept, so a masked diff or log still lines up.
+// String masks every private key block in s, base64-encoded keys in any
+// shape (see encoded.go), and passwords in URLs. The number of lines is
+// kept, so a masked diff or log still lines up.
 func String(s string) string {
 	if strings.Contains(s, "://") {
 		s = urlPassRE.ReplaceAllString(s, "${1}"+PasswordMask+"${3}")
 	}
-	if !strings.Contains(s, "KEY") && !strings.Contains(s, "LS0tLS1CRUdJTi") {
-		return s
+	return maskKeys(s)
+}
+
+// HasKey reports whether s holds private key material that String would
+// mask, for inputs that must be refused rather than stored masked (a hold
+// reason, a flag value).
+func HasKey(s string) bool { return maskKeys(s) != s }
+
+// maskKeys is String without the URL passwords.
+func maskKeys(s string) string {
+	armoured := strings.Contains(s, "KEY")
+	if !armoured {
+		// One line, as a log record is: no block to judge, and no
+		// allocation unless something is masked.
+		if body, nl := strings.CutSuffix(s, "\n"); !strings.Contains(body, "\n") {
+			if !hasRun(body, minRun) {
+				return s
+			}
+			if m := maskRuns(body); m != body {
+				return m + nlIf(nl)
+			}
+			return s
+		}
+		if !hasRun(s, minRunLine) {
+			return s
+		}
 	}
 	lines := strings.SplitAfter(s, "\n")
 	var f Lines
 	for i, l := range lines {
 		body, nl := strings.CutSuffix(l, "\n")
-		lines[i] = f.Line(body)
+		if body == "" && !nl {
+			continue // after the last newline: no line
+		}
+		if armoured {
+			body = f.armour(body)
+		}
+		lines[i] = body
 		if nl {
 			lines[i] += "\n"
 		}
 	}
-	maskOrphanBodies(lines)
+	if armoured {
+		maskOrphanBodies(lines)
+	}
+	maskEncodedLines(lines)
 	return strings.Join(lines, "")
 }
 
@@ -91,20 +121,11 @@ func looksLikeKeyBody(l string) bool {
 		strings.Contains(t, "Proc-Type:") || strings.Contains(t, "DEK-Info:")
 }
 
-// Lines masks private key blocks in a stream of lines, one call per line
-// (without its newline), for output that is logged as it arrives. The zero
-// value is ready to use; it remembers whether it is inside a key block.
-type Lines struct {
-	inKey bool
-	// prefix is the diff marker or indentation in front of the BEGIN
-	// armour, kept on masked body lines so a diff stays readable.
-	prefix string
-}
-
-// Line returns l with any private key material masked.
-func (f *Lines) Line(l string) string {
-	if strings.Contains(l, "LS0tLS1CRUdJTi") {
-		l = b64PEMRE.ReplaceAllStringFunc(l, maskEncodedKey)
+// armour masks what lies inside private key armour in one line of a
+// stream, remembering whether the stream is inside a key block.
+func (f *Lines) armour(l string) string {
+	if !f.inKey && !strings.Contains(l, "-----") {
+		return l
 	}
 	var b strings.Builder
 	rest := l
@@ -139,10 +160,17 @@ func (f *Lines) Line(l string) string {
 		rest = rest[loc[1]:]
 		end := endRE.FindStringIndex(rest)
 		if end == nil {
-			// The block goes on past this line.
+			// The block goes on past this line. Inside a JSON string (a
+			// log record of the BEGIN line alone), the body ends at the
+			// string's closing quote: what follows is the record's own.
+			tail := ""
+			if q := closingQuote(rest); q >= 0 {
+				rest, tail = rest[:q], rest[q:]
+			}
 			if strings.TrimSpace(rest) != "" {
 				b.WriteString(Mask)
 			}
+			b.WriteString(tail)
 			f.inKey = true
 			return b.String()
 		}
@@ -153,6 +181,20 @@ func (f *Lines) Line(l string) string {
 		b.WriteString(rest[end[0]:end[1]])
 		rest = rest[end[1]:]
 	}
+}
+
+// closingQuote is the index of the first '"' in s that no backslash
+// escapes, or -1.
+func closingQuote(s string) int {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return -1
 }
 
 // edgeBreak returns the escaped line break (`\n`, `\r\n`, `\\n`) or blank
@@ -185,18 +227,4 @@ func (f *Lines) keepPrefix(l string) string {
 		}
 	}
 	return l[:n]
-}
-
-// maskEncodedKey masks a base64-encoded PEM text when it holds a private key.
-func maskEncodedKey(enc string) string {
-	dec, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		dec, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(enc, "="))
-	}
-	if err != nil || beginRE.Match(dec) {
-		// Undecodable text that starts like an encoded BEGIN line is
-		// masked too: a cut-off key is still a key.
-		return Mask
-	}
-	return enc
 }

@@ -61,6 +61,18 @@ func (s Stream) String() string {
 type Spec struct {
 	// Argv is run without a shell; use Shell for a /bin/sh -c command line.
 	Argv []string
+	// Name is how messages name the command; empty is Quote(Argv). (A
+	// command run under a wrapper, such as a group guard, keeps its own.)
+	Name string
+	// ExtraFiles are passed to the command as descriptors 3, 4, ...; the
+	// caller keeps (and closes) its copies.
+	ExtraFiles []*os.File
+	// ShareOutputReaders also passes the read ends of the command's output
+	// pipes (stdout's, then stderr's unless CombinedOutput), after
+	// ExtraFiles: for a group guard that keeps reading them once we are
+	// gone, so that the command's output does not kill it with SIGPIPE
+	// while it cleans up.
+	ShareOutputReaders bool
 	// Env is the complete environment of the command; nil inherits ours.
 	Env []string
 	Dir string
@@ -191,7 +203,12 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		cmd.Stdin = spec.Stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
-	p := &Process{spec: spec, cmd: cmd, argv: Quote(spec.Argv), armed: make(chan struct{}), done: make(chan struct{}),
+	cmd.ExtraFiles = spec.ExtraFiles
+	name := spec.Name
+	if name == "" {
+		name = Quote(spec.Argv)
+	}
+	p := &Process{spec: spec, cmd: cmd, argv: name, armed: make(chan struct{}), done: make(chan struct{}),
 		exited: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
@@ -211,6 +228,12 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		go p.read(s, r)
 	}
 	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[len(childEnds)-1]
+	if spec.ShareOutputReaders {
+		cmd.ExtraFiles = append(append([]*os.File(nil), cmd.ExtraFiles...), p.out.pipes[Stdout])
+		if !spec.CombinedOutput {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, p.out.pipes[Stderr])
+		}
+	}
 	started := make(chan error, 1)
 	go p.run(started)
 	err := <-started
@@ -410,6 +433,7 @@ func (p *Process) read(s Stream, f *os.File) {
 	defer p.out.readerDone(s)
 	br := bufio.NewReaderSize(pipeReader{f: f, c: p.out, s: s}, MaxLine)
 	var filter redact.Lines
+	emit := func(text string) { p.out.line(s, text) }
 	for {
 		line, err := br.ReadSlice('\n')
 		text := string(line)
@@ -425,13 +449,14 @@ func (p *Process) read(s Stream, f *os.File) {
 		}
 		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
 		if text != "" || len(line) > 0 {
-			text = filter.Line(text)
 			if cut > 0 {
 				text += fmt.Sprintf(" [%d more bytes of this line dropped]", cut)
 			}
-			p.out.line(s, text)
+			filter.Push(text, emit)
 		}
 		if err != nil {
+			// Lines of a base64 block are held until it ends: here.
+			filter.Flush(emit)
 			return
 		}
 	}

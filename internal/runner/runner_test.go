@@ -2,6 +2,12 @@ package runner
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -180,6 +186,37 @@ func TestOutputIsRedacted(t *testing.T) {
 	}
 	if len(all) != 3 || all[1] != redact.Mask {
 		t.Fatalf("lines %q", all)
+	}
+}
+
+// TestEncodedKeyOutputInChunksIsRedacted: `base64 -w0` of a key file
+// written in pieces (as a pipe delivers it), and wrapped `base64` output,
+// are judged per whole line and per whole block.
+func TestEncodedKeyOutputInChunksIsRedacted(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalECPrivateKey(k)
+	file := "# comment\n" + string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	enc := base64.StdEncoding.EncodeToString([]byte(file))
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "k"), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range map[string]string{
+		"w0-chunks": fmt.Sprintf("printf %%s %s; printf %%s %s; echo; echo after", enc[:50], enc[50:]),
+		"wrapped":   "base64 k; echo after",
+	} {
+		var all []string
+		r := Run(context.Background(), Spec{Argv: Shell(cmd), Dir: dir, OnLine: func(_ Stream, l string) { all = append(all, l) }})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		out := strings.Join(all, "\n")
+		if strings.Contains(out, enc[60:80]) || !strings.Contains(out, redact.Mask) || all[len(all)-1] != "after" {
+			t.Errorf("%s: output %q", name, all)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/internal/redact"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ var (
 	// no --service-account-key-file lets it verify.
 	ErrSigningKeyNotPublished = errors.New("service-account signing key is not in any --service-account-key-file")
 	ErrNoFiles                = errors.New("no files to check")
+	// ErrKeyInValue is a flag whose value is key material instead of a
+	// file name; the message never shows the value.
+	ErrKeyInValue = errors.New("the value is private key material, not a file name (value not shown); put the key in a file and name that file")
 	// ErrRequiredKeyMissing means a bundle lacks a key it must carry.
 	ErrRequiredKeyMissing = errors.New("required key is not loaded from the bundle")
 )
@@ -198,6 +202,12 @@ func (c *checker) checkFlags(ctx context.Context, paths []string) {
 		if err := ctx.Err(); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("preflight: %w", err))
 			return
+		}
+		// A key pasted where a file name belongs: every message below
+		// would quote the value ("open -----BEGIN ...: no such file").
+		if redact.HasKey(o.value) {
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", o, ErrKeyInValue))
+			continue
 		}
 		last[o.flag] = o
 		switch r := specs[o.flag].role; r {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -308,5 +309,38 @@ func TestCheckFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKeyPastedAsFlagValue: a key body where a file name belongs is
+// reported by file, line and flag, and never quoted, in any encoding.
+func TestKeyPastedAsFlagValue(t *testing.T) {
+	p := newPKI(t)
+	keyPEM, err := os.ReadFile(p.path("sa.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(keyPEM)
+	body := base64.StdEncoding.EncodeToString(block.Bytes)
+	for name, value := range map[string]string{
+		"pem":         `"` + string(keyPEM) + `"`,
+		"der-base64":  body,
+		"pem-base64":  base64.StdEncoding.EncodeToString(keyPEM),
+		"first-lines": body[:64],
+	} {
+		flags := "--service-account-key-file={sa.pub}\n--service-account-signing-key-file=" + value + "\n--tls-sni-cert-key={sni.crt}," + value + "\n"
+		err := Run(context.Background(), Input{FlagsFiles: []string{p.flags(t, flags)}})
+		if err == nil || !errors.Is(err, ErrKeyInValue) {
+			t.Fatalf("%s: err = %v", name, err)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, body[20:40]) || strings.Contains(msg, "PRIVATE") {
+			t.Errorf("%s: message quotes the key:\n%s", name, msg)
+		}
+		for _, want := range []string{"--service-account-signing-key-file (" + p.dir, "apiserver.env:2)", "--tls-sni-cert-key (", "apiserver.env:"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: message lacks %q:\n%s", name, want, msg)
+			}
+		}
 	}
 }

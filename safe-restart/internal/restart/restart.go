@@ -57,6 +57,18 @@ type Session interface {
 // ErrLost is what a Session's Lock wraps when the lease was lost.
 var ErrLost = errors.New("lock lost")
 
+// ErrGuardDied is what Process.Wait wraps when the command's group guard
+// died on its own (SIGKILL, say) while the command ran: the group was
+// killed, but what the command did is unknown. Not retried; a hold is
+// written.
+var ErrGuardDied = errors.New("the restart command's group guard died while the command ran; its process group was killed")
+
+// ErrGroupAlive is what Process.Wait wraps when the command's process
+// group could not be confirmed gone: the lock is kept (not released, not
+// revoked) until its lease runs out, so that no other host restarts beside
+// a command that may still run.
+var ErrGroupAlive = errors.New("the restart command's process group could not be confirmed gone")
+
 // ErrNotStarted is what a Runner's Start, or a Process's Wait (a guard
 // that reports it only once it ended), wraps when the command could not
 // be started at all (not found, not executable): nothing ran, so the
@@ -198,6 +210,9 @@ type result struct {
 	// ran is set once the command was started: from then on the
 	// apiserver's state is unknown until the gate passes.
 	ran bool
+	// groupAlive: the command may still run; keep the lock until the
+	// lease runs out.
+	groupAlive bool
 }
 
 // Run restarts once. ctx ending is the first signal (stop as soon as it
@@ -288,6 +303,11 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
 		return LeaseLost
+	case out.ran && out.groupAlive:
+		r.writeHold(ctx, force, out, log)
+		sess.Abandon()
+		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
+		return out.code
 	case out.ran:
 		r.writeHold(ctx, force, out, log)
 		r.release(ctx, sess, log)
@@ -491,6 +511,8 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		return result{code: Interrupted, ran: true, failure: joinReason("restart command stopped by a second signal", failure)}
 	case signalled || ctx.Err() != nil:
 		return result{code: Interrupted, ran: true, failure: joinReason("interrupted by a signal before the apiserver was confirmed ready", failure)}
+	case errors.Is(cmdErr, ErrGuardDied) || errors.Is(cmdErr, ErrGroupAlive):
+		return result{code: Failed, ran: true, failure: failure, groupAlive: errors.Is(cmdErr, ErrGroupAlive)}
 	case cmdErr != nil:
 		return result{code: Failed, ran: true, failure: failure, retryable: true}
 	}

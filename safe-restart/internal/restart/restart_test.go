@@ -228,6 +228,14 @@ func TestRun(t *testing.T) {
 		{"signal between attempts: hold", func(f *fixture) {
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")); f.signal() }
 		}, want{code: Interrupted, starts: 1, hold: "interrupted", released: true}},
+		{"guard died, group confirmed gone: hold, no retry, lock released", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) { p.finish(fmt.Errorf("%w (killed by signal)", ErrGuardDied)) }
+		}, want{code: Failed, starts: 1, hold: "group guard died", released: true}},
+		{"guard died, group not confirmed gone: hold, lock kept until the lease runs out", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) {
+				p.finish(fmt.Errorf("%w: %w (killed by signal)", ErrGroupAlive, ErrGuardDied))
+			}
+		}, want{code: Failed, starts: 1, hold: "could not be confirmed gone", abandoned: true}},
 		{"command fails every attempt", func(f *fixture) {
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
 		}, want{code: Failed, starts: 2, hold: "exit 1", released: true}},

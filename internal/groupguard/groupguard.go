@@ -1,0 +1,430 @@
+// Package groupguard runs a command under a guard process that ends the
+// command's whole process group when the guard's owner dies, for both
+// binaries: confd's check_cmd and reload_cmd, and
+// kube-apiserver-safe-restart's restart command. Each binary's main runs
+// Main when its first argument is Arg; Wrap turns a runner.Spec into one
+// that re-executes the running binary as the guard.
+//
+// The kernel's parent-death signal (PR_SET_PDEATHSIG) reaches only the
+// owner's direct child: without the guard, a command's own children (a
+// script's current step, a service it launched) would outlive a SIGKILLed
+// owner, and overlap what the next owner runs. The guard is that direct
+// child; the command runs in the guard's process group. Signals for the
+// group reach the command directly; the guard only waits, and ends as the
+// command did.
+package groupguard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keysync/confd/internal/runner"
+)
+
+// Arg is the hidden first argument that makes a binary the guard.
+const Arg = "__group-guard"
+
+// DeathSignal is what the kernel sends the guard when its owner dies.
+const DeathSignal = syscall.SIGUSR1
+
+// Exit statuses of the guard itself.
+const (
+	// ExitUsage is a malformed guard command line.
+	ExitUsage = 2
+	// ExitNotRun: the command could not be started (or its hand-over was
+	// cut short); nothing ran.
+	ExitNotRun = 127
+)
+
+// A guard that was handed its command reports on its stdin (a socket)
+// whether the command started: Started, or NotStarted and why.
+const (
+	Started    = "started\n"
+	NotStarted = "cannot start: "
+)
+
+// Options shape a guard.
+type Options struct {
+	// Grace is what the command gets when the owner dies: SIGTERM to the
+	// group, then SIGKILL after Grace. Zero is SIGKILL at once.
+	Grace time.Duration
+	// Handover: the guard starts at once but runs the command only when
+	// the owner has written its environment to the guard's stdin, a
+	// socket (see EncodeHandover), and shut down its writing side; EOF
+	// without one runs nothing. The guard then answers Started or
+	// NotStarted on the same socket. This
+	// lets an owner start the guard ahead of time, and keeps the
+	// command's environment off every command line.
+	Handover bool
+	// Lock is a file (an flock the owner holds) that the guard keeps open,
+	// and the command does not inherit, until the group is gone: an owner
+	// that takes the same lock after a crash waits for the old command.
+	Lock *os.File
+	// Status, when set, is the write end of a pipe on which the guard
+	// reports how the command ended ("exit N" or "signal N") just before
+	// it ends itself. A guard that ends without a report died (or was
+	// killed) on its own: see ReadStatus.
+	Status *os.File
+}
+
+// Wrap returns spec changed to run its command under a guard: the guard
+// re-executes this binary, carries the parent-death signal, and gets the
+// lock and status files as extra descriptors. Messages still name the
+// command, not the guard.
+func Wrap(spec runner.Spec, o Options) runner.Spec {
+	if spec.Name == "" {
+		spec.Name = runner.Quote(spec.Argv)
+	}
+	args := []string{self(), Arg}
+	if o.Grace > 0 {
+		args = append(args, "-grace="+o.Grace.String())
+	}
+	if o.Handover {
+		args = append(args, "-handover")
+	}
+	extra := append([]*os.File(nil), spec.ExtraFiles...)
+	if o.Lock != nil {
+		args = append(args, "-lock-fd="+strconv.Itoa(3+len(extra)))
+		extra = append(extra, o.Lock)
+	}
+	if o.Status != nil {
+		args = append(args, "-status-fd="+strconv.Itoa(3+len(extra)))
+		extra = append(extra, o.Status)
+	}
+	if o.Grace > 0 {
+		// The command may still write while it cleans up after our death:
+		// the guard then reads (and drops) its output, instead of the
+		// command dying of SIGPIPE.
+		spec.ShareOutputReaders = true
+		n := 1
+		if !spec.CombinedOutput {
+			n = 2
+		}
+		fds := make([]string, n)
+		for i := range fds {
+			fds[i] = strconv.Itoa(3 + len(extra) + i)
+		}
+		args = append(args, "-drain-fds="+strings.Join(fds, ","))
+	}
+	args = append(args, strconv.Itoa(os.Getpid()), "--")
+	spec.Argv = append(args, spec.Argv...)
+	spec.ExtraFiles = extra
+	spec.ParentDeathSignal = DeathSignal
+	return spec
+}
+
+// self is this binary's path, for the guard to re-execute: by name, so
+// that ps shows "confd __group-guard ..." rather than "exe"; through
+// /proc/self/exe when the file was replaced or removed since it started
+// (a package upgrade), which still runs this very binary.
+func self() string {
+	p, err := os.Executable()
+	if err != nil || strings.HasSuffix(p, " (deleted)") {
+		return "/proc/self/exe"
+	}
+	if fi, err := os.Stat(p); err != nil || !sameFile(fi, "/proc/self/exe") {
+		return "/proc/self/exe"
+	}
+	return p
+}
+
+func sameFile(fi os.FileInfo, path string) bool {
+	other, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, other)
+}
+
+// options are the guard's parsed command line.
+type options struct {
+	grace    time.Duration
+	drainFDs []int
+	handover bool
+	lockFD   int
+	statusFD int
+	parent   int
+	argv     []string
+}
+
+func parse(args []string) (options, error) {
+	o := options{lockFD: -1, statusFD: -1}
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		name, value, _ := strings.Cut(args[0], "=")
+		var err error
+		switch name {
+		case "-grace":
+			o.grace, err = time.ParseDuration(value)
+		case "-handover":
+			o.handover = true
+		case "-drain-fds":
+			for _, f := range strings.Split(value, ",") {
+				var fd int
+				if fd, err = strconv.Atoi(f); err != nil {
+					break
+				}
+				o.drainFDs = append(o.drainFDs, fd)
+			}
+		case "-lock-fd":
+			o.lockFD, err = strconv.Atoi(value)
+		case "-status-fd":
+			o.statusFD, err = strconv.Atoi(value)
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", args[0], err)
+		}
+		args = args[1:]
+	}
+	if len(args) < 3 || args[1] != "--" {
+		return o, errors.New("needs [OPTIONS] PARENT-PID -- COMMAND")
+	}
+	p, err := strconv.Atoi(args[0])
+	if err != nil {
+		return o, fmt.Errorf("bad parent pid %q", args[0])
+	}
+	o.parent, o.argv = p, args[2:]
+	return o, nil
+}
+
+// Main is the guard: it runs the command, and when its owner dies (the
+// death signal, or the owner gone already at the start) it ends the
+// command's group: at once if the command has not been handed over yet,
+// else SIGTERM and, after the grace, SIGKILL (which ends the guard too). It
+// returns the command's exit status; a command killed by a signal is
+// re-raised, so that the owner sees the signal.
+func Main(prog string, args []string) int {
+	o, err := parse(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %s: %v\n", prog, Arg, err)
+		return ExitUsage
+	}
+	// The command must not inherit the lock or the status pipe: the lock
+	// is released when the guard (the last of the group) ends, and a
+	// status pipe held by a straggler would never report EOF.
+	for _, fd := range append([]int{o.lockFD, o.statusFD}, o.drainFDs...) {
+		if fd >= 0 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	death := make(chan os.Signal, 1)
+	signal.Notify(death, DeathSignal)
+	// The group's SIGTERM/SIGINT/SIGHUP/SIGQUIT are the command's to act
+	// on; the guard outlives them to report its exit status. Caught, not
+	// ignored: an ignored signal would stay ignored in the command.
+	group := make(chan os.Signal, 8)
+	signal.Notify(group, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	if os.Getppid() != o.parent { // died before the death signal was armed
+		killGroup()
+	}
+	env := os.Environ()
+	if o.handover {
+		handover := make(chan handoverResult, 1)
+		go func() {
+			// With a hand-over, stdin is a socket: it stays open after the
+			// hand-over, for the report of whether the command started.
+			env, err := readHandover(os.Stdin)
+			handover <- handoverResult{env, err}
+		}()
+		for waiting := true; waiting; {
+			select {
+			case <-death:
+				killGroup()
+			case <-group:
+			case h := <-handover:
+				if errors.Is(h.err, errNoHandover) {
+					return 0 // not needed after all: nothing ran
+				}
+				if h.err != nil {
+					fmt.Fprintf(os.Stderr, "%s: %s: %v; not running %s\n", prog, Arg, h.err, o.argv[0])
+					return ExitNotRun
+				}
+				env, waiting = h.env, false
+			}
+		}
+	}
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	cmd.Env = env
+	if !o.handover {
+		cmd.Stdin = os.Stdin // with a hand-over, stdin was the guard's: /dev/null
+	}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		if o.handover {
+			// Told to the owner, which then knows nothing ran.
+			_, _ = fmt.Fprintf(os.Stdin, "%s%v\n", NotStarted, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
+		}
+		report(o.statusFD, "notrun")
+		return ExitNotRun
+	}
+	if o.handover {
+		_, _ = io.WriteString(os.Stdin, Started)
+		_ = os.Stdin.Close()
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var grace <-chan time.Time
+	for waiting := true; waiting; {
+		select {
+		case <-death:
+			death = nil
+			if o.grace <= 0 {
+				killGroup()
+			}
+			// The owner no longer reads the command's output: we do,
+			// dropping it, so that the command's writes do not fail.
+			for _, fd := range o.drainFDs {
+				go func(f *os.File) { _, _ = io.Copy(io.Discard, f) }(os.NewFile(uintptr(fd), "output"))
+			}
+			// SIGTERM first, so that the command can still clean up (the
+			// restart helper writes its hold); the guard catches its own.
+			_ = syscall.Kill(0, syscall.SIGTERM)
+			t := time.NewTimer(o.grace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			killGroup()
+		case <-group:
+		case <-done:
+			waiting = false
+		}
+	}
+	if death == nil {
+		// The owner is gone: whatever the command left in the group goes
+		// too, and the lock with the guard.
+		killGroup()
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		report(o.statusFD, "signal "+strconv.Itoa(int(ws.Signal())))
+		// End as the command did, so the owner reports the signal.
+		signal.Reset(ws.Signal())
+		_ = syscall.Kill(os.Getpid(), ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	report(o.statusFD, "exit "+strconv.Itoa(ws.ExitStatus()))
+	return ws.ExitStatus()
+}
+
+func report(fd int, status string) {
+	if fd < 0 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "status")
+	_, _ = f.WriteString(status + "\n")
+	_ = f.Close()
+}
+
+func killGroup() {
+	_ = syscall.Kill(0, syscall.SIGKILL) // ends us too
+	os.Exit(128 + int(syscall.SIGKILL))
+}
+
+// Status is what a guard reported about its command.
+type Status struct {
+	// Reported is false when the guard ended without a report: it died
+	// (SIGKILL, a crash) before the command ended, or never started it.
+	Reported bool
+	// NotRun: the command could not be started.
+	NotRun bool
+	Exit   int
+	Signal syscall.Signal
+}
+
+// ReadStatus reads a guard's report from the read end of its status pipe,
+// to EOF: call it once the guard has ended (its write end, and the owner's
+// copy, closed).
+func ReadStatus(r io.Reader) Status {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return Status{}
+	}
+	word, num, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	n, _ := strconv.Atoi(num)
+	switch word {
+	case "exit":
+		return Status{Reported: true, Exit: n}
+	case "signal":
+		return Status{Reported: true, Signal: syscall.Signal(n)}
+	case "notrun":
+		return Status{Reported: true, NotRun: true}
+	}
+	return Status{}
+}
+
+// GroupGone kills what is left of process group pgid with SIGKILL and
+// waits, up to timeout, until no process of it exists. A false return
+// means it could not confirm that (processes that do not die, or zombies
+// nobody reaps): the caller must assume the command still runs.
+func GroupGone(pgid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := syscall.Kill(-pgid, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait) // no event tells that a group emptied: poll, backing off
+	}
+}
+
+// A hand-over on the guard's stdin is handoverTag, the number of
+// environment entries and the entries, each NUL-terminated (no entry can
+// hold a NUL), then EOF. The count tells a complete hand-over from one cut
+// short, which runs nothing.
+const handoverTag = "env"
+
+// errNoHandover is EOF before any byte: the owner did not run the command.
+var errNoHandover = errors.New("no command handed over")
+
+type handoverResult struct {
+	env []string
+	err error
+}
+
+// EncodeHandover is what the owner writes to a waiting guard's stdin.
+func EncodeHandover(env []string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\x00%d\x00", handoverTag, len(env))
+	for _, kv := range env {
+		b.WriteString(kv)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// readHandover reads a hand-over to its EOF.
+func readHandover(r io.Reader) ([]string, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read the hand-over: %w", err)
+	}
+	if len(data) == 0 {
+		return nil, errNoHandover
+	}
+	fields := bytes.Split(data, []byte{0})
+	// A complete hand-over ends with a NUL: its last field is empty.
+	if len(fields) < 3 || string(fields[0]) != handoverTag || len(fields[len(fields)-1]) != 0 {
+		return nil, errors.New("incomplete hand-over")
+	}
+	n, err := strconv.Atoi(string(fields[1]))
+	if err != nil || n != len(fields)-3 {
+		return nil, errors.New("incomplete hand-over")
+	}
+	env := make([]string, n)
+	for i := range env {
+		env[i] = string(fields[2+i])
+	}
+	return env, nil
+}
