@@ -39,6 +39,8 @@ func TestRehearsal(t *testing.T) {
 	scenario("reload-timeout", f.reloadTimeout)
 	scenario("gate-cut", f.gateCut)
 	scenario("sa-key-rotation", f.saKeyRotation)
+	scenario("rotate-abort", f.rotateAbort)
+	scenario("rotate-rollback", f.rotateRollback)
 	scenario("reimaged", f.reimaged)
 	scenario("ca-certificates", f.caCertificates)
 }
