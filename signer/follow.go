@@ -29,8 +29,15 @@ type Follower struct {
 	// RequestTimeout bounds the read of the prefix.
 	RequestTimeout time.Duration
 	// Retry is the pause after a failed read (doubling up to 8×).
-	Retry   time.Duration
+	Retry time.Duration
+	// Probe is how often a live watch is checked with a read: a watch
+	// whose server is gone retries silently forever, and the outage is
+	// to be logged and counted when it starts.
+	Probe   time.Duration
 	Metrics *Metrics
+	// OnEtcd, if set, is called when reading etcd starts failing (false)
+	// and when it works again (true).
+	OnEtcd func(up bool)
 
 	// good is each host's last good keys: a value that fails the check
 	// keeps the host's previous keys served, as confd keeps the live
@@ -51,6 +58,9 @@ func NormalizePrefix(prefix string) string { return strings.TrimRight(prefix, "/
 func (f *Follower) Run(ctx context.Context, synced func()) error {
 	if f.Retry <= 0 {
 		f.Retry = time.Second
+	}
+	if f.Probe <= 0 {
+		f.Probe = 5 * time.Second
 	}
 	f.good = f.Keys.Hosts()
 	f.bad = map[string]bool{}
@@ -91,6 +101,11 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			synced = nil
 		}
 		err = f.watch(ctx, rev)
+		var down *probeError
+		if errors.As(err, &down) {
+			f.setDown(down.err)
+			continue
+		}
 		if ctx.Err() == nil {
 			f.Log.WithError(err).Warn("etcd watch of the published keys ended; reading the prefix again")
 			f.Metrics.incWatchRestart()
@@ -106,6 +121,9 @@ func (f *Follower) setDown(err error) {
 		snap := f.Keys.Snapshot()
 		f.Log.WithError(err).WithField("keys", len(snap.Keys)).WithField("since", snap.Time.Format(time.RFC3339)).
 			Error("etcd unreachable: serving the last good key set until it is back")
+		if f.OnEtcd != nil {
+			f.OnEtcd(false)
+		}
 	}
 }
 
@@ -114,6 +132,9 @@ func (f *Follower) setUp() {
 	if f.down {
 		f.down = false
 		f.Log.Info("etcd reachable again: the key set follows the published keys")
+		if f.OnEtcd != nil {
+			f.OnEtcd(true)
+		}
 	}
 }
 
@@ -145,10 +166,14 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 
 // watch applies changes from rev+1 until the watch breaks.
 func (f *Follower) watch(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
+	wctx, cancel := context.WithCancelCause(clientv3.WithRequireLeader(ctx))
+	defer cancel(nil)
+	go f.probe(wctx, cancel)
 	for wr := range f.client.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if err := wr.Err(); err != nil {
+			if c := context.Cause(wctx); c != nil {
+				return c
+			}
 			return err
 		}
 		for _, ev := range wr.Events {
@@ -166,10 +191,31 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			}
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := context.Cause(wctx); err != nil {
 		return err
 	}
 	return errors.New("watch channel closed")
+}
+
+// probe reads etcd every f.Probe while the watch is open and ends the
+// watch (cause: a probeError) when a read fails.
+func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(f.Probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
+		_, err := f.client.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
+		pcancel()
+		if err != nil && wctx.Err() == nil {
+			cancel(&probeError{err})
+			return
+		}
+	}
 }
 
 // accept checks one published value; it reports whether the host's keys
@@ -201,3 +247,9 @@ func (f *Follower) withdraw(host string) {
 	delete(f.good, host)
 	delete(f.bad, f.Prefix+host)
 }
+
+// probeError is a failed read while a watch was open: etcd is unreachable.
+type probeError struct{ err error }
+
+func (e *probeError) Error() string { return "etcd read while watching: " + e.err.Error() }
+func (e *probeError) Unwrap() error { return e.err }
