@@ -22,6 +22,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/confd .
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./safe-restart
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./sa-signer
 
 # A pinned etcd server and etcdctl, built from the Go module proxy.
 etcd:
@@ -31,11 +32,11 @@ etcd:
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
 
-# Both binaries into $(DESTDIR)$(PREFIX)/bin and the systemd units into
+# The binaries into $(DESTDIR)$(PREFIX)/bin and the systemd units into
 # $(DESTDIR)$(SYSTEMDDIR), their /usr/local/bin paths pointed at $(PREFIX)/bin.
 install: build
 	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR)
-	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart $(DESTDIR)$(PREFIX)/bin/
+	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart bin/kube-apiserver-sa-signer $(DESTDIR)$(PREFIX)/bin/
 	$(INSTALL) -d $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
 	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
 		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
