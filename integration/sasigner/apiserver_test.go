@@ -1,0 +1,268 @@
+package sasigner
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+// kubeAPIServer is the binary `make kube-apiserver` builds.
+func kubeAPIServer(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("KUBE_APISERVER_BIN")
+	if p == "" {
+		p = filepath.Join(etcdtest.RepoRoot(), ".tools", "bin", "kube-apiserver")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("kube-apiserver not built (%v): run `make kube-apiserver`", err)
+	}
+	return p
+}
+
+// apiserver is one running kube-apiserver in signer mode.
+type apiserver struct {
+	url  string
+	cmd  *exec.Cmd
+	out  *logBuffer
+	done chan struct{}
+}
+
+func startAPIServer(t *testing.T, bin, etcdURL, socket string, certs *etcdtest.TLSFiles) *apiserver {
+	t.Helper()
+	port := etcdtest.FreePort(t)
+	a := &apiserver{url: fmt.Sprintf("https://127.0.0.1:%d", port), out: newLogBuffer(), done: make(chan struct{})}
+	// The flags of /work/shared/kube-apiserver-for-tests.md, with the
+	// signing endpoint in place of both key-file flags.
+	a.cmd = exec.Command(bin,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--etcd-servers="+etcdURL, "--etcd-prefix=/registry", "--cert-dir="+t.TempDir(),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-signing-endpoint="+socket,
+		"--client-ca-file="+certs.CA, "--authorization-mode=AlwaysAllow", "--service-cluster-ip-range=10.96.0.0/12",
+		"--endpoint-reconciler-type=none")
+	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() { _ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL); <-a.done })
+	// AlwaysAllow turns anonymous requests off: /readyz needs the admin certificate.
+	hc := insecureClient(certs)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond) // it has no readiness signal but answering
+	defer tick.Stop()
+	for {
+		if resp, err := hc.Get(a.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return a
+			}
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("kube-apiserver exited; output:\n%.5000s", a.out.String())
+		case <-ctx.Done():
+			t.Fatalf("kube-apiserver not ready; output ends:\n%s", tail(a.out.String(), 5000))
+		case <-tick.C:
+		}
+	}
+}
+
+// insecureClient does not verify the apiserver's self-signed serving
+// certificate (--cert-dir); with certs it presents the admin certificate.
+func insecureClient(certs *etcdtest.TLSFiles) *http.Client {
+	tc := &tls.Config{InsecureSkipVerify: true}
+	if certs != nil {
+		c, err := tls.LoadX509KeyPair(certs.ClientCert, certs.ClientKey)
+		if err == nil {
+			tc.Certificates = []tls.Certificate{c}
+		}
+	}
+	// HTTP/1.1: curl and Go's HTTP/2 sometimes lose a 401 body on a POST.
+	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+}
+
+func post(t *testing.T, c *http.Client, url, bearer, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// ensureServiceAccount creates default/probe; the default namespace
+// appears shortly after the first apiserver starts.
+func ensureServiceAccount(t *testing.T, admin *http.Client, a *apiserver) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := post(t, admin, a.url+"/api/v1/namespaces/default/serviceaccounts", "",
+			`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"probe"}}`)
+		if code == http.StatusCreated || code == http.StatusConflict {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create service account: HTTP %d %s", code, body)
+		}
+		time.Sleep(200 * time.Millisecond) // waiting for the namespace controller; no event to wait on
+	}
+}
+
+func token(t *testing.T, admin *http.Client, a *apiserver) string {
+	t.Helper()
+	code, body := post(t, admin, a.url+"/api/v1/namespaces/default/serviceaccounts/probe/token", "",
+		`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`)
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(body, &tr); err != nil || code != http.StatusCreated || tr.Status.Token == "" {
+		t.Fatalf("TokenRequest on %s: HTTP %d %s", a.url, code, body)
+	}
+	return tr.Status.Token
+}
+
+// header decodes a JWT's header.
+func header(t *testing.T, tok string) map[string]string {
+	t.Helper()
+	h, _, _ := strings.Cut(tok, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// review presents tok to a (SelfSubjectReview) and returns the status:
+// 201 accepted, 401 refused.
+func review(t *testing.T, a *apiserver, tok string) int {
+	t.Helper()
+	code, _ := post(t, insecureClient(nil), a.url+"/apis/authentication.k8s.io/v1/selfsubjectreviews", tok,
+		`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	return code
+}
+
+// TestRealAPIServers: two kube-apiservers v1.37.2, each started with
+// --service-account-signing-endpoint on its own signer, each master
+// publishing its own key in etcd. Every token verifies on both (4/4, where
+// each apiserver alone with its own key gives 2/4); the tokens carry the
+// signing master's kid. Then master 1 changes its key with no restart: the
+// new public key is published, the key file replaced and the signer sent
+// SIGHUP; its next token carries the new kid and verifies on both
+// apiservers, as do the tokens issued before.
+func TestRealAPIServers(t *testing.T) {
+	bin := kubeAPIServer(t)
+	e := etcdtest.Start(t)
+	certs := etcdtest.WriteTLSFiles(t, t.TempDir())
+	admin := insecureClient(certs)
+
+	type master struct {
+		name   string
+		key    saKey
+		dir    string
+		signer *signer
+		api    *apiserver
+	}
+	ms := []*master{{name: "m1", key: newSAKey(t, "rsa")}, {name: "m2", key: newSAKey(t, "ecdsa")}}
+	for _, m := range ms {
+		m.dir = shortDir(t)
+		m.key.write(t, filepath.Join(m.dir, "sa.key"))
+		e.Put(t, keysPrefix+m.name, m.key.pub)
+	}
+	for _, m := range ms {
+		m.signer = startSigner(t, signerArgs(m.dir, e.Endpoint, filepath.Join(m.dir, "sa.key"), "--host="+m.name)...)
+		m.signer.out.waitFor(t, "published keys read from etcd", 20*time.Second)
+		m.api = startAPIServer(t, bin, e.Endpoint, m.signer.socket, certs)
+	}
+	ensureServiceAccount(t, admin, ms[0].api)
+
+	tokens := map[string]string{}
+	for _, m := range ms {
+		tok := token(t, admin, m.api)
+		h := header(t, tok)
+		wantAlg := map[string]string{"m1": "RS256", "m2": "ES256"}[m.name]
+		if h["kid"] != m.key.kid || h["alg"] != wantAlg || h["typ"] != "JWT" || len(h) != 3 {
+			t.Errorf("%s's token header %v, want alg %s, kid %s, typ JWT only", m.name, h, wantAlg, m.key.kid)
+		}
+		tokens[m.name] = tok
+	}
+	accepted := 0
+	for from, tok := range tokens {
+		for _, m := range ms {
+			if code := review(t, m.api, tok); code == http.StatusCreated {
+				accepted++
+			} else {
+				t.Errorf("%s refused %s's token: HTTP %d", m.name, from, code)
+			}
+		}
+	}
+	t.Logf("tokens accepted: %d of %d", accepted, len(tokens)*len(ms))
+
+	// Master 1 changes its key; nothing restarts.
+	pids := []int{ms[0].api.cmd.Process.Pid, ms[1].api.cmd.Process.Pid}
+	next := newSAKey(t, "ecdsa")
+	e.Put(t, keysPrefix+"m1", ms[0].key.pub+next.pub)
+	next.write(t, filepath.Join(ms[0].dir, "sa.key"))
+	if err := ms[0].signer.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	ms[0].signer.out.waitFor(t, "SIGHUP: signing with the new key", 10*time.Second)
+	tok := token(t, admin, ms[0].api)
+	if h := header(t, tok); h["kid"] != next.kid || h["alg"] != "ES256" {
+		t.Fatalf("after the switch m1's token header %v, want kid %s (ES256)", h, next.kid)
+	}
+	for _, m := range ms {
+		if code := review(t, m.api, tok); code != http.StatusCreated {
+			t.Errorf("%s refused m1's token signed with its new key: HTTP %d", m.name, code)
+		}
+		if code := review(t, m.api, tokens["m1"]); code != http.StatusCreated {
+			t.Errorf("%s refused m1's token signed with its previous key: HTTP %d", m.name, code)
+		}
+	}
+	for i, m := range ms {
+		select {
+		case <-m.api.done:
+			t.Errorf("%s's apiserver exited", m.name)
+		default:
+		}
+		if m.api.cmd.Process.Pid != pids[i] {
+			t.Errorf("%s's apiserver restarted", m.name)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
