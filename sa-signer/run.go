@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,114 +53,6 @@ func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal
 		return exitError
 	}
 	return exitOK
-}
-
-func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Signal) error {
-	key, err := signer.LoadSigningKey(o.signingKey)
-	if err != nil {
-		return err
-	}
-	m := signer.NewMetrics()
-	ks := signer.NewKeySet(nil, key)
-	switch c, err := signer.ReadCache(o.cacheFile); {
-	case err != nil:
-		// A damaged cache is not a reason to stay down: etcd is the source;
-		// the cache is only a fallback for when it is unreachable.
-		log.WithError(err).Warn("key cache unusable: starting without it")
-	case c != nil:
-		ks.Restore(c.Hosts, c.IDs, c.Time)
-		log.WithField("keys", len(ks.Snapshot().Keys)).WithField("since", c.Time.Format(time.RFC3339)).Info("key set restored from the cache")
-	}
-	cw := &cacheWriter{path: o.cacheFile, keys: ks, log: log, metrics: m}
-	ks.OnChange(func(s *signer.Snapshot) {
-		m.SetSnapshot(s)
-		log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
-		cw.write()
-	})
-	m.SetSnapshot(ks.Snapshot())
-	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).Info("signing key loaded")
-
-	lis, err := signer.Listen(ctx, o.socket, o.gid)
-	if err != nil {
-		return err
-	}
-	svc := &signer.Service{Keys: ks, RefreshHint: o.refreshHint, MaxTokenExpiration: o.maxTokenExpiration, Log: log, Metrics: m}
-	g := signer.NewGRPCServer(svc)
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	wg.Go(func() {
-		if err := g.Serve(lis); err != nil {
-			errc <- fmt.Errorf("socket %s: %w", o.socket, err)
-		}
-	})
-	f := &signer.Follower{
-		Connect:        func(ctx context.Context) (*clientv3.Client, error) { return etcdClient(ctx, o) },
-		Prefix:         signer.NormalizePrefix(o.keysPrefix),
-		Keys:           ks,
-		Log:            log,
-		RequestTimeout: o.commandTimeout,
-		Metrics:        m,
-	}
-	wg.Go(func() {
-		_ = f.Run(ctx, func() {
-			log.WithField("keys", len(ks.Snapshot().Keys)).WithField("prefix", f.Prefix).Info("published keys read from etcd; watching")
-			// The first read may leave the set as restored: the cache is
-			// still written once, so that it exists after a first start.
-			cw.write()
-		})
-	})
-	if o.metricsAddr != "" {
-		srv, err := metricsServer(ctx, o.metricsAddr, m)
-		if err != nil {
-			cancel()
-			g.Stop()
-			wg.Wait()
-			return err
-		}
-		defer srv.Close()
-	}
-	log.WithField("socket", o.socket).Info("serving ExternalJWTSigner")
-	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
-		log.WithError(err).Warn("systemd notification failed")
-	}
-
-	var runErr error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
-		case <-hup:
-			reloadSigningKey(o, ks, log)
-		}
-	}
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	cancel()
-	stopGRPC(g, 5*time.Second)
-	wg.Wait()
-	return runErr
-}
-
-// reloadSigningKey re-reads --signing-key; a file that fails to load
-// leaves the current key signing.
-func reloadSigningKey(o *options, ks *signer.KeySet, log logrus.FieldLogger) {
-	k, err := signer.LoadSigningKey(o.signingKey)
-	if err != nil {
-		log.WithError(err).Error("SIGHUP: signing key not reloaded; still signing with the current key")
-		return
-	}
-	if cur := ks.Signer(); cur.KeyID == k.KeyID {
-		log.WithField("kid", k.KeyID).Info("SIGHUP: signing key unchanged")
-		return
-	}
-	ks.SetSigning(k)
-	log.WithField("kid", k.KeyID).Info("SIGHUP: signing with the new key")
 }
 
 // stopGRPC lets calls in flight finish, for at most d.

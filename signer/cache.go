@@ -23,6 +23,8 @@ type Cache struct {
 	Time time.Time `json:"time"`
 	// IDs are every key ID served (published and signing keys).
 	IDs []string `json:"kids"`
+	// Signing is the key ID that signed (it passed the trust barrier).
+	Signing string `json:"signing,omitempty"`
 	// Hosts are the published keys by host.
 	Hosts map[string][]Key `json:"hosts"`
 }
@@ -60,7 +62,7 @@ func ReadCache(path string) (*Cache, error) {
 
 // NewCache returns the cache of snapshot s with hosts' published keys.
 func NewCache(s *Snapshot, hosts map[string][]Key) *Cache {
-	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Hosts: hosts}
+	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: hosts}
 }
 
 // Write replaces path atomically: a crash leaves the old cache or the new

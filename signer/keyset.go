@@ -104,22 +104,25 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 // host's last good value, and the local signing key(s), and publishes a new
 // Snapshot when the set of key IDs changes.
 type KeySet struct {
-	mu      sync.Mutex
-	hosts   map[string][]Key
-	signing []*SigningKey // [0] signs; all are served
-	cur     *Snapshot
-	now     func() time.Time
+	mu    sync.Mutex
+	hosts map[string][]Key
+	// signer signs (nil: none may yet, see Service.Sign); it and extra
+	// are served.
+	signer *SigningKey
+	extra  []*SigningKey
+	cur    *Snapshot
+	now    func() time.Time
 	// onChange is called, outside mu, with every new snapshot.
 	onChange func(*Snapshot)
 }
 
-// NewKeySet starts a set with the signing keys (the first signs) and no
-// published keys. Start it from a cache with Restore.
-func NewKeySet(now func() time.Time, signing ...*SigningKey) *KeySet {
+// NewKeySet starts a set that signs with signer (nil: not yet) and serves
+// it and extra, with no published keys. Start it from a cache with Restore.
+func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *KeySet {
 	if now == nil {
 		now = time.Now
 	}
-	ks := &KeySet{hosts: map[string][]Key{}, signing: signing, now: now}
+	ks := &KeySet{hosts: map[string][]Key{}, signer: signer, extra: extra, now: now}
 	ks.cur = ks.build(nil)
 	return ks
 }
@@ -139,11 +142,11 @@ func (ks *KeySet) Snapshot() *Snapshot {
 	return ks.cur
 }
 
-// Signer returns the key Sign uses now.
+// Signer returns the key Sign uses now; nil while none may sign.
 func (ks *KeySet) Signer() *SigningKey {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return ks.signing[0]
+	return ks.signer
 }
 
 // Hosts returns a copy of the published keys by host.
@@ -196,13 +199,9 @@ func (ks *KeySet) SetHost(host string, keys []Key) {
 	})
 }
 
-// SetSigning replaces the signing keys (the first signs; every one is
-// served).
-func (ks *KeySet) SetSigning(signing ...*SigningKey) {
-	if len(signing) == 0 {
-		return
-	}
-	ks.update(func() { ks.signing = signing })
+// SetSigning makes signer sign (nil: none) and serves it and extra.
+func (ks *KeySet) SetSigning(signer *SigningKey, extra ...*SigningKey) {
+	ks.update(func() { ks.signer, ks.extra = signer, extra })
 }
 
 func (ks *KeySet) update(f func()) {
@@ -227,10 +226,15 @@ func (ks *KeySet) build(prev *Snapshot) *Snapshot {
 			byID[k.ID] = k
 		}
 	}
-	for _, s := range ks.signing {
-		byID[s.KeyID] = Key{ID: s.KeyID, DER: s.PublicDER}
+	for _, s := range append([]*SigningKey{ks.signer}, ks.extra...) {
+		if s != nil {
+			byID[s.KeyID] = Key{ID: s.KeyID, DER: s.PublicDER}
+		}
 	}
-	next := &Snapshot{Keys: make([]Key, 0, len(byID)), Signing: ks.signing[0].KeyID}
+	next := &Snapshot{Keys: make([]Key, 0, len(byID))}
+	if ks.signer != nil {
+		next.Signing = ks.signer.KeyID
+	}
 	for _, k := range byID {
 		next.Keys = append(next.Keys, k)
 	}

@@ -40,6 +40,12 @@ type Service struct {
 func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*externaljwtv1.SignJWTResponse, error) {
 	start := time.Now()
 	k := s.Keys.Signer()
+	if k == nil {
+		// A new master's key is not trusted everywhere yet: a token it
+		// signed now would be refused by other masters.
+		s.Metrics.observeSign("unavailable", 0)
+		return nil, status.Error(codes.Unavailable, "the signing key is not yet fetched by every host's apiserver (trust barrier)")
+	}
 	header, sig, err := k.Sign(req.GetClaims())
 	switch {
 	case errors.Is(err, ErrBadClaims):

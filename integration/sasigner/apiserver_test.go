@@ -235,7 +235,21 @@ func TestRealAPIServers(t *testing.T) {
 	if err := ms[0].signer.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	ms[0].signer.out.waitFor(t, "SIGHUP: signing with the new key", 10*time.Second)
+	// The trust barrier: the new key is served at once, but the previous
+	// key signs until both apiservers fetched the new one (each within its
+	// refresh hint of 10 s) and recorded it.
+	const promoted = "every recorded host's apiserver fetched the new key: signing with it"
+	ms[0].signer.out.waitFor(t, "SIGHUP: new signing key served", 10*time.Second)
+	early := strings.Contains(ms[0].signer.out.String(), promoted)
+	if h := header(t, token(t, admin, ms[0].api)); !early && h["kid"] != ms[0].key.kid {
+		t.Errorf("before every apiserver fetched the new key, m1 signed with %s; want the previous key %s", h["kid"], ms[0].key.kid)
+	}
+	ms[0].signer.out.waitFor(t, promoted, 60*time.Second)
+	for _, m := range ms {
+		if !strings.Contains(recordOf(t, e, m.name), next.kid) {
+			t.Errorf("%s's trust record does not list the new key: %s", m.name, recordOf(t, e, m.name))
+		}
+	}
 	tok := token(t, admin, ms[0].api)
 	if h := header(t, tok); h["kid"] != next.kid || h["alg"] != "ES256" {
 		t.Fatalf("after the switch m1's token header %v, want kid %s (ES256)", h, next.kid)
@@ -258,6 +272,16 @@ func TestRealAPIServers(t *testing.T) {
 			t.Errorf("%s's apiserver restarted", m.name)
 		}
 	}
+}
+
+// recordOf is host's trust record as stored.
+func recordOf(t *testing.T, e *etcdtest.Server, host string) string {
+	t.Helper()
+	resp, err := e.Client(t).Get(context.Background(), "/kubernetes/service-account-keys-trust/"+host)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("trust record of %s: %v", host, err)
+	}
+	return string(resp.Kvs[0].Value)
 }
 
 func tail(s string, n int) string {
