@@ -88,7 +88,7 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time      { return c.t }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 
-func keyOf(t *testing.T, pub any) Key {
+func keyOf(t testing.TB, pub any) Key {
 	k, err := newKey(pub)
 	if err != nil {
 		t.Fatal(err)
