@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,14 +172,15 @@ func review(t *testing.T, a *apiserver, tok string) int {
 	return code
 }
 
-// TestRealAPIServers: two kube-apiservers v1.37.2, each started with
+// TestRealAPIServers: three kube-apiservers v1.37.2, each started with
 // --service-account-signing-endpoint on its own signer, each master
-// publishing its own key in etcd. Every token verifies on both (4/4, where
-// each apiserver alone with its own key gives 2/4); the tokens carry the
-// signing master's kid. Then master 1 changes its key with no restart: the
-// new public key is published, the key file replaced and the signer sent
-// SIGHUP; its next token carries the new kid and verifies on both
-// apiservers, as do the tokens issued before.
+// publishing its own key in etcd. Every token verifies on every apiserver
+// (9/9, where each apiserver alone with its own key gives 3/9) and carries
+// the signing master's kid. Then master 1 changes its key with no restart
+// (new public key published beside the old, key file replaced, SIGHUP)
+// while a prober requests and verifies tokens on every master: the old key
+// signs until every apiserver fetched the new one (the trust barrier), no
+// token is refused, and no apiserver restarts.
 func TestRealAPIServers(t *testing.T) {
 	bin := kubeAPIServer(t)
 	e := etcdtest.Start(t)
@@ -192,7 +194,7 @@ func TestRealAPIServers(t *testing.T) {
 		signer *signer
 		api    *apiserver
 	}
-	ms := []*master{{name: "m1", key: newSAKey(t, "rsa")}, {name: "m2", key: newSAKey(t, "ecdsa")}}
+	ms := []*master{{name: "m1", key: newSAKey(t, "rsa")}, {name: "m2", key: newSAKey(t, "ecdsa")}, {name: "m3", key: newSAKey(t, "rsa")}}
 	for _, m := range ms {
 		m.dir = shortDir(t)
 		m.key.write(t, filepath.Join(m.dir, "sa.key"))
@@ -209,7 +211,7 @@ func TestRealAPIServers(t *testing.T) {
 	for _, m := range ms {
 		tok := token(t, admin, m.api)
 		h := header(t, tok)
-		wantAlg := map[string]string{"m1": "RS256", "m2": "ES256"}[m.name]
+		wantAlg := map[string]string{"m1": "RS256", "m2": "ES256", "m3": "RS256"}[m.name]
 		if h["kid"] != m.key.kid || h["alg"] != wantAlg || h["typ"] != "JWT" || len(h) != 3 {
 			t.Errorf("%s's token header %v, want alg %s, kid %s, typ JWT only", m.name, h, wantAlg, m.key.kid)
 		}
@@ -227,8 +229,16 @@ func TestRealAPIServers(t *testing.T) {
 	}
 	t.Logf("tokens accepted: %d of %d", accepted, len(tokens)*len(ms))
 
-	// Master 1 changes its key; nothing restarts.
-	pids := []int{ms[0].api.cmd.Process.Pid, ms[1].api.cmd.Process.Pid}
+	// Master 1 changes its key; nothing restarts. A prober asks every
+	// master for a token and every master to verify it, throughout.
+	var pids []int
+	var apis []*apiserver
+	for _, m := range ms {
+		pids = append(pids, m.api.cmd.Process.Pid)
+		apis = append(apis, m.api)
+	}
+	p := startProber(admin, apis)
+	rotated := time.Now()
 	next := newSAKey(t, "ecdsa")
 	e.Put(t, keysPrefix+"m1", ms[0].key.pub+next.pub)
 	next.write(t, filepath.Join(ms[0].dir, "sa.key"))
@@ -249,6 +259,13 @@ func TestRealAPIServers(t *testing.T) {
 		if !strings.Contains(recordOf(t, e, m.name), next.kid) {
 			t.Errorf("%s's trust record does not list the new key: %s", m.name, recordOf(t, e, m.name))
 		}
+	}
+	t.Logf("rotate to the new key signing: %s", time.Since(rotated).Round(100*time.Millisecond))
+	p.round() // one full round with the new key signing
+	accepted, refused, failed := p.stop()
+	t.Logf("prober during the rotation: %d accepted, %d refused, %d token requests failed", accepted, refused, failed)
+	if refused != 0 || failed != 0 || accepted == 0 {
+		t.Errorf("prober: %d accepted, %d refused, %d failed; want 0 refused, 0 failed", accepted, refused, failed)
 	}
 	tok := token(t, admin, ms[0].api)
 	if h := header(t, tok); h["kid"] != next.kid || h["alg"] != "ES256" {
@@ -289,4 +306,118 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// prober requests a token from every apiserver and presents it to every
+// apiserver, round after round, until stopped.
+type prober struct {
+	admin    *http.Client
+	apis     []*apiserver
+	mu       sync.Mutex
+	accepted int
+	refused  int
+	failed   int
+	roundc   chan struct{}
+	stopc    chan struct{}
+	done     chan struct{}
+}
+
+func startProber(admin *http.Client, apis []*apiserver) *prober {
+	p := &prober{admin: admin, apis: apis, roundc: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *prober) run() {
+	defer close(p.done)
+	plain := insecureClient(nil)
+	tick := time.NewTicker(500 * time.Millisecond) // the probe rate
+	defer tick.Stop()
+	for {
+		for _, from := range p.apis {
+			tok, err := tryToken(p.admin, from)
+			p.mu.Lock()
+			if err != nil {
+				p.failed++
+			}
+			p.mu.Unlock()
+			if err != nil {
+				continue
+			}
+			for _, to := range p.apis {
+				code, err := tryReview(plain, to, tok)
+				p.mu.Lock()
+				switch {
+				case err == nil && code == http.StatusCreated:
+					p.accepted++
+				case err == nil && code == http.StatusUnauthorized:
+					p.refused++
+				default:
+					p.failed++
+				}
+				p.mu.Unlock()
+			}
+		}
+		close(p.roundc)
+		p.mu.Lock()
+		p.roundc = make(chan struct{})
+		p.mu.Unlock()
+		select {
+		case <-p.stopc:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// round waits for the end of a round started after the call.
+func (p *prober) round() {
+	p.mu.Lock()
+	c := p.roundc
+	p.mu.Unlock()
+	<-c // the round in progress (may have started before)
+	p.mu.Lock()
+	c = p.roundc
+	p.mu.Unlock()
+	<-c
+}
+
+func (p *prober) stop() (accepted, refused, failed int) {
+	close(p.stopc)
+	<-p.done
+	return p.accepted, p.refused, p.failed
+}
+
+func tryToken(c *http.Client, a *apiserver) (string, error) {
+	req, _ := http.NewRequest(http.MethodPost, a.url+"/api/v1/namespaces/default/serviceaccounts/probe/token",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || resp.StatusCode != http.StatusCreated || tr.Status.Token == "" {
+		return "", fmt.Errorf("token from %s: HTTP %d, %v", a.url, resp.StatusCode, err)
+	}
+	return tr.Status.Token, nil
+}
+
+func tryReview(c *http.Client, a *apiserver, tok string) (int, error) {
+	req, _ := http.NewRequest(http.MethodPost, a.url+"/apis/authentication.k8s.io/v1/selfsubjectreviews",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
