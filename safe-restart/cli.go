@@ -99,6 +99,7 @@ type options struct {
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
+	signer         bool // rotate-key: this host signs through kube-apiserver-sa-signer (signer.go)
 
 	// subcommands
 	reason      string
@@ -170,6 +171,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.BoolVar(&o.signer, "signer", false, "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -202,6 +204,7 @@ var flagScope = map[string][]string{
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
+	"signer":          {cmdRotateKey},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
 	"require-key":     {cmdCheck},

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/pemcheck"
 )
 
 // kubeAPIServer is the binary `make kube-apiserver` builds.
@@ -279,6 +280,37 @@ func TestRealAPIServers(t *testing.T) {
 			t.Errorf("%s refused m1's token signed with its previous key: HTTP %d", m.name, code)
 		}
 	}
+	// Master 2 rotates with `kube-apiserver-safe-restart rotate-key
+	// --signer`: next key generated and published, every apiserver fetches
+	// it, key installed, signer reloaded (SIGHUP here, `systemctl reload`
+	// on a host), wait until it signs with it. No apiserver restarts.
+	m2 := ms[1]
+	_ = os.WriteFile(filepath.Join(m2.dir, "sa.pub"), []byte(m2.key.pub), 0o644)
+	p2 := startProber(admin, apis)
+	start := time.Now()
+	out, err := runRotate(t, "rotate-key", "--signer", "--host=m2", "--endpoints="+e.Endpoint,
+		"--signing-key="+filepath.Join(m2.dir, "sa.key"), "--public-key="+filepath.Join(m2.dir, "sa.pub"),
+		"--algorithm=ecdsa-p256", "--timeout=2m", "--trust-timeout=2m", "--log-format=json",
+		"--", "kill", "-HUP", strconv.Itoa(m2.signer.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("rotate-key --signer: %v\n%s\nsigner:\n%s", err, out, m2.signer.out.String())
+	}
+	t.Logf("rotate-key --signer: exit 0 after %s", time.Since(start).Round(100*time.Millisecond))
+	newKid := fileKid(t, filepath.Join(m2.dir, "sa.key"))
+	if newKid == m2.key.kid {
+		t.Fatal("rotate-key --signer left the key as it was")
+	}
+	tok = token(t, admin, m2.api)
+	if h := header(t, tok); h["kid"] != newKid {
+		t.Errorf("after rotate-key --signer m2 signs with %s, want %s", h["kid"], newKid)
+	}
+	p2.round()
+	accepted, refused, failed = p2.stop()
+	t.Logf("prober during rotate-key --signer: %d accepted, %d refused, %d token requests failed", accepted, refused, failed)
+	if refused != 0 || failed != 0 || accepted == 0 {
+		t.Errorf("prober: %d accepted, %d refused, %d failed; want 0 refused, 0 failed", accepted, refused, failed)
+	}
+
 	for i, m := range ms {
 		select {
 		case <-m.api.done:
@@ -299,6 +331,28 @@ func recordOf(t *testing.T, e *etcdtest.Server, host string) string {
 		t.Fatalf("trust record of %s: %v", host, err)
 	}
 	return string(resp.Kvs[0].Value)
+}
+
+// fileKid is the key ID of the one key in a PEM file.
+func fileKid(t *testing.T, path string) string {
+	t.Helper()
+	f, err := pemcheck.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := f.KeyIDs()
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("%s: key IDs %v, %v", path, ids, err)
+	}
+	return ids[0]
+}
+
+func runRotate(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, safeRestartBin, args...).CombinedOutput()
+	return string(out), err
 }
 
 func tail(s string, n int) string {

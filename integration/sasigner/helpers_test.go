@@ -31,15 +31,16 @@ import (
 	"github.com/keysync/confd/internal/testbin"
 )
 
-var signerBin string
+var signerBin, safeRestartBin string
 
 func TestMain(m *testing.M) {
-	bins, cleanup, err := testbin.Build(nil, map[string]string{"kube-apiserver-sa-signer": "./sa-signer"})
+	bins, cleanup, err := testbin.Build(nil, map[string]string{"kube-apiserver-sa-signer": "./sa-signer", "kube-apiserver-safe-restart": "./safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	signerBin = bins["kube-apiserver-sa-signer"]
+	safeRestartBin = bins["kube-apiserver-safe-restart"]
 	code := m.Run()
 	cleanup()
 	os.Exit(code)
