@@ -311,6 +311,30 @@ func TestRealAPIServers(t *testing.T) {
 		t.Errorf("prober: %d accepted, %d refused, %d failed; want 0 refused, 0 failed", accepted, refused, failed)
 	}
 
+	// SIGKILL of m3's signer: m3's token requests fail (an error, or no
+	// answer within 10 s: the apiserver waits for the socket) while it is
+	// down; the other masters are not affected; after the restart (what
+	// the unit's Restart=always does) m3 issues tokens again.
+	m3 := ms[2]
+	m3.signer.stop(syscall.SIGKILL)
+	impatient := insecureClient(certs)
+	impatient.Timeout = 10 * time.Second
+	if tok, err := tryToken(impatient, m3.api); err == nil {
+		t.Errorf("m3 issued a token with its signer killed: kid %s", header(t, tok)["kid"])
+	}
+	for _, m := range ms[:2] {
+		if _, err := tryToken(admin, m.api); err != nil {
+			t.Errorf("%s affected by m3's signer being down: %v", m.name, err)
+		}
+	}
+	m3.signer = startSigner(t, m3.signer.args...)
+	tok = token(t, admin, m3.api)
+	for _, m := range ms {
+		if code := review(t, m.api, tok); code != http.StatusCreated {
+			t.Errorf("%s refused m3's token after its signer restarted: HTTP %d", m.name, code)
+		}
+	}
+
 	for i, m := range ms {
 		select {
 		case <-m.api.done:
