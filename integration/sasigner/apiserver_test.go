@@ -45,17 +45,23 @@ type apiserver struct {
 
 func startAPIServer(t *testing.T, bin, etcdURL, socket string, certs *etcdtest.TLSFiles) *apiserver {
 	t.Helper()
+	return startAPIServerFlags(t, bin, etcdURL, certs, "--service-account-signing-endpoint="+socket)
+}
+
+// startAPIServerFlags starts an apiserver with the given service-account
+// key flags (the signing endpoint, or both key-file flags).
+func startAPIServerFlags(t *testing.T, bin, etcdURL string, certs *etcdtest.TLSFiles, saFlags ...string) *apiserver {
+	t.Helper()
 	port := etcdtest.FreePort(t)
 	a := &apiserver{url: fmt.Sprintf("https://127.0.0.1:%d", port), out: newLogBuffer(), done: make(chan struct{})}
 	// The flags of /work/shared/kube-apiserver-for-tests.md, with the
 	// signing endpoint in place of both key-file flags.
-	a.cmd = exec.Command(bin,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--etcd-servers="+etcdURL, "--etcd-prefix=/registry", "--cert-dir="+t.TempDir(),
+	a.cmd = exec.Command(bin, append([]string{
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--etcd-servers=" + etcdURL, "--etcd-prefix=/registry", "--cert-dir=" + t.TempDir(),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-signing-endpoint="+socket,
-		"--client-ca-file="+certs.CA, "--authorization-mode=AlwaysAllow", "--service-cluster-ip-range=10.96.0.0/12",
-		"--endpoint-reconciler-type=none")
+		"--client-ca-file=" + certs.CA, "--authorization-mode=AlwaysAllow", "--service-cluster-ip-range=10.96.0.0/12",
+		"--endpoint-reconciler-type=none"}, saFlags...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
