@@ -4,14 +4,21 @@ GO      ?= go
 BENCH_RUNS ?= 5
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.Version=$(VERSION)
-export ETCD_BIN_DIR := $(CURDIR)/.tools/bin
+# The etcd servers the tests run on, built by `make etcd` into
+# .tools/etcd-VERSION/; the default one is on ETCD_BIN_DIR for every test.
+# 3.4 comes from Debian's package (or $$ETCD34_BIN): see docs/development.md.
+ETCD_VERSIONS ?= 3.5.21 3.6.16 3.7.3
+ETCD_DEFAULT  ?= 3.6.16
+export ETCD_VERSIONS
+export ETCD_BIN_DIR ?= $(CURDIR)/.tools/etcd-$(ETCD_DEFAULT)
+ETCD34_DIR := $(dir $(or $(ETCD34_BIN),/usr/bin/etcd))
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build etcd kube-apiserver test unit integration rehearsal race vet fmt-check bench bench-smoke demo install clean
+.PHONY: all build etcd kube-apiserver test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check bench bench-smoke demo install clean
 
 all: build
 
@@ -24,23 +31,32 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./safe-restart
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./sa-signer
 
-# A pinned etcd server and etcdctl, built from the Go module proxy.
+# Pinned etcd servers and etcdctl, built from the Go module proxy, one
+# directory per version.
 etcd:
-	./scripts/build-etcd.sh
+	./scripts/build-etcd.sh $(ETCD_VERSIONS)
 
 # A pinned kube-apiserver, built from the Go module proxy, for the rehearsal.
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
 
-# The binaries into $(DESTDIR)$(PREFIX)/bin and the systemd units into
-# $(DESTDIR)$(SYSTEMDDIR), their /usr/local/bin paths pointed at $(PREFIX)/bin.
+# The binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
+# $(DESTDIR)$(SYSTEMDDIR), and the example confdir (conf.d, templates,
+# confd.toml) and safe-restart.toml into $(DESTDIR)$(PREFIX)/share/keysync,
+# to copy from: /etc/confd and /etc/kubernetes are the site's and never
+# written. Every /usr/local/bin path in them is pointed at $(PREFIX)/bin.
+SHAREDIR = $(PREFIX)/share/keysync
 install: build
-	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR)
+	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR) $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
+	$(INSTALL) -d $(DESTDIR)$(SHAREDIR)/confd/conf.d $(DESTDIR)$(SHAREDIR)/confd/templates
 	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart bin/kube-apiserver-sa-signer $(DESTDIR)$(PREFIX)/bin/
-	$(INSTALL) -d $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
 	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
 		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
 		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
+	done
+	for f in examples/confd/confd.toml examples/confd/conf.d/*.toml examples/confd/templates/*.tmpl examples/safe-restart.toml; do \
+		case "$$f" in examples/confd/*) d="$(DESTDIR)$(SHAREDIR)/confd/$${f#examples/confd/}";; *) d="$(DESTDIR)$(SHAREDIR)/$${f#examples/}";; esac; \
+		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$f" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
 	done
 
 fmt-check:
@@ -58,31 +74,61 @@ test: etcd build fmt-check vet
 # Three masters on one machine running the shipped examples with real
 # kube-apiservers on one TLS etcd (rehearsal/README.md). Never skipped:
 # without kube-apiserver or etcd it fails.
-REHEARSAL_ETCD ?=
 REHEARSAL_RUN  ?= TestRehearsal
 rehearsal: etcd kube-apiserver build
-	KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver REHEARSAL_ETCD=$(REHEARSAL_ETCD) \
+	KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
 		$(GO) test -tags rehearsal -count=1 -timeout 30m -v -run '$(REHEARSAL_RUN)' ./rehearsal/
 
-unit:
+# The rehearsal's core scenarios, run on every tested etcd server (3.4 where
+# it exists, as integration-all does).
+REHEARSAL_CORE ?= TestRehearsal/(fresh|converged|rotate|bad-keys|own-key-missing)
+rehearsal-core-all: etcd kube-apiserver build
+	@for d in $(foreach v,$(ETCD_VERSIONS),$(CURDIR)/.tools/etcd-$(v)/) $(ETCD34_DIR); do \
+		if [ ! -x $${d}etcd ]; then echo "!! SKIPPED: the rehearsal's core scenarios on etcd 3.4: no $${d}etcd"; continue; fi; \
+		echo "== rehearsal core scenarios on $$($${d}etcd --version | head -1)"; \
+		$(MAKE) --no-print-directory rehearsal ETCD_BIN_DIR=$$d REHEARSAL_RUN='$(REHEARSAL_CORE)' || exit 1; \
+	done
+
+# Every package's tests but the integration tests. Tests that need an etcd
+# server find the ones `make etcd` built, never one that happens to be on
+# $$PATH.
+unit: etcd
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
 
 integration: etcd build
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
+# The integration tests on every tested etcd server: each built version, and
+# 3.4 where Debian's package (or $$ETCD34_BIN) has it; without it, one loud
+# line (CI installs it and fails without it, see .ci/run).
+integration-all: etcd build
+	@for v in $(ETCD_VERSIONS); do \
+		echo "== integration tests on etcd $$v"; \
+		ETCD_BIN_DIR=$(CURDIR)/.tools/etcd-$$v $(GO) test -count=1 -timeout 20m ./integration/... || exit 1; \
+	done
+	@if [ -x $(ETCD34_DIR)etcd ]; then \
+		echo "== integration tests on etcd 3.4 ($(ETCD34_DIR)etcd)"; \
+		ETCD_BIN_DIR=$(ETCD34_DIR) $(GO) test -count=1 -timeout 20m ./integration/... || exit 1; \
+	else \
+		echo "!! SKIPPED: the integration tests on etcd 3.4: no $(ETCD34_DIR)etcd (apt-get install etcd-server, or set ETCD34_BIN)"; \
+	fi
+
 race: etcd
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# The issue-10 harness: its own etcd, every target's scenario several times,
-# one table, bench/results.md. CONFD_REF=path runs another confd beside ours.
+# The performance harness: its own etcd, every target's scenario several
+# times, one table into bench/results.md and docs/performance.md.
+# CONFD_REF=path runs confd 0.16 beside ours, CONFD_FORK=path the maintained
+# fork (abtreece/confd) in target 1.
 # Then the Go benchmarks (allocations included).
 bench: etcd build
 	$(GO) run ./bench -runs $(BENCH_RUNS)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
 
 # The harness with tiny data and one run: proves it works, measures nothing.
+# Not part of make test (CI runs it).
 bench-smoke: etcd build
-	$(GO) run ./bench -smoke -out ''
+	$(GO) test -tags benchsmoke -count=1 -run TestSmoke -v ./bench
 
 
 demo: etcd build

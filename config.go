@@ -21,40 +21,43 @@ import (
 // fileKeys maps confd.toml keys (confd 0.16's spellings; the dash/underscore
 // variant is accepted too) to the flag they set.
 var fileKeys = map[string]string{
-	"backend":            "backend",
-	"nodes":              "node",
-	"prefix":             "prefix",
-	"confdir":            "confdir",
-	"interval":           "interval",
-	"watch":              "watch",
-	"onetime":            "onetime",
-	"noop":               "noop",
-	"noop_show_secrets":  "noop-show-secrets",
-	"secret_keyring":     "secret-keyring",
-	"sync-only":          "sync-only",
-	"keep-stage-file":    "keep-stage-file",
-	"log-level":          "log-level",
-	"log-format":         "log-format",
-	"client_cert":        "client-cert",
-	"client_key":         "client-key",
-	"client_cakeys":      "client-ca-keys",
-	"client_insecure":    "client-insecure",
-	"basic_auth":         "basic-auth",
-	"username":           "username",
-	"password":           "password",
-	"srv_domain":         "srv-domain",
-	"srv_record":         "srv-record",
-	"scheme":             "scheme",
-	"file":               "file",
-	"filter":             "filter",
-	"check_cmd_timeout":  "check-cmd-timeout",
-	"reload_cmd_timeout": "reload-cmd-timeout",
-	"command_grace":      "command-grace",
-	"dial_timeout":       "dial-timeout",
-	"request_timeout":    "request-timeout",
-	"wait":               "wait",
-	"resync":             "resync",
-	"metrics_addr":       "metrics-addr",
+	"backend":             "backend",
+	"nodes":               "node",
+	"prefix":              "prefix",
+	"confdir":             "confdir",
+	"interval":            "interval",
+	"watch":               "watch",
+	"onetime":             "onetime",
+	"noop":                "noop",
+	"noop_show_secrets":   "noop-show-secrets",
+	"secret_keyring":      "secret-keyring",
+	"sync-only":           "sync-only",
+	"keep-stage-file":     "keep-stage-file",
+	"log-level":           "log-level",
+	"log-format":          "log-format",
+	"client_cert":         "client-cert",
+	"client_key":          "client-key",
+	"client_cakeys":       "client-ca-keys",
+	"client_insecure":     "client-insecure",
+	"basic_auth":          "basic-auth",
+	"username":            "username",
+	"password":            "password",
+	"srv_domain":          "srv-domain",
+	"srv_record":          "srv-record",
+	"scheme":              "scheme",
+	"file":                "file",
+	"filter":              "filter",
+	"check_cmd_timeout":   "check-cmd-timeout",
+	"reload_cmd_timeout":  "reload-cmd-timeout",
+	"command_grace":       "command-grace",
+	"dest_lock_timeout":   "dest-lock-timeout",
+	"dial_timeout":        "dial-timeout",
+	"request_timeout":     "request-timeout",
+	"wait":                "wait",
+	"resync":              "resync",
+	"metrics_addr":        "metrics-addr",
+	"watch_stall_timeout": "watch-stall-timeout",
+	"max_commands":        "max-commands",
 }
 
 // otherBackendKeys are confd.toml keys that only confd's other backends
@@ -218,12 +221,16 @@ func validate(c *Config) error {
 	}
 	for name, d := range map[string]interface{ Seconds() float64 }{
 		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
-		"-command-grace": c.CommandGrace,
-		"-dial-timeout":  c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
+		"-command-grace": c.CommandGrace, "-dest-lock-timeout": c.DestLockTimeout,
+		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
+		"-watch-stall-timeout": c.Store.WatchStallTimeout,
 	} {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)
 		}
+	}
+	if c.MaxCommands < 1 {
+		return fmt.Errorf("-max-commands %d must be at least 1", c.MaxCommands)
 	}
 	if c.Resync < 0 {
 		return fmt.Errorf("-resync %s must not be negative (0 turns it off)", c.Resync)

@@ -9,7 +9,10 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/connect"
+	"github.com/keysync/confd/daemon"
 	"github.com/keysync/confd/internal/waitspec"
 	"github.com/keysync/confd/resource"
 )
@@ -32,6 +35,7 @@ type Config struct {
 	CheckCmdTimeout  time.Duration
 	ReloadCmdTimeout time.Duration
 	CommandGrace     time.Duration
+	DestLockTimeout  time.Duration
 	PrintVersion     bool
 	CheckConfig      bool     // vet confd.toml, resources and templates; no store
 	Validate         bool     // render from MockData; no store, no writes, no commands
@@ -45,6 +49,7 @@ type Config struct {
 	Wait          waitspec.Spec // default quiescence of -watch
 	Resync        time.Duration // -watch: full reconcile every Resync; 0 = off
 	MetricsAddr   string        // HOST:PORT for /metrics, /healthz, /readyz
+	MaxCommands   int           // check_cmd/reload_cmd run at once, across groups
 }
 
 // DefaultResync is -resync's default: the safety net behind the watch.
@@ -88,11 +93,14 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.CheckCmdTimeout, "check-cmd-timeout", resource.DefaultCheckTimeout, "default timeout of check_cmd; a resource's check_cmd_timeout overrides it")
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", resource.DefaultReloadTimeout, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
 	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when a -onetime confd is stopped) and SIGKILL")
-	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", backends.DefaultDialTimeout, "how long to wait for the backend to answer at start")
-	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", backends.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.DestLockTimeout, "dest-lock-timeout", apply.DefaultDestLockTimeout, "how long a pass waits for another confd's pass over the same destination file before it fails naming that confd's PID")
+	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", connect.DefaultDialTimeout, "how long to wait for the backend to answer at start")
+	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", connect.DefaultRequestTimeout, "deadline of each backend read")
+	fs.DurationVar(&c.Store.WatchStallTimeout, "watch-stall-timeout", connect.DefaultWatchStallTimeout, "-watch: reconnect (and re-read) when etcd answers nothing, progress requests included, for this long; long enough for a defrag of a large etcd (a lost connection is noticed at once)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
 	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")
+	fs.IntVar(&c.MaxCommands, "max-commands", daemon.DefaultMaxCommands, "how many check_cmd and reload_cmd commands may run at once across independent resources (-watch, -interval); others wait for their turn")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on (off when empty)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "check confd.toml, every resource and the templates they name (syntax, keys, functions) without contacting a store; exit 0 when all are fine, 1 otherwise")
 	fs.BoolVar(&c.Validate, "validate", false, "render resources from -mock-data instead of a store and print them (with -noop: the diff against the live file); writes nothing, runs no command")

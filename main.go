@@ -15,9 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/authoring"
+	"github.com/keysync/confd/backends/connect"
 	"github.com/keysync/confd/daemon"
-	"github.com/keysync/confd/internal/authoring"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/metrics"
@@ -64,6 +65,10 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	stopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	loader := &resourceLoader{log: log, args: args, stdout: stdout, stderr: stderr, getenv: getenv, cfg: c, stop: stopCtx.Done()}
+	// One bound on commands across groups for the process's life: a
+	// SIGHUP's new resources share it with the old ones still running.
+	limits := daemon.NewLimits(c.MaxCommands, stopCtx.Done(), log)
+	loader.runner = limits.Runner(nil)
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {
@@ -121,7 +126,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	}
 
 	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
-	store, err := backends.New(dialCtx, c.Store)
+	store, err := connect.New(dialCtx, c.Store)
 	cancel()
 	if err != nil {
 		log.Errorf("backend %s: %v", c.Store.Backend, err)
@@ -154,7 +159,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	if n := sdnotify.New(getenv, log); n != nil {
 		defer n.Stopping()
 		go n.Watchdog(stopCtx)
-		observers = append(observers, n)
+		observers = append(observers, sdObserver{n})
 	}
 	first := true
 	o := daemon.Options{
@@ -170,6 +175,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		Log:      log,
 		Observer: daemon.Observers(observers...),
 		Commands: cmdCtx,
+		Limits:   limits,
 	}
 	if c.Watch {
 		ws, ok := store.(daemon.WatchStore)
@@ -260,17 +266,20 @@ type resourceLoader struct {
 	getenv         func(string) string
 	cfg            *Config
 	keyring        *template.Keyring // -secret-keyring, read once at start
+	renderer       template.Renderer // keeps parses across passes and SIGHUPs
 	stop           <-chan struct{}   // closed by the first SIGTERM/SIGINT
+	runner         apply.Runner      // bounds commands (-max-commands); nil: the plain runner
 	current        []*resource.Resource
 }
 
-func (l *resourceLoader) settings(c *Config) *resource.Settings {
-	return &resource.Settings{
-		ConfDir: c.ConfDir, Prefix: c.Prefix, Noop: c.Noop, SyncOnly: c.SyncOnly,
-		KeepStageFile: c.KeepStageFile, CheckTimeout: c.CheckCmdTimeout,
-		ReloadTimeout: c.ReloadCmdTimeout, Log: l.log, DiffOut: l.stdout,
-		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()),
+func (l *resourceLoader) settings(c *Config) *apply.Settings {
+	return &apply.Settings{
+		Settings: resource.Settings{ConfDir: c.ConfDir, Prefix: c.Prefix, CheckTimeout: c.CheckCmdTimeout,
+			ReloadTimeout: c.ReloadCmdTimeout, Log: l.log},
+		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
+		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
+		Renderer: &l.renderer, Runner: l.runner,
 	}
 }
 
@@ -285,8 +294,12 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
 				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
 			}
+			if c.MaxCommands != l.cfg.MaxCommands {
+				l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
+			}
 			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
 			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
+			l.cfg.DestLockTimeout = c.DestLockTimeout
 		}
 	}
 	procs, _ := l.load(l.settings(l.cfg))
@@ -294,22 +307,22 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 }
 
 // load returns the resources that loaded and logs, and counts, those that did not.
-func (l *resourceLoader) load(s *resource.Settings) ([]daemon.Processor, int) {
-	rs, errs := resource.LoadNamed(s, l.cfg.Resources)
+func (l *resourceLoader) load(s *apply.Settings) ([]daemon.Processor, int) {
+	fs, errs := apply.LoadNamed(s, l.cfg.Resources)
 	for _, err := range errs {
 		l.log.Error(err.Error())
 	}
-	ps := make([]daemon.Processor, len(rs))
-	for i, r := range rs {
-		ps[i] = r
+	ps := make([]daemon.Processor, len(fs))
+	l.current = make([]*resource.Resource, len(fs))
+	for i, f := range fs {
+		ps[i], l.current[i] = f, f.Resource
 	}
-	l.current = rs
 	return ps, len(errs)
 }
 
 // removeStaleStageFiles clears what a killed confd left beside each dest.
 func (l *resourceLoader) removeStaleStageFiles() {
-	removed, errs := resource.RemoveStaleStageFiles(l.current)
+	removed, errs := apply.RemoveStaleStageFiles(l.current)
 	for _, f := range removed {
 		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
 	}
@@ -317,3 +330,14 @@ func (l *resourceLoader) removeStaleStageFiles() {
 		l.log.Warn(err.Error())
 	}
 }
+
+// sdObserver tells systemd about readiness; the rest of daemon.Observer is
+// nothing systemd needs to hear.
+type sdObserver struct{ *sdnotify.Notifier }
+
+func (sdObserver) Processed(string, apply.Result, error, bool) {}
+func (sdObserver) WatchUp(bool)                                {}
+func (sdObserver) WatchReconnect()                             {}
+func (sdObserver) Snapshot(bool)                               {}
+func (sdObserver) Revisions(int64, int64)                      {}
+func (sdObserver) Landed(time.Duration)                        {}

@@ -5,9 +5,10 @@ package backends
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
-	"github.com/keysync/confd/backends/etcdv3"
 	"github.com/keysync/confd/backends/internal/keypath"
 )
 
@@ -41,21 +42,62 @@ type Config struct {
 	Filter         string   // file backend: glob applied to names under directories in YAMLFiles
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// WatchStallTimeout is how long a watch waits for any answer, progress
+	// requests included, before it reconnects (etcd only); zero: connect's
+	// default.
+	WatchStallTimeout time.Duration
 }
 
-// WatchEvent is one answer of a watch: keys changed up to Revision, or,
-// without keys, a sign of life; Resume is where a new watch may resume.
-type WatchEvent = etcdv3.WatchEvent
+// WatchEvent is one answer of a watch: keys that changed up to Revision,
+// or, with no keys, a sign of life at the store's current Revision.
+type WatchEvent struct {
+	Revision int64
+	Keys     []string
+	// Changes are the changes behind Keys, with their values, in the
+	// order the store made them.
+	Changes []Change
+	// Whole, when set, is a watched key whose every change (to it and
+	// to the keys below it) comes in one range, in revision order: so
+	// Changes applied to a read of keys under Whole at a revision below
+	// theirs give those keys' state at Revision, without reading again.
+	// It is empty when the key is watched as two ranges (as itself and as
+	// "key/", for a role granted exactly those), whose answers may be
+	// delivered in either order.
+	Whole string
+	// Resume is the revision up to which every change in the watched
+	// ranges has been delivered: a new watch from Resume+1 misses nothing.
+	Resume int64
+}
 
-// Change is one key's change in a WatchEvent, with its value.
-type Change = etcdv3.Change
+// Change is one key's change in a WatchEvent.
+type Change struct {
+	Key, Value string
+	Rev        int64 // the revision that made it
+	Deleted    bool
+}
 
-// RevisionBehindError reports a store whose revision went backwards
-// (restored from a snapshot): everything must be read again.
-type RevisionBehindError = etcdv3.RevisionBehindError
+// RevisionBehindError means the store answered with a revision lower than
+// one it had shown before: it was restored from a snapshot or rebuilt, and
+// a watch from the old revision would wait for revisions that may not come
+// for a long time. Everything must be read again.
+type RevisionBehindError struct {
+	Current, Seen int64
+}
 
-// ErrStalled is wrapped by a watch that got no answer to its probes.
-var ErrStalled = etcdv3.ErrStalled
+func (e *RevisionBehindError) Error() string {
+	return fmt.Sprintf("etcd is at revision %d, lower than revision %d seen before (restored from a snapshot or rebuilt?)", e.Current, e.Seen)
+}
+
+// ErrStalled is wrapped by a watch whose store answered nothing, not even
+// a progress request, within the stall timeout: the connection is down or
+// the member is stuck, and the client library would retry silently.
+var ErrStalled = errors.New("watch stalled")
+
+// ErrCompacted is wrapped by a watch when the store no longer has the
+// revisions after the one it was asked to resume from: changes may have
+// been missed, so the caller must read everything again and watch from the
+// new revision. Test with errors.Is.
+var ErrCompacted = errors.New("etcd revision compacted")
 
 // KeyUnder is the one rule for whether key belongs to a requested key: as a
 // path, so "/foo" covers "/foo/x" but never "/foobar".

@@ -25,12 +25,14 @@ import (
 type config struct {
 	Confd       string // confd under test
 	Ref         string // another confd to run beside it; empty: none
+	Fork        string // abtreece/confd, the maintained fork (subcommand CLI); empty: none
 	SafeRestart string
 	EtcdDir     string // holds etcd and etcdctl
 	Runs        int
 	Smoke       bool
 	Only        map[string]bool // scenarios to run; empty: all
 	Out         string          // results file; empty: none
+	Docs        string          // docs page whose results block is replaced; empty: none
 	WorkDir     string
 	Root        string // module root, where bench/launcher is built from
 
@@ -53,9 +55,9 @@ func (c *config) sized() {
 	}
 	c.FlatKeys, c.Dirs, c.DirKeys = 100_000, 1000, 100
 	c.WatchSamples, c.BackToBack, c.Resources = 100, 100, 1000
-	// Longer than a watch's probe interval and stall limit (2 s, 4 s): a
-	// watch taken for stalled would reconnect within it.
-	c.IdleFor = 10 * time.Second
+	// Longer than the default -watch-stall-timeout (30 s): a quiet watch
+	// taken for stalled would reconnect within the window, and show.
+	c.IdleFor = 35 * time.Second
 }
 
 func main() {
@@ -64,16 +66,18 @@ func main() {
 	root := repoRoot()
 	etcdDir := os.Getenv("ETCD_BIN_DIR")
 	if etcdDir == "" {
-		etcdDir = filepath.Join(root, ".tools", "bin")
+		etcdDir = filepath.Join(root, ".tools", "etcd-3.6.16")
 	}
 	flag.StringVar(&c.Confd, "confd", filepath.Join(root, "bin", "confd"), "confd binary under test")
 	flag.StringVar(&c.Ref, "ref", os.Getenv("CONFD_REF"), "another confd binary to run beside it, same flags and data [env CONFD_REF]")
+	flag.StringVar(&c.Fork, "fork", os.Getenv("CONFD_FORK"), "abtreece/confd (the maintained fork, `confd etcd --node ...` CLI) to run beside it in target 1 [env CONFD_FORK]")
 	flag.StringVar(&c.SafeRestart, "safe-restart", filepath.Join(root, "bin", "kube-apiserver-safe-restart"), "kube-apiserver-safe-restart binary")
 	flag.StringVar(&c.EtcdDir, "etcd-bin-dir", etcdDir, "directory holding etcd and etcdctl [env ETCD_BIN_DIR]")
 	flag.IntVar(&c.Runs, "runs", 5, "runs of each one-shot scenario (and rounds of the daemon ones)")
 	flag.BoolVar(&c.Smoke, "smoke", false, "tiny data, one run: proves the harness works (CI), measures nothing")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios: flat,values,dirs,watch,idle,burst,restart,tenfold")
 	flag.StringVar(&c.Out, "out", filepath.Join(root, "bench", "results.md"), "results file (empty: none)")
+	flag.StringVar(&c.Docs, "docs", filepath.Join(root, "docs", "performance.md"), "docs page whose results block gets the table (empty: none; never in -smoke or -only runs)")
 	flag.Parse()
 	c.Only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
@@ -170,6 +174,12 @@ func runBench(ctx context.Context, c config) (*report, error) {
 	rep.machine.loadEnd = loadAvg()
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(rep.markdown()), 0o644); err != nil {
+			return rep, err
+		}
+	}
+	// Only a full run of every scenario stands for the docs' numbers.
+	if c.Docs != "" && !c.Smoke && len(c.Only) == 0 && len(failed) == 0 {
+		if err := spliceResults(c.Docs, rep.markdown()); err != nil {
 			return rep, err
 		}
 	}

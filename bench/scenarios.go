@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,6 +76,17 @@ func (b *bench) confdArgs(bin, conf, mode string) []string {
 	return []string{bin, "-backend", "etcdv3", "-node", b.etcd.endpoint, "-confdir", conf, "-log-level", "error", mode}
 }
 
+// argsOf is bin's command line: confd 0.16's flags, or for the fork its
+// own subcommand CLI with the same settings (no confd.toml: the default
+// /etc/confd/confd.toml must not leak into a measurement).
+func (b *bench) argsOf(bin namedBin, conf, mode string) []string {
+	if bin.name != "fork" {
+		return b.confdArgs(bin.path, conf, mode)
+	}
+	return []string{bin.path, "--confdir", conf, "--config-file", filepath.Join(conf, "none.toml"),
+		"--log-level", "error", "-" + mode, "etcd", "--node", b.etcd.endpoint}
+}
+
 func (b *bench) load(ctx context.Context, n int, gen kvload.KV) error {
 	start := time.Now()
 	_, err := kvload.Load(ctx, b.etcd.cli, n, gen)
@@ -140,7 +152,7 @@ func (b *bench) oneShots(ctx context.Context, name string, jobs []job, baseline 
 		for _, j := range jobs {
 			st := setups[j.res.name]
 			_ = os.Remove(st.out)
-			r, err := b.l.runOnce(ctx, "", b.confdArgs(j.bin.path, st.conf, "-onetime")...)
+			r, err := b.l.runOnce(ctx, "", b.argsOf(j.bin, st.conf, "-onetime")...)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", j.bin.name, err)
 			}
@@ -199,7 +211,11 @@ func (b *bench) flatOf(ctx context.Context, scenario, name string, n int, val fu
 	if err := b.load(ctx, n, func(i int) (string, string) { return fmt.Sprintf("%s/k%07d", prefix, i), val(i) }); err != nil {
 		return 0, err
 	}
-	rows, err := b.oneShot(ctx, scenario, b.binaries(), flatResource(name), n,
+	bins := b.binaries()
+	if b.cfg.Fork != "" {
+		bins = append(bins, namedBin{"fork", b.cfg.Fork})
+	}
+	rows, err := b.oneShot(ctx, scenario, bins, flatResource(name), n,
 		[]string{b.etcdctl, "--endpoints", b.etcd.endpoint, "get", "--prefix", prefix + "/"})
 	if err != nil {
 		return 0, err
@@ -208,15 +224,37 @@ func (b *bench) flatOf(ctx context.Context, scenario, name string, n int, val fu
 	rows["baseline"].note = "etcdctl get --prefix, same keys"
 	b.rep.add(*rows["baseline"])
 	ours := rows["confd"]
-	ours.target = "≤ 1.5× etcdctl"
-	ours.ratio = float64(median(ours.samples)) / (1.5 * float64(base))
+	t, rss := float64(median(ours.samples)), float64(ours.rss)
+	// The targets compare with the other confds in the same run, their
+	// runs interleaved with ours: at most half confd 0.16's time and peak
+	// RSS, at most the fork's time and half its peak. Without either
+	// reference only the etcdctl floor can be judged.
+	var targets, notes []string
+	ours.ratio = 0
 	if ref := rows["ref"]; ref != nil {
-		ours.note = fmt.Sprintf("RSS %.2f× ref (target ≤ 0.5)", float64(ours.rss)/float64(ref.rss))
+		targets = append(targets, "≤ 0.5× ref's time and RSS")
+		ours.ratio = max(ours.ratio, t/(0.5*float64(median(ref.samples))), rss/(0.5*float64(ref.rss)))
+		notes = append(notes, fmt.Sprintf("%.2f× ref's time, %.2f× its RSS", t/float64(median(ref.samples)), rss/float64(ref.rss)))
 		ref.note = fmt.Sprintf("%.2f× etcdctl", float64(median(ref.samples))/float64(base))
 	}
+	if fork := rows["fork"]; fork != nil {
+		targets = append(targets, "≤ fork's time, ≤ 0.5× its RSS")
+		ours.ratio = max(ours.ratio, t/float64(median(fork.samples)), rss/(0.5*float64(fork.rss)))
+		notes = append(notes, fmt.Sprintf("%.2f× fork's time, %.2f× its RSS", t/float64(median(fork.samples)), rss/float64(fork.rss)))
+		fork.note = fmt.Sprintf("%.2f× etcdctl", float64(median(fork.samples))/float64(base))
+	}
+	if len(targets) == 0 {
+		targets = append(targets, "≤ 1.5× etcdctl (no CONFD_REF)")
+		ours.ratio = t / (1.5 * float64(base))
+	}
+	notes = append(notes, fmt.Sprintf("%.2f× etcdctl", t/float64(base)))
+	ours.target = strings.Join(targets, "; ")
+	ours.note = strings.Join(notes, "; ")
 	b.rep.add(*ours)
-	if ref := rows["ref"]; ref != nil {
-		b.rep.add(*ref)
+	for _, k := range []string{"ref", "fork"} {
+		if r := rows[k]; r != nil {
+			b.rep.add(*r)
+		}
 	}
 	return median(ours.samples), nil
 }
@@ -256,8 +294,8 @@ func (b *bench) dirs(ctx context.Context) error {
 	ours.note = fmt.Sprintf("10× keys: %.1f× time (≤ 12)", growth)
 	if flat := big["beside"]; flat != nil {
 		flatTime := median(flat.samples)
-		ours.target = "≤ 1.2× flat beside it"
-		ours.ratio = float64(b.dirsMedian) / (1.2 * float64(flatTime))
+		ours.target = "≤ 1.3× flat beside it"
+		ours.ratio = float64(b.dirsMedian) / (1.3 * float64(flatTime))
 		ours.note += fmt.Sprintf("; dirs %.2f× flat", float64(b.dirsMedian)/float64(flatTime))
 		flat.binary = "confd flat"
 		flat.note = fmt.Sprintf("target 1's render, run before each of confd's: the yardstick (%s in target 1)", fmtDur(b.flatMedian))
@@ -376,7 +414,19 @@ func (b *bench) watch(ctx context.Context) error {
 		note: fmt.Sprintf("put → watch event; p99 %s", fmtDur(quantile(fl, 0.99)))}
 	b.rep.add(floorRow)
 	floor50 := median(fl)
-	var oursP50, oursP99 time.Duration
+	// The file cannot be in place before the stage file's fsync, which
+	// keeps a crash from leaving a truncated live file: the limit is
+	// etcd's own floor, that fsync on the destination's disk, and 0.5 ms
+	// for confd itself.
+	fs, err := fsyncFloor(filepath.Join(b.cfg.WorkDir, "fsync"), b.cfg.WatchSamples)
+	if err != nil {
+		return err
+	}
+	fsync50 := median(fs)
+	b.rep.add(row{scenario: "3 watch", binary: "fsync", samples: fs,
+		note: "create, write and fsync a small file beside the destinations"})
+	limit := floor50 + fsync50 + 500*time.Microsecond
+	var oursP50 time.Duration
 	ours := -1 // our row in the report
 	for _, bin := range b.binaries() {
 		r, btb, err := b.watchOne(ctx, bin)
@@ -384,23 +434,51 @@ func (b *bench) watch(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", bin.name, err)
 		}
 		p50, p99 := median(r.samples), quantile(r.samples, 0.99)
-		r.target = "p50 ≤ etcd+1ms, p99 ≤ 2×p50"
-		r.ratio = max(float64(p50)/float64(floor50+time.Millisecond), float64(p99)/(2*float64(p50)))
-		r.note = fmt.Sprintf("p99 %s", fmtDur(p99))
+		r.target = "p50 ≤ etcd + fsync + 0.5ms"
+		r.ratio = float64(p50) / float64(limit)
+		r.note = fmt.Sprintf("p99 %s; limit %s", fmtDur(p99), fmtDur(limit))
 		if bin.name == "confd" {
-			oursP50, oursP99, ours = p50, p99, len(b.rep.rows)
+			oursP50, ours = p50, len(b.rep.rows)
 		} else if ours >= 0 {
-			// The target also asks for both at most the reference's in
-			// the same run: our row's ratio says whether they are.
-			r.note += fmt.Sprintf("; confd p50 is %.2f× this, p99 %.2f×", float64(oursP50)/float64(p50), float64(oursP99)/float64(p99))
+			// The target also asks for our p50 at most the reference's
+			// in the same run: our row's ratio says whether it is.
+			r.note += fmt.Sprintf("; confd p50 is %.2f× this", float64(oursP50)/float64(p50))
 			o := &b.rep.rows[ours]
-			o.target += ", both ≤ ref's"
-			o.ratio = max(o.ratio, float64(oursP50)/float64(p50), float64(oursP99)/float64(p99))
+			o.target += ", ≤ ref's p50"
+			o.ratio = max(o.ratio, float64(oursP50)/float64(p50))
 		}
 		b.rep.add(r)
 		b.rep.add(btb)
 	}
 	return nil
+}
+
+// fsyncFloor times creating, writing and fsyncing a small new file in dir,
+// as the write path does with each stage file, samples times.
+func fsyncFloor(dir string, samples int) ([]time.Duration, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := make([]time.Duration, 0, samples)
+	for i := 0; i < samples; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("s%d", i))
+		start := time.Now()
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		_, werr := f.WriteString("one-0123456789abcdef-value\n")
+		serr := f.Sync()
+		cerr := f.Close()
+		out = append(out, time.Since(start))
+		if err := errors.Join(werr, serr, cerr); err != nil {
+			return nil, err
+		}
+		_ = os.Remove(p)
+		time.Sleep(10 * time.Millisecond) // as far apart as the watch samples
+	}
+	return out, nil
 }
 
 func (b *bench) watchOne(ctx context.Context, bin namedBin) (row, row, error) {
@@ -418,7 +496,7 @@ func (b *bench) watchOne(ctx context.Context, bin namedBin) (row, row, error) {
 	if err := b.put(ctx, key, "init"); err != nil {
 		return row{}, row{}, err
 	}
-	d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.confdArgs(bin.path, conf, "-watch")...)
+	d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.argsOf(bin, conf, "-watch")...)
 	if err != nil {
 		return row{}, row{}, err
 	}
@@ -539,33 +617,42 @@ func (b *bench) idle(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r := row{scenario: "4 idle", binary: bin.name, target: "start-up render ≤ 2s"}
+		r := row{scenario: "4 idle", binary: bin.name, target: "start-up ≤ 2s, idle ≤ 1% of a core, 1 watch stream"}
+		var worst idleCost
 		for round := 0; round < min(b.cfg.Runs, 3); round++ {
-			if err := b.idleOnce(ctx, bin, conf, dest, n, &r); err != nil {
+			c, err := b.idleOnce(ctx, bin, conf, dest, n, &r)
+			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", bin.name, round+1, err)
 			}
+			worst.ticks, worst.streams, worst.reopened = max(worst.ticks, c.ticks), max(worst.streams, c.streams), max(worst.reopened, c.reopened)
 		}
-		r.ratio = float64(median(r.samples)) / float64(2*time.Second)
+		// USER_HZ is 100: one core for IdleFor is 100 ticks a second.
+		cpu := float64(worst.ticks) / (0.01 * 100 * b.cfg.IdleFor.Seconds())
+		r.ratio = max(float64(median(r.samples))/float64(2*time.Second), cpu, float64(worst.streams+worst.reopened))
 		b.rep.add(r)
 	}
 	return nil
 }
 
-func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n int, r *row) error {
+// idleCost is what one idle window cost: CPU ticks, watch streams held,
+// and streams opened while nothing changed (a reconnect).
+type idleCost struct{ ticks, streams, reopened int64 }
+
+func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n int, r *row) (idleCost, error) {
 	entries, _ := os.ReadDir(dest)
 	for _, e := range entries {
 		_ = os.Remove(filepath.Join(dest, e.Name()))
 	}
 	fw, err := watchDir(dest, "")
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	defer fw.close()
 	before, _ := b.etcd.watchers(ctx)
 	start := time.Now()
-	d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.confdArgs(bin.path, conf, "-watch")...)
+	d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.argsOf(bin, conf, "-watch")...)
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	stopped := false
 	defer func() {
@@ -580,14 +667,14 @@ func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n
 		select {
 		case ev, ok := <-fw.events:
 			if !ok {
-				return fmt.Errorf("inotify closed")
+				return idleCost{}, fmt.Errorf("inotify closed")
 			}
 			if strings.HasPrefix(ev.name, "r") && !strings.HasPrefix(ev.name, ".") && len(ev.name) == 5 {
 				written[ev.name] = true
 				last = ev.at
 			}
 		case <-timeout:
-			return fmt.Errorf("%d of %d files rendered within 60s\n%s", len(written), n, d.output())
+			return idleCost{}, fmt.Errorf("%d of %d files rendered within 60s\n%s", len(written), n, d.output())
 		}
 	}
 	r.samples = append(r.samples, last.Sub(start))
@@ -596,20 +683,20 @@ func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n
 	pid := d.pid()
 	t0, err := cpuTicks(pid)
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	settled, err := b.etcd.watchers(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd metrics: %w", err)
+		return idleCost{}, fmt.Errorf("etcd metrics: %w", err)
 	}
 	time.Sleep(b.cfg.IdleFor)
 	t1, err := cpuTicks(pid)
 	if err != nil {
-		return err
+		return idleCost{}, err
 	}
 	after, err := b.etcd.watchers(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd metrics: %w", err)
+		return idleCost{}, fmt.Errorf("etcd metrics: %w", err)
 	}
 	// A watch opened again while idle is a reconnect nobody asked for.
 	r.note = fmt.Sprintf("idle %s: %d CPU ticks, %d watch streams opened; watch streams %d, watchers %d; threads %s; RSS %s",
@@ -620,7 +707,7 @@ func (b *bench) idleOnce(ctx context.Context, bin namedBin, conf, dest string, n
 	}
 	stopped = true
 	r.rss = max(r.rss, d.stop())
-	return nil
+	return idleCost{ticks: int64(t1 - t0), streams: int64(after.streams - before.streams), reopened: int64(after.opened - settled.opened)}, nil
 }
 
 // burst is target 5: BackToBack puts against a 200 ms reload_cmd.
@@ -641,7 +728,7 @@ func (b *bench) burst(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.confdArgs(bin.path, conf, "-watch")...)
+		d, err := b.l.startDaemon(filepath.Join(b.cfg.WorkDir, bin.name+"-"+filepath.Base(filepath.Dir(conf))+".log"), b.argsOf(bin, conf, "-watch")...)
 		if err != nil {
 			fw.close()
 			return err

@@ -1,3 +1,8 @@
+//go:build benchsmoke
+
+// The smoke run is not part of `go test ./...` (make test): it times
+// nothing, takes minutes on 2 cores, and CI runs it with `make bench-smoke`.
+
 package main
 
 import (

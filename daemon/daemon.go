@@ -1,10 +1,14 @@
 // Package daemon is confd's scheduling policy: which resources to process
-// when. -onetime processes everything once; -watch follows one etcd watch
+// when. -onetime processes everything once, one resource at a time in
+// file-name order, as confd 0.16 did; -watch follows one etcd watch
 // stream, routes each change to the groups of resources whose keys it
 // touches, waits for quiescence, retries failures with backoff and at once
 // on a new event, and re-reads everything after a restore, a compaction, a
 // SIGHUP or every -resync; -interval re-reads conf.d and processes
-// everything every interval. The write path itself is resource's.
+// everything every interval. Groups are independent: each pass runs in a
+// worker of its own, so a reload that takes 30 minutes delays no other
+// group, and at most -max-commands commands run at once (Limits). The
+// write path itself is apply's.
 package daemon
 
 import (
@@ -13,15 +17,14 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/resource"
 )
 
 // Processor is one template resource as the daemon drives it;
@@ -31,12 +34,12 @@ type Processor interface {
 	StoreKeys() []string
 	Quiescence() (waitspec.Spec, bool) // the resource's own wait, if set
 	ReloadPending() bool
-	Process(ctx context.Context, store resource.Getter) (resource.Result, error)
+	Process(ctx context.Context, store apply.Getter) (apply.Result, error)
 }
 
 // WatchStore is a store that can be watched (etcd).
 type WatchStore interface {
-	resource.Getter
+	apply.Getter
 	Revision(ctx context.Context, key string) (int64, error)
 	Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error
 }
@@ -74,7 +77,7 @@ type Options struct {
 	// Reload (SIGHUP, full: confd.toml too) and, in interval mode, before
 	// every pass. It logs what failed to load.
 	Load  func(full bool) Plan
-	Store resource.Getter
+	Store apply.Getter
 	// Watch, when set, selects watch mode; otherwise Interval mode.
 	Watch    WatchStore
 	Interval time.Duration
@@ -85,13 +88,23 @@ type Options struct {
 	// first SIGTERM stops new passes, and only the second (ending
 	// Commands) cuts a running command short.
 	Commands context.Context
+	// Limits bounds passes and commands at once; the resources' Runner
+	// should be its Runner, so that a pass lends its slot while a command
+	// runs. nil: DefaultMaxCommands, for this daemon alone.
+	Limits *Limits
 }
 
 // Daemon runs passes until its context ends.
 type Daemon struct {
-	o    Options
-	hup  chan struct{}
-	wake chan struct{}
+	o      Options
+	hup    chan struct{}
+	wake   chan struct{}
+	limits *Limits
+
+	// Run's loop alone touches these.
+	reports  chan passReport // from the groups' workers
+	running  int             // workers that have not reported their end
+	retiring map[*group]bool // running groups of a configuration replaced
 }
 
 // New returns a daemon; Run starts it.
@@ -105,7 +118,11 @@ func New(o Options) *Daemon {
 	if o.Commands == nil {
 		o.Commands = context.Background()
 	}
-	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	if o.Limits == nil {
+		o.Limits = NewLimits(DefaultMaxCommands, nil, o.Log)
+	}
+	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1), limits: o.Limits,
+		reports: make(chan passReport), retiring: map[*group]bool{}}
 }
 
 // Reload asks Run to re-read the configuration and process everything
@@ -117,9 +134,17 @@ func (d *Daemon) Reload() {
 	}
 }
 
-// Run processes until ctx ends: no new pass starts after that, a running
-// one finishes (see Options.Commands). It returns ErrNothingToProcess when
-// the first load finds no resource.
+// Run processes until ctx ends: no new pass starts after that, and Run
+// returns once the running ones finished (see Options.Commands). It
+// returns ErrNothingToProcess when the first load finds no resource.
+//
+// Run's loop owns the schedule and never waits on a pass: each group's
+// pass runs in a worker goroutine of its own (dispatch), which reports its
+// read and its end back to the loop (settle). Meanwhile the loop goes on
+// routing the watch's changes, re-reading the configuration on SIGHUP,
+// resyncing and publishing readiness; a group's changes that arrive while
+// its pass runs merge into one pending pass (sched.event), so that
+// nothing queues however long a reload takes.
 func (d *Daemon) Run(ctx context.Context) error {
 	log, clock := d.o.Log, d.o.Clock
 	plan := d.o.Load(true)
@@ -145,6 +170,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		w.start(ctx, s.keys())
 		defer w.stop()
 	}
+	// Passes still running when Run returns: let them finish and report.
+	defer func() {
+		for d.running > 0 {
+			d.settle(s, <-d.reports)
+		}
+	}()
 	resyncAt := clock.Now().Add(plan.Resync)
 	wasReady := false
 	for {
@@ -160,7 +191,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				// confd 0.16 re-read conf.d before every interval pass.
 				if p := d.o.Load(false); len(p.Procs) > 0 {
 					p.Resync = plan.Resync
-					s, plan = carry(s, p), p
+					s, plan = d.regroup(s, p), p
 				}
 			} else {
 				log.Infof("Periodic full reconcile (-resync %s)", plan.Resync)
@@ -168,12 +199,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			s.all(now)
 			resyncAt = now.Add(plan.Resync)
 		}
-		due := s.due(now)
-		d.passes(ctx, s, due)
-		if len(due) > 0 {
-			d.report(s, w, &wasReady)
-			continue
-		}
+		d.dispatch(ctx, s, now)
 		d.report(s, w, &wasReady)
 		var timer <-chan time.Time
 		next, ok := s.next()
@@ -187,6 +213,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-d.wake:
 		case <-timer:
+		case r := <-d.reports:
+			d.settle(s, r)
 		case <-d.hup:
 			p := d.o.Load(true)
 			if len(p.Procs) == 0 {
@@ -197,7 +225,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				p.Resync = d.o.Interval
 			}
 			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
-			s, plan = carry(s, p), p
+			s, plan = d.regroup(s, p), p
 			s.all(clock.Now())
 			resyncAt = clock.Now().Add(plan.Resync)
 			if w != nil {
@@ -227,6 +255,44 @@ func carry(old *sched, p Plan) *sched {
 	return s
 }
 
+// regroup replaces old with the schedule of a new plan. Old groups whose
+// pass still runs retire: they finish, but their results no longer count,
+// and each new group on one of their resources or files is held until
+// they have (hold), so that no two passes ever write one file at once.
+func (d *Daemon) regroup(old *sched, p Plan) *sched {
+	s := carry(old, p)
+	for _, g := range old.groups {
+		if g.busy {
+			d.retiring[g] = true
+		}
+	}
+	d.hold(s)
+	return s
+}
+
+// hold marks the groups of s that share a resource or a destination with
+// a retiring group still running.
+func (d *Daemon) hold(s *sched) {
+	covered := map[string]bool{}
+	for g := range d.retiring {
+		for i, m := range g.members {
+			covered["r:"+m.Name()] = true
+			if dest := g.dests[i]; dest != "" {
+				covered["d:"+dest] = true
+			}
+		}
+	}
+	for _, g := range s.groups {
+		g.held = false
+		for i, m := range g.members {
+			if covered["r:"+m.Name()] || (g.dests[i] != "" && covered["d:"+g.dests[i]]) {
+				g.held = true
+				break
+			}
+		}
+	}
+}
+
 func (d *Daemon) signal() {
 	select {
 	case d.wake <- struct{}{}:
@@ -234,93 +300,153 @@ func (d *Daemon) signal() {
 	}
 }
 
-// maxParallel is how many groups are processed at once.
-const maxParallel = 8
-
-// passes processes the due groups, up to maxParallel at once. Groups share
-// no keys and no destination (newSched), so their order is no one's
-// contract (confd 0.16 ran every resource at once), and what a pass mostly
-// does is wait: on etcd, on fsync, on commands. At start-up with 1000
-// resources the waits overlap instead of adding up. Members of one group
-// still go one after another, in file-name order. After ctx ends no
-// further group starts.
-func (d *Daemon) passes(ctx context.Context, s *sched, due []*group) {
-	if len(due) == 1 {
-		d.pass(ctx, s, due[0])
-		return
-	}
-	slots := make(chan struct{}, maxParallel)
-	var wg sync.WaitGroup
-	for _, g := range due {
-		slots <- struct{}{}
-		if ctx.Err() != nil {
-			<-slots
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			d.pass(ctx, s, g)
-		}()
-	}
-	wg.Wait()
-}
-
-// pass reads g's keys once, or takes them from what it follows of the
-// watch, and processes its members in file-name order. After ctx ends no
-// further member starts. Passes of other groups run beside it: it touches
-// only g, and s's budget.
-func (d *Daemon) pass(ctx context.Context, s *sched, g *group) {
+// job is one pass of a group, as its worker runs it.
+type job struct {
+	g *group
 	// A pass owed to changes the watch delivered (not start-up, SIGHUP,
 	// resync or a retry alone) times them from the first one's arrival.
-	byChange, changedAt := g.dirty && !g.immediate, g.first
-	mustRead := g.start()
-	var snap snapshot
-	var err error
-	fromWatch := g.fed.on && !mustRead
-	d.o.Observer.Snapshot(fromWatch)
-	if fromWatch {
-		snap = snapshot{pairs: g.fed.pairs, rev: g.fed.rev}
-	} else {
-		gen := s.gen // before the read: see follow
-		snap.pairs, snap.rev, err = resource.GetPairs(d.o.Commands, d.o.Store, g.keys)
-		if err == nil {
-			snap.pairs = g.fed.start(snap.pairs, snap.rev, gen, s.budget)
-		} else {
-			g.fed.drop(s.budget)
-		}
-	}
-	rev := snap.rev
-	if err != nil {
-		err = fmt.Errorf("%s: read keys: %w", names(g), err)
-		d.o.Log.Error(err.Error())
-		for _, m := range g.members {
-			d.o.Observer.Processed(m.Name(), resource.Result{}, err, m.ReloadPending())
-		}
-		g.finish(0, false, d.o.Clock.Now())
+	byChange  bool
+	changedAt time.Time
+	read      bool     // read etcd; otherwise render snap
+	snap      snapshot // what the group follows of the watch
+	gen       int64    // the watch stream when the pass began: see follow
+	epoch     int64    // sched.epoch when the pass began
+}
+
+// passReport is what a worker tells the loop: that its pass read (read,
+// with the list it reads from, prepared for follow), or that it ended.
+type passReport struct {
+	j     *job
+	read  bool
+	pairs []memkv.KVPair
+	size  int64
+	rev   int64 // the revision read; 0 when the read failed
+	ok    bool  // every member succeeded
+	at    time.Time
+	// stopped: confd stopped before the pass could begin.
+	stopped bool
+}
+
+// dispatch starts a worker for each due group, each with the pass it owes;
+// after ctx ends none starts.
+func (d *Daemon) dispatch(ctx context.Context, s *sched, now time.Time) {
+	if ctx.Err() != nil {
 		return
 	}
-	ok := true
+	for _, g := range s.due(now) {
+		j := &job{g: g, byChange: g.dirty && !g.immediate, changedAt: g.first, gen: s.gen, epoch: s.epoch}
+		j.read = g.start() || !g.fed.on
+		if j.read {
+			g.fed.drop(s.budget)
+			g.reading, g.missed = true, 0
+		} else {
+			j.snap = snapshot{pairs: g.fed.pairs, rev: g.fed.rev}
+			g.fed.lend()
+		}
+		g.busy = true
+		d.running++
+		go d.work(ctx, j)
+	}
+}
+
+// settle applies a worker's report to the schedule.
+func (d *Daemon) settle(s *sched, r passReport) {
+	g := r.j.g
+	if !r.read {
+		d.running--
+		g.busy, g.reading = false, false
+	}
+	if d.retiring[g] {
+		// A group of the configuration before a SIGHUP: the new groups
+		// process its resources again; they only waited for it to end.
+		if !r.read {
+			delete(d.retiring, g)
+			d.hold(s)
+		}
+		return
+	}
+	current := r.j.epoch == s.epoch
+	if r.read {
+		g.reading = false
+		// Follow from this read only when no change arrived meanwhile
+		// that it may lack, and from the stream it was read beside.
+		if current && r.j.gen == s.gen && g.missed <= r.rev {
+			g.fed.install(r.pairs, r.rev, r.j.gen, r.size, s.budget)
+			g.fed.lend() // the pass renders from the same list
+		}
+		return
+	}
+	g.fed.back()
+	rev := r.rev
+	if !current {
+		rev = 0 // read before a restore: revisions start over
+	}
+	if r.stopped {
+		g.mark(r.at, true) // still owed
+		return
+	}
+	g.finish(rev, r.ok, r.at)
+	if !r.ok {
+		at, _ := g.readyAt()
+		d.o.Log.Warnf("%s: will retry in %s, or at once on a change of its keys", names(g), at.Sub(r.at).Round(time.Millisecond))
+	}
+}
+
+// work is a group's worker: it runs one pass, reads g's keys once (or
+// takes them from what it follows of the watch) and processes its members
+// in file-name order, then reports. After ctx ends no further member
+// starts. It touches no schedule state: the loop does (settle).
+func (d *Daemon) work(ctx context.Context, j *job) {
+	g := j.g
+	r := passReport{j: j}
+	defer func() {
+		r.at = d.o.Clock.Now()
+		d.reports <- r
+	}()
+	pctx, release, ok := d.limits.pass(ctx, d.o.Commands)
+	if !ok {
+		for _, m := range g.members {
+			d.o.Log.Warnf("%s: not processed: confd is stopping", m.Name())
+		}
+		r.stopped = true
+		return
+	}
+	defer release()
+	d.o.Observer.Snapshot(!j.read)
+	snap := j.snap
+	if j.read {
+		var err error
+		snap.pairs, snap.rev, err = apply.GetPairs(d.o.Commands, d.o.Store, g.keys)
+		if err != nil {
+			err = fmt.Errorf("%s: read keys: %w", names(g), err)
+			d.o.Log.Error(err.Error())
+			for _, m := range g.members {
+				d.o.Observer.Processed(m.Name(), apply.Result{}, err, m.ReloadPending())
+			}
+			return
+		}
+		if j.gen != 0 {
+			var size int64
+			snap.pairs, size = prepare(snap.pairs)
+			d.reports <- passReport{j: j, read: true, pairs: snap.pairs, size: size, rev: snap.rev}
+		}
+	}
+	r.rev, r.ok = snap.rev, true
 	for _, m := range g.members {
 		if ctx.Err() != nil {
 			d.o.Log.Warnf("%s: not processed: confd is stopping", m.Name())
-			ok = false
+			r.ok = false
 			break
 		}
-		res, err := m.Process(d.o.Commands, snap)
+		res, err := m.Process(pctx, snap)
 		if err != nil {
 			d.o.Log.Error(err.Error())
-			ok = false
+			r.ok = false
 		}
-		if byChange && !res.Replaced.IsZero() {
-			d.o.Observer.Landed(max(res.Replaced.Sub(changedAt), 0))
+		if j.byChange && !res.Replaced.IsZero() {
+			d.o.Observer.Landed(max(res.Replaced.Sub(j.changedAt), 0))
 		}
 		d.o.Observer.Processed(m.Name(), res, err, m.ReloadPending())
-	}
-	g.finish(rev, ok, d.o.Clock.Now())
-	if !ok {
-		at, _ := g.readyAt()
-		d.o.Log.Warnf("%s: will retry in %s, or at once on a change of its keys", names(g), at.Sub(d.o.Clock.Now()).Round(time.Millisecond))
 	}
 }
 
@@ -387,7 +513,7 @@ func (s snapshot) GetValues(ctx context.Context, keys []string) (map[string]stri
 // never come from two revisions. A resource alone in its group reads for
 // itself, as confd 0.16 did for every resource. Once ctx ends no further
 // resource starts.
-func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus.FieldLogger) error {
+func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.FieldLogger) error {
 	var errs []error
 	fail := func(err error) {
 		log.Error(err.Error())
@@ -423,7 +549,7 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 		}
 		rd, ok := reads[g]
 		if !ok {
-			rd.snap.pairs, rd.snap.rev, rd.err = resource.GetPairs(ctx, store, g.keys)
+			rd.snap.pairs, rd.snap.rev, rd.err = apply.GetPairs(ctx, store, g.keys)
 			if rd.err != nil {
 				rd.err = fmt.Errorf("read keys: %w", rd.err)
 			}
@@ -445,7 +571,7 @@ func Once(ctx context.Context, rs []Processor, store resource.Getter, log logrus
 // methods are called concurrently: by passes of independent groups and by
 // the watch.
 type Observer interface {
-	Processed(resource string, res resource.Result, err error, reloadPending bool)
+	Processed(resource string, res apply.Result, err error, reloadPending bool)
 	WatchUp(up bool)
 	WatchReconnect()
 	// Snapshot: a group's pass took its keys from a read of etcd, or
@@ -468,7 +594,7 @@ func Observers(os ...Observer) Observer {
 
 type multi []Observer
 
-func (m multi) Processed(r string, res resource.Result, err error, p bool) {
+func (m multi) Processed(r string, res apply.Result, err error, p bool) {
 	for _, o := range m {
 		o.Processed(r, res, err, p)
 	}
@@ -506,10 +632,10 @@ func (m multi) Landed(d time.Duration) {
 
 type nopObserver struct{}
 
-func (nopObserver) Processed(string, resource.Result, error, bool) {}
-func (nopObserver) WatchUp(bool)                                   {}
-func (nopObserver) WatchReconnect()                                {}
-func (nopObserver) Snapshot(bool)                                  {}
-func (nopObserver) Revisions(int64, int64)                         {}
-func (nopObserver) Ready(bool)                                     {}
-func (nopObserver) Landed(time.Duration)                           {}
+func (nopObserver) Processed(string, apply.Result, error, bool) {}
+func (nopObserver) WatchUp(bool)                                {}
+func (nopObserver) WatchReconnect()                             {}
+func (nopObserver) Snapshot(bool)                               {}
+func (nopObserver) Revisions(int64, int64)                      {}
+func (nopObserver) Ready(bool)                                  {}
+func (nopObserver) Landed(time.Duration)                        {}

@@ -13,9 +13,9 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/resource"
 )
 
 // fakeProc records its passes; it fails while fail is set.
@@ -38,7 +38,7 @@ func (p *fakeProc) Quiescence() (waitspec.Spec, bool) {
 	return *p.wait, true
 }
 
-func (p *fakeProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *fakeProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	_, rev, err := g.GetValues(ctx, p.keys)
 	if p.mu != nil {
 		p.mu.Lock()
@@ -46,12 +46,12 @@ func (p *fakeProc) Process(ctx context.Context, g resource.Getter) (resource.Res
 		p.mu.Unlock()
 	}
 	if err != nil {
-		return resource.Result{}, err
+		return apply.Result{}, err
 	}
 	if p.fail {
-		return resource.Result{Revision: rev}, errors.New(p.name + ": render failed")
+		return apply.Result{Revision: rev}, errors.New(p.name + ": render failed")
 	}
-	return resource.Result{Revision: rev}, nil
+	return apply.Result{Revision: rev}, nil
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -352,13 +352,13 @@ type gatedProc struct {
 
 func (p *gatedProc) Destination() string { return p.dest }
 
-func (p *gatedProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *gatedProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	p.in()
 	defer p.out()
 	select {
 	case <-p.gate:
 	case <-ctx.Done():
-		return resource.Result{}, ctx.Err()
+		return apply.Result{}, ctx.Err()
 	}
 	return p.fakeProc.Process(ctx, g)
 }
@@ -372,59 +372,69 @@ func TestIndependentGroupsRunConcurrently(t *testing.T) {
 	running, most := 0, 0
 	full := make(chan struct{}) // closed when maxParallel passes run at once
 	gate := make(chan struct{})
+	in := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		running++
+		most = max(most, running)
+		if running == maxParallel && most == running {
+			select {
+			case <-full:
+			default:
+				close(full)
+			}
+		}
+	}
+	out := func() { mu.Lock(); running--; mu.Unlock() }
 	var procs []Processor
 	for i := 0; i < n; i++ {
 		procs = append(procs, &gatedProc{
 			fakeProc: fakeProc{name: fmt.Sprintf("r%02d", i), keys: []string{fmt.Sprintf("/k%02d", i)}},
 			dest:     fmt.Sprintf("/out/%02d", i),
-			gate:     gate,
-			in: func() {
-				mu.Lock()
-				defer mu.Unlock()
-				running++
-				most = max(most, running)
-				if running == maxParallel && most == running {
-					select {
-					case <-full:
-					default:
-						close(full)
-					}
-				}
-			},
-			out: func() { mu.Lock(); running--; mu.Unlock() },
+			gate:     gate, in: in, out: out,
 		})
 	}
 	// Two resources on other keys that write one file: one group.
 	procs = append(procs,
-		&gatedProc{fakeProc: fakeProc{name: "x1", keys: []string{"/x1"}}, dest: "/out/same", gate: gate, in: func() {}, out: func() {}},
-		&gatedProc{fakeProc: fakeProc{name: "x2", keys: []string{"/x2"}}, dest: "/out/same", gate: gate, in: func() {}, out: func() {}})
+		&gatedProc{fakeProc: fakeProc{name: "x1", keys: []string{"/x1"}}, dest: "/out/same", gate: gate, in: in, out: out},
+		&gatedProc{fakeProc: fakeProc{name: "x2", keys: []string{"/x2"}}, dest: "/out/same", gate: gate, in: in, out: out})
 	s := newSched(procs, waitspec.Spec{})
 	if len(s.groups) != n+1 {
 		t.Fatalf("%d groups, want %d (x1 and x2 write one file)", len(s.groups), n+1)
 	}
 	f := &fakeWatch{rev: 1}
 	log, _ := test.NewNullLogger()
-	d := New(Options{Load: func(bool) Plan { return Plan{Procs: procs} }, Store: f, Log: log, Interval: time.Hour})
+	obs := &countingObserver{processed: make(chan string, len(procs))}
+	d := New(Options{Load: func(bool) Plan { return Plan{Procs: procs} }, Store: f, Log: log, Interval: time.Hour, Observer: obs})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.all(t0)
-	done := make(chan struct{})
-	go func() { d.passes(ctx, s, s.due(t0)); close(done) }()
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
 	select {
 	case <-full:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%d passes never ran at once (one at a time?)", maxParallel)
 	}
 	close(gate)
-	<-done
+	for range procs {
+		<-obs.processed
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	if most != maxParallel {
 		t.Errorf("at most %d passes ran at once, want %d", most, maxParallel)
 	}
-	for _, g := range s.groups {
-		if !g.rendered {
-			t.Errorf("group %v not processed", groupNames([]*group{g}))
-		}
-	}
+}
+
+// countingObserver passes on the resources processed.
+type countingObserver struct {
+	nopObserver
+	processed chan string
+}
+
+func (o *countingObserver) Processed(name string, _ apply.Result, _ error, _ bool) {
+	o.processed <- name
 }
 
 // TestSnapshotServesEachMemberItsKeys: a group's one read, served to each
@@ -466,10 +476,10 @@ type replacingProc struct {
 	passes chan struct{}
 }
 
-func (p *replacingProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *replacingProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	_, rev, err := g.GetValues(ctx, p.keys)
 	p.passes <- struct{}{}
-	return resource.Result{Revision: rev, Changed: true, Replaced: t0.Add(1500 * time.Millisecond)}, err
+	return apply.Result{Revision: rev, Changed: true, Replaced: t0.Add(1500 * time.Millisecond)}, err
 }
 
 // TestLandedTimesChangesFromTheirArrival: a pass owed to a change the watch

@@ -32,6 +32,9 @@ type follow struct {
 	rev   int64          // the revision pairs are at
 	gen   int64          // the watch stream whose changes apply to them
 	size  int64          // taken from the budget
+	// shared: a running pass renders from pairs (lend), so they are
+	// copied before they change.
+	shared bool
 }
 
 // start follows from a read of keys at rev, made while gen was the watch
@@ -43,6 +46,15 @@ func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) []memkv.
 	if gen == 0 {
 		return pairs
 	}
+	pairs, size := prepare(pairs)
+	f.install(pairs, rev, gen, size, b)
+	return pairs
+}
+
+// prepare puts a read's pairs in the order follow keeps them, in place,
+// and says what keeping them costs. A group's worker calls it on the list
+// it just read, before the daemon's loop installs it.
+func prepare(pairs []memkv.KVPair) ([]memkv.KVPair, int64) {
 	byKey := func(x, y memkv.KVPair) int { return strings.Compare(x.Key, y.Key) }
 	if !slices.IsSortedFunc(pairs, byKey) {
 		slices.SortFunc(pairs, byKey)
@@ -54,10 +66,31 @@ func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) []memkv.
 	for _, kv := range pairs {
 		size += pairSize(kv.Key, kv.Value)
 	}
-	if b.take(size) {
+	return pairs, size
+}
+
+// install follows from prepared pairs, read at rev while gen was the
+// stream, when the budget allows.
+func (f *follow) install(pairs []memkv.KVPair, rev, gen, size int64, b *budget) {
+	f.drop(b)
+	if gen != 0 && b.take(size) {
 		*f = follow{on: true, pairs: pairs, rev: rev, gen: gen, size: size}
 	}
-	return pairs
+}
+
+// lend marks pairs as read by a running pass: the next change copies
+// them before it applies, so the pass renders from one revision while the
+// watch's changes go on being followed. back ends the loan.
+func (f *follow) lend() { f.shared = true }
+func (f *follow) back() { f.shared = false }
+
+// own makes pairs f's alone before a change is applied to them. The copy
+// is of the slice (a key and a value string header per pair), not of the
+// strings; the lent list lives until its pass ends.
+func (f *follow) own() {
+	if f.shared {
+		f.pairs, f.shared = slices.Clone(f.pairs), false
+	}
 }
 
 // drop stops following: the next pass reads.
@@ -85,6 +118,9 @@ func (f *follow) take(e timedEvent, keys []string, b *budget) {
 		}
 		i, found := slices.BinarySearchFunc(f.pairs, c.Key, func(kv memkv.KVPair, k string) int { return cmp.Compare(kv.Key, k) })
 		delta := int64(0)
+		if found || !c.Deleted {
+			f.own()
+		}
 		switch {
 		case c.Deleted && found:
 			delta = -pairSize(f.pairs[i].Key, f.pairs[i].Value)

@@ -12,9 +12,9 @@ import (
 	"github.com/kelseyhightower/memkv"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/resource"
 )
 
 func change(key, value string, rev int64) backends.Change {
@@ -201,10 +201,10 @@ type seenProc struct {
 	seen chan map[string]string
 }
 
-func (p *seenProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *seenProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	vals, rev, err := g.GetValues(ctx, p.keys)
 	p.seen <- vals
-	return resource.Result{Revision: rev}, err
+	return apply.Result{Revision: rev}, err
 }
 
 // runReading runs a daemon over s with one resource of the key "/k" until

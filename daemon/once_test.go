@@ -11,7 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/keysync/confd/resource"
+	"github.com/keysync/confd/apply"
 )
 
 // movingStore is an etcd that changes between any two reads: every read
@@ -41,13 +41,13 @@ type revProc struct {
 	seen *[]string
 }
 
-func (p *revProc) Process(ctx context.Context, g resource.Getter) (resource.Result, error) {
+func (p *revProc) Process(ctx context.Context, g apply.Getter) (apply.Result, error) {
 	_, rev, err := g.GetValues(ctx, p.keys)
 	if err != nil {
-		return resource.Result{}, err
+		return apply.Result{}, err
 	}
 	*p.seen = append(*p.seen, fmt.Sprintf("%s@%d", p.name, rev))
-	return resource.Result{Revision: rev}, nil
+	return apply.Result{Revision: rev}, nil
 }
 
 // TestOnceReadsAGroupOnce: -onetime keeps file-name order across groups,

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ const (
 // flag file checked against it.
 type group struct {
 	members []Processor
+	dests   []string // members' destinations ("" when one does not say)
 	keys    []string // the members' store keys, duplicates removed
 	wait    waitspec.Spec
 	rev     int64 // revision of the last successful read
@@ -34,6 +36,18 @@ type group struct {
 	rendered    bool // every member succeeded once since start
 
 	fed follow // the last read, and the watch's changes since
+
+	// Set while the group's worker runs a pass (see Daemon.dispatch): a
+	// group has at most one pass at a time, and what arrives meanwhile is
+	// merged into the fields above, one pending pass however long the
+	// running one takes.
+	busy    bool
+	reading bool  // the running pass reads etcd and has not said at which revision
+	missed  int64 // the newest revision of a change that arrived while it read
+	// held: a pass of a group of the configuration before a SIGHUP, on one
+	// of this group's resources or files, still runs; this group waits
+	// for it (Daemon.hold).
+	held bool
 }
 
 // sched decides which groups to process when. It does no I/O and reads no
@@ -42,6 +56,9 @@ type sched struct {
 	groups []*group
 	budget *budget // the memory groups may keep their reads in
 	gen    int64   // the watch stream events come from now; 0: none
+	// epoch counts forget calls: a pass that began before one must not
+	// record the revision it read, which a restore made meaningless.
+	epoch int64
 }
 
 // newSched groups procs: two resources whose keys overlap (one equal to or
@@ -54,7 +71,8 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	for i, p := range ps {
 		keys[i] = p.StoreKeys()
 	}
-	root := unite(keys, destinations(ps))
+	dests := destinations(ps)
+	root := unite(keys, dests)
 	byRoot := map[int]*group{}
 	seen := map[*group]map[string]bool{}
 	s := &sched{budget: newBudget(followBudget)}
@@ -67,6 +85,7 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 			s.groups = append(s.groups, g) // in the order of first members
 		}
 		g.members = append(g.members, p)
+		g.dests = append(g.dests, dests[i])
 		for _, k := range keys[i] {
 			if !seen[g][k] {
 				seen[g][k] = true
@@ -209,6 +228,13 @@ func (s *sched) event(e timedEvent) {
 		if !touched {
 			continue
 		}
+		if g.reading {
+			// Not known yet whether the running pass's read holds it.
+			g.missed = max(g.missed, e.rev)
+			if e.rev <= 0 {
+				g.missed = math.MaxInt64
+			}
+		}
 		g.fed.take(e, g.keys, s.budget)
 		if e.rev > 0 && e.rev <= g.rev {
 			continue
@@ -242,6 +268,7 @@ func (s *sched) all(at time.Time) {
 // forget drops the revisions read: after a restore, revisions lower than
 // them are new again.
 func (s *sched) forget() {
+	s.epoch++
 	for _, g := range s.groups {
 		g.rev = 0
 		g.fed.drop(s.budget)
@@ -274,10 +301,15 @@ func (g *group) readyAt() (time.Time, bool) {
 	return at, ok
 }
 
-// due returns the groups to process at now, in file-name order.
+// due returns the groups to process at now, in file-name order: those
+// owed a pass whose time came, unless a pass of theirs (or, after a
+// SIGHUP, of the groups they replace) still runs.
 func (s *sched) due(now time.Time) []*group {
 	var out []*group
 	for _, g := range s.groups {
+		if g.busy || g.held {
+			continue
+		}
 		if at, ok := g.readyAt(); ok && !at.After(now) {
 			out = append(out, g)
 		}
@@ -286,10 +318,14 @@ func (s *sched) due(now time.Time) []*group {
 }
 
 // next is the earliest time a group becomes due; false when none is owed.
+// A busy or held group is left out: the end of a pass wakes the loop.
 func (s *sched) next() (time.Time, bool) {
 	var first time.Time
 	found := false
 	for _, g := range s.groups {
+		if g.busy || g.held {
+			continue
+		}
 		if at, ok := g.readyAt(); ok && (!found || at.Before(first)) {
 			first, found = at, true
 		}

@@ -224,7 +224,9 @@ func TestWatchOutageIsLoud(t *testing.T) {
 	c, ev := newConfdir(t), newEvents(t)
 	c.namedReporting(ev, "o", "/o", "")
 	addr := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
-	p := runDaemon(t, nil, append(nodeArgs(t, s), "-watch", "-confdir", c.Dir, "-metrics-addr", addr)...)
+	// SIGSTOPped, etcd is as silent as during a long defrag: only the
+	// stall timeout tells (a lost connection would end the watch at once).
+	p := runDaemon(t, nil, append(nodeArgs(t, s), "-watch", "-watch-stall-timeout", "3s", "-confdir", c.Dir, "-metrics-addr", addr)...)
 	expectEvents(t, ev, p.out, "o=a")
 	waitHTTP(t, "http://"+addr+"/readyz", 200, "")
 	waitHTTP(t, "http://"+addr+"/metrics", 200, "confd_watch_up 1")

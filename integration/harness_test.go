@@ -86,7 +86,8 @@ func (c *confdir) stageFiles() []string {
 	var out []string
 	entries, _ := os.ReadDir(c.Out)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") {
+		// A destination's lock file stays beside it (docs/write-path.md).
+		if strings.HasPrefix(e.Name(), ".") && !strings.HasSuffix(e.Name(), ".confd-lock") {
 			out = append(out, e.Name())
 		}
 	}

@@ -281,3 +281,72 @@ func TestFullFilesystemBehindBindMountLeavesLiveFile(t *testing.T) {
 		t.Errorf("files left beside dest: %v", c.stageFiles())
 	}
 }
+
+// A bind-mounted destination whose in-place write is cut by a SIGKILL
+// (strace kills confd as it truncates the file after writing the new,
+// shorter content over the old: half new, half old). The old content was
+// kept, mode 0600, in .NAME.confd-previous, named by the owed record; the
+// next run restores it before anything else, says so, then writes the new
+// content and leaves neither copy nor record. Root, a private mount
+// namespace and strace needed.
+func TestTornInPlaceWriteIsRestoredOnNextRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a private mount namespace")
+	}
+	if err := exec.Command("unshare", "-m", "true").Run(); err != nil {
+		t.Skipf("unshare -m not permitted here: %v", err)
+	}
+	needStrace(t)
+	c := newConfdir(t)
+	dest := c.resource("bind", "[template]\nsrc = \"bind.tmpl\"\ndest = \"DEST\"\nkeys = [\"/w\"]\nmode = \"0644\"\n", "new {{getv \"/w/v\"}}\n")
+	if err := os.WriteFile(dest, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(t.TempDir(), "live")
+	old := "old content, longer than the new one\n"
+	if err := os.WriteFile(live, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prev := filepath.Join(c.Out, ".bind.confd-previous")
+	run := confdBin + " -onetime -backend env -confdir " + c.Dir
+	script := strings.Join([]string{
+		"export W_V=x",
+		"mount --bind " + live + " " + dest,
+		"strace -f -o /dev/null -P " + dest + " -e trace=ftruncate -e inject=ftruncate:signal=SIGKILL " + run + " 2>/dev/null",
+		"echo killed=$?",
+		"echo torn=$(cat " + dest + ")",
+		"echo previous=$(stat -c %a " + prev + ") $(cat " + prev + ")",
+		"echo record=$(cat " + filepath.Join(c.Out, ".confd-reload-owed.bind") + ")",
+		run + " 2>&1",
+		"echo exit=$?",
+		"echo live=$(cat " + dest + ")",
+	}, "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"killed=137",
+		"torn=new x ntent, longer than the new one",
+		"previous=600 " + strings.TrimSpace(old),
+		"record=in-place sha256:",
+		"was torn by an interrupted in-place write",
+		"exit=0",
+		"live=new x",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if i, j := strings.Index(string(out), "was torn"), strings.Index(string(out), "out of sync"); i < 0 || j < 0 || i > j {
+		t.Errorf("the restore is not logged before the render's verdict:\n%s", out)
+	}
+	if got := readFile(t, live); got != "new x\n" {
+		t.Errorf("live = %q", got)
+	}
+	if len(c.stageFiles()) != 0 {
+		t.Errorf("files left beside dest: %v", c.stageFiles())
+	}
+}

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 
-	"github.com/keysync/confd/resource"
+	"github.com/keysync/confd/apply"
 )
 
 // Metrics is a daemon.Observer that keeps its own registry.
@@ -83,7 +83,7 @@ func New() *Metrics {
 }
 
 // Processed records one resource pass.
-func (m *Metrics) Processed(name string, res resource.Result, err error, reloadPending bool) {
+func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPending bool) {
 	result := "ok"
 	if err != nil {
 		result = "error"
@@ -91,7 +91,7 @@ func (m *Metrics) Processed(name string, res resource.Result, err error, reloadP
 		m.lastSuccess.WithLabelValues(name).SetToCurrentTime()
 	}
 	m.passes.WithLabelValues(name, result).Inc()
-	var ce *resource.CommandError
+	var ce *apply.CommandError
 	switch {
 	case res.Changed && err == nil:
 		m.writes.WithLabelValues(name).Inc()

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/internal/runner"
-	"github.com/keysync/confd/resource"
 )
 
 func get(t *testing.T, m *Metrics, path string) (int, string) {
@@ -36,9 +36,9 @@ func TestReadyzFollowsReady(t *testing.T) {
 
 func TestMetricsNames(t *testing.T) {
 	m := New()
-	m.Processed("a.toml", resource.Result{Changed: true, Reloaded: true}, nil, false)
-	m.Processed("a.toml", resource.Result{Changed: true}, errors.New("reload failed"), true)
-	m.Processed("b.toml", resource.Result{Changed: true}, &resource.CommandError{Command: "false", Result: runner.Result{Err: errors.New("exit status 1")}}, false)
+	m.Processed("a.toml", apply.Result{Changed: true, Reloaded: true}, nil, false)
+	m.Processed("a.toml", apply.Result{Changed: true}, errors.New("reload failed"), true)
+	m.Processed("b.toml", apply.Result{Changed: true}, &apply.CommandError{Command: "false", Result: runner.Result{Err: errors.New("exit status 1")}}, false)
 	m.WatchUp(true)
 	m.WatchReconnect()
 	m.Revisions(7, 10)

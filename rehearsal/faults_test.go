@@ -31,7 +31,8 @@ func (f *fleet) badKeys(t *testing.T) {
 		{"byte-order-mark", "\xef\xbb\xbf" + string(other.public)},
 		{"leading-space", "  " + string(other.public)},
 		{"garbage", "-----BEGIN PUBLIC KEY-----\nZ2FyYmFnZQ==\n-----END PUBLIC KEY-----\n"},
-		{"certificate", string(f.ca.pem)},
+		// Not here: a certificate. It is key material (publicKeys renders
+		// its public key), as kube-apiserver takes it.
 	}
 	key := keyPrefix + "zz-bad.fleet.test"
 	for _, b := range bad {
@@ -266,14 +267,14 @@ func awaitHangUp(conn net.Conn, d time.Duration, after string) string {
 
 // reloadTimeout: confd's reload_cmd_timeout kills the helper while its
 // restart command runs. The command must die with it. For this scenario
-// only, the victim's 20-sa-bundle.toml has a 20 s timeout instead of 30m:
+// only, the victim's 20-sa-bundle.toml has a 20 s timeout instead of 45m:
 // the one edit of an example in the rehearsal besides paths, made so that
 // the timeout can be seen in a test's time.
 func (f *fleet) reloadTimeout(t *testing.T) {
 	victim := f.hosts[2]
 	res := "/etc/confd/conf.d/20-sa-bundle.toml"
 	orig := string(victim.read(res))
-	short := strings.Replace(orig, `reload_cmd_timeout = "30m"`, `reload_cmd_timeout = "20s"`, 1)
+	short := strings.Replace(orig, `reload_cmd_timeout = "45m"`, `reload_cmd_timeout = "20s"`, 1)
 	if short == orig {
 		t.Fatalf("%s has no reload_cmd_timeout = \"30m\"", res)
 	}
@@ -319,9 +320,10 @@ func (f *fleet) gateCut(t *testing.T) {
 	l := etcdtest.NewProxy(t, f.etcd.Endpoint)
 	unit := "kube-apiserver-safe-restart.service"
 	text := string(victim.read("/etc/systemd/system/" + unit))
-	cutUnit := strings.ReplaceAll(text, f.etcd.Endpoint, l.Endpoint())
+	// etcd is in the configuration file; a flag beats it.
+	cutUnit := strings.Replace(text, " --config ", " --endpoints "+l.Endpoint()+" --config ", 1)
 	if cutUnit == text {
-		t.Fatalf("%s does not name the fleet's etcd", unit)
+		t.Fatalf("%s does not read the configuration file", unit)
 	}
 	victim.write("/etc/systemd/system/"+unit, cutUnit, 0o644)
 	defer victim.write("/etc/systemd/system/"+unit, text, 0o644)
@@ -394,9 +396,13 @@ func (f *fleet) wrongHealthCA(t *testing.T) {
 	unit := "/etc/systemd/system/kube-apiserver-safe-restart.service"
 	orig := string(h.read(unit))
 	h.write("/etc/kubernetes/pki/other-ca.crt", string(newClusterCA(t).pem), 0o644)
-	wrong := strings.Replace(orig, "--health-cacert "+h.Path("/etc/kubernetes/pki/ca.crt"), "--health-cacert "+h.Path("/etc/kubernetes/pki/other-ca.crt"), 1)
+	if !strings.Contains(string(h.read(configPath)), `health-cacert = "`+h.Path("/etc/kubernetes/pki/ca.crt")+`"`) {
+		t.Fatalf("%s has no health-cacert for ca.crt", configPath)
+	}
+	// A flag beats the configuration file.
+	wrong := strings.Replace(orig, " --config ", " --health-cacert "+h.Path("/etc/kubernetes/pki/other-ca.crt")+" --config ", 1)
 	if wrong == orig {
-		t.Fatalf("%s has no --health-cacert for ca.crt", unit)
+		t.Fatalf("%s does not read the configuration file", unit)
 	}
 	h.write(unit, wrong, 0o644)
 	defer h.write(unit, orig, 0o644)

@@ -152,6 +152,7 @@ func (h *host) install(kas string) {
 	files := map[string]string{} // absolute host path -> example path
 	ex := filepath.Join(etcdtest.RepoRoot(), "examples")
 	files["/etc/confd/confd.toml"] = "confd/confd.toml"
+	files[configPath] = "safe-restart.toml"
 	for _, dir := range []string{"conf.d", "templates"} {
 		ents, err := os.ReadDir(filepath.Join(ex, "confd", dir))
 		if err != nil {
@@ -224,9 +225,11 @@ func (h *host) install(kas string) {
 
 	// The host's own apiserver unit and base flags: not part of the
 	// examples (the site has them already), written with the same paths.
+	// The service-account flags come from the shipped drop-in
+	// (20-sa-keys.conf); the site names $KUBE_APISERVER_SA_ARGS, as the
+	// docs say.
 	h.write("/etc/systemd/system/kube-apiserver.service", h.Rewrite(`[Service]
 EnvironmentFile=/etc/kubernetes/apiserver.env
-EnvironmentFile=/etc/kubernetes/apiserver-sa.env
 ExecStart=/usr/local/bin/kube-apiserver $KUBE_APISERVER_ARGS $KUBE_APISERVER_SA_ARGS
 `), 0o644)
 	h.writeAPIServerEnv(exampleEtcdURL)
@@ -526,7 +529,7 @@ func (f *fleet) publishedKids(t *testing.T) []string {
 	t.Helper()
 	var kids []string
 	for _, v := range f.etcdKeys(t, keyPrefix) {
-		kids = append(kids, bundleKids([]byte(v))...)
+		kids = append(kids, valueKids([]byte(v))...)
 	}
 	sort.Strings(kids)
 	return kids
@@ -737,11 +740,22 @@ func (f *fleet) hold(t *testing.T) (string, bool) {
 	return v, ok
 }
 
+// configPath is the helper's default configuration file, where the
+// examples install safe-restart.toml.
+const configPath = "/etc/kubernetes/safe-restart.toml"
+
+// withConfig is args as an operator's command on h reads them: with the
+// host's configuration file, the binary's default (which lies outside h's
+// root, so it is named).
+func (h *host) withConfig(args []string) []string {
+	return append([]string{"--config", h.Path(configPath)}, args...)
+}
+
 // helper runs kube-apiserver-safe-restart on h with confd.service's
 // environment (as the bundle's reload_cmd gets it).
 func (h *host) helper(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(h.Path("/usr/local/bin/kube-apiserver-safe-restart"), args...)
+	cmd := exec.Command(h.Path("/usr/local/bin/kube-apiserver-safe-restart"), h.withConfig(args)...)
 	var out bytes.Buffer
 	cmd.Env, cmd.Stdout, cmd.Stderr = h.helperEnv(t), &out, &out
 	err := cmd.Run()
@@ -764,7 +778,7 @@ func (h *host) helperEnv(t *testing.T) []string {
 // get there within 5 minutes. It returns the output.
 func (h *host) helperKilledAt(t *testing.T, msg string, args ...string) string {
 	t.Helper()
-	p := startProcess(t, h.name+" kube-apiserver-safe-restart "+args[0], h.helperEnv(t), append([]string{h.Path("/usr/local/bin/kube-apiserver-safe-restart")}, args...))
+	p := startProcess(t, h.name+" kube-apiserver-safe-restart "+args[0], h.helperEnv(t), append([]string{h.Path("/usr/local/bin/kube-apiserver-safe-restart")}, h.withConfig(args)...))
 	if !p.out.waitFor(msg, p.done, 5*time.Minute) {
 		p.stop(t, 30*time.Second)
 		t.Fatalf("%s %s never logged %q (exit %d):\n%s", h.name, args[0], msg, exitCode(p.err), tail(p.out.String(), 6000))

@@ -40,6 +40,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("gate-cut", f.gateCut)
 	scenario("sa-key-rotation", f.saKeyRotation)
 	scenario("reimaged", f.reimaged)
+	scenario("ca-certificates", f.caCertificates)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not

@@ -27,7 +27,7 @@ func LoadNamed(s *Settings, names []string) ([]*Resource, []error) {
 			return nil, []error{fmt.Errorf("-resource %s: confdir %q has no conf.d directory", strings.Join(names, ", "), s.ConfDir)}
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			s.log().Warnf("cannot load template resources: confdir %q has no conf.d directory", s.ConfDir)
+			s.Logger().Warnf("cannot load template resources: confdir %q has no conf.d directory", s.ConfDir)
 			return nil, nil
 		}
 		return nil, []error{fmt.Errorf("confdir: %w", err)}

@@ -1,9 +1,10 @@
-// Package resource owns confd's template resources: the TOML file that says
-// which keys, which template and which destination, and the write path that
-// turns a snapshot of keys into a checked, atomically replaced file.
+// Package resource is confd's template resource: the TOML file that says
+// which keys, which template, which destination and which commands, read
+// and validated. The write path that carries one out is apply's.
 package resource
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -14,12 +15,12 @@ import (
 	"strings"
 	"time"
 
+	texttemplate "text/template"
+
 	"github.com/BurntSushi/toml"
-	"github.com/keysync/confd/internal/waitspec"
-	"github.com/keysync/confd/template"
 	"github.com/sirupsen/logrus"
 
-	"github.com/keysync/confd/internal/runner"
+	"github.com/keysync/confd/internal/waitspec"
 )
 
 // Defaults for the command timeouts when neither the resource nor a flag sets them.
@@ -28,35 +29,13 @@ const (
 	DefaultReloadTimeout = 10 * time.Minute
 )
 
-// Settings are the process-wide options that shape every resource.
+// Settings are the process-wide options that shape how resources load.
 type Settings struct {
-	ConfDir string // confd's -confdir: resources in conf.d/, templates in templates/
-	Prefix  string // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
-	Noop    bool   // render and diff, write nothing, run nothing
-	// NoopShowSecrets lets -noop print the diff of a file that is not
-	// world-readable; otherwise only its changed line counts are shown.
-	NoopShowSecrets bool
-	// Keyring decrypts for the crypt template functions (-secret-keyring); nil without one.
-	Keyring       *template.Keyring
-	SyncOnly      bool          // write files but run neither check_cmd nor reload_cmd
-	KeepStageFile bool          // keep the stage file of a failed check for inspection
+	ConfDir       string        // confd's -confdir: resources in conf.d/, templates in templates/
+	Prefix        string        // global -prefix; when set it replaces each resource's prefix, as in confd 0.16
 	CheckTimeout  time.Duration // default check_cmd timeout
 	ReloadTimeout time.Duration // default reload_cmd timeout
 	Log           logrus.FieldLogger
-	DiffOut       interface{ Write([]byte) (int, error) } // where -noop prints diffs
-	// CommandGrace is how long a check_cmd or reload_cmd has between
-	// SIGTERM (its timeout, or its context ending) and SIGKILL; zero means
-	// runner.DefaultGrace.
-	CommandGrace time.Duration
-	// CommandEnv is the environment of check_cmd and reload_cmd, without
-	// confd's own credentials; nil inherits confd's.
-	CommandEnv []string
-	// Stop, when closed, lets no check_cmd or reload_cmd start (confd is
-	// stopping); nil never closes. A reload not started stays owed.
-	Stop <-chan struct{}
-	// Writer and Runner carry out plans; nil means FileWriter and runner.Run.
-	Writer Writer
-	Runner Runner
 }
 
 // Resource is one parsed and validated template resource.
@@ -75,8 +54,6 @@ type Resource struct {
 	// Wait is the resource's own quiescence (TOML wait = "MIN[:MAX]");
 	// nil means the daemon's -wait.
 	Wait *waitspec.Spec
-
-	settings *Settings
 }
 
 // tomlTemplate mirrors confd's [template] table.
@@ -122,7 +99,7 @@ func Load(file string, s *Settings) (*Resource, error) {
 		return nil, unknownKeyError(file, undecoded[0])
 	}
 	t := tf.Template
-	r := &Resource{File: file, Dest: t.Dest, Keys: t.Keys, CheckCmd: t.CheckCmd, ReloadCmd: t.ReloadCmd, settings: s}
+	r := &Resource{File: file, Dest: t.Dest, Keys: t.Keys, CheckCmd: t.CheckCmd, ReloadCmd: t.ReloadCmd}
 	if t.Src == "" {
 		return nil, fmt.Errorf("%s: template.src is empty", file)
 	}
@@ -145,7 +122,7 @@ func Load(file string, s *Settings) (*Resource, error) {
 		return nil, fmt.Errorf("%s: template.mode: %w", file, err)
 	}
 	if t.Mode != "" && !strings.HasPrefix(t.Mode, "0") {
-		s.log().Warnf("%s: mode %q read as octal %#o (confd 0.16 read it as decimal); write %q to silence this", file, t.Mode, r.Mode, "0"+t.Mode)
+		s.Logger().Warnf("%s: mode %q read as octal %#o (confd 0.16 read it as decimal); write %q to silence this", file, t.Mode, r.Mode, "0"+t.Mode)
 	}
 	if r.UID, r.GID, err = owner(t); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -165,7 +142,7 @@ func Load(file string, s *Settings) (*Resource, error) {
 	}
 	// Parse the command templates now so that a typo fails at load, not after a render.
 	for key, cmd := range map[string]string{"check_cmd": r.CheckCmd, "reload_cmd": r.ReloadCmd} {
-		if _, err := expandCommand(key, cmd, "", ""); err != nil {
+		if _, err := ExpandCommand(key, cmd, "", ""); err != nil {
 			return nil, fmt.Errorf("%s: template.%s: %w", file, key, err)
 		}
 	}
@@ -195,18 +172,6 @@ func (r *Resource) Quiescence() (waitspec.Spec, bool) {
 		return waitspec.Spec{}, false
 	}
 	return *r.Wait, true
-}
-
-// ReloadPending reports a reload_cmd owed since its file was replaced: an
-// owed-reload record that covers the live content (for metrics; Apply
-// itself decides from the record).
-func (r *Resource) ReloadPending() bool {
-	rec, err := readOwed(r.Dest)
-	if err != nil || !rec.exists {
-		return err != nil
-	}
-	live, err := os.ReadFile(r.Dest)
-	return err == nil && rec.covers(live)
 }
 
 // parseMode reads an octal permission string. confd 0.16 used base 0, so
@@ -293,23 +258,26 @@ func duration(s string, flagDefault, builtin time.Duration) (time.Duration, erro
 	return d, nil
 }
 
-func (s *Settings) writer() Writer {
-	if s.Writer == nil {
-		return FileWriter{Log: s.log()}
-	}
-	return s.Writer
-}
-
-func (s *Settings) runner() Runner {
-	if s.Runner == nil {
-		return RunnerFunc(runner.Run)
-	}
-	return s.Runner
-}
-
-func (s *Settings) log() logrus.FieldLogger {
+// Logger is s.Log, or logrus's standard logger.
+func (s *Settings) Logger() logrus.FieldLogger {
 	if s.Log == nil {
 		return logrus.StandardLogger()
 	}
 	return s.Log
+}
+
+// ExpandCommand fills {{.src}} and {{.dest}} in a check_cmd or reload_cmd.
+func ExpandCommand(name, cmd, src, dest string) (string, error) {
+	if cmd == "" {
+		return "", nil
+	}
+	t, err := texttemplate.New(name).Option("missingkey=error").Parse(cmd)
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, map[string]string{"src": src, "dest": dest}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }

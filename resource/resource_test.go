@@ -52,6 +52,7 @@ func TestLoadErrorsNameFileAndLine(t *testing.T) {
 		{"unknown key", "[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\ncolour = \"blue\"\n", []string{"bad.toml:4: ", `unknown key "template.colour"`, "skipped"}},
 		{"misspelt check_cmd", "[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\n\n  checkcmd = \"false\"\n", []string{"bad.toml:5: ", `"template.checkcmd"`, `did you mean "check_cmd"`}},
 		{"check_cmd above [template]", "# resource\ncheck_cmd = \"false\"\n[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\n", []string{"bad.toml:2: ", `unknown key "check_cmd"`, "[template]"}},
+		{"wait above [template]", "wait = \"1s\"\n[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\n", []string{"bad.toml:1: ", `unknown key "wait"`, "[template]"}},
 		{"unknown table", "[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\n[ template.extra ]\nx = 1\n", []string{"bad.toml:4: ", `"template.extra"`}},
 		{"owner vs uid", "[template]\nsrc = \"a.tmpl\"\ndest = \"/tmp/x\"\nowner = \"root\"\nuid = 12\n", []string{"bad.toml", "uid is 12"}},
 	}

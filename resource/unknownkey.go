@@ -11,7 +11,7 @@ import (
 
 // resourceKeys are the keys of [template]; the TOML tags of tomlTemplate.
 var resourceKeys = []string{"src", "dest", "keys", "prefix", "owner", "group", "uid", "gid", "mode",
-	"check_cmd", "reload_cmd", "check_cmd_timeout", "reload_cmd_timeout"}
+	"check_cmd", "reload_cmd", "check_cmd_timeout", "reload_cmd_timeout", "wait"}
 
 // unknownKeyError names the file, the line and the key, and what was
 // probably meant.

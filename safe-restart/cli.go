@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/suggest"
 	"github.com/keysync/confd/safe-restart/internal/lock"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
 	"github.com/keysync/confd/safe-restart/internal/trust"
@@ -20,6 +24,10 @@ import (
 const progName = "kube-apiserver-safe-restart"
 
 var defaultCommand = []string{"systemctl", "restart", "kube-apiserver.service"}
+
+// defaultConfig is --config's default, read only when present. A variable
+// so that tests never read the real one.
+var defaultConfig = config.DefaultPath
 
 // Subcommands; restart is the default.
 const (
@@ -34,9 +42,12 @@ const (
 	cmdWaitTrusted = "wait-trusted"
 	cmdRotateKey   = "rotate-key"
 	cmdRetireKeys  = "retire-keys"
+	cmdPublishKey  = "publish-key"
+	// The effective configuration and where each value came from.
+	cmdConfig = "config"
 )
 
-var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys}
+var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdConfig}
 
 // restarting lists the subcommands that restart kube-apiserver and so take
 // the restart flags and a command after --.
@@ -47,8 +58,17 @@ type options struct {
 	sub  string
 	argv []string // restart command; check: files
 
+	// configPath is --config; cfg the file read ("" / nil: none), and
+	// origin says where each flag's value came from: "flag", "env NAME",
+	// "FILE:LINE" or "default".
+	configPath string
+	cfg        *config.File
+	origin     map[string]string
+
 	// etcd
-	endpoints      []string
+	endpoints []string
+	// endpointsFrom names where endpoints came from, for etcd errors.
+	endpointsFrom  string
 	cacert         string
 	cert           string
 	key            string
@@ -92,6 +112,7 @@ type options struct {
 	trustTimeout   time.Duration
 	publicKey      string
 	signingKey     string
+	certificate    string
 	timeout        time.Duration
 	excludeHosts   []string
 	skipUnrecorded bool
@@ -99,6 +120,8 @@ type options struct {
 	algorithm      string
 	grace          time.Duration
 	rotationPrefix string
+	abort          bool
+	rollback       bool
 	signer         bool // rotate-key: this host signs through kube-apiserver-sa-signer (signer.go)
 
 	// subcommands
@@ -125,6 +148,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 
+	fs.StringVar(&o.configPath, "config", defaultConfig, "TOML file whose keys are these flags' long names (read only when present if not given; '' reads none); a flag beats ETCDCTL_* beats the file")
 	fs.StringSliceVar(&o.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated or repeated [env ETCDCTL_ENDPOINTS]")
 	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
 	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
@@ -160,10 +184,11 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
 	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix, "etcd prefix of the trust records: PREFIX/HOST lists the keys HOST's apiserver loaded at its last successful restart")
-	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it)")
+	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it), and in holds and the lock queue (default there: the kernel's host name)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
 	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
-	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key)")
+	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key); publish-key: publish its public half when --public-key is not given")
+	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; the previous one stays published beside it until retire-keys after --grace")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
 	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
 	fs.BoolVar(&o.skipUnrecorded, "skip-unrecorded", false, "wait-trusted: do not wait for hosts that publish keys but have never recorded trust (new hosts, keys of hosts not running this tool)")
@@ -171,6 +196,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
+	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
 	fs.BoolVar(&o.signer, "signer", false, "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
@@ -194,16 +221,18 @@ var flagScope = map[string][]string{
 	"health-token-file": restarting, "health-settle": restarting, "health-timeout": restarting,
 	"health-interval": restarting, "jwks-key-file": restarting,
 	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
-	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
-	"host":          {cmdRestart, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"trust-timeout": restarting,
-	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
-	"signing-key":   {cmdRotateKey, cmdRetireKeys},
+	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"signing-key":   {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"certificate":   {cmdPublishKey},
+	"config":        subcommands,
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
-	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
-	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey, cmdPublishKey}, "abort": {cmdRotateKey}, "rollback": {cmdRotateKey},
+	"rotation-prefix": {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"signer":          {cmdRotateKey},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
@@ -218,10 +247,10 @@ type lookupEnv func(string) (string, bool)
 // parseArgs turns the command line into options. The first positional
 // argument (before any --) names the subcommand; none means restart.
 func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
-	o := &options{}
+	o := &options{origin: map[string]string{}}
 	fs := newFlagSet(o)
 	if err := fs.Parse(args); err != nil {
-		return nil, fs, usagef("%v", err)
+		return nil, fs, flagError(fs, err)
 	}
 	if o.help {
 		return o, fs, nil
@@ -240,23 +269,17 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		known = known || s == o.sub
 	}
 	if !known {
+		if m := suggest.Closest(o.sub, subcommands); m != "" {
+			return nil, fs, usagef("unknown subcommand %q; did you mean %s?", o.sub, m)
+		}
 		return nil, fs, usagef("unknown subcommand %q (want one of %s; put a restart command after --)", o.sub, strings.Join(subcommands, ", "))
 	}
 	var bad []string
 	fs.Visit(func(f *pflag.Flag) {
-		scope, ok := flagScope[f.Name]
-		if !ok {
-			if o.sub == cmdCheck || o.sub == cmdVersion {
-				bad = append(bad, "--"+f.Name)
-			}
-			return
+		o.origin[f.Name] = "flag"
+		if !applies(f.Name, o.sub) {
+			bad = append(bad, "--"+f.Name)
 		}
-		for _, s := range scope {
-			if s == o.sub {
-				return
-			}
-		}
-		bad = append(bad, "--"+f.Name)
 	})
 	if len(bad) > 0 {
 		sort.Strings(bad)
@@ -276,6 +299,9 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		}
 	case cmdCheck:
 		o.argv = append(pos, after...)
+		if err := o.readConfig(fs); err != nil {
+			return nil, fs, err
+		}
 		if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
 			return nil, fs, usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 		}
@@ -288,11 +314,102 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		}
 	}
 	if o.sub != cmdCheck && o.sub != cmdVersion { // they use no etcd
+		if err := o.readConfig(fs); err != nil {
+			return nil, fs, err
+		}
 		if err := applyEnv(o, fs, env); err != nil {
 			return nil, fs, err
 		}
 	}
-	return o, fs, validate(o)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if o.origin[f.Name] == "" {
+			o.origin[f.Name] = "default"
+		}
+	})
+	return o, fs, o.fromFile(validate(o))
+}
+
+// applies reports whether a flag means something to a subcommand: flags
+// not in flagScope apply to all but check and version; config shows them
+// all.
+func applies(flag, sub string) bool {
+	if sub == cmdConfig {
+		return true
+	}
+	scope, ok := flagScope[flag]
+	if !ok {
+		return sub != cmdCheck && sub != cmdVersion
+	}
+	return slices.Contains(scope, sub)
+}
+
+// readConfig reads --config (its default only when present) and sets the
+// flags the command line did not give and the subcommand uses.
+func (o *options) readConfig(fs *pflag.FlagSet) error {
+	path := o.configPath
+	if path == "" {
+		return nil
+	}
+	if !fs.Changed("config") {
+		if _, err := os.Stat(path); err != nil {
+			return nil // the default, absent: no file
+		}
+	}
+	f, err := config.Load(path)
+	if err != nil {
+		return usagef("--config: %v", err)
+	}
+	o.cfg = f
+	// check's inputs from the file are the restart's: check reads them
+	// only when its command line names nothing to check (then it checks
+	// what the restart would preflight).
+	given := o.sub == cmdCheck && (len(o.argv) > 0 || fs.Changed("preflight-file") || fs.Changed("preflight-flags-file"))
+	set, err := f.Apply(fs, func(name string) bool {
+		if given && (name == "preflight-file" || name == "preflight-flags-file") {
+			return false
+		}
+		return applies(name, o.sub)
+	})
+	for _, n := range set {
+		o.origin[n] = f.Where(n)
+	}
+	if err != nil {
+		return usagef("--config: %v", err)
+	}
+	return nil
+}
+
+// flagRef matches a flag named in a message.
+var flagRef = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
+
+// fromFile adds to a usage error the place in the configuration file of
+// every value it names that came from there: the operator fixes the file,
+// not a command line they never typed.
+func (o *options) fromFile(err error) error {
+	var ue *usageError
+	if err == nil || o.cfg == nil || !errors.As(err, &ue) {
+		return err
+	}
+	msg := flagRef.ReplaceAllStringFunc(ue.msg, func(m string) string {
+		if where := o.cfg.Where(m[2:]); where != "" && o.origin[m[2:]] == where {
+			return m + " (" + where + ")"
+		}
+		return m
+	})
+	return &usageError{msg}
+}
+
+// flagError is pflag's error, with what an unknown flag probably meant.
+func flagError(fs *pflag.FlagSet, err error) error {
+	var ne *pflag.NotExistError
+	if errors.As(err, &ne) && ne.GetSpecifiedName() != "" {
+		var names []string
+		fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+		if m := suggest.Closest(ne.GetSpecifiedName(), names); m != "" {
+			return usagef("%v; did you mean --%s?", err, m)
+		}
+	}
+	return usagef("%v", err)
 }
 
 // applyEnv fills etcd settings from etcdctl's environment variables where
@@ -301,6 +418,7 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str := func(flag, name string, dst *string) {
 		if v, ok := env(name); ok && !fs.Changed(flag) {
 			*dst = v
+			o.origin[flag] = "env " + name
 		}
 	}
 	str("cacert", "ETCDCTL_CACERT", &o.cacert)
@@ -308,8 +426,16 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 	str("key", "ETCDCTL_KEY", &o.key)
 	str("user", "ETCDCTL_USER", &o.user)
 	str("password", "ETCDCTL_PASSWORD", &o.password)
+	o.endpointsFrom = endpointsDefault
+	if fs.Changed("endpoints") {
+		o.endpointsFrom = "from --endpoints"
+	} else if where := o.cfg.Where("endpoints"); where != "" && o.origin["endpoints"] == where {
+		o.endpointsFrom = "from " + where
+	}
 	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
 		o.endpoints = splitList(v)
+		o.origin["endpoints"] = "env ETCDCTL_ENDPOINTS"
+		o.endpointsFrom = "from ETCDCTL_ENDPOINTS"
 	}
 	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
 		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -319,6 +445,7 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 				return usagef("%s=%q: %v", name, v, err)
 			}
 			*dst = d
+			o.origin[flag] = "env " + name
 		}
 	}
 	// As etcdctl: without a separate password, --user is name:password.
@@ -328,12 +455,17 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
 		}
 		o.user, o.password = name, pw
+		o.origin["password"] = o.origin["user"]
 	}
 	if o.password != "" && o.user == "" {
 		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
 	}
 	return nil
 }
+
+// endpointsDefault is endpointsFrom when neither the flag nor the
+// environment named the endpoints.
+const endpointsDefault = "the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them"
 
 func splitList(v string) []string {
 	var out []string
@@ -438,6 +570,13 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s wait-trusted --public-key FILE [--timeout D]   exit 0 once every publishing host trusts FILE's key; 5 on timeout
   %[1]s rotate-key [restart flags] [-- COMMAND]        rotate this host's service-account key (resumable; --dry-run shows the steps)
   %[1]s retire-keys                    drop the previous public key once its --grace is over (for a systemd timer)
+  %[1]s publish-key [--certificate F]   publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed
+  %[1]s config                         print the effective configuration and where each value came from
+
+Configuration: every flag's long name is a key of the TOML file --config
+(default %[3]s, read when present): e.g. endpoints = ["https://..."],
+health-url = "...", preflight-flags-file = [...]. A flag beats ETCDCTL_*,
+which beats the file; a list on the command line replaces the file's.
 
 Restart: preflight the files the new apiserver will read; refuse if a hold is
 active; take the etcd lock (interoperable with `+"`etcdctl lock NAME`"+`; the command
@@ -446,7 +585,7 @@ its own process group; hold the lock until the health URL reports ready; on
 failure write a hold that stops every host until `+"`unhold`"+`.
 
 Flags:
-`, progName, strings.Join(defaultCommand, " "))
+`, progName, strings.Join(defaultCommand, " "), config.DefaultPath)
 	b.WriteString(fs.FlagUsages())
 	b.WriteString("\nExit codes:\n")
 	for _, c := range exitCodeDocs {

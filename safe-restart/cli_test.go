@@ -138,13 +138,13 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 			t.Errorf("exit code %d missing from --help", c.code)
 		}
 	}
-	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted} {
+	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted, exitStale} {
 		if !seen[c] {
 			t.Errorf("exit code %d not documented", c)
 		}
 	}
-	if len(seen) != 10 {
-		t.Errorf("%d documented codes, want 10", len(seen))
+	if len(seen) != 11 {
+		t.Errorf("%d documented codes, want 11", len(seen))
 	}
 	for _, word := range []string{"status", "hold --reason", "unhold", "check", "ETCDCTL_ENDPOINTS", "--lock-name", "--health-url", "--preflight-file"} {
 		if !strings.Contains(help.String(), word) {

@@ -16,6 +16,12 @@ import (
 // restart command's group guard (see groupGuard).
 const guardArg = "__group-guard"
 
+// The guard's report on its stdin (a socket) once it has the command.
+const (
+	guardStarted    = "started\n"
+	guardNotStarted = "cannot start: "
+)
+
 // guardDeathSignal is what the kernel sends the guard when the helper dies.
 const guardDeathSignal = syscall.SIGUSR1
 
@@ -67,8 +73,8 @@ func groupGuard(args []string) int {
 	}
 	handover := make(chan handoverResult, 1)
 	go func() {
+		// stdin stays open after the hand-over: the report goes back on it.
 		env, err := readHandover(os.Stdin)
-		_ = os.Stdin.Close()
 		handover <- handoverResult{env, err}
 	}()
 	var env []string
@@ -94,9 +100,12 @@ func groupGuard(args []string) int {
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", progName, args[1], err)
+		// Reported to the helper, which then knows nothing ran.
+		_, _ = fmt.Fprintf(os.Stdin, "%s%v\n", guardNotStarted, err)
 		return 127
 	}
+	_, _ = io.WriteString(os.Stdin, guardStarted)
+	_ = os.Stdin.Close()
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	for waiting := true; waiting; {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keysync/confd/safe-restart/internal/restart"
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is
@@ -341,5 +343,46 @@ func TestHelperKilledDuringWarmWait(t *testing.T) {
 			t.Fatalf("warm guard %d still runs %s after its helper was killed (poll %d, %v)", guard, waitTimeout, n, err)
 		}
 		return
+	}
+}
+
+// A command that cannot start is reported as such by its guard, warm or
+// not: restart.ErrNotStarted names the command and why, not exit 127.
+func TestCommandThatCannotStart(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-restart")
+	for _, warm := range []bool{true, false} {
+		r, _ := newRunner(time.Minute)
+		argv := []string{missing, "now"}
+		if warm {
+			if err := r.warm(argv); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := r.Start(argv, os.Environ())
+		if !errors.Is(err, restart.ErrNotStarted) || p != nil {
+			t.Fatalf("warm %v: Start = %v, %v; want ErrNotStarted", warm, p, err)
+		}
+		want := "restart command could not start: " + missing + " now: fork/exec " + missing + ": no such file or directory"
+		if err.Error() != want {
+			t.Fatalf("warm %v: error %q, want %q", warm, err, want)
+		}
+	}
+}
+
+// A failed command's error, which becomes the hold's reason, names the
+// command as the operator gave it, not the guard running it.
+func TestCommandErrorNamesTheCommand(t *testing.T) {
+	r, _ := newRunner(time.Minute)
+	argv := []string{"sh", "-c", "exit 3"}
+	if err := r.warm(argv); err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Start(argv, os.Environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Wait()
+	if err == nil || err.Error() != "sh -c 'exit 3' exited with status 3" {
+		t.Fatalf("error %v, want the command and its status", err)
 	}
 }

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/pemcheck"
 
 	"github.com/keysync/confd/safe-restart/internal/hold"
 	"github.com/keysync/confd/safe-restart/internal/preflight"
@@ -28,6 +32,9 @@ func (a *app) check(ctx context.Context) int {
 	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
 		errs = append(errs, preflight.Run(cctx, preflight.Input{Files: a.o.preflightFiles, FlagsFiles: a.o.preflightFlagsFiles, Now: time.Now()}))
 	}
+	for _, w := range duplicateKeys(a.o.argv) {
+		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, e := range splitErrors(err) {
 			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
@@ -35,6 +42,39 @@ func (a *app) check(ctx context.Context) int {
 		return exitPreflight
 	}
 	return exitOK
+}
+
+// duplicateKeys names every key that a bundle file holds more than once,
+// as kube-apiserver reads it (a certificate counts as its key). Only a
+// warning: two hosts publishing the same key (one sa.key shared, as
+// kubeadm makes it) is legitimate; anything else is a publisher's mistake
+// worth a look.
+func duplicateKeys(files []string) []string {
+	var out []string
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // CheckFiles reports it
+		}
+		lines := map[string][]string{}
+		var order []string
+		for _, k := range pemcheck.APIServerKeys(data) {
+			kid, err := pemcheck.KeyID(k.Public)
+			if err != nil {
+				continue
+			}
+			if lines[kid] == nil {
+				order = append(order, kid)
+			}
+			lines[kid] = append(lines[kid], strconv.Itoa(k.Line))
+		}
+		for _, kid := range order {
+			if l := lines[kid]; len(l) > 1 {
+				out = append(out, fmt.Sprintf("%s: key %s appears %d times (lines %s): harmless when several hosts publish the same key (a shared sa.key); otherwise a host publishes its key twice", path, kid, len(l), strings.Join(l, ", ")))
+			}
+		}
+	}
+	return out
 }
 
 func (a *app) status(ctx context.Context, cli *clientv3.Client) int {

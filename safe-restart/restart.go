@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -41,6 +45,12 @@ func (a *app) restart(ctx context.Context) int {
 		log.Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
+	// A command that cannot start is found before the lock wait; the guard
+	// reports one that fails to start all the same (restart.ErrNotStarted).
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
+		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.argv))
+		return exitPreflight
+	}
 	env := runner.WithoutVars(os.Environ(), secretEnv...)
 	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout, env: env}
 	if !o.dryRun {
@@ -54,7 +64,7 @@ func (a *app) restart(ctx context.Context) int {
 	}
 	cli, err := a.etcdClient(ctx)
 	if err != nil {
-		log.WithError(err).Error("etcd")
+		log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
 		return exitError
 	}
 	defer cli.Close()
@@ -83,9 +93,9 @@ func (a *app) restart(ctx context.Context) int {
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
 		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
 	}
-	cfg.Locked = func(ctx context.Context) func(context.Context) {
+	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
 		snap := a.trustSnapshot(ctx, log)
-		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, snap) }
+		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
 		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
@@ -165,9 +175,10 @@ type commandRunner struct {
 
 // guard is a started group guard waiting for its hand-over.
 type guard struct {
-	argv []string
-	p    *runner.Process
-	ctl  *os.File // our end of the guard's stdin
+	argv    []string
+	guarded string // the guard's own command line, quoted as the runner does
+	p       *runner.Process
+	ctl     *net.UnixConn // our end of the guard's stdin
 }
 
 // warm starts the guard for argv's first run.
@@ -197,7 +208,7 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	}
 	if g != nil {
 		if err := g.handOver(env); err == nil {
-			return runnerProcess{g.p}, nil
+			return g.started()
 		}
 		// It ended before taking the command (killed by someone else):
 		// nothing ran, so a fresh guard runs it, as without warming.
@@ -211,7 +222,25 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 		g.discard()
 		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
 	}
-	return runnerProcess{g.p}, nil
+	return g.started()
+}
+
+// started reads the guard's report once it has the command: a command
+// that could not start (not found, not executable) ran nothing, and is
+// restart.ErrNotStarted, not a failed restart (which would be retried and
+// stop the line with a hold).
+func (g *guard) started() (restart.Process, error) {
+	report, _ := io.ReadAll(io.LimitReader(g.ctl, 4096))
+	_ = g.ctl.Close()
+	g.ctl = nil
+	p := runnerProcess{Process: g.p, guarded: g.guarded, argv: runner.Quote(g.argv)}
+	if why, ok := strings.CutPrefix(string(report), guardNotStarted); ok {
+		<-g.p.Done()
+		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(g.argv), strings.TrimSpace(why))
+	}
+	// "started", or nothing from a guard that died (killed): the command's
+	// fate is then the guard's exit status, as before.
+	return p, nil
 }
 
 // spawn starts a guard for argv that waits for its hand-over. argv is on
@@ -221,9 +250,11 @@ func (r *commandRunner) spawn(argv []string) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdin, ctl, err := os.Pipe()
+	// A socket pair, not a pipe: the guard answers on it whether the
+	// command started.
+	stdin, ctl, err := handoverPair()
 	if err != nil {
-		return nil, fmt.Errorf("hand-over pipe for the command's group guard: %w", err)
+		return nil, fmt.Errorf("hand-over socket for the command's group guard: %w", err)
 	}
 	p, err := runner.Start(context.Background(), runner.Spec{
 		Argv: guarded, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
@@ -234,7 +265,25 @@ func (r *commandRunner) spawn(argv []string) (*guard, error) {
 		_ = ctl.Close()
 		return nil, err
 	}
-	return &guard{argv: argv, p: p, ctl: ctl}, nil
+	return &guard{argv: argv, guarded: runner.Quote(guarded), p: p, ctl: ctl}, nil
+}
+
+// handoverPair is a connected pair of Unix stream sockets: the guard's
+// stdin, and our end of it.
+func handoverPair() (*os.File, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "guard-handover")
+	mine := os.NewFile(uintptr(fds[0]), "guard-handover-ctl")
+	c, err := net.FileConn(mine)
+	_ = mine.Close() // FileConn dup'ed it
+	if err != nil {
+		_ = theirs.Close()
+		return nil, nil, err
+	}
+	return theirs, c.(*net.UnixConn), nil
 }
 
 // handOver gives the guard the command's environment and lets it run the
@@ -253,9 +302,11 @@ func (g *guard) handOver(env []string) error {
 	if err != nil {
 		return fmt.Errorf("write the hand-over: %w", err)
 	}
-	// The whole hand-over is in the pipe; EOF tells the guard to run it.
-	_ = g.ctl.Close()
-	g.ctl = nil
+	// The whole hand-over is in the socket; EOF tells the guard to run it.
+	// Our reading side stays open for its report.
+	if err := g.ctl.CloseWrite(); err != nil {
+		return fmt.Errorf("end the hand-over: %w", err)
+	}
 	return nil
 }
 
@@ -278,9 +329,20 @@ func (g *guard) discard() {
 	<-g.p.Done()
 }
 
-type runnerProcess struct{ *runner.Process }
+// runnerProcess is a guarded command. Its errors name the command, not
+// the guard that ran it: they become hold reasons an operator reads.
+type runnerProcess struct {
+	*runner.Process
+	guarded, argv string
+}
 
-func (p runnerProcess) Wait() error { return p.Process.Wait().Err }
+func (p runnerProcess) Wait() error {
+	err := p.Process.Wait().Err
+	if err == nil {
+		return nil
+	}
+	return errors.New(strings.Replace(err.Error(), p.guarded, p.argv, 1))
+}
 
 // healthGate is the health package as restart.Gate.
 type healthGate struct {
@@ -323,15 +385,25 @@ func (h *etcdHolds) Add(ctx context.Context, r hold.Record) error {
 }
 
 // worstCase is the longest a restart with these flags can take.
-func (o *options) worstCase() time.Duration {
+func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
+
+// durations are the bounded waits of a restart with these flags.
+func (o *options) durations() restart.Durations {
 	d := restart.Durations{
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
 		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
+		// Filled by the fleet check and the static-pod restart mode when
+		// they are configured; zero until then.
+		FleetTimeout: 0, KubeletBackoff: 0,
+	}
+	if o.trustHostName == "" {
+		d.HostnameTimeout = hostnameTimeout
 	}
 	if o.healthURL != "" {
 		d.HealthTimeout = o.healthTimeout + o.commandTimeout
 	}
-	return restart.WorstCase(d)
+	return d
 }
 
 // dryRun reports what a restart would do, after preflight passed, and how
@@ -356,6 +428,17 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		return exitHold
 	}
 	worst := o.worstCase()
+	type part struct {
+		Name    string `json:"name"`
+		Times   int    `json:"times"`
+		Seconds int64  `json:"seconds"`
+	}
+	var parts []part
+	for _, w := range restart.Waits(o.durations()) {
+		if w.Total() > 0 {
+			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
+		}
+	}
 	if o.output == "json" {
 		plan := map[string]any{
 			"dry_run":            true,
@@ -372,6 +455,7 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 			"hold":               h,
 			"worst_case":         worst.String(),
 			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
+			"worst_case_parts":   parts,
 		}
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -401,7 +485,14 @@ func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.healthURL, o.healthSettle, o.healthTimeout)
 	}
 	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.holdKeyOrDefault())
-	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout above it\n", worst, worst.Seconds())
+	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
+	for _, p := range parts {
+		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
+		if p.Times > 1 {
+			fmt.Fprintf(&b, " (%d times)", p.Times)
+		}
+		b.WriteString("\n")
+	}
 	_, _ = a.stdout.Write([]byte(b.String()))
 	return exitOK
 }

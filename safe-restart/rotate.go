@@ -46,6 +46,14 @@ func validateKeyFlags(o *options) []error {
 		if o.timeout <= 0 {
 			errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
 		}
+	case cmdPublishKey:
+		// The public half of --signing-key only when no --public-key.
+		if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
+			o.publicKey = defaultPublicKey
+		}
+		if o.grace < 0 {
+			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+		}
 	case cmdRotateKey, cmdRetireKeys:
 		if o.signingKey == "" {
 			o.signingKey = defaultSigningKey
@@ -62,6 +70,12 @@ func validateKeyFlags(o *options) []error {
 			}
 			if o.timeout <= 0 {
 				errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
+			}
+			if o.abort && (o.rollback || o.dryRun) {
+				errs = append(errs, usagef("--abort goes with neither --rollback nor --dry-run"))
+			}
+			if o.rollback && o.dryRun {
+				errs = append(errs, usagef("--rollback goes without --dry-run"))
 			}
 		}
 	}
@@ -133,6 +147,12 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	o.trustHostName = host
 	log := a.log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
 	r := a.rotator(ctx, cli, host, log)
+	// Missing or wrong key files are not worth retrying: exit 3 before
+	// anything is claimed, generated or published.
+	if err := r.Files.Check(); err != nil {
+		log.WithError(err).Error("rotate-key: the key files do not allow a rotation: nothing done")
+		return exitPreflight
+	}
 	if o.dryRun {
 		lines, err := r.Plan(ctx)
 		if err != nil {
@@ -143,12 +163,14 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		for _, l := range lines {
 			fmt.Fprintln(a.stdout, l)
 		}
+		fmt.Fprintf(a.stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.timeout)
 		// The restart the install step would run.
 		return a.restart(ctx)
 	}
 	// A hold stops every restart: publishing the next key now would only
-	// queue restarts the hold refuses, and the wait would time out.
-	if !o.ignoreHold {
+	// queue restarts the hold refuses, and the wait would time out. An
+	// abort restarts nothing.
+	if !o.ignoreHold && !o.abort {
 		hctx, cancel := a.opCtx(ctx)
 		rec, err := hold.Get(hctx, cli, o.holdKeyOrDefault())
 		cancel()
@@ -181,11 +203,21 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		case <-rctx.Done():
 		}
 	}()
-	err = r.Run(rctx)
+	switch {
+	case o.abort:
+		err = r.Abort(rctx)
+	case o.rollback:
+		err = r.Rollback(rctx)
+	default:
+		err = r.Run(rctx)
+	}
 	var ce *codeError
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, rotation.ErrState):
+		log.WithError(err).Error("rotate-key refused: nothing changed")
+		return exitPreflight
 	case errors.As(err, &ce):
 		log.Errorf("%v; re-run rotate-key to continue from this step", err)
 		return ce.code
@@ -215,7 +247,7 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		case time.Now().Before(st.RetireAfter):
 			fmt.Fprintf(a.stdout, "dry run: previous key %s stays published until %s\n", st.Previous, st.RetireAfter.Format(time.RFC3339))
 		default:
-			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s\n", a.o.publicKey, st.Next, st.Previous)
+			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s, and overwrite and remove %s\n", a.o.publicKey, st.Next, st.Previous, rotation.Files{SigningKey: a.o.signingKey}.Backup())
 		}
 		return exitOK
 	}
@@ -229,6 +261,11 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
+	// What publish-key --certificate kept beside a renewed certificate.
+	if err := a.retireKept(ctx, cli, host, log); err != nil {
+		log.WithError(err).Error("retire-keys: kept certificate keys")
+		return exitError
+	}
 	if _, err := r.Retire(ctx); err != nil {
 		if errors.Is(err, rotation.ErrSigning) {
 			log.WithError(err).Error("retire-keys refused")

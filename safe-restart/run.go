@@ -22,6 +22,8 @@ type app struct {
 	stderr io.Writer
 	log    *logrus.Logger
 	host   string
+	// fqdn is `hostname -f`, once asked (trustHost).
+	fqdn string
 }
 
 // run is main without the process: ctx ending means the first SIGTERM,
@@ -41,7 +43,13 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		fmt.Fprintf(stderr, "%s: %v\n", progName, err)
 		return exitUsage
 	}
-	a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: hostname()}
+	// Holds and lock entries name the host as --host does, so that a hold
+	// reads like the trust records and the published keys of that host.
+	host := o.trustHostName
+	if host == "" {
+		host = hostname()
+	}
+	a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: host}
 	switch o.sub {
 	case cmdVersion:
 		fmt.Fprintf(stdout, "%s %s\n", progName, Version)
@@ -62,6 +70,10 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 		return a.withClient(ctx, a.rotateKey)
 	case cmdRetireKeys:
 		return a.withClient(ctx, a.retireKeys)
+	case cmdPublishKey:
+		return a.withClient(ctx, a.publishKey)
+	case cmdConfig:
+		return a.showConfig(stdout, fs)
 	default:
 		return a.restart(ctx)
 	}
@@ -89,7 +101,7 @@ func newLogger(w io.Writer, level, format string) (*logrus.Logger, error) {
 func (a *app) withClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
 	cli, err := a.etcdClient(ctx)
 	if err != nil {
-		a.log.WithError(err).Error("etcd")
+		a.log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
 		return exitError
 	}
 	defer cli.Close()
@@ -112,8 +124,49 @@ func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), a.o.commandTimeout)
 }
 
-// etcdErr names the endpoints in an etcd error, so that "context deadline
-// exceeded" says where it could not get to.
+// etcdConnectFailed is the message of a failed connection to etcd.
+const etcdConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS) or endpoints in the configuration file, the TLS and auth settings, and that etcd runs there"
+
+// etcdErr names the endpoints in an etcd error and where they came from
+// (--endpoints, ETCDCTL_ENDPOINTS or the default), so that "context
+// deadline exceeded" says where it could not get to and which setting to
+// fix. The client's own "etcd ENDPOINTS: " prefix is not repeated, nor,
+// with one endpoint, the endpoint before each cause.
 func (a *app) etcdErr(err error) error {
-	return fmt.Errorf("etcd %s: %w", strings.Join(a.o.endpoints, ","), err)
+	if err == nil {
+		return nil
+	}
+	eps := a.o.endpoints
+	msg := err.Error()
+	// The client names endpoints given without a scheme with the one it
+	// dialled.
+	for _, scheme := range []string{"https://", "http://", ""} {
+		named := make([]string, len(eps))
+		for i, ep := range eps {
+			named[i] = ep
+			if !strings.Contains(ep, "://") {
+				named[i] = scheme + ep
+			}
+		}
+		msg = strings.TrimPrefix(msg, "etcd "+strings.Join(named, ", ")+": ")
+		// (Not a bare host:port: "dial tcp HOST:PORT: ..." keeps it.)
+		if len(eps) == 1 && strings.Contains(named[0], "://") {
+			msg = strings.ReplaceAll(msg, named[0]+": ", "")
+		}
+	}
+	from := a.o.endpointsFrom
+	if from == "" {
+		from = endpointsDefault
+	}
+	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
 }
+
+// etcdError is an etcd error reworded by etcdErr; errors.Is still sees
+// the cause.
+type etcdError struct {
+	msg string
+	err error
+}
+
+func (e *etcdError) Error() string { return e.msg }
+func (e *etcdError) Unwrap() error { return e.err }

@@ -22,7 +22,7 @@ import (
 // back to the kernel's name keeps a host without a resolvable FQDN usable,
 // with a warning, since its records would then not match what it publishes.
 func fqdn(ctx context.Context, log logrus.FieldLogger) string {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, hostnameTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, "hostname", "-f").Output()
 	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
@@ -33,12 +33,18 @@ func fqdn(ctx context.Context, log logrus.FieldLogger) string {
 	return h
 }
 
-// trustHost is --host, or this host's FQDN.
+// hostnameTimeout bounds `hostname -f` (a wait of the worst case).
+const hostnameTimeout = 5 * time.Second
+
+// trustHost is --host, or this host's FQDN, asked once per run.
 func (a *app) trustHost(ctx context.Context) string {
 	if a.o.trustHostName != "" {
 		return a.o.trustHostName
 	}
-	return fqdn(ctx, a.log)
+	if a.fqdn == "" {
+		a.fqdn = fqdn(ctx, a.log)
+	}
+	return a.fqdn
 }
 
 func (a *app) prefixes() trust.Prefixes {
@@ -94,13 +100,16 @@ func (a *app) serviceAccountFiles() ([]string, string, error) {
 // writeTrust stores the record of a restart whose gate passed. A failure is
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
-func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, rec *trust.Record) {
+func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
 	if rec == nil {
 		return
 	}
 	tctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if err := trust.Put(tctx, cli, a.o.trustPrefix, *rec); err != nil {
+	if err := trust.Put(tctx, cli, a.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
+		return
+	} else if err != nil {
 		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
@@ -172,6 +181,10 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 	if err != nil {
 		a.log.WithError(err).Error("write trust report")
 		return exitError
+	}
+	if stale := rep.Stale(); len(stale) > 0 {
+		a.log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
+		return exitStale
 	}
 	return exitOK
 }

@@ -26,8 +26,9 @@ func BenchmarkRenderGets(b *testing.B) {
 		for name, src := range map[string]string{"flat": flat, "perdir": perDir} {
 			b.Run(fmt.Sprintf("%s/keys=%d", name, n), func(b *testing.B) {
 				b.ReportAllocs()
+				var r Renderer
 				for i := 0; i < b.N; i++ {
-					if _, err := Render(src, kvs); err != nil {
+					if _, err := r.Render(src, kvs); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -50,8 +51,9 @@ func BenchmarkRenderSmall(b *testing.B) {
 	must(b, os.WriteFile(src, []byte(`{{getv "/key"}}`), 0o644))
 	kvs := map[string]string{"/key": "value"}
 	b.ReportAllocs()
+	var r Renderer
 	for i := 0; i < b.N; i++ {
-		if _, err := Render(src, kvs); err != nil {
+		if _, err := r.Render(src, kvs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	texttemplate "text/template"
+	tparse "text/template/parse"
 	"time"
 
 	"github.com/kelseyhightower/memkv"
@@ -205,13 +206,54 @@ func reverse(values interface{}) interface{} {
 	return values
 }
 
-// sharesGets reports whether gets may return the store's own pairs to the
-// template src: only sortKVByLength, of confd's functions, writes to a
-// list of pairs it is given (reverse reverses only []memkv.KVPair, which
-// gets's memkv.KVPairs is not; cgets decrypts into a copy of its own), and
-// a template can call it only by naming it. Where it is named, even in a
-// comment, every gets copies, as memkv's does.
-func sharesGets(src string) bool { return !strings.Contains(src, "sortKVByLength") }
+// writesPairs are the functions of the set that write to a list of pairs
+// they are given: sortKVByLength sorts it in place, as confd's does.
+// reverse reverses only []memkv.KVPair, which gets's memkv.KVPairs is not,
+// and cgets decrypts into a copy of its own. A function added to the set
+// that writes to its argument must be named here.
+var writesPairs = map[string]bool{"sortKVByLength": true}
+
+// sharesGets reports whether gets may hand tmpl the index's own pairs:
+// none of its templates (defines included) calls a function of writesPairs.
+// A template can call one only by naming it, so the parse trees say it;
+// where one is called, every gets copies, as memkv's does.
+func sharesGets(tmpl *texttemplate.Template) bool {
+	for _, t := range tmpl.Templates() {
+		if t.Tree != nil && callsAny(t.Tree.Root, writesPairs) {
+			return false
+		}
+	}
+	return true
+}
+
+// callsAny reports whether n names a function of names anywhere below it.
+func callsAny(n tparse.Node, names map[string]bool) bool {
+	switch n := n.(type) {
+	case *tparse.IdentifierNode:
+		return names[n.Ident]
+	case *tparse.ListNode:
+		return n != nil && slices.ContainsFunc(n.Nodes, func(c tparse.Node) bool { return callsAny(c, names) })
+	case *tparse.ActionNode:
+		return callsAny(n.Pipe, names)
+	case *tparse.PipeNode:
+		return n != nil && slices.ContainsFunc(n.Cmds, func(c *tparse.CommandNode) bool { return callsAny(c, names) })
+	case *tparse.CommandNode:
+		return slices.ContainsFunc(n.Args, func(c tparse.Node) bool { return callsAny(c, names) })
+	case *tparse.ChainNode:
+		return callsAny(n.Node, names)
+	case *tparse.IfNode:
+		return callsAny(&n.BranchNode, names)
+	case *tparse.RangeNode:
+		return callsAny(&n.BranchNode, names)
+	case *tparse.WithNode:
+		return callsAny(&n.BranchNode, names)
+	case *tparse.BranchNode:
+		return callsAny(n.Pipe, names) || callsAny(n.List, names) || callsAny(n.ElseList, names)
+	case *tparse.TemplateNode:
+		return callsAny(n.Pipe, names)
+	}
+	return false
+}
 
 // sortByLength and sortKVByLength sort in place with sort.Sort, as confd
 // does, rather than a stable sort: for up to 6 items both Go 1.10's and

@@ -13,8 +13,8 @@ import (
 )
 
 // gets hands a template the store's own pairs, not a copy, unless the
-// template names sortKVByLength, the one function that writes to a list
-// of pairs: a sort must not reorder the store under later lookups, and
+// template calls sortKVByLength, the one function that writes to a list
+// of pairs (writesPairs): a sort must not reorder the store under later lookups, and
 // what reverse does to gets's list (nothing: it is memkv.KVPairs) must
 // stay as in confd.
 func TestGetsSharesPairsOnlyWhereNothingWritesThem(t *testing.T) {
@@ -41,11 +41,18 @@ func TestGetsSharesPairsOnlyWhereNothingWritesThem(t *testing.T) {
 
 	ix := kvstore.New(kvs)
 	for src, shared := range map[string]bool{
-		`{{range gets "/x/*"}}{{.Key}}{{end}}`:                         true,
-		`{{range sortKVByLength (gets "/x/*")}}{{.Key}}{{end}}`:        false,
-		`{{/* sortKVByLength */}}{{range gets "/x/*"}}{{.Key}}{{end}}`: false,
+		`{{range gets "/x/*"}}{{.Key}}{{end}}`:                                                    true,
+		`{{range sortKVByLength (gets "/x/*")}}{{.Key}}{{end}}`:                                   false,
+		`{{define "s"}}{{sortKVByLength .}}{{end}}{{range gets "/x/*"}}{{.Key}}{{end}}`:           false,
+		`{{if 1}}{{else}}{{with 1}}{{template "t" (sortKVByLength (gets "/x/*"))}}{{end}}{{end}}`: false,
+		// Named in a comment or a string, it is never called.
+		`{{/* sortKVByLength */}}{{range gets "/x/*"}}{{.Key}}{{"sortKVByLength"}}{{end}}`: true,
 	} {
-		gets := funcMap(&binding{store: ix, readOnlyGets: sharesGets(src)})["gets"].(func(string) (memkv.KVPairs, error))
+		tmpl, err := parse("t", src, funcMap(&binding{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gets := funcMap(&binding{store: ix, readOnlyGets: sharesGets(tmpl)})["gets"].(func(string) (memkv.KVPairs, error))
 		a, _ := gets("/x/*")
 		b, _ := gets("/x/*")
 		if got := &a[0] == &b[0]; got != shared {
@@ -68,8 +75,9 @@ func TestRenderRangeOverGetsCopiesNoPairs(t *testing.T) {
 	if err := os.WriteFile(src, []byte(`{{range gets "/*"}}{{end}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	var r Renderer
 	render := func() {
-		txt, err := RenderIndex(src, ix)
+		txt, err := r.RenderIndex(src, ix)
 		if err != nil {
 			t.Fatal(err)
 		}

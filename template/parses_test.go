@@ -10,11 +10,11 @@ import (
 	kvstore "github.com/keysync/confd/store"
 )
 
-// kept is the parse of path that the cache holds, or nil.
-func kept(path string) *parsed {
-	parses.mu.Lock()
-	defer parses.mu.Unlock()
-	return parses.idle[path]
+// kept is the parse of path that r holds, or nil.
+func (r *Renderer) kept(path string) *parsed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.idle[path]
 }
 
 // TestRenderParsesOncePerContent: renders of an unchanged template use one
@@ -25,20 +25,21 @@ func TestRenderParsesOncePerContent(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`a={{getv "/k"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	var r Renderer
 	render := func(v, want string) {
 		t.Helper()
-		got, err := Render(p, map[string]string{"/k": v})
+		got, err := r.Render(p, map[string]string{"/k": v})
 		if err != nil || string(got) != want {
 			t.Fatalf("render = %q, %v; want %q", got, err, want)
 		}
 	}
 	render("1", "a=1")
-	first := kept(p)
+	first := r.kept(p)
 	if first == nil {
 		t.Fatal("no parse kept after a render")
 	}
 	render("2", "a=2")
-	if kept(p) != first {
+	if r.kept(p) != first {
 		t.Error("an unchanged template was parsed again")
 	}
 	if first.b.store != nil || first.b.seen != nil {
@@ -48,7 +49,7 @@ func TestRenderParsesOncePerContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	render("3", "b=3")
-	if kept(p) == first {
+	if r.kept(p) == first {
 		t.Error("an edited template was not parsed again")
 	}
 }
@@ -66,10 +67,11 @@ func TestKeptParseForgetsTheKeyring(t *testing.T) {
 		t.Fatal(err)
 	}
 	kvs := map[string]string{"/s": secconfEncode(t, e, "s3cret")}
-	if got, err := Render(p, kvs, WithKeyring(kr)); err != nil || string(got) != "s3cret" {
+	var r Renderer
+	if got, err := r.Render(p, kvs, WithKeyring(kr)); err != nil || string(got) != "s3cret" {
 		t.Fatalf("with keyring: %q, %v", got, err)
 	}
-	if got, err := Render(p, kvs); err == nil || !strings.Contains(err.Error(), "needs -secret-keyring") {
+	if got, err := r.Render(p, kvs); err == nil || !strings.Contains(err.Error(), "needs -secret-keyring") {
 		t.Fatalf("without keyring after a render with one: %q, %v; want the -secret-keyring error", got, err)
 	}
 }
@@ -78,18 +80,19 @@ func TestKeptParseForgetsTheKeyring(t *testing.T) {
 // most maxKeptParses parses.
 func TestKeptParsesAreBounded(t *testing.T) {
 	dir := t.TempDir()
+	var r Renderer
 	for i := range maxKeptParses + 10 {
 		p := filepath.Join(dir, fmt.Sprintf("%d.tmpl", i))
 		if err := os.WriteFile(p, []byte(`x`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Render(p, nil); err != nil {
+		if _, err := r.Render(p, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	parses.mu.Lock()
-	n := len(parses.idle)
-	parses.mu.Unlock()
+	r.mu.Lock()
+	n := len(r.idle)
+	r.mu.Unlock()
 	if n > maxKeptParses {
 		t.Errorf("%d parses kept; at most %d", n, maxKeptParses)
 	}

@@ -2,7 +2,6 @@ package template
 
 import (
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -176,11 +175,12 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 	return p, nil
 }
 
-// publicKeys collects the public keys of every value given (certificates
-// are refused) ; strings, lists
+// publicKeys collects the public keys of every value given (strings, lists
 // of strings as getvs returns, or key/value pairs as gets returns, whose
-// keys then name the value in errors), de-duplicated by key ID and sorted by
-// key ID, so the result depends only on the set of keys published.
+// keys then name the value in errors; a certificate gives its public key),
+// de-duplicated by key ID (a certificate and the same key published bare
+// are one key) and sorted by key ID, so the result depends only on the set
+// of keys published.
 func publicKeys(values ...any) ([]PublicKey, error) {
 	type named struct{ name, value string }
 	var all []named
@@ -228,13 +228,10 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 			continue
 		}
 		for _, b := range blocks {
-			if b.Kind == pemcheck.Certificate {
-				// A service-account key set is keys: a certificate published
-				// there is a mistake (and kube-apiserver would trust its key
-				// without its name or expiry meaning anything).
-				errs = append(errs, blockErr(n.name, b, errors.New("a certificate, not a public key: publish the key itself (openssl x509 -pubkey -noout)")))
-				continue
-			}
+			// A certificate counts as its public key: kube-apiserver takes
+			// certificates in --service-account-key-file and trusts exactly
+			// their key (neither name nor expiry means anything there), and
+			// PKIs that renew a master's certificate publish it, not the key.
 			p, err := normalizeBlock(n.name, b)
 			if err != nil {
 				errs = append(errs, err)

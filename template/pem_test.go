@@ -231,9 +231,20 @@ func TestPublicKeys(t *testing.T) {
 	if err != nil || len(again) != 2 || again[0].PEM != keys[0].PEM || again[1].PEM != keys[1].PEM {
 		t.Errorf("publicKeys(strings) = %+v, %v", again, err)
 	}
-	// A published certificate fails, naming its key.
-	if _, err := publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m5", Value: a.forms["certificate"]})); err == nil || !strings.Contains(err.Error(), "/sa/m5") || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("publicKeys with a certificate: err = %v", err)
+	// A published certificate is its public key: one key with the same key
+	// published bare, rendered as the bare key; alone, still that key.
+	withCert, err := publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m5", Value: a.forms["certificate"]}))
+	if err != nil || len(withCert) != 2 {
+		t.Fatalf("publicKeys with a certificate = %+v, %v; want the 2 keys", withCert, err)
+	}
+	for _, k := range withCert {
+		if k.KeyID == a.kid && (k.PEM != a.forms["PKIX public key"] || strings.Join(k.Sources, ",") != "/sa/m1,/sa/m3,/sa/m5") {
+			t.Errorf("certificate not merged with its bare key: %+v", k)
+		}
+	}
+	certOnly, err := publicKeys(a.forms["certificate"] + b.forms["certificate"])
+	if err != nil || len(certOnly) != 2 || certOnly[0].PEM != keys[0].PEM || certOnly[1].PEM != keys[1].PEM {
+		t.Errorf("publicKeys(certificates) = %+v, %v; want their keys", certOnly, err)
 	}
 	// A published private key fails, naming its key and never quoting it.
 	kvs = append(kvs, memkv.KVPair{Key: "/sa/m4", Value: b.forms["PKCS#8 private key"]})

@@ -19,10 +19,17 @@ import (
 // The template is named filepath.Base(srcPath), as confd names it, so
 // text/template's own messages ("template: NAME:LINE:COL: ...") read the
 // same as confd's; the returned error adds the full path in front.
+//
+// Render keeps no parse; a Renderer does.
 func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
+	return (*Renderer)(nil).Render(srcPath, kvs, opts...)
+}
+
+// Render is the package's Render with the parse kept for the next render.
+func (c *Renderer) Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
 	// A fresh store per render: keys deleted upstream must not linger, and
 	// concurrent renders must not see each other's keys.
-	t, err := RenderIndex(srcPath, kvstore.New(kvs), opts...)
+	t, err := c.RenderIndex(srcPath, kvstore.New(kvs), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -32,12 +39,12 @@ func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, erro
 
 // RenderIndex is Render over an index the caller built (kvstore.FromPairs),
 // so that a large snapshot need not pass through a map on its way.
-func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, error) {
+func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	p, err := parses.get(srcPath)
+	p, err := c.get(srcPath)
 	if err != nil {
 		return Text{}, err
 	}
@@ -52,7 +59,7 @@ func RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, er
 	err = p.tmpl.Execute(&out, nil)
 	// The kept parse must not keep this render's keys alive.
 	*p.b = binding{}
-	parses.put(p)
+	c.put(p)
 	text, terr := out.text()
 	if err != nil {
 		text.Release()

@@ -27,8 +27,8 @@ type Text struct {
 // from many keys, whose memory is needed anyway.
 const spillAt = 1 << 20
 
-// createSpill makes the spill file; tests replace it.
-var createSpill = func() (*os.File, error) {
+// createSpill makes the spill file.
+func createSpill() (*os.File, error) {
 	f, err := os.CreateTemp("", "confd-render-")
 	if err != nil {
 		return nil, err
@@ -142,9 +142,10 @@ const maxPiece = 64 << 10
 type textWriter struct {
 	t       Text
 	cur     []byte
-	spill   *bufio.Writer // to t.file, once spilled
-	noSpill bool          // a spill file could not be made: memory it is
-	err     error         // writing the spill file failed
+	spill   *bufio.Writer            // to t.file, once spilled
+	noSpill bool                     // a spill file could not be made: memory it is
+	create  func() (*os.File, error) // makes the spill file; nil: createSpill (tests set it)
+	err     error                    // writing the spill file failed
 }
 
 func (w *textWriter) Write(p []byte) (int, error) {
@@ -176,7 +177,11 @@ func (w *textWriter) Write(p []byte) (int, error) {
 // toFile moves what was written so far to a spill file, where the rest
 // goes. When no file can be made or written, the output stays in memory.
 func (w *textWriter) toFile() {
-	f, err := createSpill()
+	create := w.create
+	if create == nil {
+		create = createSpill
+	}
+	f, err := create()
 	if err != nil {
 		w.noSpill = true
 		return

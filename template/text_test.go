@@ -9,8 +9,11 @@ import (
 )
 
 // render writes b into a textWriter in writes of the given sizes.
-func render(b []byte, sizes []int) Text {
-	var w textWriter
+func render(b []byte, sizes []int) Text { return writeText(nil, b, sizes) }
+
+// writeText is render with create making the spill file.
+func writeText(create func() (*os.File, error), b []byte, sizes []int) Text {
+	w := textWriter{create: create}
 	for i := 0; len(b) > 0; i++ {
 		n := min(sizes[i%len(sizes)], len(b))
 		_, _ = w.Write(b[:n])
@@ -113,10 +116,7 @@ func TestSpillFallsBackToMemory(t *testing.T) {
 		"disk full": func() (*os.File, error) { return os.OpenFile("/dev/full", os.O_RDWR, 0) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			old := createSpill
-			createSpill = create
-			defer func() { createSpill = old }()
-			txt := render(want, []int{4096})
+			txt := writeText(create, want, []int{4096})
 			if txt.file != nil || !txt.Equal(want) {
 				t.Fatalf("file %v, equal %v: want the whole text in memory", txt.file, txt.Equal(want))
 			}

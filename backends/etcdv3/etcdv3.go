@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,17 +16,11 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/kelseyhightower/memkv"
 
 	"github.com/keysync/confd/internal/etcdclient"
 )
-
-// ErrCompacted is wrapped by Watch when etcd no longer has the
-// revisions after afterRev: changes may have been missed, so the caller
-// must read everything again and watch from the new revision.
-var ErrCompacted = errors.New("etcd revision compacted")
 
 // maxTxnOps is etcd's default --max-txn-ops; a larger transaction is refused.
 const maxTxnOps = 128
@@ -71,14 +66,16 @@ const readAttempts = 3
 // Client is a connected etcd v3 client.
 type Client struct {
 	cli            *clientv3.Client
-	kv             pb.KVClient // reads, decoded by pairsCodec
 	endpoints      []string
 	requestTimeout time.Duration
 	closeOnce      sync.Once
 	closeErr       error
 	cfg            Config
-	// probeInterval overrides DefaultProbeInterval in tests.
-	probeInterval time.Duration
+	// StallTimeout is how long a watch waits for any answer before it
+	// ends with ErrStalled; zero means DefaultStallTimeout.
+	StallTimeout time.Duration
+	// maxRanges, when set by tests, replaces the package's.
+	maxRanges int
 
 	// pageKeys and pageBytes, when set by tests, replace the package's.
 	pageKeys, pageBytes int
@@ -88,7 +85,8 @@ type Client struct {
 	// counted is the keys etcd counted for it (its ranges' counts).
 	afterBatch func(attempt, batch int, counted int64)
 
-	// afterProbe, when set by tests, runs after each probe of a watch.
+	// afterProbe, when set by tests, runs after each progress request of
+	// a watch.
 	afterProbe func()
 }
 
@@ -112,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, kv: clientv3.RetryKVClient(cli), endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
 }
 
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
@@ -208,6 +206,36 @@ func planReads(keys []string) []read {
 	return reads
 }
 
+// rangeReply is what one range answered, for the paging that follows.
+type rangeReply struct {
+	more  bool
+	count int64  // keys in the whole rest of the range, beyond the limit
+	kvs   int    // keys returned
+	bytes int    // their keys' and values' bytes
+	last  string // the last key returned, where the next page starts
+}
+
+// appendRange appends what r returned to pairs. The ranges planReads makes
+// hold exactly the keys of the key they were requested for, so nothing is
+// filtered here.
+func appendRange(pairs []memkv.KVPair, r *pb.RangeResponse) ([]memkv.KVPair, rangeReply) {
+	rr := rangeReply{more: r.GetMore(), count: r.GetCount(), kvs: len(r.GetKvs())}
+	for _, kv := range r.GetKvs() {
+		rr.bytes += len(kv.Key) + len(kv.Value)
+		pairs = append(pairs, memkv.KVPair{Key: string(kv.Key), Value: string(kv.Value)})
+	}
+	if n := len(r.GetKvs()); n > 0 {
+		rr.last = string(r.Kvs[n-1].Key)
+	}
+	return pairs, rr
+}
+
+// maxGrow bounds how many pairs a count from etcd reserves room for.
+const maxGrow = 1 << 22
+
+// errNoRevision is a response without the revision it was read at.
+var errNoRevision = errors.New("response carries no revision")
+
 func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv.KVPair, int64, error) {
 	var pairs []memkv.KVPair
 	var rev int64 // 0: the first transaction reads the newest revision
@@ -246,7 +274,6 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		requests++
 	}
 	atRev := func(err error) error {
-		err = clientv3.ContextError(ctx, err)
 		if rev != 0 {
 			return fmt.Errorf("at revision %d: %w", rev, err)
 		}
@@ -258,27 +285,28 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		// range gets an equal share, and a range that has more continues
 		// in pages of its own below.
 		share := int64(max(min(byBytes, page)/max(len(part), 1), 1))
-		txn := &pb.TxnRequest{Success: make([]*pb.RequestOp, len(part))}
-		dec := &pairsCodec{under: make([]string, len(part)), pairs: pairs}
+		ops := make([]clientv3.Op, len(part))
 		for i, r := range part {
-			get := &pb.RangeRequest{Key: []byte(r.from), Revision: rev, Limit: share}
+			key, opts := r.from, []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithLimit(share)}
 			if r.prefix {
-				get.Key, get.RangeEnd = []byte(prefixStart(r.from)), []byte(prefixEnd(r.from))
+				key, opts = prefixStart(r.from), append(opts, clientv3.WithRange(prefixEnd(r.from)))
 			}
-			txn.Success[i] = &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: get}}
-			dec.under[i] = r.key
+			ops[i] = clientv3.OpGet(key, opts...)
 		}
 		// An empty transaction still answers with the current revision.
-		if _, err := c.kv.Txn(ctx, txn, c.callOptions(dec)...); err != nil {
+		resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
 			return nil, 0, atRev(err)
 		}
-		if dec.out.rev == 0 {
+		if resp.Header.GetRevision() == 0 {
 			return nil, 0, errNoRevision
 		}
 		if rev == 0 {
-			rev = dec.out.rev
+			rev = resp.Header.Revision
 		}
-		pairs = dec.out.pairs
+		if len(resp.Responses) != len(part) {
+			return nil, 0, fmt.Errorf("etcd answered %d of %d reads", len(resp.Responses), len(part))
+		}
 		// Ranges that did not fit, with the reply each one had.
 		type rest struct {
 			r  read
@@ -288,7 +316,9 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		var counted int64
 		// Replies come in the order of the ops of this batch; index
 		// within the batch, never within all reads.
-		for i, rr := range dec.out.ranges {
+		for i, op := range resp.Responses {
+			var rr rangeReply
+			pairs, rr = appendRange(pairs, op.GetResponseRange())
 			sized(rr)
 			counted += rr.count
 			if rr.more && rr.kvs > 0 {
@@ -297,16 +327,23 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		}
 		after(counted)
 		resize()
+		// The pages to come hold the rest of each range etcd counted:
+		// the list grows once, not by doubling (with the copies beside
+		// the pages at the peak of a large read). Bounded, as a count is
+		// only what etcd says.
+		var left int64
 		for _, m := range more {
-			end := []byte(prefixEnd(m.r.from))
+			left += m.rr.count - int64(m.rr.kvs)
+		}
+		pairs = slices.Grow(pairs, int(min(left, maxGrow)))
+		for _, m := range more {
+			end := prefixEnd(m.r.from)
 			for rr := m.rr; rr.more && rr.kvs > 0; {
-				dec := &pairsCodec{under: []string{m.r.key}, pairs: pairs}
-				get := &pb.RangeRequest{Key: []byte(rr.last + "\x00"), RangeEnd: end, Revision: rev, Limit: int64(next(rr))}
-				if _, err := c.kv.Range(ctx, get, c.callOptions(dec)...); err != nil {
+				resp, err := c.cli.Get(ctx, rr.last+"\x00", clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(next(rr))))
+				if err != nil {
 					return nil, 0, atRev(err)
 				}
-				rr = dec.out.ranges[0]
-				pairs = dec.out.pairs
+				pairs, rr = appendRange(pairs, (*pb.RangeResponse)(resp))
 				sized(rr)
 				resize()
 				after(rr.count)
@@ -314,21 +351,6 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		}
 	}
 	return pairs, rev, nil
-}
-
-// baseCallOptions are the options clientv3's own KV and Watch pass on
-// every call (clientv3.Config's defaults: etcdclient sets no message sizes).
-func (c *Client) baseCallOptions() []grpc.CallOption {
-	return []grpc.CallOption{
-		grpc.WaitForReady(true),
-		grpc.MaxCallSendMsgSize(2 << 20),
-		grpc.MaxCallRecvMsgSize(math.MaxInt32),
-	}
-}
-
-// callOptions are baseCallOptions and decoding by dec.
-func (c *Client) callOptions(dec *pairsCodec) []grpc.CallOption {
-	return append(c.baseCallOptions(), grpc.ForceCodecV2(dec))
 }
 
 // prefixStart is the first key WithPrefix(from) reads: etcd refuses an

@@ -16,10 +16,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
-	"github.com/keysync/confd/internal/kvload"
 )
 
-func connect(t *testing.T, cfg Config) *Client {
+func connect(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -524,30 +523,4 @@ func TestGetValuesNamesTheCause(t *testing.T) {
 	if _, _, err := c.GetValues(ctx, []string{"/k"}); !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "cause:") {
 		t.Errorf("GetValues with a canceled context: %v", err)
 	}
-}
-
-// A read allocates per request, not per key: the pairs are decoded
-// straight from the wire (pairsCodec), where the generated decoder made a
-// message, a pointer to it and two slices for every key. Not parallel:
-// allocations are counted for the whole process.
-func TestGetPairsAllocatesPerRequestNotPerKey(t *testing.T) {
-	const n = 20_000
-	s := etcdtest.Start(t)
-	ctx := context.Background()
-	if _, err := kvload.Load(ctx, s.Client(t), n, func(i int) (string, string) {
-		return fmt.Sprintf("/flat/k%07d", i), fmt.Sprintf("value-%08d", i)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c := connect(t, Config{Nodes: []string{s.Endpoint}})
-	allocs := testing.AllocsPerRun(3, func() {
-		pairs, _, err := c.GetPairs(ctx, []string{"/flat"})
-		if err != nil || len(pairs) != n {
-			t.Fatalf("read %d pairs, %v", len(pairs), err)
-		}
-	})
-	if allocs > n/10 {
-		t.Errorf("reading %d keys took %.0f allocations", n, allocs)
-	}
-	t.Logf("reading %d keys took %.0f allocations", n, allocs)
 }

@@ -2,70 +2,60 @@ package etcdv3
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
-// WatchEvent is one answer of Watch: keys that changed up to Revision, or,
-// with no keys, a sign of life at etcd's current Revision.
-type WatchEvent struct {
-	Revision int64
-	Keys     []string
-	// Changes are the changes behind Keys, with their values, in the
-	// order etcd made them.
-	Changes []Change
-	// Whole, when set, is a watched key whose every change (to it and
-	// to the keys below it) comes in one range, in revision order: so
-	// Changes applied to a read of keys under Whole at a revision below
-	// theirs give those keys' state at Revision, without reading again.
-	// It is empty when the key is watched as two ranges (as itself and as
-	// "key/", for a role granted exactly those), whose answers may be
-	// delivered in either order.
-	Whole string
-	// Resume is the revision up to which every change in the watched
-	// ranges has been delivered: a new watch from Resume+1 misses nothing.
-	Resume int64
-}
+// The watch's types are backends', which links no etcd or gRPC.
+type (
+	WatchEvent          = backends.WatchEvent
+	Change              = backends.Change
+	RevisionBehindError = backends.RevisionBehindError
+)
 
-// Change is one key's change in a WatchEvent.
-type Change struct {
-	Key, Value string
-	Rev        int64 // the revision that made it
-	Deleted    bool
-}
+// ErrStalled and ErrCompacted are backends'.
+var (
+	ErrStalled   = backends.ErrStalled
+	ErrCompacted = backends.ErrCompacted
+)
 
-// RevisionBehindError means etcd answered with a revision lower than one it
-// had shown before: it was restored from a snapshot or rebuilt, and a watch
-// from the old revision would wait for revisions that may not come for a
-// long time.
-type RevisionBehindError struct {
-	Current, Seen int64
-}
+// DefaultStallTimeout is how long a watch waits for any answer from etcd,
+// progress requests included, before it gives up on the connection
+// (-watch-stall-timeout). etcd answers a progress request only when its
+// watchers are synced, and a defrag of a multi-GB member, or a member
+// saturated by a large backlog, delays that by many seconds: a timeout
+// shorter than such a pause turns it into a reconnect and a full re-read
+// on every master at once. A lost connection needs no timeout: it is
+// reported by the stream (etcdclient.WithStreamErrors).
+const DefaultStallTimeout = 30 * time.Second
 
-func (e *RevisionBehindError) Error() string {
-	return fmt.Sprintf("etcd is at revision %d, lower than revision %d seen before (restored from a snapshot or rebuilt?)", e.Current, e.Seen)
-}
+// probesPerStall is how many progress requests a healthy etcd gets to
+// answer within the stall timeout.
+const probesPerStall = 3
 
-// ErrStalled is wrapped by Watch when etcd answered nothing, not even a
-// progress request, for two probe intervals: the connection is down or the
-// member is stuck, and the client library would retry silently.
-var ErrStalled = errors.New("watch stalled")
+// maxRanges is how many ranges a watch opens before keys sharing a
+// directory are watched as that directory. clientv3's Watcher creates
+// ranges one at a time, each waiting for etcd's answer (and runs a
+// goroutine for each): measured by BenchmarkWatchOpen on 2 cores, a range
+// per key took 0.30-0.32 s to open 1,000 keys and 2.3-2.5 s for 10,000;
+// merged, 0.10-0.15 s and 0.07-0.09 s.
+const maxRanges = 64
 
-// DefaultProbeInterval is how often Watch asks etcd for progress.
-const DefaultProbeInterval = 2 * time.Second
+// A directory watched for the keys below it is never "/" (or ""): a range
+// that wide would carry every change to Kubernetes' "/registry/" (values
+// included) into confd only to drop it. Directories are merged deepest
+// first, so keys share the narrowest directory that brings the ranges
+// under maxRanges.
 
 // watchKeys are the keys a watch must cover, each once, in the order given:
 // a key below another is covered by it.
@@ -79,25 +69,10 @@ func watchKeys(keys []string) []string {
 	for _, k := range keys {
 		set[k] = true
 	}
-	below := func(k string) bool {
-		if k != "" && set[""] {
-			return true
-		}
-		for i := 0; i < len(k); i++ {
-			if k[i] != '/' {
-				continue
-			}
-			// k[:i+1] ends in "/" and k extends it; k[:i] has k below it as a path.
-			if (i+1 < len(k) && set[k[:i+1]]) || (i > 0 && set[k[:i]]) {
-				return true
-			}
-		}
-		return false
-	}
 	var out []string
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
-		if !seen[k] && !below(k) {
+		if _, below := coveringKey(set, k, false); !seen[k] && !below {
 			out = append(out, k)
 		}
 		seen[k] = true
@@ -105,381 +80,438 @@ func watchKeys(keys []string) []string {
 	return out
 }
 
-// watchRange is one range of a watch: a key's one range, filtered back to
-// the key and the keys below it (whole), or one half of a key watched as
-// itself and as "key/".
+// coveringKey is the key of set that k is equal to (when self) or below,
+// as a path. A key is below at most one key of a set whose keys cover none
+// of one another, as watchKeys' are.
+func coveringKey(set map[string]bool, k string, self bool) (string, bool) {
+	if self && set[k] {
+		return k, true
+	}
+	for i := len(k) - 1; i >= 0; i-- {
+		if k[i] != '/' {
+			continue
+		}
+		// k[:i+1] ends in "/" and k extends it; k[:i] has k below it as a path.
+		if i+1 < len(k) && set[k[:i+1]] {
+			return k[:i+1], true
+		}
+		if i > 0 && set[k[:i]] {
+			return k[:i], true
+		}
+	}
+	if k != "" && set[""] {
+		return "", true
+	}
+	return "", false
+}
+
+// watchRange is one range of a watch and the requested keys it serves.
 type watchRange struct {
-	whole string // "": a half
-	id    int64  // etcd's watch ID on the stream
-	key   string // the range's start, for messages
+	key, end string
+	// keys are the requested keys whose changes the range carries; a
+	// change below none of them is dropped.
+	keys []string
+	set  map[string]bool // keys, when there are several
+	// whole: the range carries every change to each of keys in order
+	// (WatchEvent.Whole); false for one half of a key watched as itself
+	// and as "key/".
+	whole bool
+}
+
+// keyOf is the requested key k belongs to, or false.
+func (r *watchRange) keyOf(k string) (string, bool) {
+	if len(r.keys) == 1 {
+		return r.keys[0], !r.whole || keypath.Under(k, r.keys[0])
+	}
+	return coveringKey(r.set, k, true)
+}
+
+// oneRange is key's own range. The one range of "/foo" is ["/foo",
+// "/foo0"): "0" follows "/", so it holds "/foo", everything below "/foo/",
+// and only the neighbours whose next byte sorts before "/" ("/foo-old",
+// "/foo.bak"), dropped by keyOf. A prefix range would also carry
+// "/foobar" and, for a key as short as "/r", every change to Kubernetes'
+// "/registry/" through confd.
+func oneRange(k string) watchRange {
+	if k == "" || strings.HasSuffix(k, "/") {
+		return watchRange{key: prefixStart(k), end: prefixEnd(k), keys: []string{k}, whole: true}
+	}
+	return watchRange{key: k, end: k + "0", keys: []string{k}, whole: true}
+}
+
+// halves are key's two ranges, for a role granted exactly the key and
+// "key/" that refuses its one range.
+func halves(k string) []watchRange {
+	var out []watchRange
+	for _, r := range planReads([]string{k}) {
+		h := watchRange{key: r.from, keys: []string{k}}
+		if r.prefix {
+			h.key, h.end = prefixStart(r.from), prefixEnd(r.from)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// planRanges watches each key as its own range while there are at most
+// limit keys. Beyond that, keys are watched as the directories they share,
+// deepest first (keys under "/a/b/c/" are merged before those under
+// "/a/b/"), until limit ranges remain or only top-level directories ("/a/")
+// are left.
+func planRanges(keys []string, limit int) []watchRange {
+	type group struct {
+		dir  string // "": the key stands alone
+		keys []string
+	}
+	groups := make([]group, len(keys))
+	for i, k := range keys {
+		groups[i] = group{keys: []string{k}}
+	}
+	// parent is the directory one level above g: of a key, the directory
+	// it is in; of a directory, the one it is in; "" when too wide.
+	parent := func(g group) string {
+		p := g.dir
+		if p == "" {
+			p = g.keys[0]
+		}
+		p = strings.TrimSuffix(p, "/")
+		i := strings.LastIndexByte(p, '/')
+		if i <= 0 {
+			return ""
+		}
+		return p[:i+1]
+	}
+	depth := func(g group) int {
+		if p := parent(g); p != "" {
+			return strings.Count(p, "/")
+		}
+		return 0
+	}
+	for len(groups) > limit {
+		deepest := 0
+		for _, g := range groups {
+			deepest = max(deepest, depth(g))
+		}
+		if deepest == 0 {
+			break
+		}
+		// Merge every group whose parent is at the deepest level.
+		byDir := map[string]int{}
+		var next []group
+		for _, g := range groups {
+			if depth(g) != deepest {
+				next = append(next, g)
+				continue
+			}
+			p := parent(g)
+			if i, ok := byDir[p]; ok {
+				next[i].keys = append(next[i].keys, g.keys...)
+				continue
+			}
+			byDir[p] = len(next)
+			next = append(next, group{dir: p, keys: slices.Clone(g.keys)})
+		}
+		groups = next
+	}
+	out := make([]watchRange, 0, len(groups))
+	for _, g := range groups {
+		if len(g.keys) == 1 {
+			out = append(out, oneRange(g.keys[0]))
+			continue
+		}
+		r := watchRange{key: g.dir, end: prefixEnd(g.dir), keys: g.keys, whole: true, set: make(map[string]bool, len(g.keys))}
+		for _, k := range g.keys {
+			r.set[k] = true
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// split is what replaces r when etcd refuses it: its keys one by one, or
+// a key's halves.
+func (r watchRange) split() ([]watchRange, bool) {
+	switch {
+	case len(r.keys) > 1:
+		out := make([]watchRange, len(r.keys))
+		for i, k := range r.keys {
+			out[i] = oneRange(k)
+		}
+		return out, true
+	case r.whole && r.end == r.key+"0":
+		return halves(r.keys[0]), true
+	}
+	return nil, false
+}
+
+// answer is what the watch's main loop hears from the goroutines that
+// open ranges and forward their answers.
+type answer struct {
+	i      int // the range
+	opened *watchRange
+	resp   clientv3.WatchResponse
+	closed bool  // the range's channel closed
+	err    error // opening failed
+	done   bool  // every range is open
 }
 
 // Watch streams every change to a key equal to or below one of keys after
 // afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
 // or the watch fails: compaction (ErrCompacted), a revision lower than
-// afterRev or than one its range answered with before (*RevisionBehindError), no
-// answer to progress probes (ErrStalled), the stream's end (the
-// connection was lost; the caller resumes from the last Resume), or an
-// error from etcd. A key is watched as one range whose answers are
-// filtered back to the key and the keys below it ("/foo" hears "/foo/x",
-// never "/foo-old"), so that its changes come in order (see
-// WatchEvent.Whole); where the user's role refuses that range, as a
-// least-privilege role granting exactly the key and "key/" does, the key is
-// watched as those two ranges instead. fn also receives progress answers
-// (no keys).
+// afterRev or than one its range answered with before
+// (*RevisionBehindError), no answer within the stall timeout, progress
+// requests included (ErrStalled), a lost connection (the caller resumes
+// from the last Resume), or an error from etcd. fn also receives progress
+// answers (no keys).
 //
-// All ranges share one gRPC stream of etcd's Watch API, read by one
-// goroutine and written by another, however many ranges there are:
-// clientv3's Watcher runs a goroutine per range (ours forwarded each one's
-// channel in another: 20,000 for 10,000 resources), and creates one range
-// at a time, waiting for each answer, which at 10,000 ranges outlasted the
-// creation deadline, so that the watch never opened. A lost connection
-// ends the stream and the watch; the caller opens a new one from Resume.
+// The ranges go through clientv3's Watcher on one stream. A key is one
+// range whose answers are filtered back to the key and the keys below it
+// ("/foo" hears "/foo/x", never "/foo-old"), so that its changes come in
+// order (see WatchEvent.Whole); where the user's role refuses that range,
+// as a least-privilege role granting exactly the key and "key/" does, the
+// key is watched as those two ranges instead. Beyond maxRanges keys, keys
+// sharing a directory are watched as that directory (planRanges) and each
+// change is routed to the key it is below, or dropped.
 func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(WatchEvent)) error {
-	probe := c.probeInterval
-	if probe <= 0 {
-		probe = DefaultProbeInterval
+	stall := c.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	limit := c.maxRanges
+	if limit <= 0 {
+		limit = maxRanges
 	}
 	where := fmt.Sprintf("etcd %s: watch %s after revision %d", strings.Join(c.endpoints, ", "), describe(keys), afterRev)
+	if len(keys) == 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	lost := make(chan error, 1)
 	// RequireLeader: a member cut off from its cluster ends the watch with
-	// an error instead of keeping it open and silent.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	// Opening the stream and creating the ranges wait on etcd: a stalled
-	// server must not hold us there.
-	deadline := max(2*probe, c.requestTimeout)
-	var createStalled atomic.Bool
-	creating := time.AfterFunc(deadline, func() { createStalled.Store(true); cancel() })
-	stalled := func(err error) error {
-		if createStalled.Load() && ctx.Err() == nil {
-			return fmt.Errorf("%s: %w: etcd did not confirm the watch within %s", where, ErrStalled, deadline)
+	// an error instead of keeping it open and silent. Every range is
+	// opened under wctx (or a context derived from it), so that clientv3
+	// puts them all on one stream.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(etcdclient.WithStreamErrors(ctx, func(err error) {
+		select {
+		case lost <- err:
+		default:
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%s: %w", where, err)
-	}
-	// Through the client's connection, so its interceptors add what
-	// clientv3's own watch stream gets: the auth token, fetched anew.
-	stream, err := pb.NewWatchClient(c.cli.ActiveConnection()).Watch(wctx, c.baseCallOptions()...)
-	if err != nil {
-		creating.Stop()
-		return stalled(rpctypes.Error(err))
-	}
-	wk := watchKeys(keys)
-	// One goroutine reads the stream and one writes it, so that neither
-	// waits on the other: 10,000 creations sent while their answers went
-	// unread filled gRPC's flow-control windows both ways, and etcd
-	// stopped reading. Requests: each key's creation, up to two
-	// more for its halves, then probes.
-	requests := make(chan *pb.WatchRequest, 3*len(wk)+4)
-	answers := make(chan *pb.WatchResponse, 64)
-	ended := make(chan error, 1)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				ended <- err
-				return
-			}
-			select {
-			case answers <- resp:
-			case <-wctx.Done():
-				return
-			}
-		}
+	})))
+	w := clientv3.NewWatcher(c.cli)
+	answers := make(chan answer, 64)
+	finished := make(chan struct{})
+	defer func() {
+		cancel()
+		close(finished)
+		_ = w.Close()
 	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case req := <-requests:
-				// A failed send ends the stream: Recv reports why.
-				if stream.Send(req) != nil {
-					return
-				}
-			case <-wctx.Done():
-				return
-			}
+	send := func(a answer) bool {
+		select {
+		case answers <- a:
+			return true
+		case <-finished:
+			return false
 		}
-	}()
-	var seen headers // openRanges adds each range, from afterRev
-	ranges, early, err := openRanges(requests, answers, ended, wk, afterRev, &seen)
-	creating.Stop()
-	if err != nil {
-		// A compaction is no creation answer: it comes among the early
-		// answers, handled below.
-		var behind *RevisionBehindError
-		if errors.As(err, &behind) {
-			return fmt.Errorf("%s: %w", where, err)
+	}
+	// From afterRev, not after it: etcd answers no progress request while
+	// a watcher's next revision is above its own (3.6), as afterRev+1 is
+	// until the next write anywhere, so a quiet etcd would look stalled.
+	// The changes of afterRev itself, delivered already, are dropped below.
+	start := max(afterRev, 1)
+	go c.openRanges(wctx, w, planRanges(watchKeys(keys), limit), start, send)
+
+	var ranges []*watchRange
+	var pos, seen []int64 // per range: delivered up to; highest header
+	allOpen := false
+	resume := func() int64 {
+		if !allOpen || len(pos) == 0 {
+			return afterRev
 		}
-		return stalled(err)
+		return slices.Min(pos)
 	}
-	byID := make(map[int64]int, len(ranges))
-	for i, r := range ranges {
-		byID[r.id] = i
-	}
-	// pos[i]: every change in range i up to pos[i] was delivered. Ranges
-	// catching up on a backlog advance independently, so only their
-	// minimum is a safe place to resume from.
-	pos := make([]int64, len(ranges))
-	for i := range pos {
-		pos[i] = afterRev
-	}
-	// last is when etcd last answered; progressAt when it last answered a
-	// progress request, probedAt when the last probe went out.
-	last := time.Now()
-	var progressAt, probedAt time.Time
+	last := time.Now() // when etcd last answered
 	probing := make(chan struct{}, 1)
-	probed := func() {
-		<-probing
-		if c.afterProbe != nil {
-			c.afterProbe()
-		}
-	}
-	// quietRev carries etcd's revision, read by a probe when the one
-	// before it had no progress answer; see below.
-	quietRev := make(chan int64, 1)
-	var revKey string
-	if len(wk) > 0 {
-		revKey = prefixStart(wk[0])
-	}
-	progress := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
-	// handle takes one answer; a non-nil error ends the watch.
-	handle := func(resp *pb.WatchResponse) error {
-		last = time.Now()
-		rev := resp.GetHeader().GetRevision()
-		if resp.WatchId == clientv3.InvalidWatchID && !resp.Created {
-			// A progress answer: every range is synced up to rev.
-			if len(ranges) == 0 {
-				return nil
-			}
-			for i := range ranges {
-				if err := seen.check(i, rev); err != nil {
-					return err
-				}
-				pos[i] = max(pos[i], rev)
-			}
-			progressAt = last
-			fn(WatchEvent{Revision: rev, Resume: slices.Min(pos)})
-			return nil
-		}
-		i, ok := byID[resp.WatchId]
-		if !ok {
-			return nil // no range of ours
-		}
-		r := ranges[i]
+	handle := func(a answer) error {
+		r := ranges[a.i]
+		resp := a.resp
 		if resp.CompactRevision != 0 {
 			return fmt.Errorf("%w (oldest revision kept is %d)", ErrCompacted, resp.CompactRevision)
+		}
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("watch of %q: %w", r.key, err)
 		}
 		if resp.Canceled {
 			return fmt.Errorf("watch of %q canceled by etcd: %s", r.key, cancelReason(resp))
 		}
-		if err := seen.check(i, rev); err != nil {
-			return err
-		}
-		ev := WatchEvent{Revision: rev, Whole: r.whole}
-		for _, e := range resp.Events {
-			ev.Revision = e.Kv.ModRevision
-			k := string(e.Kv.Key)
-			if r.whole != "" && !keypath.Under(k, r.whole) {
-				continue // "/foobar", heard by the range of "/foo"
+		if rev := resp.Header.GetRevision(); rev > 0 {
+			if rev < seen[a.i] {
+				return &RevisionBehindError{Current: rev, Seen: seen[a.i]}
 			}
-			ev.Keys = append(ev.Keys, k)
+			seen[a.i] = rev
+		}
+		if resp.Created {
+			return nil // the range is open; it is not synced yet
+		}
+		// An answer without events means the range is synced up to the
+		// header's revision.
+		upTo := resp.Header.GetRevision()
+		var evs []WatchEvent
+		byKey := map[string]int{}
+		for _, e := range resp.Events {
+			upTo = e.Kv.ModRevision
+			k := string(e.Kv.Key)
+			owner, ok := r.keyOf(k)
+			if !ok || e.Kv.ModRevision <= afterRev {
+				continue // "/foobar", heard by the range of "/foo"; or delivered before
+			}
+			j, ok := byKey[owner]
+			if !ok {
+				j = len(evs)
+				byKey[owner] = j
+				ev := WatchEvent{}
+				if r.whole {
+					ev.Whole = owner
+				}
+				evs = append(evs, ev)
+			}
 			ch := Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
 			if !ch.Deleted {
 				ch.Value = string(e.Kv.Value)
 			}
-			ev.Changes = append(ev.Changes, ch)
+			evs[j].Keys = append(evs[j].Keys, k)
+			evs[j].Changes = append(evs[j].Changes, ch)
+			evs[j].Revision = ch.Rev
 		}
-		if len(resp.Events) == 0 {
-			progressAt = last
+		// Only the last event of an answer moves Resume: the others'
+		// keys share the range with changes not yet delivered.
+		before := resume()
+		pos[a.i] = max(pos[a.i], upTo)
+		if len(evs) == 0 {
+			evs = append(evs, WatchEvent{Revision: upTo})
 		}
-		// An answer without events means the range is synced up to the
-		// header's revision.
-		pos[i] = max(pos[i], ev.Revision)
-		ev.Resume = slices.Min(pos)
-		fn(ev)
+		for j := range evs {
+			evs[j].Resume = before
+			if j == len(evs)-1 {
+				evs[j].Resume = resume()
+			}
+			fn(evs[j])
+		}
 		return nil
 	}
-	// What came for open ranges while others were still being created.
-	for _, resp := range early {
-		if err := handle(resp); err != nil {
-			return fmt.Errorf("%s: %w", where, err)
-		}
-	}
-	tick := time.NewTicker(probe)
+	tick := time.NewTicker(stall / probesPerStall)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-ended:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		case err := <-lost:
 			return fmt.Errorf("%s: watch stream ended (connection lost?): %w", where, rpctypes.Error(err))
 		case <-tick.C:
-			if since := time.Since(last); since > 2*probe {
-				return fmt.Errorf("%s: %w: no answer from etcd for %s", where, ErrStalled, since.Round(time.Millisecond))
+			// Opening waits on etcd too (a password login takes a
+			// bcrypt), within a read's deadline at least.
+			limit := stall
+			if !allOpen {
+				limit = max(stall, c.requestTimeout)
 			}
-			// etcd 3.6 drops a progress request while a watcher's start
-			// revision is above its own, as ours are from their creation
-			// until the next write anywhere in etcd: a quiet etcd never
-			// answers one, and every watch looked stalled after two
-			// intervals. So when the last probe had no progress answer,
-			// this one also reads etcd's revision, over the same client,
-			// to tell that silence from a stall.
-			unanswered := probedAt.IsZero() || progressAt.Before(probedAt)
+			if since := time.Since(last); since > limit {
+				return fmt.Errorf("%s: %w: no answer from etcd for %s (-watch-stall-timeout %s)", where, ErrStalled, since.Round(time.Millisecond), limit)
+			}
+			// RequestProgress waits while clientv3 reconnects: one at a
+			// time, beside the loop.
 			select {
 			case probing <- struct{}{}:
-				probedAt = time.Now()
-				// Never blocks: a stream whose requests are not leaving
-				// is stalled, and two intervals tell.
-				select {
-				case requests <- progress:
-				default:
-				}
-				if !unanswered || revKey == "" {
-					probed()
-					break
-				}
-				// The read blocks while the client reconnects, hence the
-				// goroutine; one probe at a time.
-				wg.Add(1)
 				go func() {
-					defer wg.Done()
-					defer probed()
-					rctx, cancel := context.WithTimeout(wctx, probe)
-					defer cancel()
-					if rev, err := c.Revision(rctx, revKey); err == nil {
-						select {
-						case quietRev <- rev:
-						default:
-						}
+					defer func() { <-probing }()
+					_ = w.RequestProgress(wctx)
+					if c.afterProbe != nil {
+						c.afterProbe()
 					}
 				}()
 			default:
 			}
-		case rev := <-quietRev:
-			// At the revision we last heard, etcd has nothing to tell: it
-			// is there. Above it, the next progress request is answered.
-			// Below it, etcd went back (a restore): the stall this leaves
-			// reconnects, and the new watch's first answer tells it.
-			if rev == slices.Max(seen) {
-				last = time.Now()
-			}
-		case resp := <-answers:
-			if err := handle(resp); err != nil {
-				return fmt.Errorf("%s: %w", where, err)
+		case a := <-answers:
+			last = time.Now()
+			switch {
+			case a.err != nil:
+				return fmt.Errorf("%s: %w", where, a.err)
+			case a.done:
+				allOpen = true
+				fn(WatchEvent{Revision: slices.Max(append(seen, afterRev)), Resume: resume()})
+			case a.opened != nil:
+				ranges = append(ranges, a.opened)
+				pos = append(pos, afterRev)
+				seen = append(seen, afterRev)
+			case a.closed:
+				return fmt.Errorf("%s: watch of %q closed by the client", where, ranges[a.i].key)
+			default:
+				if err := handle(a); err != nil {
+					return fmt.Errorf("%s: %w", where, err)
+				}
 			}
 		}
 	}
 }
 
+// openRanges opens plan's ranges one by one on w, from revision start, and
+// sends each one (opened), its answers, and done once all are open. A
+// range etcd refuses for permissions is replaced by its split (the keys of
+// a directory one by one; a key's halves); any other refusal ends the
+// watch. The first answer of each range is its creation's, which proves
+// it open and whose header revision is checked like any other.
+func (c *Client) openRanges(ctx context.Context, w clientv3.Watcher, plan []watchRange, start int64, send func(answer) bool) {
+	n := 0
+	for len(plan) > 0 {
+		r := plan[0]
+		plan = plan[1:]
+		rctx, rcancel := context.WithCancel(ctx)
+		ch := w.Watch(rctx, r.key, clientv3.WithRange(r.end), clientv3.WithRev(start),
+			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+		created, ok := <-ch
+		if !ok {
+			rcancel()
+			if ctx.Err() == nil {
+				send(answer{err: fmt.Errorf("watch of %q closed before etcd confirmed it", r.key)})
+			}
+			return
+		}
+		if created.Canceled && created.CompactRevision == 0 {
+			rcancel()
+			reason := cancelReason(created)
+			if more, ok := r.split(); ok && strings.Contains(reason, rpctypes.ErrPermissionDenied.Error()) {
+				plan = append(more, plan...)
+				continue
+			}
+			send(answer{err: fmt.Errorf("watch of %q refused by etcd: %s", r.key, reason)})
+			return
+		}
+		i := n
+		n++
+		if !send(answer{i: i, opened: &r}) || !send(answer{i: i, resp: created}) {
+			rcancel()
+			return
+		}
+		go func() {
+			defer rcancel()
+			for resp := range ch {
+				if !send(answer{i: i, resp: resp}) {
+					return
+				}
+			}
+			send(answer{i: i, closed: true})
+		}()
+	}
+	send(answer{done: true})
+}
+
 // cancelReason is why etcd canceled a watch, for an error message.
-func cancelReason(resp *pb.WatchResponse) string {
+func cancelReason(resp clientv3.WatchResponse) string {
+	if err := resp.Err(); err != nil {
+		return err.Error()
+	}
 	if resp.CancelReason != "" {
 		return resp.CancelReason
 	}
 	return "no reason given"
-}
-
-// headers holds the highest header revision each range has answered with.
-// A range answers in order, so a lower one from it means etcd went back
-// (a restore). Ranges are not ordered with one another: etcd sends the
-// backlog of a range catching up beside the answers of ranges already
-// current, so another range's later revision may come first.
-type headers []int64
-
-// check records range i's answer at header revision rev (0: none given).
-func (h headers) check(i int, rev int64) error {
-	if rev <= 0 {
-		return nil
-	}
-	if rev < h[i] {
-		return &RevisionBehindError{Current: rev, Seen: h[i]}
-	}
-	h[i] = rev
-	return nil
-}
-
-// openRanges creates the watch of each key through requests: as one range,
-// filtered back to the key, or, where etcd refuses that range, as the key
-// and "key/". The creations are sent together and etcd answers them in the
-// order sent (a refused one with no watch ID of its own), so the n-th
-// creation answer is the n-th request's; answers for ranges already open
-// that arrive meanwhile are returned, in order, for the caller to handle
-// first. seen gets each range's creation header.
-//
-// The one range of "/foo" is ["/foo", "/foo0"): "0" follows "/", so it
-// holds "/foo", everything below "/foo/", and only the neighbours whose
-// next byte sorts before "/" ("/foo-old", "/foo.bak"). A prefix range would
-// also carry "/foobar" and, for a key as short as "/r", every change to
-// Kubernetes' "/registry/" (values included) through confd.
-func openRanges(requests chan<- *pb.WatchRequest, answers <-chan *pb.WatchResponse, ended <-chan error, keys []string, afterRev int64, seen *headers) ([]watchRange, []*pb.WatchResponse, error) {
-	type want struct {
-		r        watchRange
-		end      string
-		splitter bool // the one range of a key: refused, it becomes two
-	}
-	var sent []want
-	// requests has room for every creation: sending never blocks.
-	send := func(w want) {
-		sent = append(sent, w)
-		requests <- &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-			Key: []byte(w.r.key), RangeEnd: []byte(w.end), StartRevision: afterRev + 1,
-		}}}
-	}
-	for _, k := range keys {
-		w := want{r: watchRange{whole: k, key: k}, end: k + "0", splitter: true}
-		if k == "" || strings.HasSuffix(k, "/") {
-			// A prefix range is the key's exactly.
-			w = want{r: watchRange{whole: k, key: prefixStart(k)}, end: prefixEnd(k)}
-		}
-		send(w)
-	}
-	var out []watchRange
-	var early []*pb.WatchResponse
-	for answered := 0; answered < len(sent); {
-		var resp *pb.WatchResponse
-		select {
-		case resp = <-answers:
-		case err := <-ended:
-			return nil, nil, rpctypes.Error(err)
-		}
-		if !resp.Created {
-			early = append(early, resp)
-			continue
-		}
-		w := sent[answered]
-		answered++
-		if resp.Canceled {
-			if !w.splitter || !strings.Contains(resp.CancelReason, rpctypes.ErrPermissionDenied.Error()) {
-				return nil, nil, fmt.Errorf("watch of %q refused by etcd: %s", w.r.key, cancelReason(resp))
-			}
-			for _, half := range planReads([]string{w.r.key}) {
-				h := want{r: watchRange{key: half.from}}
-				if half.prefix {
-					h.r.key, h.end = prefixStart(half.from), prefixEnd(half.from)
-				}
-				send(h)
-			}
-			continue
-		}
-		w.r.id = resp.WatchId
-		out = append(out, w.r)
-		// From afterRev: a creation answered below it means etcd is
-		// behind what was already delivered.
-		*seen = append(*seen, afterRev)
-		if err := seen.check(len(out)-1, resp.GetHeader().GetRevision()); err != nil {
-			return nil, nil, err
-		}
-	}
-	return out, early, nil
 }
 
 // Revision is etcd's current revision, read through key (one the caller

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestWatchExactRanges(t *testing.T) {
 			s.EnableAuthExact(t, "rootpw", "reader", "pw", "/a/foo")
 			put := func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
 			c := connect(t, Config{Nodes: []string{s.Endpoint}, Username: "reader", Password: "pw"})
-			c.probeInterval = 200 * time.Millisecond
+			c.StallTimeout = 1500 * time.Millisecond // probes every 0.5 s
 			after := put("/a/foo/init", "x")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -128,11 +129,12 @@ func TestWatchWholeRange(t *testing.T) {
 }
 
 // TestWatchQuietEtcdIsNotStalled: etcd 3.6 answers no progress request
-// while no write has followed the watch's start, so on a quiet etcd the
-// watch took the silence for a stall after two probe intervals, and again
-// after every reconnect. It reads etcd's revision instead, which a
-// least-privilege role granting exactly the key and "key/" allows, and
-// still hears the next change.
+// while a watcher's next revision is above its own, as afterRev+1 is until
+// the next write anywhere, so on a quiet etcd a watch from there took the
+// silence for a stall, and again after every reconnect. The watch starts
+// at afterRev (dropping its changes, delivered before), so progress
+// requests are answered, and it still hears the next change; also for a
+// least-privilege role granting exactly the key and "key/".
 func TestWatchQuietEtcdIsNotStalled(t *testing.T) {
 	for _, v := range etcdtest.Versions {
 		for _, exact := range []bool{false, true} {
@@ -151,7 +153,7 @@ func TestWatchQuietEtcdIsNotStalled(t *testing.T) {
 					put = func(k, val string) int64 { return s.PutAs(t, "root", "rootpw", k, val) }
 				}
 				c := connect(t, cfg)
-				c.probeInterval = 200 * time.Millisecond
+				c.StallTimeout = 1500 * time.Millisecond // probes every 0.5 s
 				probes := make(chan struct{}, 1)
 				c.afterProbe = func() {
 					select {
@@ -163,8 +165,8 @@ func TestWatchQuietEtcdIsNotStalled(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				evs, errc := collect(ctx, c, []string{"/q"}, after)
-				// A stall is two intervals without an answer: ten probes
-				// are five times that.
+				// A stall is three probes without an answer: ten probes
+				// are more than three times that.
 				for i := 0; i < 10; i++ {
 					select {
 					case err := <-errc:
@@ -189,7 +191,7 @@ func TestWatchFailures(t *testing.T) {
 	s := etcdtest.Start(t)
 	cli := s.Client(t)
 	c := connect(t, Config{Nodes: []string{s.Endpoint}})
-	c.probeInterval = 200 * time.Millisecond
+	c.StallTimeout = 600 * time.Millisecond
 	ctx := context.Background()
 
 	first := s.Put(t, "/w/k", "1")
@@ -220,13 +222,10 @@ func TestWatchFailures(t *testing.T) {
 	}
 }
 
-// TestWatchManyRangesOneStream: 10,000 ranges open on one stream with a
-// fixed number of goroutines (clientv3's Watcher ran one per range, and we
-// one more to forward it: 20,000), and their creations, all sent at once,
-// do not wedge the stream (sent by the goroutine that reads the answers,
-// they filled gRPC's flow-control windows both ways, etcd stopped reading,
-// and no event came; 3,000 got through). A change to the first and to the
-// last range is heard.
+// TestWatchManyRangesOneStream: 10,000 keys open as a few ranges on one
+// stream with a fixed number of goroutines (a range per key, clientv3's
+// Watcher runs a goroutine for each and opens them one at a time), and a
+// change to the first and to the last key is heard.
 func TestWatchManyRangesOneStream(t *testing.T) {
 	for _, v := range etcdtest.Versions {
 		t.Run(v, func(t *testing.T) {
@@ -252,5 +251,163 @@ func TestWatchManyRangesOneStream(t *testing.T) {
 				t.Errorf("%d more goroutines with %d ranges open", grown, n)
 			}
 		})
+	}
+}
+
+// TestWatchLateProgressIsNoStall: an etcd that answers nothing for longer
+// than the old fixed threshold (4 s), as during a defrag, but less than
+// the stall timeout keeps its watch: no error, no reconnect (the same
+// stream hears the next change). With a stall timeout of 4 s, the same
+// pause ends the watch with ErrStalled.
+func TestWatchLateProgressIsNoStall(t *testing.T) {
+	s := etcdtest.Start(t)
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.StallTimeout = 12 * time.Second
+	probes := make(chan struct{}, 16)
+	c.afterProbe = func() {
+		select {
+		case probes <- struct{}{}:
+		default:
+		}
+	}
+	after := s.Put(t, "/late/k", "1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, errc := collect(ctx, c, []string{"/late"}, after)
+	// Answered progress first: the watch is open and synced.
+	for answered := false; !answered; {
+		select {
+		case e := <-evs:
+			answered = len(e.Keys) == 0 && e.Resume >= after
+		case err := <-errc:
+			t.Fatalf("watch ended: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("no progress answer")
+		}
+	}
+	s.Pause()
+	paused := time.Now()
+	// Silent for more than 4 s, counted by the probes that go unanswered.
+	for time.Since(paused) < 5*time.Second {
+		select {
+		case <-probes:
+		case err := <-errc:
+			s.Resume()
+			t.Fatalf("watch ended after %s of silence, within its stall timeout: %v", time.Since(paused).Round(time.Millisecond), err)
+		case <-time.After(20 * time.Second):
+			s.Resume()
+			t.Fatal("no probe")
+		}
+	}
+	s.Resume()
+	want := s.Put(t, "/late/k", "2")
+	if e := nextKeys(t, evs, errc); !slices.Equal(e.Keys, []string{"/late/k"}) || e.Revision != want {
+		t.Fatalf("event %+v, want /late/k at %d", e, want)
+	}
+}
+
+// TestWatchLostConnectionEndsAtOnce: a lost connection ends the watch
+// (for the daemon to log, count, and resume) long before the stall
+// timeout, although clientv3 would reconnect silently.
+func TestWatchLostConnectionEndsAtOnce(t *testing.T) {
+	s := etcdtest.Start(t)
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.StallTimeout = time.Hour
+	after := s.Put(t, "/lost/k", "1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, errc := collect(ctx, c, []string{"/lost"}, after)
+	s.Put(t, "/lost/k", "2")
+	nextKeys(t, evs, errc)
+	s.Stop()
+	select {
+	case err := <-errc:
+		if errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "connection lost") {
+			t.Errorf("err = %v, want a lost connection", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a stopped etcd went unnoticed")
+	}
+}
+
+// TestWatchWideRanges: beyond maxRanges, keys below one directory are
+// watched as it; each change reaches the key it is below, whole and in
+// order, and a change in the directory below none of them is dropped.
+func TestWatchWideRanges(t *testing.T) {
+	s := etcdtest.Start(t)
+	c := connect(t, Config{Nodes: []string{s.Endpoint}})
+	c.maxRanges = 2
+	keys := []string{"/wide/a/1", "/wide/a/2", "/wide/a/3", "/other/x"}
+	after := s.Put(t, "/wide/a/init", "x")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs, errc := collect(ctx, c, keys, after)
+	s.Put(t, "/wide/a/unwatched", "dropped")
+	s.Put(t, "/wide/a/10", "dropped")
+	cli := s.Client(t)
+	tx, err := cli.Txn(ctx).Then(clientv3.OpPut("/wide/a/2/x", "b"), clientv3.OpPut("/wide/a/1", "a"), clientv3.OpPut("/wide/a/2", "c")).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := tx.Header.Revision
+	got := map[string][]Change{}
+	for len(got) < 2 {
+		e := nextKeys(t, evs, errc)
+		if e.Revision != rev || got[e.Whole] != nil {
+			t.Fatalf("event %+v", e)
+		}
+		got[e.Whole] = e.Changes
+	}
+	if want := []Change{{Key: "/wide/a/1", Value: "a", Rev: rev}}; !slices.Equal(got["/wide/a/1"], want) {
+		t.Errorf("/wide/a/1 heard %+v", got["/wide/a/1"])
+	}
+	if want := []Change{{Key: "/wide/a/2/x", Value: "b", Rev: rev}, {Key: "/wide/a/2", Value: "c", Rev: rev}}; !slices.Equal(got["/wide/a/2"], want) {
+		t.Errorf("/wide/a/2 heard %+v", got["/wide/a/2"])
+	}
+	want := s.Put(t, "/other/x", "o")
+	if e := nextKeys(t, evs, errc); !slices.Equal(e.Keys, []string{"/other/x"}) || e.Revision != want || e.Whole != "/other/x" {
+		t.Fatalf("event %+v, want /other/x at %d", e, want)
+	}
+}
+
+// BenchmarkWatchOpen: from Watch to the change of the last of n keys
+// (idle-bench shape: one key on each of n prefixes), which is heard once
+// its range is open, with keys merged beyond maxRanges ("merged") and
+// with every key a range of its own ("per-key", clientv3 opening them one
+// at a time). Run with -benchtime=1x: each opens n ranges.
+func BenchmarkWatchOpen(b *testing.B) {
+	s := etcdtest.Start(b)
+	c := connect(b, Config{Nodes: []string{s.Endpoint}, RequestTimeout: time.Minute})
+	for _, n := range []int{1000, 10000} {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("/open/p%05d/v", i)
+		}
+		for _, mode := range []string{"merged", "per-key"} {
+			b.Run(fmt.Sprintf("%d/%s", n, mode), func(b *testing.B) {
+				c.maxRanges = 0
+				if mode == "per-key" {
+					c.maxRanges = n + 1
+				}
+				for b.Loop() {
+					after := s.Put(b, "/open/init", "x")
+					ctx, cancel := context.WithCancel(context.Background())
+					evs, errc := collect(ctx, c, keys, after)
+					want := s.Put(b, keys[n-1], "1")
+					for heard := false; !heard; {
+						select {
+						case e := <-evs:
+							heard = e.Revision == want && len(e.Keys) > 0
+						case err := <-errc:
+							b.Fatalf("watch ended: %v", err)
+						case <-time.After(5 * time.Minute):
+							b.Fatal("not heard")
+						}
+					}
+					cancel()
+					<-errc
+				}
+			})
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package etcdv3
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -61,24 +60,60 @@ func BenchmarkWatchKeys(b *testing.B) {
 	}
 }
 
-// TestHeadersPerRange: answers of two ranges meet in any order, so range
-// 0's creation at revision 3 may come after range 1's event at 4; that is
-// no restore. A range going back on itself, or below afterRev, is.
-func TestHeadersPerRange(t *testing.T) {
-	h := headers{2, 2}
-	for _, step := range []struct {
-		from int
-		rev  int64
-	}{{1, 3}, {1, 4}, {0, 3}, {0, 0}, {0, 5}, {1, 4}} {
-		if err := h.check(step.from, step.rev); err != nil {
-			t.Fatalf("range %d at %d: %v", step.from, step.rev, err)
+// TestPlanRanges: up to the limit each key is a range of its own; beyond
+// it keys share the deepest directory that brings the ranges under the
+// limit, never "/"; a merged range routes each key to the requested key it
+// is below and drops the others.
+func TestPlanRanges(t *testing.T) {
+	type plan struct {
+		key  string
+		keys int
+	}
+	summary := func(rs []watchRange) []plan {
+		var out []plan
+		for _, r := range rs {
+			out = append(out, plan{r.key, len(r.keys)})
+		}
+		return out
+	}
+	keys := []string{"/app/b/y", "/app/a/x/", "/app/a/deep/er/z"}
+	for i := 0; i < 10; i++ {
+		keys = append(keys, fmt.Sprintf("/app/a/x%d", i))
+	}
+	if got := summary(planRanges(keys, len(keys))); len(got) != len(keys) {
+		t.Errorf("at the limit: %v", got)
+	}
+	// "/app/a/deep/er/" merges into "/app/a/deep/" first (deepest), then
+	// the keys of "/app/a/" and "/app/b/" into theirs: 2 ranges.
+	rs := planRanges(keys, 3)
+	if got, want := summary(rs), []plan{{"/app/b/y", 1}, {"/app/a/", 12}}; !slices.Equal(got, want) {
+		t.Fatalf("planRanges(limit 3) = %v, want %v", got, want)
+	}
+	if rs[1].end != "/app/a0" || !rs[1].whole || !rs[0].whole || rs[0].end != "/app/b/y0" {
+		t.Errorf("ranges %+v", rs)
+	}
+	for k, want := range map[string]string{
+		"/app/a/x1": "/app/a/x1", "/app/a/x1/sub": "/app/a/x1", "/app/a/x/q": "/app/a/x/",
+		"/app/a/deep/er/z/1": "/app/a/deep/er/z", "/app/a/x10": "", "/app/a/other": "", "/app/a/x": "",
+	} {
+		if got, ok := rs[1].keyOf(k); got != want || ok != (want != "") {
+			t.Errorf("keyOf(%q) = %q, %v; want %q", k, got, ok, want)
 		}
 	}
-	var behind *RevisionBehindError
-	if err := h.check(0, 4); !errors.As(err, &behind) || behind.Current != 4 || behind.Seen != 5 {
-		t.Errorf("range 0 back from 5 to 4: err = %v", err)
+	// Top-level directories are never merged into "/".
+	if got := summary(planRanges([]string{"/a/1", "/b/1", "/c/1"}, 1)); len(got) != 3 {
+		t.Errorf("top-level keys merged: %v", got)
 	}
-	if err := (headers{7, 7}).check(1, 6); !errors.As(err, &behind) || behind.Seen != 7 {
-		t.Errorf("creation below afterRev: err = %v", err)
+	// Refused, a directory splits into its keys, a key into its halves.
+	more, ok := rs[1].split()
+	if !ok || len(more) != 12 {
+		t.Fatalf("split of a directory: %v, %v", more, ok)
+	}
+	halves, ok := rs[0].split()
+	if !ok || len(halves) != 2 || halves[0].whole || halves[1].key != "/app/b/y/" {
+		t.Errorf("split of a key: %+v, %v", halves, ok)
+	}
+	if _, ok := halves[1].split(); ok {
+		t.Error("a half splits")
 	}
 }

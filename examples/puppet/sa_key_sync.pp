@@ -5,10 +5,15 @@
 # Every master publishes its own public key; confd renders all of them into
 # /etc/kubernetes/pki/sa-bundle.pem and restarts kube-apiserver through
 # kube-apiserver-safe-restart (one master at a time, under an etcd lock).
+# Every kube-apiserver-safe-restart command (the units, confd's reload_cmd,
+# the runbook's rotate-key) reads /etc/kubernetes/safe-restart.toml.
+# The site's kube-apiserver.service names $KUBE_APISERVER_SA_ARGS in its
+# ExecStart (the drop-in 20-sa-keys.conf provides the variable).
 #
 # The module's files/ holds bin/ (confd and kube-apiserver-safe-restart as
 # built by `make build`), conf.d/ and templates/ (examples/confd) and
-# systemd/ (examples/systemd).
+# systemd/ (examples/systemd); its templates/ holds confd.toml.epp and
+# safe-restart.toml.epp (examples/puppet).
 class sa_key_sync (
   Array[String] $etcd_endpoints,
   String        $etcd_ca   = '/etc/kubernetes/pki/etcd/ca.crt',
@@ -32,6 +37,16 @@ class sa_key_sync (
   file { ['/etc/confd', '/etc/confd/conf.d', '/etc/confd/templates']:
     ensure => directory,
     mode   => '0755',
+  }
+
+  # The one configuration of kube-apiserver-safe-restart (and the signer):
+  # etcd as confd reaches it, the restart's preflight and health gate, the
+  # key files. examples/safe-restart.toml with this class's etcd settings.
+  file { '/etc/kubernetes/safe-restart.toml':
+    content => epp('sa_key_sync/safe-restart.toml.epp', {
+      nodes => $etcd_endpoints, ca => $etcd_ca, cert => $etcd_cert, key => $etcd_key,
+    }),
+    mode    => '0600',
   }
 
   file { '/etc/confd/confd.toml':
@@ -75,7 +90,7 @@ class sa_key_sync (
     ensure => directory,
     mode   => '0755',
   }
-  ['10-wait-trusted.conf'].each |$d| {
+  ['10-wait-trusted.conf', '20-sa-keys.conf'].each |$d| {
     file { "/etc/systemd/system/kube-apiserver.service.d/${d}":
       source => "puppet:///modules/sa_key_sync/systemd/kube-apiserver.service.d/${d}",
       notify => Exec['sa_key_sync-daemon-reload'],
@@ -89,7 +104,7 @@ class sa_key_sync (
   service { 'confd':
     ensure  => running,
     enable  => true,
-    require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart']],
+    require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart'], File['/etc/kubernetes/safe-restart.toml']],
   }
   # The path unit republishes on change; the service itself publishes the
   # key that exists at boot, so both are enabled. A oneshot is not kept
@@ -106,7 +121,7 @@ class sa_key_sync (
   exec { 'sa_key_sync-publish':
     command     => '/bin/systemctl start sa-key-publish.service',
     refreshonly => true,
-    subscribe   => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart']],
+    subscribe   => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart'], File['/etc/kubernetes/safe-restart.toml']],
     require     => Service['sa-key-publish.service'],
   }
 
@@ -122,7 +137,9 @@ class sa_key_sync (
   exec { 'kube-apiserver-safe-restart':
     command     => '/bin/systemctl start kube-apiserver-safe-restart.service',
     refreshonly => true,
-    timeout     => 1900, # above the unit's TimeoutStartSec=30min
+    timeout     => 2800, # above the unit's TimeoutStartSec=45min
   }
   # Example: file { '/etc/kubernetes/apiserver.env': ..., notify => Exec['kube-apiserver-safe-restart'] }
+  # (name such a file in safe-restart.toml's preflight-flags-file to have
+  # it checked before the restart).
 }

@@ -110,13 +110,15 @@ func TestDryRunWorstCase(t *testing.T) {
 	if err := json.Unmarshal([]byte(p.stdout.String()), &plan); err != nil {
 		t.Fatalf("%v\n%s", err, p.stdout)
 	}
-	// Defaults: preflight 3×30s, probe 5s, etcd 3×5s, lock 10m,
-	// 2×(restart 3m + grace 5s + health 3m + 5s), retry 5s, hold 30s+5s, release 10s.
-	if plan.WorstCaseSeconds != 1500 || plan.WorstCase != "25m0s" {
-		t.Fatalf("worst case %+v, want 1500 s", plan)
+	// Defaults: dial 2s, preflight 3×30s, hostname -f 5s, probe 5s, etcd 3×5s,
+	// trust gate 5s + 15m, lock 10m, 2×(restart 3m + grace 5s + health 3m
+	// + 5s), retry 5s, trust record 5s, hold 30s+5s, release 10s.
+	if plan.WorstCaseSeconds != 2417 || plan.WorstCase != "40m17s" {
+		t.Fatalf("worst case %+v, want 2417 s", plan)
 	}
-	text := runBin(t, env(s), "--lock-name", "dry", "--dry-run", "--lock-timeout", "1m")
-	if !strings.Contains(text.stdout.String(), "worst case: 16m0s (960 seconds)") {
+	text := runBin(t, env(s), "--lock-name", "dry", "--dry-run", "--lock-timeout", "1m", "--trust-timeout", "0", "--host", "m1")
+	if !strings.Contains(text.stdout.String(), "worst case: 16m7s (967 seconds)") ||
+		!strings.Contains(text.stdout.String(), "     60s  lock wait (--lock-timeout)") {
 		t.Fatalf("text dry run:\n%s", text.stdout)
 	}
 }

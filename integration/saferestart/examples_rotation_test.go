@@ -55,6 +55,20 @@ func moved(cmd, root string) string {
 	return strings.ReplaceAll(cmd, "/etc/kubernetes", root)
 }
 
+// installConfig writes the shipped safe-restart.toml to root, paths moved
+// like the units', and returns the environment that runs the units there:
+// etcd is srv (plain HTTP), which the ETCDCTL_* variables say, beating the
+// file's TLS settings as they would on a host.
+func installConfig(t *testing.T, root string, srv *etcdtest.Server) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(etcdtest.RepoRoot(), "examples", "safe-restart.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "safe-restart.toml"), []byte(moved(string(data), root)))
+	return env(srv, "ETCDCTL_CACERT=", "ETCDCTL_CERT=", "ETCDCTL_KEY=")
+}
+
 func selfFQDN(t *testing.T) string {
 	out, err := exec.Command("hostname", "-f").Output()
 	if err != nil {
@@ -90,8 +104,9 @@ func TestWaitTrustedDropIn(t *testing.T) {
 	}
 	script := strings.TrimSuffix(strings.TrimPrefix(moved(pre, root), "/bin/sh -c '"), "'")
 	script = strings.ReplaceAll(script, "--timeout 15m", "--timeout 2s")
+	unitEnv := installConfig(t, root, srv)
 	run := func() *proc {
-		p := startProc(t, env(srv), "/bin/sh", "-c", script)
+		p := startProc(t, unitEnv, "/bin/sh", "-c", script)
 		p.wait(t)
 		return p
 	}
@@ -134,7 +149,7 @@ func TestRetireUnitNothingDue(t *testing.T) {
 	writeFile(t, filepath.Join(root, "pki", "sa.key"), priv)
 	writeFile(t, filepath.Join(root, "pki", "sa.pub"), pub)
 	cmd := moved(unitLines(t, "examples/systemd/sa-key-retire.service", "ExecStart")[0], root)
-	p := startProc(t, env(srv), "/bin/sh", "-c", cmd)
+	p := startProc(t, installConfig(t, root, srv), "/bin/sh", "-c", cmd)
 	if code := p.wait(t); code != codeOK || !strings.Contains(p.stderr.String(), "nothing to retire") {
 		t.Fatalf("retire unit: exit %d\n%s", code, p.stderr)
 	}

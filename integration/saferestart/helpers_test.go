@@ -56,6 +56,7 @@ const (
 	codeHealth      = 7
 	codeLeaseLost   = 8
 	codeInterrupted = 9
+	codeStale       = 10
 )
 
 // waitLimit bounds every wait of these tests; nothing should take this long.
@@ -184,10 +185,11 @@ func env(s *etcdtest.Server, extra ...string) []string {
 	return append(out, extra...)
 }
 
-// bin starts the binary; runBin runs it to the end.
+// bin starts the binary; runBin runs it to the end. Neither reads the
+// host's configuration file: --config= (none) unless the test names one.
 func bin(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	return startProc(t, env, binPath, args...)
+	return startProc(t, env, binPath, append([]string{"--config="}, args...)...)
 }
 
 func runBin(t *testing.T, env []string, args ...string) *proc {

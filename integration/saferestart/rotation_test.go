@@ -129,7 +129,7 @@ func newMiniFleet(t *testing.T, n int) *miniFleet {
 func (f *miniFleet) restartArgs(h *miniHost, more ...string) []string {
 	script := fmt.Sprintf(`n=$(date +%%s%%N); cp %q %q/$n-%s.bundle && cp %q %q/$n-%s.key`,
 		h.path("sa-bundle.pem"), f.events, h.name, h.path("sa.key"), f.events, h.name)
-	args := append([]string{"--lock-name", f.lock, "--health-url", "", "--retry-delay", "10ms", "--ttl", "2",
+	args := append([]string{"--config=", "--lock-name", f.lock, "--health-url", "", "--retry-delay", "10ms", "--ttl", "2",
 		"--host", h.name, "--preflight-flags-file", h.path("apiserver.env")}, more...)
 	return append(args, "--", "sh", "-c", script)
 }
@@ -238,15 +238,23 @@ func (f *miniFleet) waitTrust(t *testing.T, what string, ok func(trustRep) bool)
 	}
 }
 
-// trustReport runs `trust -o json`.
+// trustReport runs `trust -o json`: exit 0, or 10 exactly when a host is
+// stale.
 func (f *miniFleet) trustReport(t *testing.T) (rep trustRep) {
 	t.Helper()
 	p := runBin(t, f.env, "trust", "-o", "json")
-	if p.code != codeOK {
+	if p.code != codeOK && p.code != codeStale {
 		t.Fatalf("trust: exit %d", p.code)
 	}
 	if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
 		t.Fatalf("trust -o json: %v\n%s", err, p.stdout)
+	}
+	stale := false
+	for _, h := range rep.Hosts {
+		stale = stale || h.Stale
+	}
+	if stale != (p.code == codeStale) {
+		t.Fatalf("trust: exit %d with stale hosts %v, want 10 exactly when a host is stale\n%s", p.code, stale, p.stdout)
 	}
 	return rep
 }

@@ -59,6 +59,8 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 		MinConnectTimeout: cfg.DialTimeout,
 	}))
+	// Streams report a lost connection to who asked (WithStreamErrors).
+	dialOpts = append(dialOpts, grpc.WithChainStreamInterceptor(reportStreamErrors))
 	ccfg := clientv3.Config{
 		DialOptions: dialOpts,
 		Endpoints:   eps,

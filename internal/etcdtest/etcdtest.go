@@ -67,13 +67,19 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Binary returns the path of an etcd tool ("etcd" or "etcdctl"): $ETCD_BIN_DIR,
-// then .tools/bin (written by `make etcd`), then $PATH. A missing binary fails
-// the test rather than skipping it, so that CI can never pass by running nothing.
+// Binary returns the path of an etcd tool ("etcd" or "etcdctl"): from
+// $ETCD_BIN_DIR (the Makefile sets it to the default version's directory),
+// else from the 3.6 release `make etcd` built, else from .tools/bin. Never
+// from $PATH: a test must not silently run on whatever etcd a machine has.
+// A missing binary fails the test rather than skipping it, so that CI can
+// never pass by running nothing.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	var candidates []string
 	if d := os.Getenv("ETCD_BIN_DIR"); d != "" {
+		candidates = append(candidates, filepath.Join(d, name))
+	}
+	if d, _ := versionDir("3.6"); d != "" {
 		candidates = append(candidates, filepath.Join(d, name))
 	}
 	candidates = append(candidates, filepath.Join(RepoRoot(), ".tools", "bin", name))
@@ -82,10 +88,7 @@ func Binary(t testing.TB, name string) string {
 			return c
 		}
 	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	t.Fatalf("%s not found in $ETCD_BIN_DIR, %s or $PATH: run `make etcd` first", name, filepath.Join(RepoRoot(), ".tools", "bin"))
+	t.Fatalf("%s not found in %s: run `make etcd` first", name, strings.Join(candidates, ", "))
 	return ""
 }
 

@@ -10,11 +10,9 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/sirupsen/logrus"
-
-	"github.com/keysync/confd/resource"
 )
 
-// Notifier is a daemon.Observer that reports readiness to systemd.
+// Notifier reports readiness to systemd (Ready: daemon.Observer's).
 type Notifier struct {
 	log      logrus.FieldLogger
 	watchdog time.Duration
@@ -73,12 +71,3 @@ func (n *Notifier) Watchdog(ctx context.Context) {
 
 // Stopping tells systemd that confd is shutting down.
 func (n *Notifier) Stopping() { n.send(daemon.SdNotifyStopping) }
-
-// The rest of daemon.Observer: nothing systemd needs to hear.
-
-func (n *Notifier) Processed(string, resource.Result, error, bool) {}
-func (n *Notifier) WatchUp(bool)                                   {}
-func (n *Notifier) WatchReconnect()                                {}
-func (n *Notifier) Snapshot(bool)                                  {}
-func (n *Notifier) Revisions(int64, int64)                         {}
-func (n *Notifier) Landed(time.Duration)                           {}

@@ -57,6 +57,12 @@ type Session interface {
 // ErrLost is what a Session's Lock wraps when the lease was lost.
 var ErrLost = errors.New("lock lost")
 
+// ErrNotStarted is what a Runner's Start, or a Process's Wait (a guard
+// that reports it only once it ended), wraps when the command could not
+// be started at all (not found, not executable): nothing ran, so the
+// apiserver is as it was, and trying again cannot help.
+var ErrNotStarted = errors.New("restart command could not start")
+
 // Locker opens sessions and describes the current holder.
 type Locker interface {
 	Open(ctx context.Context) (Session, error)
@@ -138,9 +144,10 @@ type Config struct {
 	BeforeQueue func(ctx context.Context) Code
 	// Locked, when set, runs once the lock is held, before the first
 	// attempt; the function it returns, if any, runs after an attempt
-	// succeeded, the lock still held. (The trust record: what the
-	// apiserver is about to load, written once it is ready.)
-	Locked func(ctx context.Context) func(ctx context.Context)
+	// succeeded, the lock still held. lockKey is the lock's key in etcd.
+	// (The trust record: what the apiserver is about to load, written once
+	// it is ready, on condition that the lock key still exists.)
+	Locked func(ctx context.Context, lockKey string) func(ctx context.Context)
 	Log    logrus.FieldLogger
 }
 
@@ -257,7 +264,7 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	}
 	var succeeded func(context.Context)
 	if r.cfg.Locked != nil {
-		succeeded = r.cfg.Locked(ctx)
+		succeeded = r.cfg.Locked(ctx, sess.Key())
 	}
 	out := r.attempts(ctx, force, sess, log)
 	switch {
@@ -424,6 +431,10 @@ func (r *Restarter) attempts(ctx context.Context, force <-chan struct{}, sess Se
 func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Session, log logrus.FieldLogger) result {
 	env := append(append([]string(nil), r.cfg.Env...), sess.Env()...)
 	p, err := r.runner.Start(r.cfg.Argv, env)
+	if errors.Is(err, ErrNotStarted) {
+		log.WithError(err).Error("the restart command could not start: nothing was restarted by this attempt; not retrying. Fix the command (its path, PATH, permissions)")
+		return result{code: Preflight, failure: err.Error()}
+	}
 	if err != nil {
 		log.WithError(err).Error("restart command did not start")
 		return result{code: Failed, failure: err.Error()}
@@ -453,11 +464,15 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		}
 	}
 	cmdErr := p.Wait()
+	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
-	if cmdErr != nil {
+	switch {
+	case notStarted:
+		failure = cmdErr.Error()
+	case cmdErr != nil:
 		failure = cmdErr.Error()
 		log.Error(failure)
-	} else {
+	default:
 		log.Info("restart command succeeded")
 	}
 	if !lost && sess.Lost() {
@@ -465,8 +480,13 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 		log.Error("LOCK LOST while the restart command ran")
 	}
 	switch {
+	case lost && notStarted:
+		return result{code: LeaseLost, failure: joinReason("lock lost", failure)}
 	case lost:
 		return result{code: LeaseLost, ran: true, failure: joinReason("lock lost while the restart command ran; the apiserver's state is unknown", failure)}
+	case notStarted:
+		log.WithError(cmdErr).Error("the restart command could not start: nothing was restarted by this attempt; not retrying. Fix the command (its path, PATH, permissions)")
+		return result{code: Preflight, failure: failure}
 	case forced:
 		return result{code: Interrupted, ran: true, failure: joinReason("restart command stopped by a second signal", failure)}
 	case signalled || ctx.Err() != nil:
@@ -529,7 +549,8 @@ func splitErrors(err error) []error {
 	return []error{err}
 }
 
-// Durations is what WorstCase adds up.
+// Durations is what WorstCase adds up: every bounded wait of a run. A zero
+// duration is a wait that does not happen with these flags.
 type Durations struct {
 	Attempts         int
 	LockTimeout      time.Duration
@@ -540,23 +561,70 @@ type Durations struct {
 	OpTimeout        time.Duration // one etcd request, or one gate probe
 	PreflightTimeout time.Duration
 	HoldRetry        time.Duration
+	// DialTimeout bounds the connection to etcd, made before anything else.
+	DialTimeout time.Duration
+	// TrustTimeout is the trust gate's wait before queueing (0: off).
+	TrustTimeout time.Duration
+	// HostnameTimeout bounds `hostname -f`, run once when --host is not
+	// given (0: --host given).
+	HostnameTimeout time.Duration
+	// FleetTimeout is the fleet check's wait before queueing, for the other
+	// apiservers to be live (0: no fleet check).
+	FleetTimeout time.Duration
+	// KubeletBackoff is how long, in a static-pod restart, the kubelet may
+	// take to start the new container after the old one stopped, its
+	// restart back-off included; each attempt (0: not a static-pod restart).
+	KubeletBackoff time.Duration
+}
+
+// Wait is one bounded wait of a run: Each, Times times.
+type Wait struct {
+	Name  string        `json:"name"`
+	Each  time.Duration `json:"-"`
+	Times int           `json:"times"`
+}
+
+// Total is the wait's share of the worst case.
+func (w Wait) Total() time.Duration { return w.Each * time.Duration(w.Times) }
+
+// Waits lists every bounded wait of a run with d's durations, in the order
+// a run meets them; WorstCase is their sum. A wait that cannot happen with
+// these flags is listed with its zero duration.
+func Waits(d Durations) []Wait {
+	n := max(d.Attempts, 1)
+	holdRetry := max(d.HoldRetry, MinHoldRetry)
+	trustRead := time.Duration(0)
+	if d.TrustTimeout > 0 {
+		trustRead = d.OpTimeout
+	}
+	return []Wait{
+		{"etcd connection (--dial-timeout)", d.DialTimeout, 1},
+		{"preflight (before queueing, and before each attempt)", d.PreflightTimeout, n + 1},
+		{"hostname -f (no --host)", d.HostnameTimeout, 1},
+		{"health gate probe of the running apiserver", d.OpTimeout, 1},
+		{"hold check before queueing", d.OpTimeout, 1},
+		{"trust gate: read key trust", trustRead, 1},
+		{"trust gate: wait for every host to trust the new signing key (--trust-timeout)", d.TrustTimeout, 1},
+		{"fleet check: wait for the other apiservers (--fleet-timeout)", d.FleetTimeout, 1},
+		{"etcd session and the hold check under the lock", d.OpTimeout, 2},
+		{"lock wait (--lock-timeout)", d.LockTimeout, 1},
+		{"restart command (--restart-timeout) and its kill grace", d.RestartTimeout + d.KillGrace, n},
+		{"kubelet back-off before the new container starts (static pod)", d.KubeletBackoff, n},
+		{"health gate (--health-timeout and its backstop)", d.HealthTimeout, n},
+		{"pause between attempts (--retry-delay)", d.RetryDelay, n - 1},
+		{"trust record write", d.OpTimeout, 1},
+		{"hold write, retried while etcd is away", holdRetry + d.OpTimeout, 1},
+		{"unlock and lease revoke", d.OpTimeout, 2},
+	}
 }
 
 // WorstCase is the longest a run can take, so that a caller's timeout
-// (confd's reload_cmd_timeout) can be set above it: preflight before
-// queueing and before each attempt, the gate probe, the hold checks and
-// session, the lock wait, each attempt's command (timeout plus kill grace)
-// and gate, the retry delays, the hold write with its retries, and the
-// release.
+// (confd's reload_cmd_timeout, a unit's TimeoutStartSec) can be set above
+// it: the sum of Waits.
 func WorstCase(d Durations) time.Duration {
-	n := time.Duration(max(d.Attempts, 1))
-	holdRetry := max(d.HoldRetry, MinHoldRetry)
-	return d.PreflightTimeout*(n+1) + // preflight before queueing, and before each attempt
-		d.OpTimeout + // gate probe
-		3*d.OpTimeout + // hold check, session, hold check under the lock
-		d.LockTimeout +
-		n*(d.RestartTimeout+d.KillGrace+d.HealthTimeout) +
-		(n-1)*d.RetryDelay +
-		holdRetry + d.OpTimeout + // the hold write, retried while etcd is away
-		2*d.OpTimeout // unlock and revoke
+	var sum time.Duration
+	for _, w := range Waits(d) {
+		sum += w.Total()
+	}
+	return sum
 }

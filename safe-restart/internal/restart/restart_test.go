@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -86,9 +87,16 @@ type fakeRunner struct {
 	// arrange for something to terminate it.
 	onStart func(n int, p *fakeProc)
 	env     []string
+	// startErr, when set, is Start's error on run n (nil: it starts).
+	startErr func(n int) error
 }
 
 func (r *fakeRunner) Start(argv, env []string) (Process, error) {
+	if r.startErr != nil {
+		if err := r.startErr(len(r.procs) + 1); err != nil {
+			return nil, err
+		}
+	}
 	p := &fakeProc{done: make(chan struct{})}
 	r.procs = append(r.procs, p)
 	r.env = env
@@ -254,6 +262,25 @@ func TestRun(t *testing.T) {
 				return nil
 			}
 		}, want{code: Preflight, released: true}},
+		{"command cannot start: not retried, nothing ran, no hold", func(f *fixture) {
+			f.runner.startErr = func(int) error {
+				return fmt.Errorf("%w: systemctl: exec: no such file or directory", ErrNotStarted)
+			}
+		}, want{code: Preflight, released: true}},
+		{"command cannot start on the second attempt: the first ran, hold", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
+			f.runner.startErr = func(n int) error {
+				if n == 2 {
+					return fmt.Errorf("%w: script removed", ErrNotStarted)
+				}
+				return nil
+			}
+		}, want{code: Preflight, starts: 1, hold: "could not start", released: true}},
+		{"command reported as not started once it ended: not retried, no hold", func(f *fixture) {
+			f.runner.onStart = func(n int, p *fakeProc) {
+				p.finish(fmt.Errorf("%w: systemctl: no such file or directory", ErrNotStarted))
+			}
+		}, want{code: Preflight, starts: 1, released: true}},
 		{"preflight fails before the second attempt: hold", func(f *fixture) {
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")) }
 			f.preflight = func(n int) error {
@@ -348,10 +375,47 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 func TestWorstCase(t *testing.T) {
 	d := Durations{Attempts: 2, LockTimeout: 10 * time.Minute, RestartTimeout: 3 * time.Minute, KillGrace: 5 * time.Second,
 		HealthTimeout: 3 * time.Minute, RetryDelay: 5 * time.Second, OpTimeout: 5 * time.Second, PreflightTimeout: 30 * time.Second}
-	// 90s preflight + 5s probe + 15s + 10m + 2×(6m5s) + 5s + 30s+5s hold + 10s release
-	want := 90*time.Second + 5*time.Second + 15*time.Second + 10*time.Minute + 2*(6*time.Minute+5*time.Second) +
-		5*time.Second + 35*time.Second + 10*time.Second
+	// 90s preflight + 5s probe + 5s hold + 10s session and hold + 10m + 2×(6m5s) + 5s
+	// + 5s trust record + 30s+5s hold + 10s release
+	want := 90*time.Second + 5*time.Second + 5*time.Second + 10*time.Second + 10*time.Minute + 2*(6*time.Minute+5*time.Second) +
+		5*time.Second + 5*time.Second + 35*time.Second + 10*time.Second
 	if got := WorstCase(d); got != want {
 		t.Fatalf("WorstCase = %s, want %s", got, want)
+	}
+	// The trust gate reads once and waits up to its timeout; hostname -f,
+	// the fleet check and the kubelet's back-off (each attempt) add theirs.
+	d.TrustTimeout, d.HostnameTimeout, d.FleetTimeout, d.KubeletBackoff = 15*time.Minute, 5*time.Second, 10*time.Minute, 5*time.Minute
+	want += 5*time.Second + 15*time.Minute + 5*time.Second + 10*time.Minute + 2*5*time.Minute
+	if got := WorstCase(d); got != want {
+		t.Fatalf("WorstCase with every wait = %s, want %s", got, want)
+	}
+}
+
+// Every duration of Durations is a wait that WorstCase counts, at least
+// once: a wait added to a run (a field here) and left out of the sum fails.
+func TestWorstCaseCountsEveryWait(t *testing.T) {
+	base := WorstCase(Durations{Attempts: 2})
+	typ := reflect.TypeOf(Durations{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		if f.Type != reflect.TypeOf(time.Duration(0)) {
+			continue
+		}
+		d := Durations{Attempts: 2}
+		reflect.ValueOf(&d).Elem().Field(i).SetInt(int64(time.Hour))
+		// (HoldRetry is at least MinHoldRetry even when zero.)
+		if got := WorstCase(d) - base; got < time.Hour-MinHoldRetry {
+			t.Errorf("%s of 1h adds %s to the worst case, want about 1h", f.Name, got)
+		}
+	}
+	var sum time.Duration
+	for _, w := range Waits(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}) {
+		if w.Name == "" || w.Times < 0 {
+			t.Errorf("wait %+v", w)
+		}
+		sum += w.Total()
+	}
+	if got := WorstCase(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}); got != sum {
+		t.Fatalf("WorstCase %s, sum of Waits %s", got, sum)
 	}
 }

@@ -19,8 +19,8 @@ func TestTrustHooks(t *testing.T) {
 		f.locker = &fakeLocker{sess: f.sess}
 		cfg := Config{Argv: []string{"restart"}, Attempts: 1, LockTimeout: time.Minute, Host: "m1", LockName: "lock",
 			BeforeQueue: func(context.Context) Code { order = append(order, "gate"); return before },
-			Locked: func(context.Context) func(context.Context) {
-				order = append(order, "snapshot")
+			Locked: func(_ context.Context, key string) func(context.Context) {
+				order = append(order, "snapshot:"+key)
 				return func(context.Context) { order = append(order, "record") }
 			}}
 		code = New(cfg, f.locker, f.runner, f.gate, f.holds).Run(context.Background(), f.force)
@@ -34,7 +34,7 @@ func TestTrustHooks(t *testing.T) {
 	})
 	t.Run("success records", func(t *testing.T) {
 		code, _, order := run(t, OK, nil)
-		if code != OK || len(order) != 3 || order[2] != "record" {
+		if code != OK || len(order) != 3 || order[1] != "snapshot:lock/1" || order[2] != "record" {
 			t.Fatalf("code %d, order %v, want gate, snapshot, record", code, order)
 		}
 	})

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/keysync/confd/internal/pemcheck"
 )
@@ -137,64 +136,6 @@ func joinBlocks(bs []pubBlock) []byte {
 		out = append(out, b.pem...)
 	}
 	return out
-}
-
-// writeAtomic replaces path with data: a temporary file in the same
-// directory, created with mode (never wider while it is written), synced,
-// renamed over path, and the directory synced, so that a crash leaves the
-// old file or the new one, never a part of either.
-func writeAtomic(path string, data []byte, mode fs.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = tmp.Close()
-			_ = os.Remove(name)
-		}
-	}()
-	// CreateTemp makes the file 0600; chmod before any byte is written.
-	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	ok = true
-	return syncDir(dir)
-}
-
-// renameAtomic moves from over to and syncs the directory.
-func renameAtomic(from, to string) error {
-	if err := os.Rename(from, to); err != nil {
-		return fmt.Errorf("install %s as %s: %w", from, to, err)
-	}
-	return syncDir(filepath.Dir(to))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // modeOf is path's permission bits, or def when it does not exist.

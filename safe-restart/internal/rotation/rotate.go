@@ -10,10 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/internal/atomicfile"
 )
 
 // Rotator runs one host's rotation. The etcd, trust and restart sides are
@@ -34,8 +37,13 @@ type Rotator struct {
 	// RunningSigner returns the key ID this host's running apiserver signs
 	// with (from its trust record), "" when unknown.
 	RunningSigner func(ctx context.Context) (string, error)
-	Now           func() time.Time
-	Log           logrus.FieldLogger
+	// Follow, when set, runs after this apiserver's restart with a new
+	// signing key (kid): the install's, or a rollback's, before the state
+	// records it. It is where the other holders of the signing key (the
+	// controller-manager) are made to follow.
+	Follow func(ctx context.Context, kid string) error
+	Now    func() time.Time
+	Log    logrus.FieldLogger
 }
 
 func (r *Rotator) now() time.Time {
@@ -84,7 +92,11 @@ func (r *Rotator) Run(ctx context.Context) error {
 		r.Log.WithFields(logrus.Fields{"next": st.Next, "previous": st.Previous}).
 			Infof("rotation already done: key %s signs since %s; previous key %s is retired by retire-keys after %s",
 				st.Next, st.Installed.Format(time.RFC3339), st.Previous, st.RetireAfter.Format(time.RFC3339))
+		r.removeTemporaries()
 		return nil
+	}
+	if st != nil && st.Phase == PhaseRollingBack {
+		return stateErr("a rollback is under way: re-run rotate-key --rollback")
 	}
 	if st == nil || st.Phase == PhaseRetired || st.Phase == "" {
 		cur, err := signingKeyID(r.Files.SigningKey)
@@ -145,12 +157,18 @@ func (r *Rotator) Run(ctx context.Context) error {
 		if err := r.Restart(ctx); err != nil {
 			return stepErr(StepRestart, err)
 		}
+		if r.Follow != nil {
+			if err := r.Follow(ctx, st.Next); err != nil {
+				return stepErr(StepRestart, err)
+			}
+		}
 		st.Installed = r.now()
 		st.RetireAfter = st.Installed.Add(r.Grace)
 		st.Grace = r.Grace.String()
 		if err := save(PhaseInstalled); err != nil {
 			return stepErr(StepRecord, err)
 		}
+		r.removeTemporaries()
 		r.Log.WithFields(logrus.Fields{"step": StepRecord, "next": st.Next, "previous": st.Previous, "retire_after": st.RetireAfter.Format(time.RFC3339)}).
 			Infof("rotation done: key %s signs; previous key %s stays trusted until %s (retire-keys)", st.Next, st.Previous, st.RetireAfter.Format(time.RFC3339))
 		return nil
@@ -180,10 +198,10 @@ func (r *Rotator) generate() (string, error) {
 		return "", err
 	}
 	// The private key is never readable by others, not even while written.
-	if err := writeAtomic(r.Files.NextKey(), priv, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.NextKey(), priv, 0o600); err != nil {
 		return "", err
 	}
-	if err := writeAtomic(r.Files.NextPub(), pub, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.NextPub(), pub, 0o600); err != nil {
 		return "", err
 	}
 	return signingKeyID(r.Files.NextKey())
@@ -221,7 +239,7 @@ func (r *Rotator) publish(ctx context.Context, next string) error {
 	}
 	value := joinBlocks(blocks)
 	if string(value) != string(cur) {
-		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
 			return err
 		}
 	}
@@ -252,11 +270,11 @@ func (r *Rotator) install(st *State) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(r.Files.Backup(), data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(r.Files.Backup(), data, 0o600); err != nil {
 		return err
 	}
-	if err := renameAtomic(r.Files.NextKey(), r.Files.SigningKey); err != nil {
-		return err
+	if err := atomicfile.Replace(r.Files.NextKey(), r.Files.SigningKey); err != nil {
+		return fmt.Errorf("install %s as %s: %w", r.Files.NextKey(), r.Files.SigningKey, err)
 	}
 	r.Log.WithFields(logrus.Fields{"step": StepInstall, "signing_key": r.Files.SigningKey, "backup": r.Files.Backup()}).Info("next key installed as the signing key; previous key kept as backup")
 	return nil
@@ -272,6 +290,12 @@ func (r *Rotator) Retire(ctx context.Context) (bool, error) {
 	st, err := r.Store.Load(ctx)
 	if err != nil {
 		return false, err
+	}
+	if st != nil && st.Phase == PhaseRetired {
+		// A retirement killed before the backup went: finish it.
+		if err := r.removeBackup(st.Previous); err != nil {
+			return false, err
+		}
 	}
 	if st == nil || st.Phase != PhaseInstalled {
 		r.Log.Info("no installed rotation on this host: nothing to retire")
@@ -316,7 +340,7 @@ func (r *Rotator) Retire(ctx context.Context) (bool, error) {
 	}
 	value := joinBlocks(keep)
 	if string(value) != string(data) {
-		if err := writeAtomic(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
+		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
 			return false, err
 		}
 	}
@@ -327,8 +351,34 @@ func (r *Rotator) Retire(ctx context.Context) (bool, error) {
 	if err := r.Store.Save(ctx, *st); err != nil {
 		return false, err
 	}
+	if err := r.removeBackup(st.Previous); err != nil {
+		return false, err
+	}
+	r.removeTemporaries()
 	r.Log.WithFields(logrus.Fields{"retired": st.Previous, "signing": cur}).Infof("previous key %s retired: only %s is published now; every apiserver drops it at its next restart", st.Previous, cur)
 	return true, nil
+}
+
+// removeBackup scrubs sa.key.previous once the key it holds is retired
+// (or it no longer holds a key): a private key nothing may sign with again
+// is not kept. It never touches a backup holding the signing key.
+func (r *Rotator) removeBackup(retired string) error {
+	kid, err := signingKeyID(r.Files.Backup())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if cur, cerr := signingKeyID(r.Files.SigningKey); cerr == nil && err == nil && kid == cur {
+		return fmt.Errorf("%s holds the signing key %s: not removing it", r.Files.Backup(), cur)
+	}
+	if err == nil && kid != retired {
+		r.Log.Warnf("%s holds key %s, not the retired key %s: left as it is", r.Files.Backup(), kid, retired)
+		return nil
+	}
+	if err := scrub(r.Files.Backup(), r.Files.SigningKey); err != nil {
+		return fmt.Errorf("remove the retired private key %s: %w", r.Files.Backup(), err)
+	}
+	r.Log.WithField("file", r.Files.Backup()).Infof("retired private key %s overwritten and removed", retired)
+	return nil
 }
 
 // Plan describes what Run would do from the stored state, without doing it.
@@ -362,8 +412,13 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 		mark(at >= 4) + fmt.Sprintf("%s: restart this apiserver through the lock", StepRestart),
 		mark(at >= 4) + fmt.Sprintf("%s: the previous public key may be retired %s after the install (retire-keys)", StepRecord, r.Grace),
 	}
-	if at == 4 {
-		lines = append(lines, fmt.Sprintf("nothing to do: previous key %s retires after %s", st.Previous, st.RetireAfter.Format(time.RFC3339)))
+	switch {
+	case phase == PhaseRollingBack:
+		return []string{lines[0], "a rollback is under way: rotate-key --rollback finishes it (rotate-key alone refuses, exit 3)"}, nil
+	case at == 4:
+		lines = append(lines, fmt.Sprintf("nothing to do: previous key %s retires after %s; rotate-key --rollback would sign with it again until then", st.Previous, st.RetireAfter.Format(time.RFC3339)))
+	case at >= 1:
+		lines = append(lines, "rotate-key --abort would withdraw the next key instead, as long as it is not installed")
 	}
 	return lines, nil
 }

@@ -24,6 +24,7 @@ func (m *memStore) Load(context.Context) (*State, error) {
 }
 
 func (m *memStore) Save(_ context.Context, s State) error { m.st = &s; return nil }
+func (m *memStore) Clear(context.Context) error           { m.st = nil; return nil }
 
 // fleet fakes the world around one host's rotation: what it published, who
 // trusts what, and which key its apiserver signs with after a restart.

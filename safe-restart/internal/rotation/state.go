@@ -33,6 +33,11 @@ const (
 	PhaseInstalled Phase = "installed"
 	// PhaseRetired: the previous public key is no longer published.
 	PhaseRetired Phase = "retired"
+	// PhaseRollingBack: rotate-key --rollback puts the previous key back as
+	// the signing key and restarts; Previous and Next are still the
+	// rotation's. Once done the state is PhaseInstalled with the two keys'
+	// roles swapped (RolledBack set).
+	PhaseRollingBack Phase = "rolling-back"
 )
 
 // State is one host's rotation record. It names keys by ID only.
@@ -47,12 +52,17 @@ type State struct {
 	Updated     time.Time `json:"updated"`
 	Installed   time.Time `json:"installed,omitempty"`
 	RetireAfter time.Time `json:"retire_after,omitempty"`
+	// RolledBack: this installed state is a rollback: Next is the key
+	// signing before the rotation, Previous the rolled-back one.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 // Store keeps one host's rotation state.
 type Store interface {
 	Load(ctx context.Context) (*State, error)
 	Save(ctx context.Context, s State) error
+	// Clear removes the state (an aborted rotation).
+	Clear(ctx context.Context) error
 }
 
 // EtcdStore is Store on etcd, at PREFIX/HOST/state.
@@ -93,6 +103,14 @@ func (s *EtcdStore) Save(ctx context.Context, st State) error {
 	}
 	if _, err := s.KV.Put(ctx, s.Key(), string(data)); err != nil {
 		return fmt.Errorf("write rotation state %s: %w", s.Key(), err)
+	}
+	return nil
+}
+
+// Clear deletes the state.
+func (s *EtcdStore) Clear(ctx context.Context) error {
+	if _, err := s.KV.Delete(ctx, s.Key()); err != nil {
+		return fmt.Errorf("delete rotation state %s: %w", s.Key(), err)
 	}
 	return nil
 }

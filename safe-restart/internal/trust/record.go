@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -47,6 +48,9 @@ type Record struct {
 	Source string `json:"source,omitempty"`
 	// Revision is the etcd revision that last wrote the record (set on read).
 	Revision int64 `json:"mod_revision,omitempty"`
+	// Unparseable, set on read, says why the stored value is not a record
+	// (naming its key); such a record trusts nothing.
+	Unparseable string `json:"unparseable,omitempty"`
 }
 
 // Trusts reports whether the record lists kid as trusted.
@@ -156,27 +160,46 @@ func loadedKeyIDs(f *pemcheck.File) ([]string, error) {
 	return out, nil
 }
 
-// Put writes r as host r.Host's record under prefix.
-func Put(ctx context.Context, kv clientv3.KV, prefix string, r Record) error {
-	r.Revision = 0
+// ErrLockGone is Put finding the lock key gone: the record is not written.
+var ErrLockGone = errors.New("the restart lock is no longer held")
+
+// Put writes r as host r.Host's record under prefix, in a transaction that
+// requires lockKey (the restart lock this host holds) to still exist: a
+// helper whose lock was lost (lease expired, key deleted) while its
+// apiserver came up must not record what another host's restart may now
+// be changing. An empty lockKey writes unconditionally.
+func Put(ctx context.Context, kv clientv3.KV, prefix, lockKey string, r Record) error {
+	r.Revision, r.Unparseable = 0, ""
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	key := Key(prefix, r.Host)
-	if _, err := kv.Put(ctx, key, string(data)); err != nil {
+	var cmps []clientv3.Cmp
+	if lockKey != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(lockKey), ">", 0))
+	}
+	resp, err := kv.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(data))).Commit()
+	if err != nil {
 		return fmt.Errorf("write trust record %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("write trust record %s: %w (lock key %s is gone)", key, ErrLockGone, lockKey)
 	}
 	return nil
 }
 
 // decode parses a stored record; a value that is not one yields a record
 // that trusts nothing, so that a garbled record reads as "stale", never as
-// "trusted".
-func decode(host string, value []byte, rev int64) Record {
+// "trusted", and says so, naming its key (never its value).
+func decode(key, host string, value []byte, rev int64) Record {
 	var r Record
-	if err := json.Unmarshal(value, &r); err != nil || r.Host == "" {
-		r = Record{}
+	err := json.Unmarshal(value, &r)
+	if err == nil && r.Host == "" {
+		err = errors.New("no host")
+	}
+	if err != nil {
+		r = Record{Unparseable: fmt.Sprintf("unparseable trust record %s (%v): it is replaced at the host's next successful restart; `etcdctl del %s` removes it", key, err, key)}
 	}
 	r.Host = host
 	r.Revision = rev
@@ -193,7 +216,7 @@ func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record
 	out := map[string]Record{}
 	for _, ev := range resp.Kvs {
 		host := strings.TrimPrefix(string(ev.Key), p)
-		out[host] = decode(host, ev.Value, ev.ModRevision)
+		out[host] = decode(string(ev.Key), host, ev.Value, ev.ModRevision)
 	}
 	return out, resp.Header.Revision, nil
 }

@@ -64,7 +64,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	records := map[string]Record{}
 	for _, kv := range trustResp.Kvs {
 		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Trust))
-		records[host] = decode(host, kv.Value, kv.ModRevision)
+		records[host] = decode(string(kv.Key), host, kv.Value, kv.ModRevision)
 	}
 	published := map[string][]string{}
 	pubErr := map[string]string{}
@@ -156,6 +156,17 @@ func (r *Report) NotTrusting(kids []string, exclude []string) []string {
 	return out
 }
 
+// Stale returns the stale hosts, sorted.
+func (r *Report) Stale() []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if h.Stale {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
 // RecordOf is host's trust record, nil if it has none.
 func (r *Report) RecordOf(host string) *Record {
 	for _, h := range r.Hosts {
@@ -226,11 +237,16 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "\t%s", cell)
 		}
 		when, mode := "never", "-"
-		if h.Record != nil {
+		switch {
+		case h.Record != nil && h.Record.Unparseable != "":
+			when = "unparseable"
+		case h.Record != nil:
 			when, mode = h.Record.Time.UTC().Format(time.RFC3339), h.Record.Mode()
 		}
 		state := "ok"
 		switch {
+		case h.Record != nil && h.Record.Unparseable != "":
+			state = "STALE: " + h.Record.Unparseable
 		case h.PublishError != "":
 			state = "bad published value: " + h.PublishError
 		case h.Stale && h.Record == nil:
@@ -254,13 +270,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "K%d = %s%s\n", i+1, kid, note)
 	}
-	var stale []string
-	for _, h := range r.Hosts {
-		if h.Stale {
-			stale = append(stale, h.Host)
-		}
-	}
-	if len(stale) > 0 {
+	if stale := r.Stale(); len(stale) > 0 {
 		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))
 	} else {
 		b.WriteString("stale hosts: none\n")

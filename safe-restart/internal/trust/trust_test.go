@@ -170,7 +170,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 		for _, k := range keys {
 			r.Trusted = append(r.Trusted, kid(t, k))
 		}
-		if err := Put(ctx, cli, p.Trust, r); err != nil {
+		if err := Put(ctx, cli, p.Trust, "", r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestWaitSkipUnrecorded(t *testing.T) {
 	a, c := ecKey(t), ecKey(t)
 	srv.Put(t, "/k/a", string(pubPEM(t, a)))
 	srv.Put(t, "/k/c", string(pubPEM(t, c)))
-	if err := Put(context.Background(), cli, p.Trust, Record{Host: "a", Trusted: []string{kid(t, a), kid(t, c)}}); err != nil {
+	if err := Put(context.Background(), cli, p.Trust, "", Record{Host: "a", Trusted: []string{kid(t, a), kid(t, c)}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -247,6 +247,62 @@ func TestWaitSkipUnrecorded(t *testing.T) {
 	defer cancel2()
 	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}, SkipUnrecorded: true}); err != nil {
 		t.Fatalf("wait skipping unrecorded hosts: %v", err)
+	}
+}
+
+// The record is written only while the lock key exists: a helper that lost
+// its lock records nothing.
+func TestPutNeedsTheLockKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	rec := Record{Host: "a", Time: time.Now(), Trusted: []string{"k1"}}
+	if err := Put(ctx, cli, "/t", "/lock/abc", rec); !errors.Is(err, ErrLockGone) || !strings.Contains(err.Error(), "/lock/abc") {
+		t.Fatalf("put without the lock key: %v, want ErrLockGone naming it", err)
+	}
+	if recs, _, err := List(ctx, cli, "/t"); err != nil || len(recs) != 0 {
+		t.Fatalf("records %v, %v: written without the lock", recs, err)
+	}
+	srv.Put(t, "/lock/abc", "")
+	if err := Put(ctx, cli, "/t", "/lock/abc", rec); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, _ := List(ctx, cli, "/t"); !slices.Equal(recs["a"].Trusted, []string{"k1"}) {
+		t.Fatalf("records %v", recs)
+	}
+}
+
+// A record that is not one is shown as unparseable, naming its key and
+// never its value, and trusts nothing (the host is stale).
+func TestGarbageRecordIsUnparseable(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	a := ecKey(t)
+	srv.Put(t, "/k/a", string(pubPEM(t, a)))
+	srv.Put(t, "/k-trust/a", "garbage-value-xyz")
+	rep, err := Collect(context.Background(), cli, Prefixes{Keys: "/k", Trust: "/k-trust"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := rep.Hosts[0]
+	if !h.Stale || h.Record == nil || !strings.HasPrefix(h.Record.Unparseable, "unparseable trust record /k-trust/a (") {
+		t.Fatalf("host %+v, record %+v", h, h.Record)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{"unparseable  STALE: unparseable trust record /k-trust/a (invalid character 'g' looking for beginning of value): it is replaced at the host's next successful restart; `etcdctl del /k-trust/a` removes it", "stale hosts: a"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "0001-01-01") || strings.Contains(out, "garbage-value-xyz") {
+		t.Errorf("text shows a year-1 record or the value:\n%s", out)
+	}
+	if !slices.Equal(rep.Stale(), []string{"a"}) {
+		t.Fatalf("stale %v", rep.Stale())
 	}
 }
 

@@ -1,0 +1,109 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/kelseyhightower/memkv"
+
+	kvstore "github.com/keysync/confd/store"
+	"github.com/keysync/confd/template"
+)
+
+// Plan is what one pass over a resource would do, worked out without
+// touching anything: the rendered file and whether it differs from the
+// live one, and whether a reload_cmd is still owed from an earlier update.
+type Plan struct {
+	Revision int64 // store revision the content was rendered from
+	Content  template.Text
+	Mode     os.FileMode
+	UID, GID int
+	// Write is set when the live file's content, mode or owner differ.
+	Write bool
+	// ReloadOwed is set when an earlier pass replaced the live file (it now
+	// holds what that pass wrote) but its reload_cmd has not yet succeeded.
+	ReloadOwed bool
+	// staleOwed is an owed-reload record for content that never went live
+	// (the process died between recording and renaming): nothing is owed.
+	staleOwed bool
+	// inPlace: the record names an in-place write that may have been cut
+	// short (repairInPlace settles it).
+	inPlace bool
+	live    liveFile
+}
+
+// Release frees what the plan's content holds (a large render's file).
+func (p *Plan) Release() { p.Content.Release() }
+
+// Diff is what -noop prints for the plan: owner and mode changes, then a
+// unified diff, private key material masked; for a file others may not
+// read, only line counts unless showSecrets.
+func (p *Plan) Diff(dest string, showSecrets bool) []byte {
+	return describeChange(dest, p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID, showSecrets)
+}
+
+// PairGetter is a Getter that can also give a snapshot as a list, which
+// may repeat keys and is often already in key order (etcd's); GetPairs
+// prefers it.
+type PairGetter interface {
+	GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error)
+}
+
+// GetPairs reads a snapshot of keys from store as a list: through
+// PairGetter when store has it, so that a large snapshot needs no map on
+// its way to the index.
+func GetPairs(ctx context.Context, store Getter, keys []string) ([]memkv.KVPair, int64, error) {
+	if pg, ok := store.(PairGetter); ok {
+		return pg.GetPairs(ctx, keys)
+	}
+	kvs, rev, err := store.GetValues(ctx, keys)
+	return kvstore.PairsOf(kvs), rev, err
+}
+
+// Plan reads one snapshot of the resource's keys, renders the template and
+// compares the result with the live file and the owed-reload record. The
+// caller releases a plan that returned no error (Plan.Release).
+func (r *File) Plan(ctx context.Context, store Getter) (Plan, error) {
+	pairs, rev, err := GetPairs(ctx, store, r.StoreKeys())
+	if err != nil {
+		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
+	}
+	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
+	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring)); err != nil {
+		return p, fmt.Errorf("%s: %w", r.File, err)
+	}
+	if err := r.compare(&p); err != nil {
+		p.Release()
+		return p, err
+	}
+	return p, nil
+}
+
+// compare sets what p would do from the live file and the owed-reload
+// record as they are now: Process compares again once it holds the
+// destination's lock, as another process may have written the file since.
+func (r *File) compare(p *Plan) (err error) {
+	if p.live, err = readLive(r.Dest); err != nil {
+		return fmt.Errorf("%s: %w", r.File, err)
+	}
+	p.Mode = r.effectiveMode(p.live)
+	p.Write = !r.inSync(p.live, p.Content, p.Mode)
+	owed, err := readOwed(r.Dest)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.File, err)
+	}
+	p.inPlace = owed.inPlace != nil
+	p.ReloadOwed, p.staleOwed = false, false
+	if owed.exists && (len(owed.sums) > 0 || !owed.valid) { // not just an in-place write's line
+		// Owed only if the live file is what the recording pass installed;
+		// an unreadable record counts as owed: a spare reload is better
+		// than a lost one.
+		if !owed.valid || (p.live.exists && owed.covers(p.live.content)) {
+			p.ReloadOwed = true
+		} else {
+			p.staleOwed = true
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+// Package connect opens the store a backends.Config names. It is the one
+// package that links every backend (and so etcd's client and gRPC): what
+// only consumes stores (daemon, resource) imports backends, which links
+// none of them.
+package connect
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/backends/env"
+	"github.com/keysync/confd/backends/etcdv3"
+	"github.com/keysync/confd/backends/file"
+)
+
+// Defaults applied by New to zero durations.
+const (
+	DefaultDialTimeout       = etcdv3.DefaultDialTimeout    // 5s
+	DefaultRequestTimeout    = etcdv3.DefaultRequestTimeout // 10s
+	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout   // 30s
+)
+
+var (
+	_ backends.StoreClient = (*etcdv3.Client)(nil)
+	_ backends.StoreClient = (*env.Client)(nil)
+	_ backends.StoreClient = (*file.Client)(nil)
+)
+
+// New returns the store cfg.Backend names, connected: for etcd, New fails
+// (within about cfg.DialTimeout) when no endpoint answers, instead of the
+// first read failing later.
+func New(ctx context.Context, cfg backends.Config) (backends.StoreClient, error) {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	switch cfg.Backend {
+	case "etcdv3", "etcd", "":
+		// "etcd" meant the v2 API in confd; etcd on Kubernetes masters
+		// serves v3 only, so the name is kept as an alias. It was also
+		// confd's default.
+		name := cfg.Backend
+		if name == "" {
+			name = "etcd"
+		}
+		c, err := etcdv3.New(ctx, etcdv3.Config{
+			Backend:        name,
+			Nodes:          cfg.Nodes,
+			Scheme:         cfg.Scheme,
+			SRVDomain:      cfg.SRVDomain,
+			SRVRecord:      cfg.SRVRecord,
+			ClientCAKeys:   cfg.ClientCAKeys,
+			ClientCert:     cfg.ClientCert,
+			ClientKey:      cfg.ClientKey,
+			ClientInsecure: cfg.ClientInsecure,
+			// Sent whether or not BasicAuth is set: confd needed
+			// -basic-auth too, and ignoring a given password helps no one.
+			Username:       cfg.Username,
+			Password:       cfg.Password,
+			DialTimeout:    cfg.DialTimeout,
+			RequestTimeout: cfg.RequestTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.StallTimeout = cfg.WatchStallTimeout
+		return c, nil
+	case "env":
+		return env.New(nil), nil
+	case "file":
+		c, err := file.New(cfg.YAMLFiles, cfg.Filter)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("backend %q is not supported; use one of %s", cfg.Backend, strings.Join(backends.Names(), ", "))
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// -dest-lock-timeout: both flag spellings, confd.toml's dest_lock_timeout,
+// a default of one minute, and a zero refused naming the flag.
+func TestDestLockTimeoutFlagAndFileKey(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "confd.toml")
+	if err := os.WriteFile(cfg, []byte("dest_lock_timeout = \"3s\"\nbackend = \"env\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"-backend", "env"}, time.Minute},
+		{[]string{"-config-file", cfg}, 3 * time.Second},
+		{[]string{"-config-file", cfg, "-dest-lock-timeout", "1m30s"}, 90 * time.Second},
+		{[]string{"-config-file", cfg, "--dest-lock-timeout=2s"}, 2 * time.Second},
+	} {
+		var out, errb bytes.Buffer
+		c, log, code := configure(tc.args, &out, &errb, envOf(nil))
+		if log == nil || c.DestLockTimeout != tc.want {
+			t.Errorf("configure(%v): exit %d, %v, want %v: %s", tc.args, code, c, tc.want, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if _, log, _ := configure([]string{"-backend", "env", "-dest-lock-timeout", "0s"}, &out, &errb, envOf(nil)); log != nil || !strings.Contains(errb.String(), "-dest-lock-timeout") {
+		t.Errorf("zero timeout accepted: %s", errb.String())
+	}
+}
