@@ -3,13 +3,20 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"os/user"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/internal/config"
 )
+
+// defaultConfig is --config's default, read only when present; tests set
+// it to "" so that they never read the host's file.
+var defaultConfig = config.DefaultPath
 
 const progName = "kube-apiserver-sa-signer"
 
@@ -49,10 +56,11 @@ type options struct {
 	host               string
 	metricsAddr        string
 
-	logLevel  string
-	logFormat string
-	version   bool
-	help      bool
+	logLevel   string
+	logFormat  string
+	configPath string
+	version    bool
+	help       bool
 
 	gid int // resolved --socket-group, -1 when not given
 }
@@ -90,6 +98,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (logs go to stderr)")
+	fs.StringVar(&o.configPath, "config", defaultConfig, "TOML file whose keys are the long flag names, shared with kube-apiserver-safe-restart (read when present; '' reads none); a flag, then ETCDCTL_*, beat it")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVarP(&o.help, "help", "h", false, "show this help")
 	return fs
@@ -109,10 +118,35 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 	if fs.NArg() > 0 {
 		return nil, fs, usagef("unexpected argument %q", fs.Arg(0))
 	}
+	if err := readConfig(o, fs); err != nil {
+		return nil, fs, err
+	}
 	if err := applyEnv(o, fs, env); err != nil {
 		return nil, fs, err
 	}
 	return o, fs, validate(o)
+}
+
+// readConfig sets, from --config, the flags the command line did not give:
+// precedence flag > ETCDCTL_* environment > file > default, as for
+// kube-apiserver-safe-restart. Keys of the other binaries are skipped.
+func readConfig(o *options, fs *pflag.FlagSet) error {
+	if o.configPath == "" {
+		return nil
+	}
+	if !fs.Changed("config") {
+		if _, err := os.Stat(o.configPath); err != nil {
+			return nil // the default, absent: no file
+		}
+	}
+	f, err := config.Load(o.configPath)
+	if err != nil {
+		return usagef("--config: %v", err)
+	}
+	if _, err := f.Apply(fs, nil); err != nil {
+		return usagef("--config: %v", err)
+	}
+	return nil
 }
 
 // applyEnv fills etcd settings from etcdctl's environment variables where

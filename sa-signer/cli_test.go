@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -49,5 +50,38 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		if _, _, err := parseArgs(tc.args, envOf(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+func init() { defaultConfig = "" }
+
+// TestConfigFile: the shared TOML file sets the signer's flags; a flag
+// beats it; another binary's key is skipped; an unknown key is an error
+// naming the file and line.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/safe-restart.toml"
+	data := `endpoints = ["https://10.0.0.1:2379"]
+socket = "/run/x/signer.sock"
+refresh-hint = "20s"
+health-url = "https://127.0.0.1:6443/readyz"
+trust-timeout = "5m"
+`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := parseArgs([]string{"--config=" + path, "--trust-timeout=1m"}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
+		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute {
+		t.Errorf("from the file: %+v", o)
+	}
+	if err := os.WriteFile(path, []byte("sockett = \"/x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := parseArgs([]string{"--config=" + path}, envOf(nil)); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("unknown key: %v, want an error naming %s", err, path)
 	}
 }

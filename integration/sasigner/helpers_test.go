@@ -224,6 +224,7 @@ func signerArgs(dir, endpoint, keyFile string, extra ...string) []string {
 		"--endpoints=" + endpoint,
 		"--cache-file=" + filepath.Join(dir, "keys.json"),
 		"--dial-timeout=1s",
+		"--config=", // never the host's /etc/kubernetes/safe-restart.toml
 	}, extra...)
 }
 
