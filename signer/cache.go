@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/keysync/confd/internal/atomicfile"
 )
 
 // cacheVersion changes when the cache format does; another version is
@@ -72,48 +73,5 @@ func (c *Cache) Write(path string) error {
 	if err != nil {
 		return fmt.Errorf("key cache: %w", err)
 	}
-	return writeAtomic(path, append(data, '\n'), 0o644)
-}
-
-// writeAtomic writes data to a temporary file beside path, syncs it,
-// renames it over path and syncs the directory.
-func writeAtomic(path string, data []byte, mode fs.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	name := tmp.Name()
-	done := false
-	defer func() {
-		if !done {
-			_ = tmp.Close()
-			_ = os.Remove(name)
-		}
-	}()
-	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(name, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	done = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }
