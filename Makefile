@@ -29,6 +29,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/confd .
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./safe-restart
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./sa-signer
 
 # Pinned etcd servers and etcdctl, built from the Go module proxy, one
 # directory per version.
@@ -39,7 +40,7 @@ etcd:
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
 
-# Both binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
+# The binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
 # $(DESTDIR)$(SYSTEMDDIR), and the example confdir (conf.d, templates,
 # confd.toml) and safe-restart.toml into $(DESTDIR)$(PREFIX)/share/keysync,
 # to copy from: /etc/confd and /etc/kubernetes are the site's and never
@@ -48,7 +49,7 @@ SHAREDIR = $(PREFIX)/share/keysync
 install: build
 	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR) $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
 	$(INSTALL) -d $(DESTDIR)$(SHAREDIR)/confd/conf.d $(DESTDIR)$(SHAREDIR)/confd/templates
-	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart $(DESTDIR)$(PREFIX)/bin/
+	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart bin/kube-apiserver-sa-signer $(DESTDIR)$(PREFIX)/bin/
 	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
 		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
 		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \

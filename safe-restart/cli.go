@@ -123,6 +123,7 @@ type options struct {
 	rotationPrefix string
 	abort          bool
 	rollback       bool
+	signer         bool // rotate-key: this host signs through kube-apiserver-sa-signer (signer.go)
 
 	// subcommands
 	reason      string
@@ -198,6 +199,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
 	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
 	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
+	fs.BoolVar(&o.signer, "signer", false, "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -232,6 +234,7 @@ var flagScope = map[string][]string{
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey, cmdPublishKey}, "abort": {cmdRotateKey}, "rollback": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"signer":          {cmdRotateKey},
 	"reason":          {cmdHold},
 	"public-only":     {cmdCheck},
 	"require-key":     {cmdCheck},

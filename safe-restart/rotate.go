@@ -119,6 +119,9 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 			return err
 		},
 		Restart: func(ctx context.Context) error {
+			if o.signer {
+				return a.signerSwitch(ctx, cli, host)
+			}
 			if code := a.restart(ctx); code != exitOK {
 				return &codeError{code: code, what: "restart through the lock failed"}
 			}

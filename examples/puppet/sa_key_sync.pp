@@ -27,6 +27,12 @@ class sa_key_sync (
     }
   }
   File['/usr/local/bin/confd'] ~> Service['confd']
+  # The external signer (docs/signer.md): installed everywhere, enabled only
+  # on masters moved to signer mode.
+  file { '/usr/local/bin/kube-apiserver-sa-signer':
+    source => 'puppet:///modules/sa_key_sync/bin/kube-apiserver-sa-signer',
+    mode   => '0755',
+  }
 
   file { ['/etc/confd', '/etc/confd/conf.d', '/etc/confd/templates']:
     ensure => directory,
@@ -72,7 +78,7 @@ class sa_key_sync (
   }
 
   ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path',
-    'sa-key-retire.service', 'sa-key-retire.timer'].each |$u| {
+    'sa-key-retire.service', 'sa-key-retire.timer', 'kube-apiserver-sa-signer.service'].each |$u| {
     file { "/etc/systemd/system/${u}":
       source => "puppet:///modules/sa_key_sync/systemd/${u}",
       notify => Exec['sa_key_sync-daemon-reload'],

@@ -118,6 +118,8 @@ var Keys = []Key{
 	{Name: "algorithm", Kind: String},
 	{Name: "grace", Kind: Duration},
 	{Name: "rotation-prefix", Kind: String},
+	// rotate-key: the host signs through kube-apiserver-sa-signer.
+	{Name: "signer", Kind: Bool},
 
 	// check.
 	{Name: "public-only", Kind: Bool},

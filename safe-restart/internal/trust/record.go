@@ -42,6 +42,10 @@ type Record struct {
 	// bytes, concatenated in flag order.
 	BundleSHA256 string    `json:"bundle_sha256"`
 	Time         time.Time `json:"time"`
+	// Source is "kube-apiserver-sa-signer" for a record a signer wrote
+	// from what its apiserver fetched (signer mode); empty for one written
+	// at a restart from the key files (bundle mode).
+	Source string `json:"source,omitempty"`
 	// Revision is the etcd revision that last wrote the record (set on read).
 	Revision int64 `json:"mod_revision,omitempty"`
 	// Unparseable, set on read, says why the stored value is not a record

@@ -220,7 +220,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	for i := range r.Keys {
 		fmt.Fprintf(tw, "\tK%d", i+1)
 	}
-	fmt.Fprint(tw, "\tRECORDED\tSTATE\n")
+	fmt.Fprint(tw, "\tMODE\tRECORDED\tSTATE\n")
 	for _, h := range r.Hosts {
 		fmt.Fprint(tw, h.Host)
 		for _, kid := range r.Keys {
@@ -236,12 +236,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 			fmt.Fprintf(tw, "\t%s", cell)
 		}
-		when := "never"
+		when, mode := "never", "-"
 		switch {
 		case h.Record != nil && h.Record.Unparseable != "":
 			when = "unparseable"
 		case h.Record != nil:
-			when = h.Record.Time.UTC().Format(time.RFC3339)
+			when, mode = h.Record.Time.UTC().Format(time.RFC3339), h.Record.Mode()
 		}
 		state := "ok"
 		switch {
@@ -256,12 +256,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		case len(h.Publishes) == 0:
 			state = "publishes no key"
 		}
-		fmt.Fprintf(tw, "\t%s\t%s\n", when, state)
+		fmt.Fprintf(tw, "\t%s\t%s\t%s\n", mode, when, state)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	b.WriteString("\nS signs with, T trusts, - does not trust; * published by this host\n")
+	b.WriteString("MODE bundle: trust as loaded at the last restart; signer: as fetched from kube-apiserver-sa-signer\n")
 	for i, kid := range r.Keys {
 		note := ""
 		if !slices.Contains(r.Published, kid) {
@@ -276,4 +277,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// SignerSource is the Source of records kube-apiserver-sa-signer writes.
+const SignerSource = "kube-apiserver-sa-signer"
+
+// Mode is "signer" for a record a signer wrote, "bundle" otherwise.
+func (r *Record) Mode() string {
+	if r != nil && r.Source == SignerSource {
+		return "signer"
+	}
+	return "bundle"
 }

@@ -305,3 +305,20 @@ func TestGarbageRecordIsUnparseable(t *testing.T) {
 		t.Fatalf("stale %v", rep.Stale())
 	}
 }
+
+// TestTrustShowsModes: `trust` names signer hosts (records written by
+// kube-apiserver-sa-signer) and bundle hosts side by side.
+func TestTrustShowsModes(t *testing.T) {
+	rep := build(1, map[string][]string{"m1": {"k1"}, "m2": {"k2"}}, nil, map[string]Record{
+		"m1": {Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k1"},
+		"m2": {Host: "m2", Trusted: []string{"k1", "k2"}, Signing: "k2", Source: SignerSource},
+	})
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[0], "MODE") || !strings.Contains(lines[1], "bundle") || !strings.Contains(lines[2], "signer") {
+		t.Fatalf("trust table:\n%s", b.String())
+	}
+}

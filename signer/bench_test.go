@@ -1,0 +1,88 @@
+package signer
+
+import (
+	"context"
+	"crypto"
+	"crypto/elliptic"
+	"encoding/base64"
+	"slices"
+	"testing"
+	"time"
+
+	externaljwtv1 "k8s.io/externaljwt/apis/v1"
+)
+
+// BenchmarkSignOverSocket measures Sign as kube-apiserver calls it: one
+// gRPC call over the Unix socket. It reports the p99 latency (issue 27's
+// targets: ECDSA P-256 under 2 ms, RSA-2048 under 5 ms) beside ns/op.
+//
+//	go test -run '^$' -bench SignOverSocket ./signer
+func BenchmarkSignOverSocket(b *testing.B) {
+	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"aud":["https://kubernetes.default.svc"],"exp":1767225600,"iat":1767222000,"iss":"https://kubernetes.default.svc","kubernetes.io":{"namespace":"default","serviceaccount":{"name":"probe","uid":"6b3c3c1e-0a4f-4c43-9a3e-3f1f2d3c4b5a"}},"nbf":1767222000,"sub":"system:serviceaccount:default:probe"}`))
+	for _, tc := range []struct {
+		name string
+		key  func(testing.TB) crypto.Signer
+	}{
+		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return ecKey(t, elliptic.P256()) }},
+		{"rsa-2048", func(t testing.TB) crypto.Signer { return rsaKey(t) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ks := NewKeySet(nil, mustSigningKey(b, tc.key(b)))
+			cli, _ := serveSocket(b, ks, nil)
+			ctx := context.Background()
+			req := &externaljwtv1.SignJWTRequest{Claims: claims}
+			if _, err := cli.Sign(ctx, req); err != nil { // connect before timing
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				if _, err := cli.Sign(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkFetchKeysOverSocket: FetchKeys is answered from memory.
+func BenchmarkFetchKeysOverSocket(b *testing.B) {
+	ks := NewKeySet(nil, mustSigningKey(b, ecKey(b, elliptic.P256())))
+	for _, h := range []string{"m1", "m2", "m3"} {
+		ks.SetHost(h, []Key{keyOf(b, &rsaKey(b).PublicKey)})
+	}
+	cli, _ := serveSocket(b, ks, nil)
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := cli.FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSignDirect is the signature alone, without gRPC: what the
+// socket adds is the difference to BenchmarkSignOverSocket.
+func BenchmarkSignDirect(b *testing.B) {
+	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:default:probe"}`))
+	for _, tc := range []struct {
+		name string
+		key  func(testing.TB) crypto.Signer
+	}{
+		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return ecKey(t, elliptic.P256()) }},
+		{"rsa-2048", func(t testing.TB) crypto.Signer { return rsaKey(t) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			k := mustSigningKey(b, tc.key(b))
+			for b.Loop() {
+				if _, _, err := k.Sign(claims); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,167 @@
+package signer
+
+import (
+	"context"
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/pem"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdclient"
+	"github.com/keysync/confd/internal/etcdtest"
+)
+
+type follow struct {
+	ks      *KeySet
+	changes chan *Snapshot
+	etcd    chan bool
+	synced  chan struct{}
+}
+
+func startFollower(t *testing.T, endpoint string, ks *KeySet) *follow {
+	t.Helper()
+	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), etcd: make(chan bool, 10), synced: make(chan struct{})}
+	ks.OnChange(func(s *Snapshot) { f.changes <- s })
+	log := logrus.New()
+	log.SetOutput(testWriter{t})
+	fl := &Follower{
+		Connect: func(ctx context.Context) (*clientv3.Client, error) {
+			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{endpoint}, DialTimeout: time.Second})
+		},
+		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
+		OnEtcd: func(up bool) { f.etcd <- up },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = fl.Run(ctx, func() { close(f.synced) }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+// waitFor waits for a snapshot satisfying ok.
+func (f *follow) waitFor(t *testing.T, what string, ok func(*Snapshot) bool) *Snapshot {
+	t.Helper()
+	if s := f.ks.Snapshot(); ok(s) {
+		return s
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case s := <-f.changes:
+			if ok(s) {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("%s: not seen; serving %v", what, f.ks.Snapshot().IDs())
+		}
+	}
+}
+
+func has(ids ...string) func(*Snapshot) bool {
+	return func(s *Snapshot) bool {
+		for _, id := range ids {
+			if !slices.Contains(s.IDs(), id) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func lacks(id string) func(*Snapshot) bool {
+	return func(s *Snapshot) bool { return !slices.Contains(s.IDs(), id) }
+}
+
+// TestFollowEtcd follows a real etcd: published keys appear and go, a
+// refused value keeps the host's previous keys, and a key deeper than
+// PREFIX/HOST or beside the prefix is not read.
+func TestFollowEtcd(t *testing.T) {
+	e := etcdtest.Start(t)
+	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	k1, k2, k3, k4 := rsaKey(t), ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256())
+	id := func(pub any) string { return kidOf(t, pub) }
+	e.Put(t, "/keys/h1", publicPEM(t, &k1.PublicKey))
+	e.Put(t, "/keys/h2", publicPEM(t, &k2.PublicKey))
+	e.Put(t, "/keys/h2/deeper", publicPEM(t, &k3.PublicKey))
+	e.Put(t, "/keys-trust/h1", publicPEM(t, &k3.PublicKey))
+	sec1, _ := x509.MarshalECPrivateKey(k4)
+	e.Put(t, "/keys/h3", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1})))
+
+	f := startFollower(t, e.Endpoint, NewKeySet(nil, sk))
+	<-f.synced
+	s := f.ks.Snapshot()
+	if want := []string{sk.KeyID, id(&k1.PublicKey), id(&k2.PublicKey)}; !has(want...)(s) || len(s.Keys) != 3 {
+		t.Fatalf("after the first read: %v, want %v", s.IDs(), want)
+	}
+
+	// A new key for h1 replaces its old one.
+	e.Put(t, "/keys/h1", publicPEM(t, &k3.PublicKey))
+	f.waitFor(t, "h1's new key", func(s *Snapshot) bool { return has(id(&k3.PublicKey))(s) && lacks(id(&k1.PublicKey))(s) })
+
+	// h2 publishes garbage: its previous key stays served. (The later put
+	// of h4 is seen after it, the watch delivering in order.)
+	e.Put(t, "/keys/h2", "garbage")
+	e.Put(t, "/keys/h4", publicPEM(t, &k4.PublicKey))
+	s = f.waitFor(t, "h4's key", has(id(&k4.PublicKey)))
+	if !has(id(&k2.PublicKey))(s) {
+		t.Fatalf("h2's previous key dropped after a refused value: %v", s.IDs())
+	}
+
+	// A deleted host's keys are withdrawn.
+	if _, err := e.Client(t).Delete(context.Background(), "/keys/h4"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, "h4 withdrawn", lacks(id(&k4.PublicKey)))
+}
+
+// TestFollowEtcdDown: while etcd is down the set served is kept whole;
+// when it is back, changes made meanwhile are read.
+func TestFollowEtcdDown(t *testing.T) {
+	e := etcdtest.Start(t)
+	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	k1, k2 := rsaKey(t), ecKey(t, elliptic.P256())
+	e.Put(t, "/keys/h1", publicPEM(t, &k1.PublicKey))
+	f := startFollower(t, e.Endpoint, NewKeySet(nil, sk))
+	<-f.synced
+	before := f.ks.Snapshot()
+
+	e.Stop()
+	if up := <-f.etcd; up {
+		t.Fatal("etcd reported up after stop")
+	}
+	if s := f.ks.Snapshot(); s != before {
+		t.Fatalf("set changed while etcd was down: %v, was %v", s.IDs(), before.IDs())
+	}
+	e.Restart(t)
+	e.Put(t, "/keys/h2", publicPEM(t, &k2.PublicKey))
+	f.waitFor(t, "h2 after etcd came back", has(kidOf(t, &k1.PublicKey), kidOf(t, &k2.PublicKey)))
+	if up := <-f.etcd; !up {
+		t.Fatal("etcd not reported up again")
+	}
+}
+
+// TestStartWithEtcdDown: a signer started while etcd is unreachable serves
+// the cached set, and follows etcd once it answers.
+func TestStartWithEtcdDown(t *testing.T) {
+	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	k1 := rsaKey(t)
+	old := NewKeySet(nil, sk)
+	old.SetHost("h1", []Key{keyOf(t, &k1.PublicKey)})
+	cache := old.Cache()
+
+	ks := NewKeySet(nil, sk)
+	ks.Restore(cache.Hosts, cache.IDs, cache.Time)
+	f := startFollower(t, etcdtest.UnusedEndpoint(t), ks)
+	if up := <-f.etcd; up {
+		t.Fatal("unreachable etcd reported up")
+	}
+	s := ks.Snapshot()
+	if !slices.Equal(s.IDs(), cache.IDs) || !s.Time.Equal(cache.Time) {
+		t.Fatalf("serving %v at %s while etcd is down, want the cached %v at %s", s.IDs(), s.Time, cache.IDs, cache.Time)
+	}
+}

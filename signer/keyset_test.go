@@ -1,0 +1,203 @@
+package signer
+
+import (
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+func TestParsePublished(t *testing.T) {
+	rk := rsaKey(t)
+	ek := ecKey(t, elliptic.P256())
+	_, edPriv, _ := ed25519.GenerateKey(rand.Reader)
+	pkcs1Pub := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&rk.PublicKey)}))
+	sec1DER, _ := x509.MarshalECPrivateKey(ek)
+	sec1 := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1DER}))
+	// An expired certificate: its key stays trusted until retired.
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sa"},
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
+	certDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &rk.PublicKey, rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}))
+	rkid, ekid := kidOf(t, &rk.PublicKey), kidOf(t, &ek.PublicKey)
+	for _, tc := range []struct {
+		name, value string
+		kids        []string
+		err         error
+		errText     string
+	}{
+		{"pkix rsa", publicPEM(t, &rk.PublicKey), []string{rkid}, nil, ""},
+		{"pkix ec", publicPEM(t, &ek.PublicKey), []string{ekid}, nil, ""},
+		{"two keys, CRLF", strings.ReplaceAll(publicPEM(t, &rk.PublicKey)+publicPEM(t, &ek.PublicKey), "\n", "\r\n"), []string{rkid, ekid}, nil, ""},
+		{"duplicate", publicPEM(t, &rk.PublicKey) + pkcs1Pub, []string{rkid}, nil, ""},
+		{"pkcs1 public key (publicKeys re-encodes it)", pkcs1Pub, []string{rkid}, nil, ""},
+		{"expired certificate", cert, []string{rkid}, nil, ""},
+		{"private key", sec1, nil, pemcheck.ErrPrivateKey, ""},
+		{"public key beside a private key", publicPEM(t, &rk.PublicKey) + sec1, nil, pemcheck.ErrPrivateKey, ""},
+		{"ed25519", publicPEM(t, edPriv.Public()), nil, nil, "RSA and ECDSA keys only"},
+		{"empty", "", nil, nil, "/keys/h1"},
+		{"garbage", "hello", nil, nil, "/keys/h1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, err := ParsePublished("/keys/h1", []byte(tc.value))
+			if tc.err != nil || tc.errText != "" {
+				if err == nil || (tc.err != nil && !errors.Is(err, tc.err)) || !strings.Contains(err.Error(), tc.errText) {
+					t.Fatalf("err = %v, want %v / %q", err, tc.err, tc.errText)
+				}
+				if !strings.Contains(err.Error(), "/keys/h1") {
+					t.Errorf("error does not name the etcd key: %v", err)
+				}
+				if strings.Contains(err.Error(), "PRIVATE KEY-----") || strings.Contains(err.Error(), "MII") {
+					t.Errorf("error quotes the value: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, k := range keys {
+				got = append(got, k.ID)
+				if err := checkKey(k); err != nil {
+					t.Error(err)
+				}
+			}
+			if !slices.Equal(got, tc.kids) {
+				t.Errorf("kids %v, want %v", got, tc.kids)
+			}
+		})
+	}
+}
+
+// clock is a settable time source.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time      { return c.t }
+func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
+
+func keyOf(t testing.TB, pub any) Key {
+	k, err := newKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestDataTimestamp pins FetchKeys' data_timestamp: it moves when the set
+// of key IDs served changes, and only then (kube-apiserver re-broadcasts its
+// keys to its listeners whenever the timestamp differs).
+func TestDataTimestamp(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	ks := NewKeySet(c.now, sk)
+	var changes []*Snapshot
+	ks.OnChange(func(s *Snapshot) { changes = append(changes, s) })
+	s0 := ks.Snapshot()
+	if !s0.Time.Equal(c.t) || !slices.Equal(s0.IDs(), []string{sk.KeyID}) || s0.Signing != sk.KeyID {
+		t.Fatalf("initial snapshot %v at %s, want only the signing key at %s", s0.IDs(), s0.Time, c.t)
+	}
+
+	h1 := keyOf(t, &ecKey(t, elliptic.P256()).PublicKey)
+	c.add(time.Minute)
+	ks.SetHost("h1", []Key{h1})
+	s1 := ks.Snapshot()
+	if !s1.Time.Equal(c.t) || len(s1.Keys) != 2 || len(changes) != 1 {
+		t.Fatalf("after a new host key: %v at %s (%d changes), want 2 keys at %s", s1.IDs(), s1.Time, len(changes), c.t)
+	}
+	if !slices.IsSortedFunc(s1.Keys, func(a, b Key) int { return strings.Compare(a.ID, b.ID) }) {
+		t.Error("keys not sorted by ID: kube-apiserver compares them in order")
+	}
+
+	// The same keys again, from another host, or a full re-read with the
+	// same content: the set is unchanged, so is its time.
+	c.add(time.Minute)
+	ks.SetHost("h1", []Key{h1})
+	ks.SetHost("h2", []Key{h1, {ID: sk.KeyID, DER: sk.PublicDER}})
+	ks.Replace(map[string][]Key{"h1": {h1}})
+	if s := ks.Snapshot(); s != s1 || len(changes) != 1 {
+		t.Fatalf("unchanged set published again: time %s (%d changes), want %s", s.Time, len(changes), s1.Time)
+	}
+
+	// A withdrawn key changes the set.
+	c.add(time.Minute)
+	ks.Replace(nil)
+	if s := ks.Snapshot(); !s.Time.Equal(c.t) || len(s.Keys) != 1 || len(changes) != 2 {
+		t.Fatalf("after withdrawal: %v at %s, want 1 key at %s", s.IDs(), s.Time, c.t)
+	}
+
+	// A new signing key changes the set and the signer.
+	c.add(time.Minute)
+	sk2 := mustSigningKey(t, rsaKey(t))
+	ks.SetSigning(sk2, sk)
+	if s := ks.Snapshot(); !s.Time.Equal(c.t) || len(s.Keys) != 2 || s.Signing != sk2.KeyID || ks.Signer() != sk2 {
+		t.Fatalf("after a new signing key: %v signing %s at %s", s.IDs(), s.Signing, s.Time)
+	}
+	// Same IDs, another key signing: the apiserver sees the same set, so
+	// the time stays; the snapshot names the new signer.
+	before := ks.Snapshot()
+	c.add(time.Minute)
+	ks.SetSigning(sk, sk2)
+	if s := ks.Snapshot(); !s.Time.Equal(before.Time) || s.Signing != sk.KeyID {
+		t.Fatalf("signer swapped within the set: signing %s at %s, want %s at %s", s.Signing, s.Time, sk.KeyID, before.Time)
+	}
+}
+
+// TestRestoreKeepsTime: a restart that finds the cached set keeps its
+// time; one that finds another set (a new signing key) gets a new time.
+func TestRestoreKeepsTime(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	h1 := keyOf(t, &rsaKey(t).PublicKey)
+	ks := NewKeySet(c.now, sk)
+	ks.SetHost("h1", []Key{h1})
+	cache := ks.Cache()
+
+	c.add(time.Hour)
+	again := NewKeySet(c.now, sk)
+	again.Restore(cache.Hosts, cache.IDs, cache.Time)
+	if s := again.Snapshot(); !s.Time.Equal(cache.Time) || !slices.Equal(s.IDs(), cache.IDs) {
+		t.Fatalf("restored %v at %s, want %v at %s", s.IDs(), s.Time, cache.IDs, cache.Time)
+	}
+	for _, k := range again.Snapshot().Keys {
+		if len(k.DER) == 0 {
+			t.Fatalf("restored key %s has no DER", k.ID)
+		}
+	}
+	// The same set read from etcd afterwards changes nothing.
+	again.Replace(map[string][]Key{"h1": {h1}})
+	if s := again.Snapshot(); !s.Time.Equal(cache.Time) {
+		t.Fatalf("re-read of the same set moved the time to %s", s.Time)
+	}
+
+	other := NewKeySet(c.now, mustSigningKey(t, ecKey(t, elliptic.P256())))
+	other.Restore(cache.Hosts, cache.IDs, cache.Time)
+	if s := other.Snapshot(); !s.Time.Equal(c.t) {
+		t.Fatalf("restored with another signing key: time %s, want %s", s.Time, c.t)
+	}
+}
+
+func TestHostOf(t *testing.T) {
+	for key, want := range map[string]string{
+		"/k/h1.example": "h1.example", "/k/": "", "/k/a/b": "", "/k-trust/h1": "", "/other": "",
+	} {
+		if got := HostOf("/k/", key); got != want {
+			t.Errorf("HostOf(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if NormalizePrefix("/k") != "/k/" || NormalizePrefix("/k//") != "/k/" {
+		t.Error("NormalizePrefix")
+	}
+}

@@ -1,0 +1,102 @@
+package signer
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics counts what the signer does (names kube_apiserver_sa_signer_...).
+// A nil *Metrics counts nothing, for tests.
+type Metrics struct {
+	Registry   *prometheus.Registry
+	signs      *prometheus.CounterVec
+	signTime   prometheus.Histogram
+	fetches    prometheus.Counter
+	keys       prometheus.Gauge
+	dataTime   prometheus.Gauge
+	etcdUp     prometheus.Gauge
+	rejected   prometheus.Counter
+	restarts   prometheus.Counter
+	cacheFails prometheus.Counter
+}
+
+// NewMetrics registers every metric in a registry of its own.
+func NewMetrics() *Metrics {
+	const ns = "kube_apiserver_sa_signer_"
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.signs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "sign_total",
+		Help: "Sign calls by result (ok, invalid, error)."}, []string{"result"})
+	m.signTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sign_duration_seconds",
+		Help: "Time to sign one token.", Buckets: []float64{.0005, .001, .002, .005, .01, .05}})
+	m.fetches = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "fetch_keys_total", Help: "FetchKeys calls."})
+	m.keys = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "keys", Help: "Verification keys served."})
+	m.dataTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "keys_timestamp_seconds",
+		Help: "When the served key set last changed (FetchKeys' data_timestamp, Unix time)."})
+	m.etcdUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "etcd_up",
+		Help: "1 while the published keys are read from etcd; 0 while the last good set is served instead."})
+	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "published_values_refused_total",
+		Help: "Published values refused by the check (the host's previous keys stay served)."})
+	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "watch_restarts_total",
+		Help: "Times the etcd watch broke and the prefix was read again."})
+	m.cacheFails = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "cache_write_failures_total",
+		Help: "Failed writes of the key cache file."})
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.cacheFails,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) observeSign(result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.signs.WithLabelValues(result).Inc()
+	if result == "ok" {
+		m.signTime.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) incFetch() {
+	if m != nil {
+		m.fetches.Inc()
+	}
+}
+
+// SetSnapshot records the set served.
+func (m *Metrics) SetSnapshot(s *Snapshot) {
+	if m != nil {
+		m.keys.Set(float64(len(s.Keys)))
+		m.dataTime.Set(float64(s.Time.UnixNano()) / 1e9)
+	}
+}
+
+func (m *Metrics) setEtcdUp(up bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.etcdUp.Set(1)
+	} else {
+		m.etcdUp.Set(0)
+	}
+}
+
+func (m *Metrics) incRejected() {
+	if m != nil {
+		m.rejected.Inc()
+	}
+}
+
+func (m *Metrics) incWatchRestart() {
+	if m != nil {
+		m.restarts.Inc()
+	}
+}
+
+// IncCacheFailure counts a failed cache write.
+func (m *Metrics) IncCacheFailure() {
+	if m != nil {
+		m.cacheFails.Inc()
+	}
+}

@@ -1,0 +1,141 @@
+package signer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	externaljwtv1 "k8s.io/externaljwt/apis/v1"
+)
+
+// MinTokenExpiration is the least max_token_expiration_seconds
+// kube-apiserver accepts from Metadata.
+const MinTokenExpiration = 600 * time.Second
+
+// Service implements ExternalJWTSigner over a KeySet.
+type Service struct {
+	externaljwtv1.UnimplementedExternalJWTSignerServer
+	Keys *KeySet
+	// RefreshHint is FetchKeys' refresh_hint_seconds: how soon the
+	// apiserver asks again (it also asks at once for an unknown kid).
+	RefreshHint        time.Duration
+	MaxTokenExpiration time.Duration
+	Log                logrus.FieldLogger
+	Metrics            *Metrics
+	// Fetched, if set, is called with every snapshot FetchKeys served (the
+	// trust barrier records what its apiserver fetched).
+	Fetched func(*Snapshot)
+}
+
+// Sign signs the apiserver's claims with the current signing key.
+func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*externaljwtv1.SignJWTResponse, error) {
+	start := time.Now()
+	k := s.Keys.Signer()
+	if k == nil {
+		// A new master's key is not trusted everywhere yet: a token it
+		// signed now would be refused by other masters.
+		s.Metrics.observeSign("unavailable", 0)
+		return nil, status.Error(codes.Unavailable, "the signing key is not yet fetched by every host's apiserver (trust barrier)")
+	}
+	header, sig, err := k.Sign(req.GetClaims())
+	switch {
+	case errors.Is(err, ErrBadClaims):
+		s.Metrics.observeSign("invalid", 0)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		s.Metrics.observeSign("error", 0)
+		s.Log.WithError(err).WithField("kid", k.KeyID).Error("sign")
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.Metrics.observeSign("ok", time.Since(start))
+	return &externaljwtv1.SignJWTResponse{Header: header, Signature: sig}, nil
+}
+
+// FetchKeys serves the current key set from memory.
+func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
+	snap := s.Keys.Snapshot()
+	s.Metrics.incFetch()
+	resp := &externaljwtv1.FetchKeysResponse{
+		Keys:               make([]*externaljwtv1.Key, len(snap.Keys)),
+		DataTimestamp:      timestamppb.New(snap.Time),
+		RefreshHintSeconds: int64(s.RefreshHint / time.Second),
+	}
+	for i, k := range snap.Keys {
+		// Every key may be used by some master to sign bound tokens, so
+		// none is excluded from OIDC discovery (the apiserver refuses a
+		// token signed with an excluded key).
+		resp.Keys[i] = &externaljwtv1.Key{KeyId: k.ID, Key: k.DER}
+	}
+	if s.Fetched != nil {
+		s.Fetched(snap)
+	}
+	return resp, nil
+}
+
+// Metadata tells the apiserver the longest token lifetime we sign.
+func (s *Service) Metadata(context.Context, *externaljwtv1.MetadataRequest) (*externaljwtv1.MetadataResponse, error) {
+	return &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: int64(s.MaxTokenExpiration / time.Second)}, nil
+}
+
+// NewGRPCServer returns a gRPC server serving s.
+func NewGRPCServer(s *Service) *grpc.Server {
+	g := grpc.NewServer()
+	externaljwtv1.RegisterExternalJWTSignerServer(g, s)
+	return g
+}
+
+// Listen opens the Unix socket at path, in a directory of its own (created
+// 0750 if missing) so that a static-pod apiserver mounts the directory and
+// sees a restarted signer's new socket. A stale socket (no one answers) is
+// removed; a live one is an error (another signer serves it), as is a path
+// that is not a socket. The socket is mode 0660, group gid (-1: unchanged).
+func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(dir, -1, gid); err != nil {
+			return nil, fmt.Errorf("socket directory %s: group %d: %w", dir, gid, err)
+		}
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket %s: exists and is not a socket (%s); not removing it", path, fi.Mode().Type())
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := (&net.Dialer{}).DialContext(dctx, "unix", path)
+		cancel()
+		if err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("socket %s: another process is serving it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("stale socket %s: %w", path, err)
+		}
+	}
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			_ = l.Close()
+			return nil, fmt.Errorf("socket %s: group %d: %w", path, gid, err)
+		}
+	}
+	return l, nil
+}

@@ -1,0 +1,252 @@
+package signer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// RecordSource marks a trust record written by the signer (from what its
+// apiserver fetched) rather than by kube-apiserver-safe-restart (from the
+// files an apiserver loaded at a restart).
+const RecordSource = "kube-apiserver-sa-signer"
+
+// Record is a host's trust record as kube-apiserver-safe-restart's
+// trust package stores it (PREFIX/HOST, JSON), with Source and Fetched
+// added; readers that do not know them ignore them.
+type Record struct {
+	Host string `json:"host"`
+	// Trusted are the key IDs the apiserver fetched last.
+	Trusted []string `json:"trusted"`
+	// Signing is the key ID the signer signed with at that moment.
+	Signing string `json:"signing,omitempty"`
+	// BundleSHA256 is the SHA-256 of the served keys' DER, in ID order.
+	BundleSHA256 string    `json:"bundle_sha256"`
+	Time         time.Time `json:"time"`
+	Source       string    `json:"source,omitempty"`
+}
+
+// RecordOf is the record of a host whose apiserver fetched s at t.
+func RecordOf(host string, s *Snapshot, t time.Time) Record {
+	h := sha256.New()
+	for _, k := range s.Keys {
+		h.Write(k.DER)
+	}
+	return Record{Host: host, Trusted: s.IDs(), Signing: s.Signing, BundleSHA256: hex.EncodeToString(h.Sum(nil)),
+		Time: t.UTC(), Source: RecordSource}
+}
+
+// ClientFunc returns the etcd client, waiting for a connection.
+type ClientFunc func(context.Context) (*clientv3.Client, error)
+
+// Recorder writes this host's trust record when the set its apiserver
+// fetched changes (not on every FetchKeys call: the apiserver asks every
+// refresh hint).
+type Recorder struct {
+	Client  ClientFunc
+	Prefix  string // trust prefix, with its trailing slash
+	Host    string
+	Timeout time.Duration
+	Log     logrus.FieldLogger
+
+	mu       sync.Mutex
+	next     *Snapshot
+	recorded *Snapshot
+	wake     chan struct{}
+	// Written, if set, is called after each record is written (tests).
+	Written func(Record)
+}
+
+// Fetched notes that the apiserver fetched s; it never blocks the call.
+func (r *Recorder) Fetched(s *Snapshot) {
+	r.mu.Lock()
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	same := r.recorded != nil && sameIDs(r.recorded.Keys, s.Keys) && r.recorded.Signing == s.Signing
+	if !same {
+		r.next = s
+	}
+	wake := r.wake
+	r.mu.Unlock()
+	if !same {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run writes records until ctx ends; a failed write is retried.
+func (r *Recorder) Run(ctx context.Context) {
+	r.mu.Lock()
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	wake := r.wake
+	r.mu.Unlock()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-retry.C:
+		}
+		r.mu.Lock()
+		s := r.next
+		r.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		rec := RecordOf(r.Host, s, time.Now())
+		if err := r.put(ctx, rec); err != nil {
+			if !failing {
+				r.Log.WithError(err).Error("trust record not written; retrying")
+			}
+			failing = true
+			retry.Reset(2 * time.Second)
+			continue
+		}
+		if failing {
+			r.Log.Info("trust record written again")
+			failing = false
+		}
+		r.mu.Lock()
+		if r.next == s {
+			r.next = nil
+		}
+		r.recorded = s
+		r.mu.Unlock()
+		r.Log.WithField("trusted", rec.Trusted).WithField("signing", rec.Signing).Info("trust record written: the apiserver fetched a new key set")
+		if r.Written != nil {
+			r.Written(rec)
+		}
+	}
+}
+
+func (r *Recorder) put(ctx context.Context, rec Record) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	cli, err := r.Client(ctx)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	key := r.Prefix + r.Host
+	if _, err := cli.Put(pctx, key, string(data)); err != nil {
+		return fmt.Errorf("write trust record %s: %w", key, err)
+	}
+	return nil
+}
+
+// Barrier answers whether every recorded host's apiserver trusts a key.
+type Barrier struct {
+	Client  ClientFunc
+	Prefix  string // trust prefix, with its trailing slash
+	Timeout time.Duration
+	Log     logrus.FieldLogger
+}
+
+// NotTrustedError names the hosts that did not trust the key in time.
+type NotTrustedError struct {
+	KeyID string
+	Hosts []string
+	After time.Duration
+}
+
+func (e *NotTrustedError) Error() string {
+	return fmt.Sprintf("key %s not trusted by %s within %s", e.KeyID, strings.Join(e.Hosts, ", "), e.After)
+}
+
+// Missing returns the hosts whose record (under prefix) does not list kid.
+// A record that does not parse trusts nothing.
+func Missing(kvs map[string][]byte, kid string) []string {
+	var out []string
+	for host, v := range kvs {
+		var r Record
+		if err := json.Unmarshal(v, &r); err != nil || !slices.Contains(r.Trusted, kid) {
+			out = append(out, host)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Wait returns nil once every host with a trust record lists kid, and a
+// *NotTrustedError after b.Timeout. It reads the records, then waits for
+// the next change to them (one watch), and reads again.
+func (b *Barrier) Wait(ctx context.Context, kid string) error {
+	tctx, cancel := context.WithTimeout(ctx, b.Timeout)
+	defer cancel()
+	var missing []string
+	logged := ""
+	for {
+		cli, err := b.Client(tctx)
+		var resp *clientv3.GetResponse
+		if err == nil {
+			resp, err = cli.Get(tctx, b.Prefix, clientv3.WithPrefix())
+		}
+		if err != nil {
+			if tctx.Err() != nil {
+				break
+			}
+			b.Log.WithError(err).Warn("trust barrier: records unreadable; retrying")
+			select {
+			case <-tctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		kvs := map[string][]byte{}
+		for _, kv := range resp.Kvs {
+			if h, ok := strings.CutPrefix(string(kv.Key), b.Prefix); ok && h != "" && !strings.Contains(h, "/") {
+				kvs[h] = kv.Value
+			}
+		}
+		missing = Missing(kvs, kid)
+		if len(missing) == 0 {
+			return nil
+		}
+		if m := strings.Join(missing, ", "); m != logged {
+			logged = m
+			b.Log.WithField("kid", kid).WithField("hosts", missing).Info("trust barrier: waiting for these hosts' apiservers to fetch the key")
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(tctx))
+		wch := cli.Watch(wctx, b.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		select {
+		case <-wch:
+		case <-tctx.Done():
+		}
+		wcancel()
+		if tctx.Err() != nil {
+			break
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return &NotTrustedError{KeyID: kid, Hosts: missing, After: b.Timeout}
+}
+
+// IsNotTrusted reports a barrier timeout.
+func IsNotTrusted(err error) bool {
+	var e *NotTrustedError
+	return errors.As(err, &e)
+}
