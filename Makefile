@@ -67,7 +67,7 @@ vet:
 
 # Unit and integration tests; integration tests start real etcd servers on
 # 127.0.0.1 and drive the built binaries.
-test: etcd build fmt-check vet
+test: etcd kube-apiserver build fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) rehearsal
 
@@ -115,7 +115,7 @@ integration-all: etcd build
 		echo "!! SKIPPED: the integration tests on etcd 3.4: no $(ETCD34_DIR)etcd (apt-get install etcd-server, or set ETCD34_BIN)"; \
 	fi
 
-race: etcd
+race: etcd kube-apiserver
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # The performance harness: its own etcd, every target's scenario several
