@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/safe-restart/internal/fleet"
 	"github.com/keysync/confd/safe-restart/internal/lock"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
 	"github.com/keysync/confd/safe-restart/internal/trust"
@@ -100,6 +101,12 @@ type options struct {
 	grace          time.Duration
 	rotationPrefix string
 
+	// fleet check (fleet.go)
+	kubeconfig        string
+	fleetLeaseAge     time.Duration
+	minLiveAPIServers int
+	fleetTimeout      time.Duration
+
 	// subcommands
 	reason      string
 	publicOnly  bool
@@ -171,6 +178,11 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
 
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); empty: no fleet check")
+	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
+	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour)")
+	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
+
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
 	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
@@ -202,12 +214,13 @@ var flagScope = map[string][]string{
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
-	"reason":          {cmdHold},
-	"public-only":     {cmdCheck},
-	"require-key":     {cmdCheck},
-	"keys-only":       {cmdCheck},
-	"output":          {cmdStatus, cmdRestart, cmdTrust},
-	"log-level":       subcommands, "log-format": subcommands, "help": subcommands,
+	"kubeconfig":      restarting, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
+	"reason":      {cmdHold},
+	"public-only": {cmdCheck},
+	"require-key": {cmdCheck},
+	"keys-only":   {cmdCheck},
+	"output":      {cmdStatus, cmdRestart, cmdTrust},
+	"log-level":   subcommands, "log-format": subcommands, "help": subcommands,
 }
 
 type lookupEnv func(string) (string, bool)
@@ -399,6 +412,7 @@ func validate(o *options) error {
 		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
 	errs = append(errs, validateKeyFlags(o)...)
+	errs = append(errs, validateFleetFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
 	}

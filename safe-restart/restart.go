@@ -80,9 +80,18 @@ func (a *app) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
+	fc, err := a.newFleetCheck(a.trustHost(ctx), log)
+	if err != nil {
+		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
+		return exitPreflight
 	}
+	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
+		if code := restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log))); code != restart.OK {
+			return code
+		}
+		return fc.run(ctx, true, "before queueing")
+	}
+	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context) func(context.Context) {
 		snap := a.trustSnapshot(ctx, log)
 		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, snap) }
@@ -331,7 +340,7 @@ func (o *options) worstCase() time.Duration {
 	if o.healthURL != "" {
 		d.HealthTimeout = o.healthTimeout + o.commandTimeout
 	}
-	return restart.WorstCase(d)
+	return restart.WorstCase(d) + o.fleetWorstCase()
 }
 
 // dryRun reports what a restart would do, after preflight passed, and how
