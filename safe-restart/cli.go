@@ -107,6 +107,11 @@ type options struct {
 	minLiveAPIServers int
 	fleetTimeout      time.Duration
 
+	// restart modes (staticpod.go)
+	restartMode          string
+	criEndpoint          string
+	staticPodStopTimeout time.Duration
+
 	// subcommands
 	reason      string
 	publicOnly  bool
@@ -149,6 +154,9 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
 	fs.IntVar(&o.attempts, "attempts", 2, "restart attempts (command + health gate) under one lock before stopping the line")
 	fs.DurationVar(&o.retryDelay, "retry-delay", 5*time.Second, "pause between attempts")
+	fs.StringVar(&o.restartMode, "restart-mode", modeSystemd, "how kube-apiserver is restarted without a command after --: systemd (systemctl restart kube-apiserver.service) or static-pod (stop its container through the CRI with crictl; the kubelet starts a new one)")
+	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", "static-pod: container runtime endpoint, passed to crictl as --runtime-endpoint (empty: crictl's own configuration)")
+	fs.DurationVar(&o.staticPodStopTimeout, "static-pod-stop-timeout", 30*time.Second, "static-pod: how long the stopped container may drain before it is killed (crictl stop --timeout); --restart-timeout defaults to this plus the kubelet's 5m back-off and 30s")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
 
 	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
@@ -214,7 +222,8 @@ var flagScope = map[string][]string{
 	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
-	"kubeconfig":      restarting, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
+	"restart-mode":    restarting, "cri-endpoint": restarting, "static-pod-stop-timeout": restarting,
+	"kubeconfig": restarting, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
 	"reason":      {cmdHold},
 	"public-only": {cmdCheck},
 	"require-key": {cmdCheck},
@@ -277,7 +286,10 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		if len(pos) > 0 {
 			return nil, fs, usagef("unexpected argument %q: put the restart command after --", pos[0])
 		}
-		o.argv = defaultCommand
+		if err := applyRestartMode(o, fs); err != nil {
+			return nil, fs, err
+		}
+		o.argv = modeCommand(o)
 		if fs.ArgsLenAtDash() >= 0 {
 			if len(after) == 0 {
 				return nil, fs, usagef("no command after --")
