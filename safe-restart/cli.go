@@ -112,6 +112,12 @@ type options struct {
 	criEndpoint          string
 	staticPodStopTimeout time.Duration
 
+	// kube-controller-manager (controllermanager.go)
+	cmFlagsFiles   []string
+	cmRestartMode  string
+	cmHealthURL    string
+	cmHealthCACert string
+
 	// subcommands
 	reason      string
 	publicOnly  bool
@@ -190,6 +196,11 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
 	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
+
+	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver")
+	fs.StringVar(&o.cmRestartMode, "controller-manager-restart-mode", modeSystemd, "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)")
+	fs.StringVar(&o.cmHealthURL, "controller-manager-health-url", "https://127.0.0.1:10257/healthz", "rotate-key: kube-controller-manager's health URL, polled after its restart")
+	fs.StringVar(&o.cmHealthCACert, "controller-manager-health-cacert", "", "rotate-key: CA of kube-controller-manager's serving certificate (empty: not verified, logged)")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -425,6 +436,7 @@ func validate(o *options) error {
 	}
 	errs = append(errs, validateKeyFlags(o)...)
 	errs = append(errs, validateFleetFlags(o)...)
+	errs = append(errs, validateControllerManagerFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
 	}

@@ -108,7 +108,7 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 			if code := a.restart(ctx); code != exitOK {
 				return &codeError{code: code, what: "restart through the lock failed"}
 			}
-			return nil
+			return a.restartControllerManager(ctx, log)
 		},
 		RunningSigner: func(ctx context.Context) (string, error) {
 			rctx, cancel := a.opCtx(ctx)
