@@ -117,6 +117,8 @@ type options struct {
 	cmRestartMode  string
 	cmHealthURL    string
 	cmHealthCACert string
+	// retire-keys
+	ignoreLegacyTokens bool
 
 	// subcommands
 	reason      string
@@ -192,7 +194,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
 
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); empty: no fleet check")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); empty: neither")
 	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
 	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
@@ -201,6 +203,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.cmRestartMode, "controller-manager-restart-mode", modeSystemd, "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)")
 	fs.StringVar(&o.cmHealthURL, "controller-manager-health-url", "https://127.0.0.1:10257/healthz", "rotate-key: kube-controller-manager's health URL, polled after its restart")
 	fs.StringVar(&o.cmHealthCACert, "controller-manager-health-cacert", "", "rotate-key: CA of kube-controller-manager's serving certificate (empty: not verified, logged)")
+
+	fs.BoolVar(&o.ignoreLegacyTokens, "ignore-legacy-tokens", false, "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -234,7 +238,7 @@ var flagScope = map[string][]string{
 	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey},
 	"rotation-prefix": {cmdRotateKey, cmdRetireKeys},
 	"restart-mode":    restarting, "cri-endpoint": restarting, "static-pod-stop-timeout": restarting,
-	"kubeconfig": restarting, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
+	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
 	"reason":      {cmdHold},
 	"public-only": {cmdCheck},
 	"require-key": {cmdCheck},

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/health"
+	"github.com/keysync/confd/safe-restart/internal/legacytokens"
 	"github.com/keysync/confd/safe-restart/internal/preflight"
+	"github.com/keysync/confd/safe-restart/internal/rotation"
 	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
@@ -85,4 +89,47 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 	}
 	log.Info("kube-controller-manager restarted and healthy")
 	return nil
+}
+
+// legacyTokenGate runs before retire-keys withdraws the previous key: with
+// --kubeconfig, it refuses (exit 3, naming namespace/name, never a token)
+// while a legacy token Secret holds a token signed with that key, since
+// every apiserver refuses such tokens once the key is gone. Re-creating the
+// Secret (after kube-controller-manager signs with the new key) clears it.
+func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
+	o := a.o
+	if o.kubeconfig == "" || st == nil || st.Phase != rotation.PhaseInstalled || time.Now().Before(st.RetireAfter) {
+		return exitOK
+	}
+	if o.ignoreLegacyTokens {
+		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", st.Previous)
+		return exitOK
+	}
+	l, err := legacytokens.New(o.kubeconfig, o.commandTimeout)
+	if err != nil {
+		log.WithError(err).Error("retire-keys: legacy token check")
+		return exitPreflight
+	}
+	held, err := l.Holding(ctx, st.Previous)
+	if err != nil {
+		log.WithError(err).Errorf("retire-keys: cannot list legacy token Secrets: not retiring %s (pass --ignore-legacy-tokens to retire without looking)", st.Previous)
+		return exitError
+	}
+	if len(held) > 0 {
+		log.Errorf("retire-keys refused: %d legacy token Secret(s) hold tokens signed with %s, which every apiserver would refuse once it is retired: %s. Re-create them once kube-controller-manager signs with the new key (or pass --ignore-legacy-tokens)",
+			len(held), st.Previous, strings.Join(held, ", "))
+		return exitPreflight
+	}
+	log.Infof("no legacy token Secret holds a token signed with %s", st.Previous)
+	return exitOK
+}
+
+// retireGates are retire-keys' checks beyond this host's own files.
+func (a *app) retireGates(ctx context.Context, r *rotation.Rotator, log logrus.FieldLogger) int {
+	st, err := r.Store.Load(ctx)
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
+		return exitError
+	}
+	return a.legacyTokenGate(ctx, st, log)
 }

@@ -7,16 +7,22 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/keysync/confd/safe-restart/internal/rotation"
 )
 
 // writeKey writes a new private key file.
@@ -120,4 +126,49 @@ func TestRestartControllerManager(t *testing.T) {
 			t.Fatalf("err %v, want exit %d", err, exitHealth)
 		}
 	})
+}
+
+// retire-keys refuses (exit 3, names, no token) while a legacy token
+// Secret holds a token signed with the retiring key.
+func TestLegacyTokenGate(t *testing.T) {
+	token := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","kid":"OLDKID"}`)) + ".payload.SIGNATURE-NEVER-LOGGED"
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"kind":"SecretList","metadata":{},"items":[{"metadata":{"namespace":"apps","name":"ci-token"},"type":"kubernetes.io/service-account-token","data":{"token":%q}}]}`,
+			base64.StdEncoding.EncodeToString([]byte(token)))
+	}))
+	defer srv.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	conf := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %q, insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n", srv.URL)
+	if err := os.WriteFile(kc, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	due := &rotation.State{Phase: rotation.PhaseInstalled, Previous: "OLDKID", Next: "NEWKID", RetireAfter: time.Now().Add(-time.Minute)}
+	for _, tt := range []struct {
+		args []string
+		st   *rotation.State
+		want int
+	}{
+		{[]string{"--kubeconfig", kc}, due, exitPreflight},
+		{[]string{"--kubeconfig", kc, "--ignore-legacy-tokens"}, due, exitOK},
+		{nil, due, exitOK}, // no kubeconfig: not looked at
+		{[]string{"--kubeconfig", kc}, &rotation.State{Phase: rotation.PhaseInstalled, Previous: "OTHER", Next: "NEWKID"}, exitOK},
+	} {
+		o, _, err := parseArgs(append([]string{"retire-keys"}, tt.args...), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		log := logrus.New()
+		log.Out = &logs
+		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
+		if got := a.legacyTokenGate(context.Background(), tt.st, log); got != tt.want {
+			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
+		}
+		if tt.want == exitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
+			t.Errorf("the Secret is not named:\n%s", logs.String())
+		}
+		if strings.Contains(logs.String(), "SIGNATURE-NEVER-LOGGED") || strings.Contains(logs.String(), "payload") {
+			t.Errorf("a token reached the log:\n%s", logs.String())
+		}
+	}
 }

@@ -226,6 +226,9 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
+	if code := a.retireGates(ctx, r, log); code != exitOK {
+		return code
+	}
 	if _, err := r.Retire(ctx); err != nil {
 		if errors.Is(err, rotation.ErrSigning) {
 			log.WithError(err).Error("retire-keys refused")
