@@ -40,6 +40,8 @@ func TestRehearsal(t *testing.T) {
 	scenario("gate-cut", f.gateCut)
 	scenario("sa-key-rotation", f.saKeyRotation)
 	scenario("reimaged", f.reimaged)
+	scenario("fleet-check", f.fleetCheck)
+	scenario("static-pod", f.staticPod)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not
