@@ -196,7 +196,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); empty: neither")
 	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
-	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour)")
+	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
 
 	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver")

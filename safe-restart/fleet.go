@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/safe-restart/internal/fleet"
 	"github.com/keysync/confd/safe-restart/internal/restart"
+	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 // fleetInterval is the pause between reads of the Leases while the fleet
@@ -24,11 +26,14 @@ type fleetCheck struct {
 	leases fleet.Leases
 	cfg    fleet.Config
 	log    logrus.FieldLogger
+	// expected names the hosts whose apiserver must be live besides those
+	// the Leases show (fleet.Config.Expected).
+	expected func(ctx context.Context) ([]string, error)
 }
 
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
-func (a *app) newFleetCheck(host string, log logrus.FieldLogger) (*fleetCheck, error) {
+func (a *app) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
 	o := a.o
 	if o.kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
@@ -38,7 +43,18 @@ func (a *app) newFleetCheck(host string, log logrus.FieldLogger) (*fleetCheck, e
 	if err != nil {
 		return nil, err
 	}
-	return &fleetCheck{leases: leases, log: log, cfg: fleet.Config{
+	// The masters that publish keys and record trust run an apiserver:
+	// each must be live too, even once a graceful stop deleted its Lease.
+	expected := func(ctx context.Context) ([]string, error) {
+		rctx, cancel := a.opCtx(ctx)
+		defer cancel()
+		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		if err != nil {
+			return nil, a.etcdErr(err)
+		}
+		return rep.Publishers(rep.Unrecorded()), nil
+	}
+	return &fleetCheck{leases: leases, log: log, expected: expected, cfg: fleet.Config{
 		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
 		Interval: fleetInterval, OpTimeout: o.commandTimeout, Log: log,
 	}}, nil
@@ -55,6 +71,13 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		s   fleet.Status
 		err error
 	)
+	if c.cfg.MinLive < 0 && c.expected != nil {
+		exp, err := c.expected(ctx)
+		if err != nil {
+			c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
+		}
+		c.cfg.Expected = exp
+	}
 	if wait {
 		s, err = fleet.Wait(ctx, c.leases, c.cfg)
 	} else {

@@ -80,7 +80,7 @@ func (a *app) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := a.newFleetCheck(a.trustHost(ctx), log)
+	fc, err := a.newFleetCheck(a.trustHost(ctx), cli, log)
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight

@@ -1,7 +1,13 @@
 package saferestart
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -118,6 +124,38 @@ func TestFleetCheck(t *testing.T) {
 			t.Errorf("not reported as the check under the lock:\n%s", p.stderr)
 		}
 		noHold(t, "fleet-underlock")
+	})
+	t.Run("stopped gracefully: no Lease, but it records trust", func(t *testing.T) {
+		// A v1.37.2 apiserver deletes its identity Lease when stopped
+		// gracefully; m3 still publishes a key and records trust.
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+		pub := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		for key, val := range map[string]string{
+			"/graceful/keys/m3.example.com":  pub,
+			"/graceful/trust/m3.example.com": `{"host":"m3.example.com","trusted":[],"bundle_sha256":"","time":"2026-12-02T10:00:00Z"}`,
+			"/graceful/keys/m2.example.com":  pub,
+			"/graceful/trust/m2.example.com": `{"host":"m2.example.com","trusted":[],"bundle_sha256":"","time":"2026-12-02T10:00:00Z"}`,
+		} {
+			if _, err := cli.Put(ctx, key, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		onlyTwo := map[string]time.Duration{"m1": time.Second, "m2": 3 * time.Second}
+		p, marker, _ := run(t, "fleet-graceful", func(int32) map[string]time.Duration { return onlyTwo },
+			"--keys-prefix", "/graceful/keys/", "--trust-prefix", "/graceful/trust/", "--fleet-timeout", "100ms")
+		if p.code != codeLockTimeout || restarted(marker) || !strings.Contains(p.stderr.String(), "m3.example.com (no identity Lease)") {
+			t.Fatalf("exit %d (want %d), restarted %v:\n%s", p.code, codeLockTimeout, restarted(marker), p.stderr)
+		}
+		if strings.Contains(p.stderr.String(), "m2.example.com (no identity Lease)") {
+			t.Errorf("m2's Lease (hostname m2) was not matched to m2.example.com:\n%s", p.stderr)
+		}
+		noHold(t, "fleet-graceful")
 	})
 	t.Run("explicit minimum", func(t *testing.T) {
 		p, marker, _ := run(t, "fleet-min", func(int32) map[string]time.Duration { return m3down }, "--min-live-apiservers", "1")

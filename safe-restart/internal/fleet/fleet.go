@@ -52,8 +52,15 @@ type Config struct {
 	// LeaseAge: a Lease renewed longer ago than this is not live.
 	LeaseAge time.Duration
 	// MinLive is how many other apiservers must be live; AllOthers (or any
-	// negative number): every other apiserver seen within SeenWithin.
+	// negative number): every other apiserver seen within SeenWithin, and
+	// every host in Expected.
 	MinLive int
+	// Expected are hosts whose apiserver must be live whatever their Lease
+	// says: an apiserver stopped gracefully deletes its identity Lease on
+	// exit (v1.37.2: "Cleaning up lease on exit"), so the Leases alone
+	// lose it. A Lease matches an expected host when its hostname label
+	// equals the name or the name's first label.
+	Expected []string
 	// Timeout bounds Wait.
 	Timeout time.Duration
 	// Interval is the pause between reads while Wait waits.
@@ -219,13 +226,32 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 	}
 	var s Status
 	seen := 0
+	expected := map[string]bool{}
+	for _, e := range cfg.Expected {
+		if e == cfg.Host || e == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(e, ".")
+		match := ""
+		for host := range newest {
+			if host == e || host == first {
+				match = host
+			}
+		}
+		if match == "" {
+			s.Missing = append(s.Missing, e+" (no identity Lease)")
+			seen++
+			continue
+		}
+		expected[match] = true
+	}
 	for host, t := range newest {
 		age := now.Sub(t)
 		switch {
 		case age <= cfg.LeaseAge:
 			s.Live = append(s.Live, host)
 			seen++
-		case age <= SeenWithin:
+		case age <= SeenWithin || expected[host]:
 			s.Missing = append(s.Missing, fmt.Sprintf("%s (renewed %s ago)", host, age.Round(time.Second)))
 			seen++
 		}

@@ -34,6 +34,25 @@ func cfg(host string, min int) Config {
 	return Config{Host: host, LeaseAge: 30 * time.Second, MinLive: min, Timeout: time.Minute, Interval: time.Millisecond, Now: func() time.Time { return now }}
 }
 
+// A gracefully stopped apiserver deletes its Lease: the hosts the caller
+// expects (those recording trust) are missing then, not forgotten.
+func TestCheckExpected(t *testing.T) {
+	leases := fake.NewClientset(lease("a1", "m1", time.Second), lease("a2", "m2", time.Second), lease("a4", "m4", 3*time.Hour)).CoordinationV1().Leases(Namespace)
+	c := cfg("m1.example.com", AllOthers)
+	c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com", "m4.example.com"}
+	s, err := Check(context.Background(), leases, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OK() || s.Want != 3 || strings.Join(s.Live, ",") != "m2" || strings.Join(s.Missing, ",") != "m3.example.com (no identity Lease),m4 (renewed 3h0m0s ago)" {
+		t.Errorf("got %s (want %d)", s, s.Want)
+	}
+	c.MinLive = 1
+	if s, _ := Check(context.Background(), leases, c); !s.OK() {
+		t.Errorf("an explicit minimum: %s", s)
+	}
+}
+
 func TestCheck(t *testing.T) {
 	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: Namespace}}
 	tests := []struct {
