@@ -328,6 +328,28 @@ func (f *fleet) fleetCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.awaitConverged(t, 2*time.Minute)
+
+	// Stopped gracefully, m3's apiserver deletes its Lease; m3 still
+	// publishes its key and records trust, so it is still expected.
+	m3.systemd.stopUnit()
+	restarted = false
+	if _, ok := f.leaseAges(t, m1)[m3.name]; ok {
+		t.Logf("m3's Lease outlived its graceful stop")
+	}
+	before = f.restarts()
+	code, out = m1.helper(t, append(args[:len(args):len(args)], "--fleet-timeout", "3s")...)
+	if code != 5 || !strings.Contains(out, m3.name+" (no identity Lease)") {
+		t.Fatalf("with m3 stopped gracefully: exit %d (want 5, naming m3):\n%s", code, out)
+	}
+	if after := f.restarts(); after[0] != before[0] {
+		t.Errorf("m1 restarted while m3 was down")
+	}
+	t.Logf("graceful stop: exit 5 naming %s (no identity Lease)", m3.name)
+	restarted = true
+	if err := m3.systemd.restart(func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitConverged(t, 2*time.Minute)
 	f.assertAllTokensAccepted(t)
 }
 
