@@ -11,7 +11,7 @@ DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build etcd kube-apiserver test unit integration rehearsal race vet fmt-check bench bench-smoke demo install clean
+.PHONY: all build etcd kube-apiserver kube-controller-manager test unit integration rehearsal race vet fmt-check bench bench-smoke demo install clean
 
 all: build
 
@@ -30,6 +30,11 @@ etcd:
 # A pinned kube-apiserver, built from the Go module proxy, for the rehearsal.
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
+
+# The same for kube-controller-manager (~93 s once kube-apiserver's build
+# cache is warm), for the controller-manager rehearsal.
+kube-controller-manager:
+	KUBE_CMD=kube-controller-manager ./scripts/build-kube-apiserver.sh
 
 # Both binaries into $(DESTDIR)$(PREFIX)/bin and the systemd units into
 # $(DESTDIR)$(SYSTEMDDIR), their /usr/local/bin paths pointed at $(PREFIX)/bin.
