@@ -18,7 +18,7 @@ DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build etcd kube-apiserver test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check bench bench-smoke demo install clean
+.PHONY: all build etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check bench bench-smoke demo install clean
 
 all: build
 
@@ -39,6 +39,11 @@ etcd:
 # A pinned kube-apiserver, built from the Go module proxy, for the rehearsal.
 kube-apiserver:
 	./scripts/build-kube-apiserver.sh
+
+# The same for kube-controller-manager (~93 s once kube-apiserver's build
+# cache is warm), for the controller-manager rehearsal.
+kube-controller-manager:
+	KUBE_CMD=kube-controller-manager ./scripts/build-kube-apiserver.sh
 
 # The binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
 # $(DESTDIR)$(SYSTEMDDIR), and the example confdir (conf.d, templates,

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("REHEARSAL_STANDIN") == "systemctl" {
 		os.Exit(systemctlMain(os.Getenv("REHEARSAL_SYSTEMD"), os.Args[1:]))
 	}
+	if code, ok := standinMain(); ok {
+		os.Exit(code)
+	}
 	bins, cleanup, err := testbin.Build([]string{"-ldflags", "-X main.Version=rehearsal"},
 		map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart"})
 	if err != nil {

@@ -43,6 +43,8 @@ func TestRehearsal(t *testing.T) {
 	scenario("rotate-rollback", f.rotateRollback)
 	scenario("reimaged", f.reimaged)
 	scenario("ca-certificates", f.caCertificates)
+	scenario("fleet-check", f.fleetCheck)
+	scenario("static-pod", f.staticPod)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not

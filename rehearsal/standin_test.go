@@ -151,9 +151,10 @@ func (s *systemd) restart(hook func(string)) error {
 	}
 	hook("starting")
 	fmt.Fprintf(logf, "==== %s systemd: starting kube-apiserver\n", time.Now().Format(time.RFC3339Nano))
+	argv, env, attr := inUTS(h, argv, env)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = attr
 	// Pdeathsig fires when the OS thread that started the child exits, not
 	// the process: start and wait on one locked thread, and unlock it
 	// before the goroutine returns. A goroutine that returns while locked

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/suggest"
+	"github.com/keysync/confd/safe-restart/internal/fleet"
 	"github.com/keysync/confd/safe-restart/internal/lock"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
 	"github.com/keysync/confd/safe-restart/internal/trust"
@@ -125,6 +126,25 @@ type options struct {
 	rollback       bool
 	signer         bool // rotate-key: this host signs through kube-apiserver-sa-signer (signer.go)
 
+	// fleet check (fleet.go)
+	kubeconfig        string
+	fleetLeaseAge     time.Duration
+	minLiveAPIServers int
+	fleetTimeout      time.Duration
+
+	// restart modes (staticpod.go)
+	restartMode          string
+	criEndpoint          string
+	staticPodStopTimeout time.Duration
+
+	// kube-controller-manager (controllermanager.go)
+	cmFlagsFiles   []string
+	cmRestartMode  string
+	cmHealthURL    string
+	cmHealthCACert string
+	// retire-keys
+	ignoreLegacyTokens bool
+
 	// subcommands
 	reason      string
 	publicOnly  bool
@@ -168,6 +188,9 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
 	fs.IntVar(&o.attempts, "attempts", 2, "restart attempts (command + health gate) under one lock before stopping the line")
 	fs.DurationVar(&o.retryDelay, "retry-delay", 5*time.Second, "pause between attempts")
+	fs.StringVar(&o.restartMode, "restart-mode", modeSystemd, "how kube-apiserver is restarted without a command after --: systemd (systemctl restart kube-apiserver.service) or static-pod (stop its container through the CRI with crictl; the kubelet starts a new one)")
+	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", "static-pod: container runtime endpoint, passed to crictl as --runtime-endpoint (empty: crictl's own configuration)")
+	fs.DurationVar(&o.staticPodStopTimeout, "static-pod-stop-timeout", 30*time.Second, "static-pod: how long the stopped container may drain before it is killed (crictl stop --timeout); --restart-timeout defaults to this plus the kubelet's 5m back-off and 30s")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
 
 	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
@@ -200,6 +223,18 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
 	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
 	fs.BoolVar(&o.signer, "signer", false, "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key")
+
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); empty: neither")
+	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
+	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)")
+	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
+
+	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver")
+	fs.StringVar(&o.cmRestartMode, "controller-manager-restart-mode", modeSystemd, "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)")
+	fs.StringVar(&o.cmHealthURL, "controller-manager-health-url", "https://127.0.0.1:10257/healthz", "rotate-key: kube-controller-manager's health URL, polled after its restart")
+	fs.StringVar(&o.cmHealthCACert, "controller-manager-health-cacert", "", "rotate-key: CA of kube-controller-manager's serving certificate (empty: not verified, logged)")
+
+	fs.BoolVar(&o.ignoreLegacyTokens, "ignore-legacy-tokens", false, "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)")
 
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
@@ -241,6 +276,8 @@ var flagScope = map[string][]string{
 	"keys-only":       {cmdCheck},
 	"output":          {cmdStatus, cmdRestart, cmdTrust},
 	"log-level":       subcommands, "log-format": subcommands, "help": subcommands,
+	"restart-mode": restarting, "cri-endpoint": restarting, "static-pod-stop-timeout": restarting,
+	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": restarting, "min-live-apiservers": restarting, "fleet-timeout": restarting,
 }
 
 type lookupEnv func(string) (string, bool)
@@ -291,7 +328,10 @@ func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
 		if len(pos) > 0 {
 			return nil, fs, usagef("unexpected argument %q: put the restart command after --", pos[0])
 		}
-		o.argv = defaultCommand
+		if err := applyRestartMode(o, fs); err != nil {
+			return nil, fs, err
+		}
+		o.argv = modeCommand(o)
 		if fs.ArgsLenAtDash() >= 0 {
 			if len(after) == 0 {
 				return nil, fs, usagef("no command after --")
@@ -535,6 +575,8 @@ func validate(o *options) error {
 		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
 	}
 	errs = append(errs, validateKeyFlags(o)...)
+	errs = append(errs, validateFleetFlags(o)...)
+	errs = append(errs, validateControllerManagerFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {
 		errs = append(errs, usagef("hold needs --reason TEXT"))
 	}

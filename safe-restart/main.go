@@ -20,6 +20,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == guardArg {
 		os.Exit(groupGuard(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == staticPodArg {
+		os.Exit(staticPodMain(os.Args[2:]))
+	}
 	ctx, force, stop := signals()
 	code := run(ctx, force, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -92,9 +92,18 @@ func (a *app) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		return restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log)))
+	fc, err := a.newFleetCheck(a.trustHost(ctx), cli, log)
+	if err != nil {
+		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
+		return exitPreflight
 	}
+	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
+		if code := restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log))); code != restart.OK {
+			return code
+		}
+		return fc.run(ctx, true, "before queueing")
+	}
+	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
 		snap := a.trustSnapshot(ctx, log)
 		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
@@ -428,9 +437,10 @@ func (o *options) durations() restart.Durations {
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
 		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
 		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
-		// Filled by the fleet check and the static-pod restart mode when
-		// they are configured; zero until then.
-		FleetTimeout: 0, KubeletBackoff: 0,
+		// The fleet check's wait and its two reads (0 without
+		// --kubeconfig). The kubelet's back-off in static-pod mode is
+		// inside --restart-timeout: the static-pod restart is the command.
+		FleetTimeout: o.fleetWorstCase(), KubeletBackoff: 0,
 	}
 	if o.trustHostName == "" {
 		d.HostnameTimeout = hostnameTimeout

@@ -125,7 +125,7 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 			if code := a.restart(ctx); code != exitOK {
 				return &codeError{code: code, what: "restart through the lock failed"}
 			}
-			return nil
+			return a.restartControllerManager(ctx, log)
 		},
 		RunningSigner: func(ctx context.Context) (string, error) {
 			rctx, cancel := a.opCtx(ctx)
@@ -261,6 +261,9 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
+	if code := a.retireGates(ctx, r, log); code != exitOK {
+		return code
+	}
 	// What publish-key --certificate kept beside a renewed certificate.
 	if err := a.retireKept(ctx, cli, host, log); err != nil {
 		log.WithError(err).Error("retire-keys: kept certificate keys")

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Builds a pinned kube-apiserver from the Go module proxy into .tools/bin, for
-# the fleet rehearsal. `go install` cannot do it: k8s.io/kubernetes replaces its
+# Builds a pinned kube-apiserver (or, with KUBE_CMD=kube-controller-manager,
+# the controller-manager: `make kube-controller-manager`) from the Go module
+# proxy into .tools/bin, for the fleet rehearsal. `go install` cannot do it: k8s.io/kubernetes replaces its
 # k8s.io/* staging modules with ./staging paths, so a throwaway module requires
 # k8s.io/kubernetes and points every staging module (required at v0.0.0) at its
 # published v0.X.Y instead. Cold: ~6 min and ~3 GB of memory on 2 cores; a
 # re-link with a warm Go cache takes seconds. Cached by version like etcd.
 set -euo pipefail
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+KUBE_CMD="${KUBE_CMD:-kube-apiserver}"
+case "$KUBE_CMD" in
+kube-apiserver | kube-controller-manager) ;;
+*) echo "KUBE_CMD=$KUBE_CMD: want kube-apiserver or kube-controller-manager" >&2; exit 2 ;;
+esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/.tools/bin"
-stamp="$bin/.kube-apiserver-$KUBE_VERSION"
-if [ -x "$bin/kube-apiserver" ] && [ -f "$stamp" ]; then
+stamp="$bin/.$KUBE_CMD-$KUBE_VERSION"
+if [ -x "$bin/$KUBE_CMD" ] && [ -f "$stamp" ]; then
   exit 0
 fi
 staging="v0.${KUBE_VERSION#v1.}" # v1.37.2 -> v0.37.2
@@ -32,7 +38,7 @@ minor="${KUBE_VERSION#v1.}"
 minor="${minor%%.*}" # v1.37.2 -> 37
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-rm -f "$bin"/.kube-apiserver-*
+GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin/$KUBE_CMD" "k8s.io/kubernetes/cmd/$KUBE_CMD"
+rm -f "$bin/.$KUBE_CMD-"*
 touch "$stamp"
-echo "built kube-apiserver $KUBE_VERSION into $bin"
+echo "built $KUBE_CMD $KUBE_VERSION into $bin"

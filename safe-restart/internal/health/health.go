@@ -74,6 +74,9 @@ type Config struct {
 	// once ready and require its set of "kid"s to equal the KeyIDs of the
 	// public keys in these PEM files.
 	JWKSKeyFiles []string
+	// SkipVerify accepts any serving certificate (kube-controller-manager's
+	// self-signed one, when no CA is given); the caller logs that it does.
+	SkipVerify bool
 }
 
 // Validate reports, without any request, what would make Wait fail with

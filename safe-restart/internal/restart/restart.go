@@ -154,6 +154,10 @@ type Config struct {
 	// for the lock; a code other than OK ends the run with it. (The trust
 	// gate: a new signing key waits here, holding no lock.)
 	BeforeQueue func(ctx context.Context) Code
+	// UnderLock, when set, runs once the lock is held and the hold checked;
+	// a code other than OK releases the lock and ends the run with it,
+	// nothing run and no hold written. (The fleet check, not waiting.)
+	UnderLock func(ctx context.Context) Code
 	// Locked, when set, runs once the lock is held, before the first
 	// attempt; the function it returns, if any, runs after an attempt
 	// succeeded, the lock still held. lockKey is the lock's key in etcd.
@@ -276,6 +280,12 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if code := r.checkHold(ctx, "after acquiring the lock"); code != OK {
 		r.release(ctx, sess, log)
 		return code
+	}
+	if r.cfg.UnderLock != nil {
+		if code := r.cfg.UnderLock(ctx); code != OK {
+			r.release(ctx, sess, log)
+			return code
+		}
 	}
 	var succeeded func(context.Context)
 	if r.cfg.Locked != nil {
