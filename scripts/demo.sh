@@ -7,7 +7,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin"
-tools="$root/.tools/bin"
+tools="${ETCD_BIN_DIR:-$root/.tools/etcd-3.6.16}"
 work="$(mktemp -d)"
 etcd_pid=""
 cleanup() {
