@@ -40,12 +40,16 @@ const pageKeys = 10000
 // byte limit on a range, so each request asks for as many keys as fit
 // pageBytes at the size the response before it had. The first asks for
 // pageKeys: a smaller first page would cost a request more, and so one
-// more count of the whole range, on every large read. Measured on 20,000
-// keys of 2 kB (confd -onetime, 4 interleaved runs): peak RSS 126-157 MB
-// -> 124-134 MB (confd 0.16: 238-314 MB), time within noise; smaller
-// bounds cost time (2 MiB: 0.37 -> 0.50 s), as etcd counts the rest of the
-// range for every page.
-const pageBytes = 8 << 20
+// more count of the whole range, on every large read (and a first page of
+// 2500 did not lower the peak: 20k keys of 2 kB, 15 interleaved runs, 136
+// -> 134 MB). Keys of short values never reach the bound (10000 keys of
+// 64 bytes are under 1 MB). Measured on 20k keys of 2 kB (confd -onetime,
+// interleaved runs of builds differing only here, median peak RSS and
+// time, three rounds of 15): 8 MiB 136 / 136 / 139 MB and 0.39 / 0.43 /
+// 0.52 s; 4 MiB 124 / 123 / 125 MB and 0.41 / 0.43 / 0.55 s; 2 MiB 118 MB
+// and 0.59 s, too slow, as etcd counts the rest of the range for every
+// page. 100k keys of 64 bytes: 48.2 / 47.8 MB, 0.78 / 0.80 s (no effect).
+const pageBytes = 4 << 20
 
 // restShare is how a long range's pages grow: a page after the first asks
 // for at least the rest of the range over restShare (within pageBytes).

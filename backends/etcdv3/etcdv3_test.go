@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kelseyhightower/memkv"
 
 	"github.com/keysync/confd/internal/etcdtest"
 )
@@ -497,6 +501,32 @@ func TestGetValuesPagesBoundBytes(t *testing.T) {
 	// Short values: 20 keys, then pages of pageKeys (40): 2 pages.
 	if len(got) != 100 || requests != 3 {
 		t.Errorf("short values: read %d keys in %d requests, want 100 in 3", len(got), requests)
+	}
+}
+
+// TestAppendRangeCopies: what a page leaves in the list is copied out of
+// the response, so that no page's decoded messages (and the wire buffer
+// they may share) outlive it beside everything read after: the peak of a
+// large read is the list plus one page.
+func TestAppendRangeCopies(t *testing.T) {
+	r := &pb.RangeResponse{Count: 5, More: true, Kvs: []*mvccpb.KeyValue{
+		{Key: []byte("/a"), Value: []byte("1")},
+		{Key: []byte("/b"), Value: []byte("22")},
+	}}
+	pairs, rr := appendRange([]memkv.KVPair{{Key: "/0", Value: "0"}}, r)
+	for _, kv := range r.Kvs {
+		for _, b := range [][]byte{kv.Key, kv.Value} {
+			for i := range b {
+				b[i] = 'x'
+			}
+		}
+	}
+	want := []memkv.KVPair{{Key: "/0", Value: "0"}, {Key: "/a", Value: "1"}, {Key: "/b", Value: "22"}}
+	if !slices.Equal(pairs, want) {
+		t.Errorf("pairs after the response changed = %q, want %q", pairs, want)
+	}
+	if wantRR := (rangeReply{more: true, count: 5, kvs: 2, bytes: 7, last: "/b"}); rr != wantRR {
+		t.Errorf("reply = %+v, want %+v", rr, wantRR)
 	}
 }
 
