@@ -167,8 +167,13 @@ type Process struct {
 	termed  bool
 	killed  bool
 	exited  chan struct{}
-	readers sync.WaitGroup
-	out     *collector
+	// startDone is closed once cmd.Start returned: the reading ends of the
+	// pipes may be among the child's ExtraFiles (ShareOutputReaders), and
+	// Start reads their descriptors, so a reader that met EOF early must
+	// not close its end before then.
+	startDone chan struct{}
+	readers   sync.WaitGroup
+	out       *collector
 }
 
 // Run starts the command and waits for it.
@@ -209,13 +214,14 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		name = Quote(spec.Argv)
 	}
 	p := &Process{spec: spec, cmd: cmd, argv: name, armed: make(chan struct{}), done: make(chan struct{}),
-		exited: make(chan struct{}), out: &collector{spec: &spec}}
+		exited: make(chan struct{}), startDone: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
 	var childEnds []*os.File
 	for _, s := range spec.streams() {
 		r, w, err := os.Pipe()
 		if err != nil {
+			close(p.startDone) // nothing was started: readers may close
 			closeAll(childEnds)
 			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
 		}
@@ -237,6 +243,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	started := make(chan error, 1)
 	go p.run(started)
 	err := <-started
+	close(p.startDone)
 	closeAll(childEnds)
 	if err != nil {
 		p.readers.Wait()
@@ -429,7 +436,7 @@ func (p *Process) Wait() Result {
 // read splits one stream into lines, redacts each and hands it on.
 func (p *Process) read(s Stream, f *os.File) {
 	defer p.readers.Done()
-	defer f.Close()
+	defer func() { <-p.startDone; _ = f.Close() }()
 	defer p.out.readerDone(s)
 	br := bufio.NewReaderSize(pipeReader{f: f, c: p.out, s: s}, MaxLine)
 	var filter redact.Lines
