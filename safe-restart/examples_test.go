@@ -25,19 +25,19 @@ func TestExampleTimeoutsCoverTheWorstCase(t *testing.T) {
 	// binary-deployed one (examples/confd, examples/systemd) or a kubeadm
 	// one (examples/kubeadm), so each is checked against its own commands.
 	for _, set := range []struct {
-		name             string
+		name, conf       string // conf: the set's safe-restart.toml
 		resources, units []string
 	}{
-		{"systemd", []string{"../examples/confd/conf.d/*.toml"}, []string{"../examples/systemd/*.service", "../examples/systemd/*.d/*.conf"}},
-		{"kubeadm", []string{"../examples/kubeadm/confd/conf.d/*.toml"}, []string{"../examples/kubeadm/systemd/*.service", "../examples/kubeadm/systemd/*.d/*.conf"}},
+		{"systemd", "../examples/safe-restart.toml", []string{"../examples/confd/conf.d/*.toml"}, []string{"../examples/systemd/*.service", "../examples/systemd/*.d/*.conf"}},
+		{"kubeadm", "../examples/kubeadm/safe-restart.toml", []string{"../examples/kubeadm/confd/conf.d/*.toml"}, []string{"../examples/kubeadm/systemd/*.service", "../examples/kubeadm/systemd/*.d/*.conf"}},
 	} {
 		t.Run(set.name, func(t *testing.T) {
-			checkExampleTimeouts(t, globs(t, set.resources...), globs(t, set.units...))
+			checkExampleTimeouts(t, set.conf, globs(t, set.resources...), globs(t, set.units...))
 		})
 	}
 }
 
-func checkExampleTimeouts(t *testing.T, resources, units []string) {
+func checkExampleTimeouts(t *testing.T, conf string, resources, units []string) {
 	if len(resources) == 0 || len(units) == 0 {
 		t.Fatalf("no example found: %d resources, %d units", len(resources), len(units))
 	}
@@ -74,7 +74,7 @@ func checkExampleTimeouts(t *testing.T, resources, units []string) {
 			if c.key == "reload_cmd_timeout" {
 				longestReload = max(longestReload, limit)
 			}
-			worst, ok := commandWorstCase(t, path, c.cmd)
+			worst, ok := commandWorstCase(t, conf, path, c.cmd)
 			if !ok {
 				continue
 			}
@@ -98,7 +98,7 @@ func checkExampleTimeouts(t *testing.T, resources, units []string) {
 					checked++
 					continue
 				}
-				if worst, ok := commandWorstCase(t, path, cmd); ok {
+				if worst, ok := commandWorstCase(t, conf, path, cmd); ok {
 					start += worst
 					checked++
 				}
@@ -142,7 +142,7 @@ func globs(t *testing.T, patterns ...string) []string {
 // commandWorstCase is the worst case of a command line that runs this
 // binary, with its flags; false for other commands. Template actions and
 // $VARIABLES (site overrides, empty in the examples) are left out.
-func commandWorstCase(t *testing.T, where, cmdline string) (time.Duration, bool) {
+func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration, bool) {
 	t.Helper()
 	words := strings.Fields(strings.NewReplacer("'", " ", `"`, " ", ";", " ").Replace(cmdline))
 	at := -1
@@ -164,7 +164,7 @@ func commandWorstCase(t *testing.T, where, cmdline string) (time.Duration, bool)
 			w = "/example/file"
 		}
 		if w == config.DefaultPath {
-			w = "../examples/safe-restart.toml" // the shipped configuration
+			w = conf // the shipped configuration of this kind of master
 		}
 		args = append(args, w)
 	}
