@@ -99,12 +99,19 @@ func (f *follow) drop(b *budget) {
 	*f = follow{}
 }
 
+// followable says whether a group on keys can follow e: its changes come
+// in one ordered range (whole) that holds every one of keys, values
+// included.
+func followable(e timedEvent, keys []string) bool {
+	return e.whole != "" && len(e.changes) == len(e.keys) && allUnder(keys, e.whole)
+}
+
 // take applies e's changes to keys, or drops f when e cannot be followed.
 func (f *follow) take(e timedEvent, keys []string, b *budget) {
 	if !f.on {
 		return
 	}
-	if e.gen != f.gen || e.whole == "" || len(e.changes) != len(e.keys) || !allUnder(keys, e.whole) {
+	if e.gen != f.gen || !followable(e, keys) {
 		f.drop(b)
 		return
 	}

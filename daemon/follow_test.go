@@ -323,3 +323,32 @@ func TestStartUpReadFollowsTheFirstStream(t *testing.T) {
 		Changes: []backends.Change{change("/k/b", "3", 12)}}
 	next(map[string]string{"/k/a": "1", "/k/b": "3"}, 2)
 }
+
+// A change that cannot be followed, arriving while a group's read is in
+// flight, keeps that read from being followed even when the read already
+// holds it: with workers, the loop sees the change before the read's
+// report, and a follow installed afterwards would never have been dropped
+// by it (a key watched as two ranges then rendered from the watch).
+func TestChangeDuringAReadThatCannotBeFollowed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		e       timedEvent
+		follows bool
+	}{
+		{"one whole range, in the read", changed(1, "/a", change("/a/x", "2", 4)), true},
+		{"two ranges, in the read", changed(1, "", change("/a/x", "2", 4)), false},
+		{"one whole range, after the read", changed(1, "/a", change("/a/x", "2", 6)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSched([]Processor{&fakeProc{name: "a", keys: []string{"/a"}}}, waitspec.Spec{})
+			g := s.groups[0]
+			s.watching(1)
+			g.reading, g.missed = true, 0
+			s.event(tc.e)
+			// What settle checks before it installs a read made at 5.
+			if got := g.missed <= 5; got != tc.follows {
+				t.Errorf("the read at revision 5 may be followed: %v, want %v (missed %d)", got, tc.follows, g.missed)
+			}
+		})
+	}
+}

@@ -231,7 +231,11 @@ func (s *sched) event(e timedEvent) {
 		if g.reading {
 			// Not known yet whether the running pass's read holds it.
 			g.missed = max(g.missed, e.rev)
-			if e.rev <= 0 {
+			// A change that cannot be followed (from a key watched as two
+			// ranges, whose changes may come in either order) must keep
+			// the read from being followed at all, as it would have
+			// dropped a follow already in place.
+			if e.rev <= 0 || !followable(e, g.keys) {
 				g.missed = math.MaxInt64
 			}
 		}
