@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/pemcheck"
 )
 
 // valueKids lists the key IDs of a published value: public keys and
@@ -46,13 +48,10 @@ func valueKids(data []byte) []string {
 // (PKCS#1 PEM), as a site's PKI (cfssl, Vault) issues one.
 func (ca *clusterCA) saCertificate(t *testing.T, name string, keyPEM []byte) []byte {
 	t.Helper()
-	b, _ := pem.Decode(keyPEM)
-	if b == nil {
-		t.Fatal("sa.key: no PEM")
-	}
-	key, err := x509.ParsePKCS1PrivateKey(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
+	// Any key rotate-key may have installed (PKCS#1, PKCS#8, SEC 1).
+	k, err := pemcheck.Parse("sa.key", keyPEM)
+	if err != nil || len(k.Blocks) != 1 || k.Blocks[0].Public == nil {
+		t.Fatalf("sa.key: %v", err)
 	}
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
 	tmpl := &x509.Certificate{
@@ -60,7 +59,7 @@ func (ca *clusterCA) saCertificate(t *testing.T, name string, keyPEM []byte) []b
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, k.Blocks[0].Public, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}

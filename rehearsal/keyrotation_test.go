@@ -4,8 +4,10 @@ package rehearsal
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -326,7 +328,28 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 		t.Fatal("old key still published after retire-keys")
 	}
 	f.awaitConverged(t, 4*time.Minute) // every bundle and JWKS hold exactly the published keys
-	m1.sa.kid = next
+	m1.sa = m1.installedSAKey(t)
+	if m1.sa.kid != next {
+		t.Fatalf("m1's sa.key holds %s after the rotation, want %s", m1.sa.kid, next)
+	}
+}
+
+// installedSAKey is the key pair in the host's sa.key now: after a
+// rotation later scenarios (a certificate for the key, a comparison with
+// what the host publishes) must use the key on disk, not the one the
+// fleet started with.
+func (h *host) installedSAKey(t *testing.T) saKey {
+	t.Helper()
+	data := h.read("/etc/kubernetes/pki/sa.key")
+	f, err := pemcheck.Parse("sa.key", data)
+	if err != nil || len(f.Blocks) != 1 || f.Blocks[0].Public == nil {
+		t.Fatalf("%s: sa.key: %v", h.name, err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(f.Blocks[0].Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return saKey{private: data, public: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), kid: kidOf(der)}
 }
 
 // keyKidOfPrivate is the kid of the public half of a private key PEM.

@@ -247,7 +247,10 @@ func (f *fleet) rotateAbort(t *testing.T) {
 		t.Errorf("the rotation after the abort installed the aborted key %s", next)
 	}
 	f.retireAfterGrace(t, m2, old)
-	m2.sa.kid = newer
+	m2.sa = m2.installedSAKey(t)
+	if m2.sa.kid != newer {
+		t.Fatalf("m2's sa.key holds %s after the rotation, want %s", m2.sa.kid, newer)
+	}
 }
 
 // rotateRollback: m3's key rotated to the end, then `rotate-key --rollback`

@@ -79,7 +79,7 @@ func (ca *clusterCA) issue(t *testing.T, cn string, orgs []string, server bool) 
 
 // saKey is a service-account signing key pair.
 type saKey struct {
-	private []byte // PEM, RSA PRIVATE KEY
+	private []byte // PEM: RSA PRIVATE KEY, or what rotate-key installed
 	public  []byte // PEM, PUBLIC KEY
 	kid     string // the key id kube-apiserver gives it
 }
