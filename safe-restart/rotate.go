@@ -120,7 +120,14 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 		},
 		Restart: func(ctx context.Context) error {
 			if o.signer {
-				return a.signerSwitch(ctx, cli, host)
+				// The signer's barrier switched the apiserver's tokens to the
+				// new key; kube-controller-manager has no external signer and
+				// still signs legacy tokens from its key file: restarted as in
+				// bundle mode, after every apiserver trusts the key.
+				if err := a.signerSwitch(ctx, cli, host); err != nil {
+					return err
+				}
+				return a.restartControllerManager(ctx, log)
 			}
 			if code := a.restart(ctx); code != exitOK {
 				return &codeError{code: code, what: "restart through the lock failed"}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,14 +298,23 @@ func TestRealAPIServers(t *testing.T) {
 	// on a host), wait until it signs with it. No apiserver restarts.
 	m2 := ms[1]
 	_ = os.WriteFile(filepath.Join(m2.dir, "sa.pub"), []byte(m2.key.pub), 0o644)
+	// kube-controller-manager signs legacy tokens from m2's sa.key (its
+	// EnvironmentFile names it): rotate-key --signer restarts it with
+	// `systemctl restart kube-controller-manager.service` (a stand-in
+	// here that records its call) and waits for its /healthz.
+	kcm := newControllerManagerStandIn(t, filepath.Join(m2.dir, "sa.key"))
 	p2 := startProber(admin, apis)
 	start := time.Now()
-	out, err := runRotate(t, "rotate-key", "--signer", "--host=m2", "--endpoints="+e.Endpoint,
+	out, err := runRotateEnv(t, kcm.env, "rotate-key", "--signer", "--host=m2", "--endpoints="+e.Endpoint,
 		"--signing-key="+filepath.Join(m2.dir, "sa.key"), "--public-key="+filepath.Join(m2.dir, "sa.pub"),
 		"--algorithm=ecdsa-p256", "--timeout=2m", "--trust-timeout=2m", "--log-format=json",
+		"--controller-manager-flags-file="+kcm.flagsFile, "--controller-manager-health-url="+kcm.healthURL,
 		"--", "kill", "-HUP", strconv.Itoa(m2.signer.cmd.Process.Pid))
 	if err != nil {
 		t.Fatalf("rotate-key --signer: %v\n%s\nsigner:\n%s", err, out, m2.signer.out.String())
+	}
+	if got := kcm.calls(t); got != "restart kube-controller-manager.service\n" {
+		t.Errorf("rotate-key --signer ran systemctl %q, want one restart of kube-controller-manager.service", got)
 	}
 	t.Logf("rotate-key --signer: exit 0 after %s", time.Since(start).Round(100*time.Millisecond))
 	newKid := fileKid(t, filepath.Join(m2.dir, "sa.key"))
@@ -384,10 +394,59 @@ func fileKid(t *testing.T, path string) string {
 
 func runRotate(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runRotateEnv(t, nil, args...)
+}
+
+// runRotateEnv is runRotate with env (nil: this process's environment).
+func runRotateEnv(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, safeRestartBin, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, safeRestartBin, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// controllerManagerStandIn is what rotate-key sees of a kube-controller-
+// manager signing with keyFile: its EnvironmentFile, a systemctl on PATH
+// that records its arguments, and a /healthz that answers.
+type controllerManagerStandIn struct {
+	flagsFile, healthURL, callsFile string
+	env                             []string
+}
+
+func newControllerManagerStandIn(t *testing.T, keyFile string) *controllerManagerStandIn {
+	t.Helper()
+	dir := t.TempDir()
+	s := &controllerManagerStandIn{flagsFile: filepath.Join(dir, "controller-manager.env"), callsFile: filepath.Join(dir, "calls")}
+	if err := os.WriteFile(s.flagsFile, []byte("KUBE_CONTROLLER_MANAGER_ARGS=\"--service-account-private-key-file="+keyFile+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "systemctl"), []byte("#!/bin/sh\necho \"$*\" >>"+s.callsFile+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	s.healthURL = srv.URL + "/healthz"
+	s.env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	return s
+}
+
+// calls is what systemctl was run with, one line per call.
+func (s *controllerManagerStandIn) calls(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(s.callsFile)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func tail(s string, n int) string {
