@@ -50,7 +50,9 @@ type Input struct {
 // found (errors.Join), each naming the file and the reason, and for files
 // named by flags, the flag and the flags file and line it came from.
 // Flags files are read in order as parts of one command line: a repeated
-// scalar flag keeps its last value, as pflag does.
+// scalar flag keeps its last value, as pflag does. A flags file naming
+// --service-account-signing-endpoint has no key files to check: the signer
+// on that socket is asked for its keys instead (endpoint.go).
 func Run(ctx context.Context, in Input) error {
 	c := newChecker(in.Now)
 	for _, p := range in.Files {
