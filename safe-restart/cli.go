@@ -211,7 +211,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it), and in holds and the lock queue (default there: the kernel's host name)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
 	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
-	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key); publish-key: publish its public half when --public-key is not given")
+	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key); publish-key: publish its public half when --public-key is not given; restart, check: the key kube-apiserver-sa-signer signs with, looked for in its FetchKeys answer when a flags file names --service-account-signing-endpoint")
 	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; the previous one stays published beside it until retire-keys after --grace")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
 	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
@@ -262,7 +262,7 @@ var flagScope = map[string][]string{
 	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"trust-timeout": restarting,
 	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
-	"signing-key":   {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"signing-key":   {cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdRestart, cmdCheck},
 	"certificate":   {cmdPublishKey},
 	"config":        subcommands,
 	"timeout":       {cmdWaitTrusted, cmdRotateKey},
@@ -612,7 +612,7 @@ func writeHelp(w io.Writer, fs *pflag.FlagSet) {
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
+  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F [--signing-key K]]  validate PEM files or an apiserver flags file (confd check_cmd); no etcd
   %[1]s version
   %[1]s trust [--output json]          hosts × service-account key IDs: signing, trusted, stale hosts
   %[1]s wait-trusted --public-key FILE [--timeout D]   exit 0 once every publishing host trusts FILE's key; 5 on timeout

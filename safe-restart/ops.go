@@ -30,7 +30,7 @@ func (a *app) check(ctx context.Context) int {
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
 	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, preflight.Input{Files: a.o.preflightFiles, FlagsFiles: a.o.preflightFlagsFiles, Now: time.Now()}))
+		errs = append(errs, preflight.Run(cctx, a.o.preflightInput()))
 	}
 	for _, w := range duplicateKeys(a.o.argv) {
 		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)

@@ -86,7 +86,7 @@ func (a *app) restart(ctx context.Context) int {
 	}
 	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
-			return preflight.Run(ctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()})
+			return preflight.Run(ctx, o.preflightInput())
 		}
 	}
 	// A new signing key waits, without the lock, until the others trust it;
@@ -121,7 +121,7 @@ func (a *app) runPreflight(ctx context.Context) int {
 	o := a.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now()}); err != nil {
+	if err := preflight.Run(pctx, o.preflightInput()); err != nil {
 		for _, e := range splitErrors(err) {
 			a.log.Errorf("preflight: %v", e)
 		}

@@ -13,10 +13,11 @@ import (
 )
 
 // BenchmarkSignOverSocket measures Sign as kube-apiserver calls it: one
-// gRPC call over the Unix socket. It reports the p99 latency (issue 27's
-// targets: ECDSA P-256 under 2 ms, RSA-2048 under 5 ms) beside ns/op.
+// gRPC call over the Unix socket. It reports the p50 and p99 latency
+// (issue 27's targets for p99: ECDSA P-256 under 2 ms, RSA-2048 under 5 ms)
+// beside ns/op, whose mean hides the tail the targets are about.
 //
-//	go test -run '^$' -bench SignOverSocket ./signer
+//	go test -run '^$' -bench OverSocket -benchtime 2000x ./signer
 func BenchmarkSignOverSocket(b *testing.B) {
 	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"aud":["https://kubernetes.default.svc"],"exp":1767225600,"iat":1767222000,"iss":"https://kubernetes.default.svc","kubernetes.io":{"namespace":"default","serviceaccount":{"name":"probe","uid":"6b3c3c1e-0a4f-4c43-9a3e-3f1f2d3c4b5a"}},"nbf":1767222000,"sub":"system:serviceaccount:default:probe"}`))
 	for _, tc := range []struct {
@@ -44,13 +45,13 @@ func BenchmarkSignOverSocket(b *testing.B) {
 				lat = append(lat, time.Since(start))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			reportLatency(b, lat)
 		})
 	}
 }
 
-// BenchmarkFetchKeysOverSocket: FetchKeys is answered from memory.
+// BenchmarkFetchKeysOverSocket: FetchKeys is answered from memory (three
+// hosts' RSA-2048 keys and the local ECDSA key), with its p50 and p99.
 func BenchmarkFetchKeysOverSocket(b *testing.B) {
 	ks := NewKeySet(nil, mustSigningKey(b, ecKey(b, elliptic.P256())))
 	for _, h := range []string{"m1", "m2", "m3"} {
@@ -58,15 +59,38 @@ func BenchmarkFetchKeysOverSocket(b *testing.B) {
 	}
 	cli, _ := serveSocket(b, ks, nil)
 	ctx := context.Background()
+	req := &externaljwtv1.FetchKeysRequest{}
+	if _, err := cli.FetchKeys(ctx, req); err != nil { // connect before timing
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
 	for b.Loop() {
-		if _, err := cli.FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{}); err != nil {
+		start := time.Now()
+		if _, err := cli.FetchKeys(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+		lat = append(lat, time.Since(start))
 	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// reportLatency reports the p50 and p99 of per-call durations, in
+// milliseconds, as benchmark metrics.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	at := func(q int) float64 { return float64(lat[(len(lat)-1)*q/100]) / float64(time.Millisecond) }
+	b.ReportMetric(at(50), "p50-ms")
+	b.ReportMetric(at(99), "p99-ms")
 }
 
 // BenchmarkSignDirect is the signature alone, without gRPC: what the
-// socket adds is the difference to BenchmarkSignOverSocket.
+// socket adds is the difference to BenchmarkSignOverSocket, p99 included
+// (on a busy machine both tails are the scheduler's).
 func BenchmarkSignDirect(b *testing.B) {
 	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:default:probe"}`))
 	for _, tc := range []struct {
@@ -78,11 +102,16 @@ func BenchmarkSignDirect(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			k := mustSigningKey(b, tc.key(b))
+			lat := make([]time.Duration, 0, b.N)
 			for b.Loop() {
+				start := time.Now()
 				if _, _, err := k.Sign(claims); err != nil {
 					b.Fatal(err)
 				}
+				lat = append(lat, time.Since(start))
 			}
+			b.StopTimer()
+			reportLatency(b, lat)
 		})
 	}
 }

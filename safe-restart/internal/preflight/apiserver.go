@@ -19,6 +19,10 @@ const (
 	roleCert                       // certificate half of a key pair
 	roleKey                        // private key half
 	roleSNI                        // --tls-sni-cert-key certfile,keyfile[:names]
+	// roleSigningEndpoint names the external signer's Unix socket, which
+	// signs and serves the verification keys instead of the two
+	// service-account key-file flags (endpoint.go).
+	roleSigningEndpoint
 )
 
 type flagSpec struct {
@@ -34,6 +38,7 @@ func apiserverFlags() map[string]flagSpec {
 	return map[string]flagSpec{
 		"service-account-key-file":         {role: roleSAKey, multi: true},
 		"service-account-signing-key-file": {role: roleSigningKey},
+		"service-account-signing-endpoint": {role: roleSigningEndpoint},
 		"tls-cert-file":                    {role: roleCert, key: "tls-private-key-file"},
 		"tls-private-key-file":             {role: roleKey},
 		"tls-sni-cert-key":                 {role: roleSNI, multi: true},

@@ -36,13 +36,23 @@ type Input struct {
 	Files      []string  // checked generically: parses, >=1 key/cert, certs valid at Now
 	FlagsFiles []string  // files parsed for apiserver flags (EnvironmentFile, flag list, manifest)
 	Now        time.Time // zero means time.Now()
+	// SigningKey is the external signer's signing key file: a flags file
+	// naming --service-account-signing-endpoint passes only when the
+	// signer serves this key's public half. Unused otherwise.
+	SigningKey string
+	// Signer asks the signer for its keys; nil means GRPCFetcher.
+	Signer KeyFetcher
+	// SignerTimeout bounds that call; zero means DefaultSignerTimeout.
+	SignerTimeout time.Duration
 }
 
 // Run checks everything and returns nil or an error listing every problem
 // found (errors.Join), each naming the file and the reason, and for files
 // named by flags, the flag and the flags file and line it came from.
 // Flags files are read in order as parts of one command line: a repeated
-// scalar flag keeps its last value, as pflag does.
+// scalar flag keeps its last value, as pflag does. A flags file naming
+// --service-account-signing-endpoint has no key files to check: the signer
+// on that socket is asked for its keys instead (endpoint.go).
 func Run(ctx context.Context, in Input) error {
 	c := newChecker(in.Now)
 	for _, p := range in.Files {
@@ -54,7 +64,7 @@ func Run(ctx context.Context, in Input) error {
 		}
 	}
 	if len(in.FlagsFiles) > 0 {
-		c.checkFlags(ctx, in.FlagsFiles)
+		c.checkFlags(ctx, in)
 	}
 	return errors.Join(c.errs...)
 }
@@ -184,7 +194,8 @@ func (c *checker) use(o occurrence, path string, r role) *pemcheck.File {
 	return f
 }
 
-func (c *checker) checkFlags(ctx context.Context, paths []string) {
+func (c *checker) checkFlags(ctx context.Context, in Input) {
+	paths := in.FlagsFiles
 	specs := apiserverFlags()
 	occ, errs := readFlags(paths, specs)
 	c.errs = append(c.errs, errs...)
@@ -197,7 +208,7 @@ func (c *checker) checkFlags(ctx context.Context, paths []string) {
 	}
 	last := map[string]occurrence{}
 	saKeys := map[string]bool{}
-	var signing *occurrence
+	var signing, endpoint *occurrence
 	for _, o := range occ {
 		if err := ctx.Err(); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("preflight: %w", err))
@@ -232,6 +243,8 @@ func (c *checker) checkFlags(ctx context.Context, paths []string) {
 		case roleSigningKey:
 			c.use(o, o.value, r)
 			signing = &o
+		case roleSigningEndpoint:
+			endpoint = &o // a socket, not a PEM file: checked below
 		default:
 			c.use(o, o.value, r)
 		}
@@ -253,6 +266,13 @@ func (c *checker) checkFlags(ctx context.Context, paths []string) {
 	}
 	if signing != nil && len(saKeys) > 0 {
 		c.add(signing.String(), c.signingKeyPublished(signing.value, saKeys))
+	}
+	if endpoint != nil {
+		if err := ctx.Err(); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("preflight: %w", err))
+			return
+		}
+		c.checkEndpoint(ctx, *endpoint, occ, in)
 	}
 }
 
