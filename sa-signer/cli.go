@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/keysync/confd/internal/etcdflags"
 	"io"
 	"os"
 	"os/user"
@@ -71,18 +72,17 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
+// etcdTargets are the options the shared etcd flags fill.
+func (o *options) etcdTargets() etcdflags.Targets {
+	return etcdflags.Targets{Endpoints: &o.endpoints, CACert: &o.cacert, Cert: &o.cert, Key: &o.key,
+		User: &o.user, Password: &o.password, DialTimeout: &o.dialTimeout, CommandTimeout: &o.commandTimeout}
+}
+
 func newFlagSet(o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(progName, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated or repeated [env ETCDCTL_ENDPOINTS]")
-	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
-	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
-	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
-	fs.StringVar(&o.user, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
-	fs.StringVar(&o.password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
-	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
-	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
+	etcdflags.Register(fs, o.etcdTargets())
 
 	fs.StringVar(&o.socket, "socket", defaultSocket, "Unix socket kube-apiserver's --service-account-signing-endpoint names (in a directory of its own)")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group (name or ID) given the socket and its directory, for an apiserver not running as root")
@@ -152,43 +152,11 @@ func readConfig(o *options, fs *pflag.FlagSet) error {
 // applyEnv fills etcd settings from etcdctl's environment variables where
 // the flag was not given, as kube-apiserver-safe-restart does.
 func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
-	str := func(flag, name string, dst *string) {
-		if v, ok := env(name); ok && !fs.Changed(flag) {
-			*dst = v
-		}
+	if err := etcdflags.ApplyEnv(fs, o.etcdTargets(), env, nil); err != nil {
+		return usagef("%v", err)
 	}
-	str("cacert", "ETCDCTL_CACERT", &o.cacert)
-	str("cert", "ETCDCTL_CERT", &o.cert)
-	str("key", "ETCDCTL_KEY", &o.key)
-	str("user", "ETCDCTL_USER", &o.user)
-	str("password", "ETCDCTL_PASSWORD", &o.password)
-	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
-		o.endpoints = nil
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				o.endpoints = append(o.endpoints, s)
-			}
-		}
-	}
-	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
-		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-		if v, ok := env(name); ok && v != "" && !fs.Changed(flag) {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return usagef("%s=%q: %v", name, v, err)
-			}
-			*dst = d
-		}
-	}
-	if o.user != "" && o.password == "" {
-		name, pw, ok := strings.Cut(o.user, ":")
-		if !ok {
-			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
-		}
-		o.user, o.password = name, pw
-	}
-	if o.password != "" && o.user == "" {
-		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
+	if _, err := etcdflags.SplitUser(&o.user, &o.password); err != nil {
+		return usagef("%v", err)
 	}
 	return nil
 }

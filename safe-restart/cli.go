@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/keysync/confd/internal/etcdflags"
 	"github.com/keysync/confd/internal/redact"
 	"io"
 	"os"
@@ -164,20 +165,19 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
+// etcdTargets are the options the shared etcd flags fill.
+func (o *options) etcdTargets() etcdflags.Targets {
+	return etcdflags.Targets{Endpoints: &o.endpoints, CACert: &o.cacert, Cert: &o.cert, Key: &o.key,
+		User: &o.user, Password: &o.password, DialTimeout: &o.dialTimeout, CommandTimeout: &o.commandTimeout}
+}
+
 func newFlagSet(o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(progName, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 
 	fs.StringVar(&o.configPath, "config", defaultConfig, "TOML file whose keys are these flags' long names (read only when present if not given; '' reads none); a flag beats ETCDCTL_* beats the file")
-	fs.StringSliceVar(&o.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated or repeated [env ETCDCTL_ENDPOINTS]")
-	fs.StringVar(&o.cacert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
-	fs.StringVar(&o.cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
-	fs.StringVar(&o.key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
-	fs.StringVar(&o.user, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
-	fs.StringVar(&o.password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
-	fs.DurationVar(&o.dialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
-	fs.DurationVar(&o.commandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
+	etcdflags.Register(fs, o.etcdTargets())
 
 	fs.StringVar(&o.lockName, "lock-name", "kube-apiserver-restart", "lock name, shared with etcdctl lock NAME")
 	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl)")
@@ -456,50 +456,27 @@ func flagError(fs *pflag.FlagSet, err error) error {
 // applyEnv fills etcd settings from etcdctl's environment variables where
 // the flag was not given: a flag beats the environment.
 func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
-	str := func(flag, name string, dst *string) {
-		if v, ok := env(name); ok && !fs.Changed(flag) {
-			*dst = v
-			o.origin[flag] = "env " + name
-		}
-	}
-	str("cacert", "ETCDCTL_CACERT", &o.cacert)
-	str("cert", "ETCDCTL_CERT", &o.cert)
-	str("key", "ETCDCTL_KEY", &o.key)
-	str("user", "ETCDCTL_USER", &o.user)
-	str("password", "ETCDCTL_PASSWORD", &o.password)
 	o.endpointsFrom = endpointsDefault
 	if fs.Changed("endpoints") {
 		o.endpointsFrom = "from --endpoints"
 	} else if where := o.cfg.Where("endpoints"); where != "" && o.origin["endpoints"] == where {
 		o.endpointsFrom = "from " + where
 	}
-	if v, ok := env("ETCDCTL_ENDPOINTS"); ok && v != "" && !fs.Changed("endpoints") {
-		o.endpoints = splitList(v)
-		o.origin["endpoints"] = "env ETCDCTL_ENDPOINTS"
-		o.endpointsFrom = "from ETCDCTL_ENDPOINTS"
-	}
-	for flag, dst := range map[string]*time.Duration{"dial-timeout": &o.dialTimeout, "command-timeout": &o.commandTimeout} {
-		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-		if v, ok := env(name); ok && v != "" && !fs.Changed(flag) {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return usagef("%s=%q: %v", name, v, err)
-			}
-			*dst = d
-			o.origin[flag] = "env " + name
+	err := etcdflags.ApplyEnv(fs, o.etcdTargets(), env, func(flag, variable string) {
+		o.origin[flag] = "env " + variable
+		if flag == "endpoints" {
+			o.endpointsFrom = "from " + variable
 		}
+	})
+	if err != nil {
+		return usagef("%v", err)
 	}
-	// As etcdctl: without a separate password, --user is name:password.
-	if o.user != "" && o.password == "" {
-		name, pw, ok := strings.Cut(o.user, ":")
-		if !ok {
-			return usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
-		}
-		o.user, o.password = name, pw
+	split, err := etcdflags.SplitUser(&o.user, &o.password)
+	if split {
 		o.origin["password"] = o.origin["user"]
 	}
-	if o.password != "" && o.user == "" {
-		return usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
+	if err != nil {
+		return usagef("%v", err)
 	}
 	return nil
 }
@@ -507,16 +484,6 @@ func applyEnv(o *options, fs *pflag.FlagSet, env lookupEnv) error {
 // endpointsDefault is endpointsFrom when neither the flag nor the
 // environment named the endpoints.
 const endpointsDefault = "the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them"
-
-func splitList(v string) []string {
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
 
 func validate(o *options) error {
 	if o.sub == cmdCheck || o.sub == cmdVersion {
