@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,7 +326,7 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 	}
 	probe := f.startLegacyProbe(t, tok)
 	cmBefore := h.systemd.cm.restartCount()
-	code, out := h.rotateKey(t, "--timeout", "4m", "--grace", "30s",
+	code, out := h.rotateKey(t, "--timeout", "4m", "--grace", "20s",
 		"--controller-manager-flags-file", h.Path(cmFlagsFile), "--controller-manager-health-url", h.cmHealthURL())
 	if code != 0 {
 		probe.finish(t)
@@ -356,7 +357,7 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 	if code != 3 || !strings.Contains(out, "default/"+secret) || strings.Contains(out, tok) {
 		t.Fatalf("%s: retire-keys while Secret %s holds %s: exit %d, want 3 naming it (never its token):\n%s", h.name, secret, old, code, tail(out, 4000))
 	}
-	if got := f.publishedBy(t, h); !containsKid(got, old) {
+	if got := f.publishedBy(t, h); !slices.Contains(got, old) {
 		t.Fatalf("%s: refused retire-keys withdrew %s: %v", h.name, old, got)
 	}
 	// The runbook: re-create the Secret; the controller-manager, restarted
@@ -377,15 +378,6 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 		}
 	}
 	f.legacySecret(t, h, secret, true)
-}
-
-func containsKid(kids []string, kid string) bool {
-	for _, k := range kids {
-		if k == kid {
-			return true
-		}
-	}
-	return false
 }
 
 // cmRecord is the part of a trust record this scenario reads.
