@@ -80,8 +80,9 @@ test: etcd kube-apiserver build fmt-check vet
 # kube-apiservers on one TLS etcd (rehearsal/README.md). Never skipped:
 # without kube-apiserver or etcd it fails.
 REHEARSAL_RUN  ?= TestRehearsal
-rehearsal: etcd kube-apiserver build
+rehearsal: etcd kube-apiserver kube-controller-manager build
 	KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
+	KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/.tools/bin/kube-controller-manager \
 		$(GO) test -tags rehearsal -count=1 -timeout 30m -v -run '$(REHEARSAL_RUN)' ./rehearsal/
 
 # The rehearsal's core scenarios, run on every tested etcd server (3.4 where

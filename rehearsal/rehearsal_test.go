@@ -45,6 +45,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("ca-certificates", f.caCertificates)
 	scenario("fleet-check", f.fleetCheck)
 	scenario("static-pod", f.staticPod)
+	scenario("controller-manager", f.controllerManager)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not

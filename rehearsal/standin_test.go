@@ -36,6 +36,8 @@ type systemd struct {
 
 	hookMu sync.Mutex
 	hook   func(phase string, caller int, conn net.Conn)
+
+	cm controllerManager // kube-controller-manager.service (controllermanager_test.go)
 }
 
 func startSystemd(t *testing.T, h *host) *systemd {
@@ -51,6 +53,9 @@ func startSystemd(t *testing.T, h *host) *systemd {
 		s.job.Lock()
 		defer s.job.Unlock()
 		s.stop(syscall.SIGKILL)
+		s.cm.mu.Lock()
+		defer s.cm.mu.Unlock()
+		s.cm.stopLocked(syscall.SIGKILL)
 	})
 	return s
 }
@@ -80,6 +85,14 @@ func (s *systemd) handle(c *net.UnixConn) {
 	defer c.Close()
 	line, err := readLine(bufio.NewReader(c))
 	if err != nil {
+		return
+	}
+	if line == "restart "+cmUnit {
+		if err := s.restartControllerManager(); err != nil {
+			fmt.Fprintf(c, "failed: %v\n", err)
+			return
+		}
+		fmt.Fprintf(c, "ok\n")
 		return
 	}
 	if line != "restart kube-apiserver.service" {

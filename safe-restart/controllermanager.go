@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/health"
@@ -124,12 +125,61 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 	return exitOK
 }
 
+// controllerManagerSigning is the key ID kube-controller-manager signs
+// with, for the trust record: read from the --service-account-private-key-file
+// its flags files name ("" when there are none or they name no such file).
+func (a *app) controllerManagerSigning() (string, error) {
+	if len(a.o.cmFlagsFiles) == 0 {
+		return "", nil
+	}
+	keyFile, err := preflight.ControllerManagerKeyFile(a.o.cmFlagsFiles)
+	if err != nil || keyFile == "" {
+		return "", err
+	}
+	kids, err := trust.FileKeyIDs(keyFile)
+	if err != nil {
+		return "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file: %w", err)
+	}
+	if len(kids) != 1 {
+		return "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file %s holds %d keys, want 1", keyFile, len(kids))
+	}
+	return kids[0], nil
+}
+
+// controllerManagerGate runs before retire-keys withdraws the previous key:
+// it refuses (exit 3, naming the hosts) while any host's trust record says
+// its kube-controller-manager signs with that key, since every legacy token
+// Secret it (re-)creates would be refused once the key is gone. Records
+// without the controller-manager's key (older helpers, hosts without
+// --controller-manager-flags-file) block nothing.
+func (a *app) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
+	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
+		return exitOK
+	}
+	rctx, cancel := a.opCtx(ctx)
+	recs, _, err := trust.List(rctx, cli, a.o.trustPrefix)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: cannot read the trust records: not retiring %s", st.Previous)
+		return exitError
+	}
+	if hosts := trust.ControllerManagersSigningWith(recs, st.Previous); len(hosts) > 0 {
+		log.Errorf("retire-keys refused: kube-controller-manager on %s signs with %s (trust record), so the legacy token Secrets it creates would be refused once it is retired. Restart it with the new key (rotate-key --controller-manager-flags-file on that host) first",
+			strings.Join(hosts, ", "), st.Previous)
+		return exitPreflight
+	}
+	return exitOK
+}
+
 // retireGates are retire-keys' checks beyond this host's own files.
-func (a *app) retireGates(ctx context.Context, r *rotation.Rotator, log logrus.FieldLogger) int {
+func (a *app) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rotator, log logrus.FieldLogger) int {
 	st, err := r.Store.Load(ctx)
 	if err != nil {
 		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
 		return exitError
+	}
+	if code := a.controllerManagerGate(ctx, cli, st, log); code != exitOK {
+		return code
 	}
 	return a.legacyTokenGate(ctx, st, log)
 }

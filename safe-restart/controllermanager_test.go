@@ -22,7 +22,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
+	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 // writeKey writes a new private key file.
@@ -42,6 +44,35 @@ func writeKey(t *testing.T, dir, name string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// keyID is the key ID of the private key file at path.
+func keyID(t *testing.T, path string) string {
+	t.Helper()
+	kids, err := trust.FileKeyIDs(path)
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("%s: %v %v", path, kids, err)
+	}
+	return kids[0]
+}
+
+// pubOf is the PEM public key of the private key file at path.
+func pubOf(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(k.(*ecdsa.PrivateKey).Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
 // After a rotation, kube-controller-manager is restarted when its flags name
@@ -170,5 +201,90 @@ func TestLegacyTokenGate(t *testing.T) {
 		if strings.Contains(logs.String(), "SIGNATURE-NEVER-LOGGED") || strings.Contains(logs.String(), "payload") {
 			t.Errorf("a token reached the log:\n%s", logs.String())
 		}
+	}
+}
+
+// The trust record names the key kube-controller-manager signs with when
+// --controller-manager-flags-file names its --service-account-private-key-file;
+// without the flag it names none.
+func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
+	dir := t.TempDir()
+	apiKey := writeKey(t, dir, "sa.key")
+	cmKey := writeKey(t, dir, "cm.key")
+	pub := filepath.Join(dir, "sa.pub")
+	if err := os.WriteFile(pub, pubOf(t, apiKey), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apiFlags := filepath.Join(dir, "apiserver.env")
+	if err := os.WriteFile(apiFlags, []byte("KUBE_APISERVER_SA_ARGS=\"--service-account-key-file="+pub+" --service-account-signing-key-file="+apiKey+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmFlags := filepath.Join(dir, "kcm.env")
+	if err := os.WriteFile(cmFlags, []byte("KUBE_CONTROLLER_MANAGER_ARGS=\"--service-account-private-key-file="+cmKey+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"with the flag", []string{"--controller-manager-flags-file", cmFlags}, keyID(t, cmKey)},
+		{"without", nil, ""},
+	} {
+		o, _, err := parseArgs(append([]string{"restart", "--host", "m1", "--preflight-flags-file", apiFlags}, tt.args...), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		log := logrus.New()
+		log.Out = &logs
+		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
+		rec := a.trustSnapshot(context.Background(), log)
+		if rec == nil || rec.Signing != keyID(t, apiKey) || rec.ControllerManagerSigning != tt.want {
+			t.Errorf("%s: record %+v, want controller-manager key %q\n%s", tt.name, rec, tt.want, logs.String())
+		}
+	}
+}
+
+// retire-keys refuses (exit 3, naming host and key) while any host's trust
+// record says its kube-controller-manager signs with the retiring key;
+// records without that field (older helpers) block nothing.
+func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	o, _, err := parseArgs([]string{"retire-keys", "--config", "", "--endpoints", srv.Endpoint, "--host", "m1"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	log := logrus.New()
+	log.Out = &logs
+	a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
+	r := a.rotator(ctx, cli, "m1", log)
+	st := rotation.State{Phase: rotation.PhaseInstalled, Previous: "OLDKID", Next: "NEWKID", RetireAfter: time.Now().Add(-time.Minute)}
+	if err := r.Store.Save(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	record := func(host, cm string) {
+		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: "NEWKID", ControllerManagerSigning: cm, Time: time.Now()}
+		if err := trust.Put(ctx, cli, trust.DefaultPrefix, "", rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An older helper's record: no controller-manager key.
+	srv.Put(t, trust.Key(trust.DefaultPrefix, "m3"), `{"host":"m3","trusted":["OLDKID","NEWKID"],"signing":"NEWKID","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
+	record("m1", "NEWKID")
+	record("m2", "OLDKID")
+	if code := a.retireGates(ctx, cli, r, log); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
+		t.Fatalf("m2's controller-manager signs with the retiring key: exit %d, want %d naming m2 and OLDKID:\n%s", code, exitPreflight, logs.String())
+	}
+	if strings.Contains(logs.String(), "m1,") || strings.Contains(logs.String(), "m3") {
+		t.Errorf("a host named whose controller-manager does not sign with the retiring key:\n%s", logs.String())
+	}
+	logs.Reset()
+	record("m2", "NEWKID")
+	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
 	}
 }

@@ -268,7 +268,7 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
-	if code := a.retireGates(ctx, r, log); code != exitOK {
+	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
 		return code
 	}
 	// What publish-key --certificate kept beside a renewed certificate.

@@ -69,6 +69,9 @@ func (a *app) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
 	}
+	if rec.ControllerManagerSigning, err = a.controllerManagerSigning(); err != nil {
+		log.WithError(err).Error("the trust record will not name kube-controller-manager's key: retire-keys cannot check it")
+	}
 	return &rec
 }
 
@@ -113,7 +116,7 @@ func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.F
 		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing}).
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
 		Info("trust record written")
 }
 

@@ -38,6 +38,12 @@ type Record struct {
 	Trusted []string `json:"trusted"`
 	// Signing is the key ID of the key it signs tokens with ("" if unknown).
 	Signing string `json:"signing,omitempty"`
+	// ControllerManagerSigning is the key ID of the key this host's
+	// kube-controller-manager signs legacy token Secrets with, read from
+	// its --service-account-private-key-file when the record was written
+	// ("" when unknown: an older helper, or no --controller-manager-flags-file;
+	// such a record blocks nothing).
+	ControllerManagerSigning string `json:"controller_manager_signing,omitempty"`
 	// BundleSHA256 is the hex SHA-256 of the service-account key files'
 	// bytes, concatenated in flag order.
 	BundleSHA256 string    `json:"bundle_sha256"`
@@ -55,6 +61,19 @@ type Record struct {
 
 // Trusts reports whether the record lists kid as trusted.
 func (r *Record) Trusts(kid string) bool { return r != nil && slices.Contains(r.Trusted, kid) }
+
+// ControllerManagersSigningWith returns, sorted, the hosts whose record
+// says their kube-controller-manager signs with kid.
+func ControllerManagersSigningWith(recs map[string]Record, kid string) []string {
+	var hosts []string
+	for h, r := range recs {
+		if kid != "" && r.ControllerManagerSigning == kid {
+			hosts = append(hosts, h)
+		}
+	}
+	slices.Sort(hosts)
+	return hosts
+}
 
 // Key is the etcd key of host's record under prefix.
 func Key(prefix, host string) string { return strings.TrimSuffix(prefix, "/") + "/" + host }

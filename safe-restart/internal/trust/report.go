@@ -113,6 +113,9 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 			for _, kid := range rec.Trusted {
 				add(&r.Keys, kid)
 			}
+			if rec.ControllerManagerSigning != "" {
+				add(&r.Keys, rec.ControllerManagerSigning)
+			}
 		}
 	}
 	for _, h := range hosts {
@@ -221,6 +224,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "\tK%d", i+1)
 	}
 	fmt.Fprint(tw, "\tMODE\tRECORDED\tSTATE\n")
+	withCM := false
 	for _, h := range r.Hosts {
 		fmt.Fprint(tw, h.Host)
 		for _, kid := range r.Keys {
@@ -230,6 +234,10 @@ func (r *Report) WriteText(w io.Writer) error {
 				cell = "S"
 			case h.Record.Trusts(kid):
 				cell = "T"
+			}
+			if h.Record != nil && h.Record.ControllerManagerSigning == kid {
+				cell += "C"
+				withCM = true
 			}
 			if slices.Contains(h.Publishes, kid) {
 				cell += "*"
@@ -262,6 +270,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	b.WriteString("\nS signs with, T trusts, - does not trust; * published by this host\n")
+	if withCM {
+		b.WriteString("C its kube-controller-manager signs legacy token Secrets with (retire-keys refuses to retire it)\n")
+	}
 	b.WriteString("MODE bundle: trust as loaded at the last restart; signer: as fetched from kube-apiserver-sa-signer\n")
 	for i, kid := range r.Keys {
 		note := ""

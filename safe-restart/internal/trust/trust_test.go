@@ -322,3 +322,36 @@ func TestTrustShowsModes(t *testing.T) {
 		t.Fatalf("trust table:\n%s", b.String())
 	}
 }
+
+// The controller-manager's key: shown as "C" in `trust`; an older record
+// without it decodes to "" and names no host.
+func TestControllerManagerSigning(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	if err := Put(ctx, cli, DefaultPrefix, "", Record{Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k2", ControllerManagerSigning: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Put(t, Key(DefaultPrefix, "m2"), `{"host":"m2","trusted":["k1","k2"],"signing":"k1","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
+	recs, _, err := List(ctx, cli, DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs["m1"].ControllerManagerSigning != "k1" || recs["m2"].ControllerManagerSigning != "" {
+		t.Fatalf("records %+v", recs)
+	}
+	if got := ControllerManagersSigningWith(recs, "k1"); !slices.Equal(got, []string{"m1"}) {
+		t.Fatalf("controller-managers signing with k1: %v, want [m1]", got)
+	}
+	if got := ControllerManagersSigningWith(recs, ""); len(got) != 0 {
+		t.Fatalf("controller-managers signing with no key: %v", got)
+	}
+	rep := build(1, map[string][]string{"m1": {"k2"}, "m2": {"k1"}}, nil, recs)
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "TC") || !strings.Contains(b.String(), "C its kube-controller-manager") {
+		t.Fatalf("trust table does not show the controller-manager's key:\n%s", b.String())
+	}
+}
