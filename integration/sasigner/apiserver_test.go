@@ -392,12 +392,8 @@ func fileKid(t *testing.T, path string) string {
 	return ids[0]
 }
 
-func runRotate(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	return runRotateEnv(t, nil, args...)
-}
-
-// runRotateEnv is runRotate with env (nil: this process's environment).
+// runRotateEnv runs kube-apiserver-safe-restart with env (nil: this
+// process's environment).
 func runRotateEnv(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
