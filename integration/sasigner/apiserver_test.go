@@ -307,7 +307,7 @@ func TestRealAPIServers(t *testing.T) {
 	start := time.Now()
 	out, err := runRotateEnv(t, kcm.env, "rotate-key", "--signer", "--host=m2", "--endpoints="+e.Endpoint,
 		"--signing-key="+filepath.Join(m2.dir, "sa.key"), "--public-key="+filepath.Join(m2.dir, "sa.pub"),
-		"--algorithm=ecdsa-p256", "--timeout=2m", "--trust-timeout=2m", "--log-format=json",
+		"--algorithm=ecdsa-p256", "--timeout=2m", "--trust-timeout=2m", "--grace=0", "--log-format=json",
 		"--controller-manager-flags-file="+kcm.flagsFile, "--controller-manager-health-url="+kcm.healthURL,
 		"--", "kill", "-HUP", strconv.Itoa(m2.signer.cmd.Process.Pid))
 	if err != nil {
@@ -331,6 +331,30 @@ func TestRealAPIServers(t *testing.T) {
 	if refused != 0 || failed != 0 || accepted == 0 {
 		t.Errorf("prober: %d accepted, %d refused, %d failed; want 0 refused, 0 failed", accepted, refused, failed)
 	}
+
+	// After the grace (0 here), retire-keys withdraws m2's previous key
+	// from what every signer serves: no apiserver restarts, and once each
+	// apiserver fetched the smaller set (its refresh hint is 10 s) a token
+	// signed with the old kid is refused everywhere; the new key's token
+	// still verifies everywhere.
+	out, err = runRotateEnv(t, nil, "retire-keys", "--host=m2", "--endpoints="+e.Endpoint,
+		"--signing-key="+filepath.Join(m2.dir, "sa.key"), "--public-key="+filepath.Join(m2.dir, "sa.pub"), "--log-format=json")
+	if err != nil {
+		t.Fatalf("retire-keys: %v\n%s", err, out)
+	}
+	for _, m := range ms {
+		deadline := time.Now().Add(90 * time.Second)
+		for review(t, m.api, tokens["m2"]) != http.StatusUnauthorized {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still accepts m2's token signed with the retired key %s 90 s after retire-keys", m.name, m2.key.kid)
+			}
+			time.Sleep(time.Second) // the apiserver refreshes on its own schedule; nothing to wait on
+		}
+		if code := review(t, m.api, tok); code != http.StatusCreated {
+			t.Errorf("%s refused m2's token signed with its new key after retire-keys: HTTP %d", m.name, code)
+		}
+	}
+	t.Logf("retire-keys: the old kid %s refused by every apiserver", m2.key.kid)
 
 	// SIGKILL of m3's signer: m3's token requests fail (an error, or no
 	// answer within 10 s: the apiserver waits for the socket) while it is
