@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,20 +85,8 @@ func (s *systemd) restartControllerManager() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Started and waited for on one locked thread, as the apiserver is
 	// (see systemd.restart: Pdeathsig follows the thread).
-	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	exited, err := startOnLockedThread(cmd)
+	if err != nil {
 		return err
 	}
 	cm.cmd, cm.exited = cmd, exited

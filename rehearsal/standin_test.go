@@ -174,20 +174,8 @@ func (s *systemd) restart(hook func(string)) error {
 	// makes the runtime end its thread, and with it every Pdeathsig child
 	// that thread ever forked, whoever forked it: etcd itself, started
 	// earlier on that thread by etcdtest, was SIGKILLed so mid-scenario.
-	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	exited, err := startOnLockedThread(cmd)
+	if err != nil {
 		return err
 	}
 	s.cmd, s.exited = cmd, exited
@@ -272,4 +260,27 @@ func systemctlMain(socket string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// startOnLockedThread starts cmd and waits for it on one locked OS thread
+// (Pdeathsig follows the thread that forked the child, see
+// systemd.restart); exited is closed when cmd has exited.
+func startOnLockedThread(cmd *exec.Cmd) (exited chan struct{}, err error) {
+	exited = make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
