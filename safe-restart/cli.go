@@ -18,10 +18,10 @@ import (
 
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/suggest"
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/fleet"
 	"github.com/keysync/confd/safe-restart/internal/lock"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
-	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 const progName = "kube-apiserver-safe-restart"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -13,11 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/runner"
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/health"
 	"github.com/keysync/confd/safe-restart/internal/legacytokens"
-	"github.com/keysync/confd/safe-restart/internal/preflight"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
-	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 // The controller-manager's restart command in systemd mode.
@@ -44,7 +42,7 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 		return nil
 	}
 	log = log.WithField("controller_manager", true)
-	keyFile, err := preflight.ControllerManagerKeyFile(o.cmFlagsFiles)
+	keyFile, cm, err := trust.ControllerManagerKey(o.cmFlagsFiles)
 	if err != nil {
 		return &codeError{code: exitPreflight, what: fmt.Sprintf("--controller-manager-flags-file: %v", err)}
 	}
@@ -52,16 +50,12 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 		log.Warn("--controller-manager-flags-file names no --service-account-private-key-file: kube-controller-manager not restarted")
 		return nil
 	}
-	cm, err := trust.FileKeyIDs(keyFile)
-	if err != nil {
-		return &codeError{code: exitPreflight, what: fmt.Sprintf("kube-controller-manager's --service-account-private-key-file: %v", err)}
-	}
 	rotated, err := trust.FileKeyIDs(o.signingKey)
 	if err != nil {
 		return &codeError{code: exitPreflight, what: fmt.Sprintf("--signing-key: %v", err)}
 	}
-	if len(cm) != 1 || len(rotated) != 1 || !slices.Equal(cm, rotated) {
-		log.Warnf("kube-controller-manager's key %s (%v) is not the rotated key %v: not restarted; it keeps signing legacy tokens with its own", keyFile, cm, rotated)
+	if len(rotated) != 1 || rotated[0] != cm {
+		log.Warnf("kube-controller-manager's key %s (%s) is not the rotated key %v: not restarted; it keeps signing legacy tokens with its own", keyFile, cm, rotated)
 		return nil
 	}
 	argv := controllerManagerCommand
@@ -99,7 +93,7 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 // Secret (after kube-controller-manager signs with the new key) clears it.
 func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
 	o := a.o
-	if o.kubeconfig == "" || st == nil || st.Phase != rotation.PhaseInstalled || time.Now().Before(st.RetireAfter) {
+	if o.kubeconfig == "" {
 		return exitOK
 	}
 	if o.ignoreLegacyTokens {
@@ -126,24 +120,11 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 }
 
 // controllerManagerSigning is the key ID kube-controller-manager signs
-// with, for the trust record: read from the --service-account-private-key-file
-// its flags files name ("" when there are none or they name no such file).
+// with, for the trust record ("" when --controller-manager-flags-file is not
+// given or names no key file).
 func (a *app) controllerManagerSigning() (string, error) {
-	if len(a.o.cmFlagsFiles) == 0 {
-		return "", nil
-	}
-	keyFile, err := preflight.ControllerManagerKeyFile(a.o.cmFlagsFiles)
-	if err != nil || keyFile == "" {
-		return "", err
-	}
-	kids, err := trust.FileKeyIDs(keyFile)
-	if err != nil {
-		return "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file: %w", err)
-	}
-	if len(kids) != 1 {
-		return "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file %s holds %d keys, want 1", keyFile, len(kids))
-	}
-	return kids[0], nil
+	_, kid, err := trust.ControllerManagerKey(a.o.cmFlagsFiles)
+	return kid, err
 }
 
 // controllerManagerGate runs before retire-keys withdraws the previous key:
@@ -153,9 +134,6 @@ func (a *app) controllerManagerSigning() (string, error) {
 // without the controller-manager's key (older helpers, hosts without
 // --controller-manager-flags-file) block nothing.
 func (a *app) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
-	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
-		return exitOK
-	}
 	rctx, cancel := a.opCtx(ctx)
 	recs, _, err := trust.List(rctx, cli, a.o.trustPrefix)
 	cancel()
@@ -177,6 +155,11 @@ func (a *app) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rota
 	if err != nil {
 		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
 		return exitError
+	}
+	// Only a rotation past its grace retires a key: before that (or with
+	// nothing installed) retire-keys withdraws nothing, so nothing blocks.
+	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
+		return exitOK
 	}
 	if code := a.controllerManagerGate(ctx, cli, st, log); code != exitOK {
 		return code

@@ -23,8 +23,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
-	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 // writeKey writes a new private key file.
@@ -286,5 +286,14 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	record("m2", "NEWKID")
 	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
 		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
+	}
+	// Before the grace ends retire-keys withdraws nothing: nothing blocks it.
+	record("m2", "OLDKID")
+	st.RetireAfter = time.Now().Add(time.Hour)
+	if err := r.Store.Save(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+		t.Fatalf("within the grace: exit %d, want %d:\n%s", code, exitOK, logs.String())
 	}
 }

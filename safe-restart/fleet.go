@@ -8,9 +8,9 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/fleet"
 	"github.com/keysync/confd/safe-restart/internal/restart"
-	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 // fleetInterval is the pause between reads of the Leases while the fleet

@@ -13,8 +13,8 @@ import (
 
 	"github.com/keysync/confd/internal/pemcheck"
 
+	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/safe-restart/internal/hold"
-	"github.com/keysync/confd/safe-restart/internal/preflight"
 	"github.com/keysync/confd/safe-restart/internal/status"
 )
 

@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/keysync/confd/safe-restart/internal/preflight"
+	"github.com/keysync/confd/internal/preflight"
 )
 
 // preflightInput is what restart, rotate-key and check preflight. On a

@@ -14,8 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/pemcheck"
-	"github.com/keysync/confd/safe-restart/internal/preflight"
-	"github.com/keysync/confd/safe-restart/internal/trust"
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // pubItem is one key (or certificate) of a published value.

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/pemcheck"
-	"github.com/keysync/confd/safe-restart/internal/trust"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // keptRecord says which keys publish-key --certificate keeps published

@@ -19,11 +19,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/groupguard"
+	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/safe-restart/internal/health"
 	"github.com/keysync/confd/safe-restart/internal/hold"
 	"github.com/keysync/confd/safe-restart/internal/lock"
-	"github.com/keysync/confd/safe-restart/internal/preflight"
 	"github.com/keysync/confd/safe-restart/internal/restart"
 )
 

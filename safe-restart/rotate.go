@@ -11,9 +11,9 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/hold"
 	"github.com/keysync/confd/safe-restart/internal/rotation"
-	"github.com/keysync/confd/safe-restart/internal/trust"
 )
 
 const (

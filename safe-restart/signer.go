@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/runner"
-	"github.com/keysync/confd/safe-restart/internal/trust"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // signerReloadCommand makes kube-apiserver-sa-signer re-read its key file

@@ -13,8 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/safe-restart/internal/preflight"
-	"github.com/keysync/confd/safe-restart/internal/trust"
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // fqdn is this host's name exactly as the example publisher
