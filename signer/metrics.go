@@ -20,6 +20,7 @@ type Metrics struct {
 	rejected   prometheus.Counter
 	restarts   prometheus.Counter
 	cacheFails prometheus.Counter
+	recordErrs *prometheus.CounterVec
 }
 
 // NewMetrics registers every metric in a registry of its own.
@@ -42,7 +43,9 @@ func NewMetrics() *Metrics {
 		Help: "Times the etcd watch broke and the prefix was read again."})
 	m.cacheFails = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "cache_write_failures_total",
 		Help: "Failed writes of the key cache file."})
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.cacheFails,
+	m.recordErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "trust_record_errors_total",
+		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.cacheFails, m.recordErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -98,5 +101,11 @@ func (m *Metrics) incWatchRestart() {
 func (m *Metrics) IncCacheFailure() {
 	if m != nil {
 		m.cacheFails.Inc()
+	}
+}
+
+func (m *Metrics) incRecordError(what string) {
+	if m != nil {
+		m.recordErrs.WithLabelValues(what).Inc()
 	}
 }

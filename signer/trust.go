@@ -15,57 +15,48 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/trust"
 )
 
-// RecordSource marks a trust record written by the signer (from what its
-// apiserver fetched) rather than by kube-apiserver-safe-restart (from the
-// files an apiserver loaded at a restart).
-const RecordSource = "kube-apiserver-sa-signer"
-
-// Record is a host's trust record as kube-apiserver-safe-restart's
-// trust package stores it (PREFIX/HOST, JSON), with Source and Fetched
-// added; readers that do not know them ignore them.
-type Record struct {
-	Host string `json:"host"`
-	// Trusted are the key IDs the apiserver fetched last.
-	Trusted []string `json:"trusted"`
-	// Signing is the key ID the signer signed with at that moment.
-	Signing string `json:"signing,omitempty"`
-	// BundleSHA256 is the SHA-256 of the served keys' DER, in ID order.
-	BundleSHA256 string    `json:"bundle_sha256"`
-	Time         time.Time `json:"time"`
-	Source       string    `json:"source,omitempty"`
-}
-
-// RecordOf is the record of a host whose apiserver fetched s at t.
-func RecordOf(host string, s *Snapshot, t time.Time) Record {
+// RecordOf is the record of a host whose apiserver fetched s at t, and
+// whose kube-controller-manager signs with cm ("" when unknown).
+func RecordOf(host string, s *Snapshot, cm string, t time.Time) trust.Record {
 	h := sha256.New()
 	for _, k := range s.Keys {
 		h.Write(k.DER)
 	}
-	return Record{Host: host, Trusted: s.IDs(), Signing: s.Signing, BundleSHA256: hex.EncodeToString(h.Sum(nil)),
-		Time: t.UTC(), Source: RecordSource}
+	return trust.Record{Host: host, Trusted: s.IDs(), Signing: s.Signing, ControllerManagerSigning: cm,
+		BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: t.UTC(), Source: trust.SignerSource}
 }
 
 // ClientFunc returns the etcd client, waiting for a connection.
 type ClientFunc func(context.Context) (*clientv3.Client, error)
 
 // Recorder writes this host's trust record when the set its apiserver
-// fetched changes (not on every FetchKeys call: the apiserver asks every
-// refresh hint).
+// fetched changes, or the key kube-controller-manager signs with does (not
+// on every FetchKeys call: the apiserver asks every refresh hint).
 type Recorder struct {
 	Client  ClientFunc
 	Prefix  string // trust prefix, with its trailing slash
 	Host    string
 	Timeout time.Duration
 	Log     logrus.FieldLogger
+	Metrics *Metrics
+	// ControllerManager, if set, returns the key ID this host's
+	// kube-controller-manager signs legacy token Secrets with, for the
+	// record's controller_manager_signing (retire-keys refuses to retire
+	// a key a controller-manager still signs with). It is asked at each
+	// fetch, so that a controller-manager restarted with another key is
+	// recorded within a refresh hint; an error records no key (the record
+	// then blocks nothing) and is logged when it starts and when it ends.
+	ControllerManager func() (string, error)
 
-	mu       sync.Mutex
-	next     *Snapshot
-	recorded *Snapshot
-	wake     chan struct{}
+	mu     sync.Mutex
+	latest *Snapshot
+	wake   chan struct{}
 	// Written, if set, is called after each record is written (tests).
-	Written func(Record)
+	Written func(trust.Record)
 }
 
 // Fetched notes that the apiserver fetched s; it never blocks the call.
@@ -74,17 +65,12 @@ func (r *Recorder) Fetched(s *Snapshot) {
 	if r.wake == nil {
 		r.wake = make(chan struct{}, 1)
 	}
-	same := r.recorded != nil && sameIDs(r.recorded.Keys, s.Keys) && r.recorded.Signing == s.Signing
-	if !same {
-		r.next = s
-	}
+	r.latest = s
 	wake := r.wake
 	r.mu.Unlock()
-	if !same {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -98,7 +84,12 @@ func (r *Recorder) Run(ctx context.Context) {
 	r.mu.Unlock()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
-	failing := false
+	var (
+		recorded   *Snapshot
+		recordedCM string
+		failing    bool
+		cmErr      string
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -107,13 +98,18 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-retry.C:
 		}
 		r.mu.Lock()
-		s := r.next
+		s := r.latest
 		r.mu.Unlock()
 		if s == nil {
 			continue
 		}
-		rec := RecordOf(r.Host, s, time.Now())
+		cm := r.controllerManager(&cmErr)
+		if recorded != nil && sameIDs(recorded.Keys, s.Keys) && recorded.Signing == s.Signing && recordedCM == cm {
+			continue
+		}
+		rec := RecordOf(r.Host, s, cm, time.Now())
 		if err := r.put(ctx, rec); err != nil {
+			r.Metrics.incRecordError("write")
 			if !failing {
 				r.Log.WithError(err).Error("trust record not written; retrying")
 			}
@@ -125,20 +121,39 @@ func (r *Recorder) Run(ctx context.Context) {
 			r.Log.Info("trust record written again")
 			failing = false
 		}
-		r.mu.Lock()
-		if r.next == s {
-			r.next = nil
-		}
-		r.recorded = s
-		r.mu.Unlock()
-		r.Log.WithField("trusted", rec.Trusted).WithField("signing", rec.Signing).Info("trust record written: the apiserver fetched a new key set")
+		recorded, recordedCM = s, cm
+		r.Log.WithField("trusted", rec.Trusted).WithField("signing", rec.Signing).WithField("controller_manager_signing", cm).
+			Info("trust record written: the apiserver fetched a new key set, or the controller-manager's key changed")
 		if r.Written != nil {
 			r.Written(rec)
 		}
 	}
 }
 
-func (r *Recorder) put(ctx context.Context, rec Record) error {
+// controllerManager asks r.ControllerManager, logging a failure when it
+// starts (or its reason changes) and when it ends; *last holds the
+// failure logged last.
+func (r *Recorder) controllerManager(last *string) string {
+	if r.ControllerManager == nil {
+		return ""
+	}
+	kid, err := r.ControllerManager()
+	if err != nil {
+		r.Metrics.incRecordError("controller_manager_key")
+		if msg := err.Error(); msg != *last {
+			*last = msg
+			r.Log.WithError(err).Error("kube-controller-manager's signing key unreadable: the trust record names none, so retire-keys cannot see which key it signs with")
+		}
+		return ""
+	}
+	if *last != "" {
+		*last = ""
+		r.Log.WithField("kid", kid).Info("kube-controller-manager's signing key readable again")
+	}
+	return kid
+}
+
+func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -180,7 +195,7 @@ func (e *NotTrustedError) Error() string {
 func Missing(kvs map[string][]byte, kid string) []string {
 	var out []string
 	for host, v := range kvs {
-		var r Record
+		var r trust.Record
 		if err := json.Unmarshal(v, &r); err != nil || !slices.Contains(r.Trusted, kid) {
 			out = append(out, host)
 		}

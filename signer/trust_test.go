@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,10 +15,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/trust"
 )
 
 func TestMissing(t *testing.T) {
-	rec := func(kids ...string) []byte { b, _ := json.Marshal(Record{Host: "x", Trusted: kids}); return b }
+	rec := func(kids ...string) []byte { b, _ := json.Marshal(trust.Record{Host: "x", Trusted: kids}); return b }
 	kvs := map[string][]byte{
 		"a": rec("k1", "k2"), "b": rec("k1"), "c": []byte("garbled"), "d": rec("k2"),
 	}
@@ -39,7 +42,7 @@ func TestBarrierWaitsForEveryRecord(t *testing.T) {
 	cli := e.Client(t)
 	clientFn := func(context.Context) (*clientv3.Client, error) { return cli, nil }
 	put := func(host string, kids ...string) {
-		b, _ := json.Marshal(Record{Host: host, Trusted: kids})
+		b, _ := json.Marshal(trust.Record{Host: host, Trusted: kids})
 		e.Put(t, "/trust/"+host, string(b))
 	}
 	put("m1", "old", "new")
@@ -78,9 +81,9 @@ func TestBarrierWaitsForEveryRecord(t *testing.T) {
 func TestRecorderWritesOnChange(t *testing.T) {
 	e := etcdtest.Start(t)
 	cli := e.Client(t)
-	written := make(chan Record, 10)
+	written := make(chan trust.Record, 10)
 	r := &Recorder{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil },
-		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Written: func(r Record) { written <- r }}
+		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Written: func(r trust.Record) { written <- r }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
@@ -89,7 +92,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	ks := NewKeySet(nil, sk)
 	r.Fetched(ks.Snapshot())
 	first := <-written
-	if first.Source != RecordSource || !slices.Equal(first.Trusted, []string{sk.KeyID}) || first.Signing != sk.KeyID {
+	if first.Source != trust.SignerSource || !slices.Equal(first.Trusted, []string{sk.KeyID}) || first.Signing != sk.KeyID {
 		t.Fatalf("record %+v", first)
 	}
 	resp, err := cli.Get(ctx, "/trust/m1")
@@ -112,4 +115,96 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	if got := resp.Kvs[0].Version; resp.Kvs[0].ModRevision == rev || got != 2 {
 		t.Fatalf("record version %d, want 2 (written once per new set)", got)
 	}
+}
+
+// TestRecorderNamesControllerManagerKey: the record carries the key
+// kube-controller-manager signs with, and is written again when only that
+// key changes (the set fetched is the same), so that retire-keys sees a
+// controller-manager restarted with the new key; an unreadable key file
+// records no key and is logged when it starts and when it ends.
+func TestRecorderNamesControllerManagerKey(t *testing.T) {
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	written := make(chan trust.Record, 10)
+	var mu sync.Mutex
+	cm, cmErr := "OLDKID", error(nil)
+	var logs syncBuffer
+	log := logrus.New()
+	log.SetOutput(&logs)
+	m := NewMetrics()
+	r := &Recorder{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil },
+		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: log, Metrics: m,
+		ControllerManager: func() (string, error) { mu.Lock(); defer mu.Unlock(); return cm, cmErr },
+		Written:           func(r trust.Record) { written <- r }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	set := func(kid string, err error) { mu.Lock(); cm, cmErr = kid, err; mu.Unlock() }
+	next := func() trust.Record {
+		t.Helper()
+		select {
+		case rec := <-written:
+			return rec
+		case <-time.After(20 * time.Second):
+			t.Fatal("no trust record written")
+			return trust.Record{}
+		}
+	}
+
+	ks := NewKeySet(nil, mustSigningKey(t, ecKey(t, elliptic.P256())))
+	r.Fetched(ks.Snapshot())
+	if rec := next(); rec.ControllerManagerSigning != "OLDKID" {
+		t.Fatalf("record %+v, want controller_manager_signing OLDKID", rec)
+	}
+	resp, err := cli.Get(ctx, "/trust/m1")
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"controller_manager_signing":"OLDKID"`) {
+		t.Fatalf("stored record lacks the controller-manager's key: %v %v", resp, err)
+	}
+	// Same set, the controller-manager restarted with another key.
+	set("NEWKID", nil)
+	r.Fetched(ks.Snapshot())
+	if rec := next(); rec.ControllerManagerSigning != "NEWKID" {
+		t.Fatalf("record %+v, want controller_manager_signing NEWKID", rec)
+	}
+	// Its key file unreadable: the record names no key, logged once.
+	set("", errors.New("open /etc/kubernetes/pki/sa.key: permission denied"))
+	r.Fetched(ks.Snapshot())
+	if rec := next(); rec.ControllerManagerSigning != "" {
+		t.Fatalf("record %+v, want no controller-manager key", rec)
+	}
+	r.Fetched(ks.Snapshot())
+	set("NEWKID", nil)
+	r.Fetched(ks.Snapshot())
+	if rec := next(); rec.ControllerManagerSigning != "NEWKID" {
+		t.Fatalf("record %+v, want controller_manager_signing NEWKID again", rec)
+	}
+	out := logs.String()
+	if strings.Count(out, "signing key unreadable") != 1 || strings.Count(out, "readable again") != 1 {
+		t.Errorf("the failure is not logged once when it starts and once when it ends:\n%s", out)
+	}
+	if got := counterValue(t, m, "kube_apiserver_sa_signer_trust_record_errors_total", "controller_manager_key"); got < 1 {
+		t.Errorf("trust_record_errors_total{what=controller_manager_key} = %v, want >= 1", got)
+	}
+}
+
+// counterValue reads one labelled counter from m's registry (0 if absent).
+func counterValue(t *testing.T, m *Metrics, name, what string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "what" && l.GetValue() == what {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
