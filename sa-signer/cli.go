@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/keysync/confd/internal/etcdflags"
 	"io"
 	"os"
 	"os/user"
@@ -13,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/etcdflags"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // defaultConfig is --config's default, read only when present; tests set
@@ -21,15 +22,14 @@ var defaultConfig = config.DefaultPath
 
 const progName = "kube-apiserver-sa-signer"
 
-// Defaults. The etcd prefixes are safe-restart's (trust.DefaultKeysPrefix
-// and trust.DefaultPrefix), spelled again because that package is internal
-// to safe-restart.
+// Defaults. The etcd prefixes are the trust package's, which
+// kube-apiserver-safe-restart uses too.
 const (
 	defaultSocket      = "/run/kube-apiserver-sa-signer/signer.sock"
 	defaultCacheFile   = "/var/lib/kube-apiserver-sa-signer/keys.json"
 	defaultSigningKey  = "/etc/kubernetes/pki/sa.key"
-	defaultKeysPrefix  = "/kubernetes/service-account-keys/"
-	defaultTrustPrefix = "/kubernetes/service-account-keys-trust/"
+	defaultKeysPrefix  = trust.DefaultKeysPrefix + "/"
+	defaultTrustPrefix = trust.DefaultPrefix + "/"
 )
 
 // options are the command line after environment fallbacks. Long flag
@@ -56,6 +56,7 @@ type options struct {
 	trustTimeout       time.Duration
 	host               string
 	metricsAddr        string
+	cmFlagsFiles       []string
 
 	logLevel   string
 	logFormat  string
@@ -94,6 +95,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.trustPrefix, "trust-prefix", defaultTrustPrefix, "etcd prefix of the trust records (PREFIX/HOST)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "how long a new signing key may wait for every host's apiserver to fetch it")
 	fs.StringVar(&o.host, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f)")
+	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable): the trust record names the key its --service-account-private-key-file holds, so that retire-keys does not retire a key it still signs with")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (off when empty)")
 
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

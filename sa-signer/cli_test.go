@@ -66,6 +66,7 @@ socket = "/run/x/signer.sock"
 refresh-hint = "20s"
 health-url = "https://127.0.0.1:6443/readyz"
 trust-timeout = "5m"
+controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-manager.yaml"]
 `
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -75,7 +76,8 @@ trust-timeout = "5m"
 		t.Fatal(err)
 	}
 	if !slices.Equal(o.endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
-		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute {
+		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute ||
+		!slices.Equal(o.cmFlagsFiles, []string{"/etc/kubernetes/manifests/kube-controller-manager.yaml"}) {
 		t.Errorf("from the file: %+v", o)
 	}
 	if err := os.WriteFile(path, []byte("sockett = \"/x\"\n"), 0o600); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/signer"
 )
 
@@ -61,7 +62,13 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	etcd := &clients{o: o}
-	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.commandTimeout, Log: log}
+	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.commandTimeout, Log: log, Metrics: m}
+	if files := o.cmFlagsFiles; len(files) > 0 {
+		rec.ControllerManager = func() (string, error) {
+			_, kid, err := trust.ControllerManagerKey(files)
+			return kid, err
+		}
+	}
 	svc := &signer.Service{Keys: ks, RefreshHint: o.refreshHint, MaxTokenExpiration: o.maxTokenExpiration, Log: log, Metrics: m, Fetched: rec.Fetched}
 	g := signer.NewGRPCServer(svc)
 	km := &keyManager{ctx: ctx, ks: ks, log: log, file: o.signingKey}

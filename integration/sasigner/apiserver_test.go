@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -213,12 +214,21 @@ func TestRealAPIServers(t *testing.T) {
 		m.key.write(t, filepath.Join(m.dir, "sa.key"))
 		e.Put(t, keysPrefix+m.name, m.key.pub)
 	}
+	// kube-controller-manager signs legacy tokens from m2's sa.key (its
+	// EnvironmentFile names it); m2's signer is told where its flags are,
+	// so that its trust record names the key it signs with.
+	kcm := newControllerManagerStandIn(t, filepath.Join(ms[1].dir, "sa.key"))
 	for _, m := range ms {
-		m.signer = startSigner(t, signerArgs(m.dir, e.Endpoint, filepath.Join(m.dir, "sa.key"), "--host="+m.name)...)
+		args := signerArgs(m.dir, e.Endpoint, filepath.Join(m.dir, "sa.key"), "--host="+m.name)
+		if m.name == "m2" {
+			args = append(args, "--controller-manager-flags-file="+kcm.flagsFile)
+		}
+		m.signer = startSigner(t, args...)
 		m.signer.out.waitFor(t, "published keys read from etcd", 20*time.Second)
 		m.api = startAPIServer(t, bin, e.Endpoint, m.signer.socket, certs)
 	}
 	ensureServiceAccount(t, admin, ms[0].api)
+	waitRecord(t, e, "m2", `"controller_manager_signing":"`+ms[1].key.kid+`"`)
 
 	tokens := map[string]string{}
 	for _, m := range ms {
@@ -298,11 +308,9 @@ func TestRealAPIServers(t *testing.T) {
 	// on a host), wait until it signs with it. No apiserver restarts.
 	m2 := ms[1]
 	_ = os.WriteFile(filepath.Join(m2.dir, "sa.pub"), []byte(m2.key.pub), 0o644)
-	// kube-controller-manager signs legacy tokens from m2's sa.key (its
-	// EnvironmentFile names it): rotate-key --signer restarts it with
+	// rotate-key --signer restarts kube-controller-manager with
 	// `systemctl restart kube-controller-manager.service` (a stand-in
 	// here that records its call) and waits for its /healthz.
-	kcm := newControllerManagerStandIn(t, filepath.Join(m2.dir, "sa.key"))
 	p2 := startProber(admin, apis)
 	start := time.Now()
 	out, err := runRotateEnv(t, kcm.env, "rotate-key", "--signer", "--host=m2", "--endpoints="+e.Endpoint,
@@ -331,6 +339,27 @@ func TestRealAPIServers(t *testing.T) {
 	if refused != 0 || failed != 0 || accepted == 0 {
 		t.Errorf("prober: %d accepted, %d refused, %d failed; want 0 refused, 0 failed", accepted, refused, failed)
 	}
+
+	// The signer's record names the controller-manager's new key. While
+	// a controller-manager still signs with the old key (its flags name a
+	// copy of it), retire-keys refuses (exit 3, naming m2): the gate of
+	// bundle-mode hosts holds on signer hosts too.
+	waitRecord(t, e, "m2", `"controller_manager_signing":"`+newKid+`"`)
+	oldCopy := filepath.Join(shortDir(t), "sa-old.key")
+	m2.key.write(t, oldCopy)
+	kcmFlags, err := os.ReadFile(kcm.flagsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, kcm.flagsFile, strings.ReplaceAll(string(kcmFlags), filepath.Join(m2.dir, "sa.key"), oldCopy))
+	waitRecord(t, e, "m2", `"controller_manager_signing":"`+m2.key.kid+`"`)
+	out, err = runRotateEnv(t, nil, "retire-keys", "--host=m2", "--endpoints="+e.Endpoint,
+		"--signing-key="+filepath.Join(m2.dir, "sa.key"), "--public-key="+filepath.Join(m2.dir, "sa.pub"), "--log-format=json")
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out, "kube-controller-manager on m2 signs with "+m2.key.kid) {
+		t.Fatalf("retire-keys while m2's controller-manager signs with the old key: %v, want exit 3 naming m2:\n%s", err, out)
+	}
+	writeFile(t, kcm.flagsFile, string(kcmFlags))
+	waitRecord(t, e, "m2", `"controller_manager_signing":"`+newKid+`"`)
 
 	// After the grace (0 here), retire-keys withdraws m2's previous key
 	// from what every signer serves: no apiserver restarts, and once each
@@ -400,6 +429,30 @@ func recordOf(t *testing.T, e *etcdtest.Server, host string) string {
 		t.Fatalf("trust record of %s: %v", host, err)
 	}
 	return string(resp.Kvs[0].Value)
+}
+
+// waitRecord waits until host's trust record contains want: a signer
+// writes it when its apiserver next fetches the keys (every refresh hint).
+func waitRecord(t *testing.T, e *etcdtest.Server, host, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(recordOf(t, e, host), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's trust record %s lacks %s after 60 s", host, recordOf(t, e, host), want)
+		}
+		time.Sleep(200 * time.Millisecond) // the apiserver fetches on its own schedule
+	}
+}
+
+// writeFile replaces path's contents at once (the signer may read it).
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fileKid is the key ID of the one key in a PEM file.
