@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/signer"
 )
 
@@ -65,7 +65,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.commandTimeout, Log: log, Metrics: m}
 	if files := o.cmFlagsFiles; len(files) > 0 {
 		rec.ControllerManager = func() (string, error) {
-			_, kid, err := trust.ControllerManagerKey(files)
+			_, kid, err := preflight.ControllerManagerKey(files)
 			return kid, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/safe-restart/internal/health"
@@ -42,7 +43,7 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 		return nil
 	}
 	log = log.WithField("controller_manager", true)
-	keyFile, cm, err := trust.ControllerManagerKey(o.cmFlagsFiles)
+	keyFile, cm, err := preflight.ControllerManagerKey(o.cmFlagsFiles)
 	if err != nil {
 		return &codeError{code: exitPreflight, what: fmt.Sprintf("--controller-manager-flags-file: %v", err)}
 	}
@@ -123,7 +124,7 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 // with, for the trust record ("" when --controller-manager-flags-file is not
 // given or names no key file).
 func (a *app) controllerManagerSigning() (string, error) {
-	_, kid, err := trust.ControllerManagerKey(a.o.cmFlagsFiles)
+	_, kid, err := preflight.ControllerManagerKey(a.o.cmFlagsFiles)
 	return kid, err
 }
 

@@ -1,6 +1,11 @@
 package preflight
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/keysync/confd/internal/trust"
+)
 
 // ControllerManagerKeyFile is the --service-account-private-key-file that
 // kube-controller-manager's flags files (flags file, EnvironmentFile or
@@ -17,4 +22,28 @@ func ControllerManagerKeyFile(flagsFiles []string) (string, error) {
 		path = o.value
 	}
 	return path, nil
+}
+
+// ControllerManagerKey is ControllerManagerKeyFile with the key ID of the
+// one key in that file: the key kube-controller-manager signs legacy token
+// Secrets with. Both are "" when flagsFiles is empty or names no such flag.
+// kube-apiserver-safe-restart (its trust record, rotate-key's restart) and
+// kube-apiserver-sa-signer (its trust record) read the controller-manager
+// through this one function.
+func ControllerManagerKey(flagsFiles []string) (file, kid string, err error) {
+	if len(flagsFiles) == 0 {
+		return "", "", nil
+	}
+	file, err = ControllerManagerKeyFile(flagsFiles)
+	if err != nil || file == "" {
+		return "", "", err
+	}
+	kids, err := trust.FileKeyIDs(file)
+	if err != nil {
+		return file, "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file: %w", err)
+	}
+	if len(kids) != 1 {
+		return file, "", fmt.Errorf("kube-controller-manager's --service-account-private-key-file %s holds %d keys, want 1", file, len(kids))
+	}
+	return file, kids[0], nil
 }
