@@ -29,6 +29,9 @@ type flagSpec struct {
 	role  role
 	multi bool   // repeatable: every occurrence counts (pflag string array)
 	key   string // for roleCert: the flag naming its private key
+	// emptyUnset: an empty value is the flag unset (kube-apiserver tests
+	// the value's length), not an error; the last occurrence still wins.
+	emptyUnset bool
 }
 
 // apiserverFlags are the kube-apiserver flags naming PEM files whose breakage
@@ -38,7 +41,7 @@ func apiserverFlags() map[string]flagSpec {
 	return map[string]flagSpec{
 		"service-account-key-file":         {role: roleSAKey, multi: true},
 		"service-account-signing-key-file": {role: roleSigningKey},
-		"service-account-signing-endpoint": {role: roleSigningEndpoint},
+		"service-account-signing-endpoint": {role: roleSigningEndpoint, emptyUnset: true},
 		"tls-cert-file":                    {role: roleCert, key: "tls-private-key-file"},
 		"tls-private-key-file":             {role: roleKey},
 		"tls-sni-cert-key":                 {role: roleSNI, multi: true},

@@ -274,6 +274,18 @@ func TestSigningEndpointFlags(t *testing.T) {
 			asked: []string{"/etc/kubernetes/signer/signer.sock"},
 		},
 		{
+			// kube-apiserver v1.37.2 reads an empty value as unset:
+			// pkg/controlplane/apiserver/options/validation.go returns
+			// early on len(ServiceAccountSigningEndpoint) == 0, and
+			// options.go's Complete picks the signer only when it is != "".
+			name:  "empty endpoint is unset",
+			flags: "--service-account-key-file={sa.pub}\n--service-account-signing-key-file={sa.key}\n--service-account-signing-endpoint=\n",
+		},
+		{
+			name:  "empty endpoint last: unset",
+			flags: "--service-account-signing-endpoint=/run/s/signer.sock\n--service-account-key-file={sa.pub}\n--service-account-signing-key-file={sa.key}\n--service-account-signing-endpoint=\n",
+		},
+		{
 			name:  "bundle mode is not asked",
 			flags: "--service-account-key-file={sa.pub}\n--service-account-signing-key-file={sa.key}\n",
 		},

@@ -120,7 +120,7 @@ func extractFlags(source string, toks []token, specs map[string]flagSpec) ([]occ
 				continue
 			}
 		}
-		if value == "" {
+		if value == "" && !specs[name].emptyUnset {
 			errs = append(errs, fmt.Errorf("%s:%d: --%s has an empty value", source, t.line, name))
 			continue
 		}

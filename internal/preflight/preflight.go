@@ -244,7 +244,9 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 			c.use(o, o.value, r)
 			signing = &o
 		case roleSigningEndpoint:
-			endpoint = &o // a socket, not a PEM file: checked below
+			if o.value != "" { // empty: unset, as kube-apiserver reads it
+				endpoint = &o // a socket, not a PEM file: checked below
+			}
 		default:
 			c.use(o, o.value, r)
 		}
