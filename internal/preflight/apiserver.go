@@ -23,6 +23,8 @@ const (
 	// signs and serves the verification keys instead of the two
 	// service-account key-file flags (endpoint.go).
 	roleSigningEndpoint
+	// roleSetting is a value, not a file: read for a check elsewhere.
+	roleSetting
 )
 
 type flagSpec struct {
@@ -42,20 +44,22 @@ func apiserverFlags() map[string]flagSpec {
 		"service-account-key-file":         {role: roleSAKey, multi: true},
 		"service-account-signing-key-file": {role: roleSigningKey},
 		"service-account-signing-endpoint": {role: roleSigningEndpoint, emptyUnset: true},
-		"tls-cert-file":                    {role: roleCert, key: "tls-private-key-file"},
-		"tls-private-key-file":             {role: roleKey},
-		"tls-sni-cert-key":                 {role: roleSNI, multi: true},
-		"client-ca-file":                   {role: roleCA},
-		"requestheader-client-ca-file":     {role: roleCA},
-		"proxy-client-cert-file":           {role: roleCert, key: "proxy-client-key-file"},
-		"proxy-client-key-file":            {role: roleKey},
-		"kubelet-client-certificate":       {role: roleCert, key: "kubelet-client-key"},
-		"kubelet-client-key":               {role: roleKey},
-		"kubelet-certificate-authority":    {role: roleCA},
-		"etcd-certfile":                    {role: roleCert, key: "etcd-keyfile"},
-		"etcd-keyfile":                     {role: roleKey},
-		"etcd-cafile":                      {role: roleCA},
-		"oidc-ca-file":                     {role: roleCA},
+		// Checked against the external signer's Metadata (endpoint.go).
+		"service-account-max-token-expiration": {role: roleSetting},
+		"tls-cert-file":                        {role: roleCert, key: "tls-private-key-file"},
+		"tls-private-key-file":                 {role: roleKey},
+		"tls-sni-cert-key":                     {role: roleSNI, multi: true},
+		"client-ca-file":                       {role: roleCA},
+		"requestheader-client-ca-file":         {role: roleCA},
+		"proxy-client-cert-file":               {role: roleCert, key: "proxy-client-key-file"},
+		"proxy-client-key-file":                {role: roleKey},
+		"kubelet-client-certificate":           {role: roleCert, key: "kubelet-client-key"},
+		"kubelet-client-key":                   {role: roleKey},
+		"kubelet-certificate-authority":        {role: roleCA},
+		"etcd-certfile":                        {role: roleCert, key: "etcd-keyfile"},
+		"etcd-keyfile":                         {role: roleKey},
+		"etcd-cafile":                          {role: roleCA},
+		"oidc-ca-file":                         {role: roleCA},
 	}
 }
 

@@ -34,6 +34,9 @@ var (
 	// ErrSigningKeyNotServed means the apiserver would issue tokens (signed
 	// by the signer with --signing-key) that its own key set cannot verify.
 	ErrSigningKeyNotServed = errors.New("the external signer does not serve the signing key")
+	// ErrSignerMetadata is a Metadata answer (or a flag beside it) that
+	// kube-apiserver refuses to start with.
+	ErrSignerMetadata = errors.New("kube-apiserver would refuse the external signer's metadata")
 	// ErrNoSigningKey means there is no key to look for in the signer's set.
 	ErrNoSigningKey = errors.New("no signing key to look for in the external signer's key set (give --signing-key, the signer's key file)")
 )
@@ -43,10 +46,12 @@ var (
 const DefaultSignerTimeout = 5 * time.Second
 
 // KeyFetcher asks the external signer listening at endpoint (the value of
-// --service-account-signing-endpoint) for its key set. A small interface
-// so that callers and tests may replace the gRPC client.
+// --service-account-signing-endpoint) what kube-apiserver asks it at start:
+// its key set, then its metadata. A small interface so that callers and
+// tests may replace the gRPC client.
 type KeyFetcher interface {
 	FetchKeys(ctx context.Context, endpoint string) (*externaljwtv1.FetchKeysResponse, error)
+	Metadata(ctx context.Context, endpoint string) (*externaljwtv1.MetadataResponse, error)
 }
 
 // abstractSocket is kube-apiserver's rule for an endpoint starting with @
@@ -63,6 +68,26 @@ type GRPCFetcher struct{}
 
 // FetchKeys dials endpoint, calls FetchKeys once and closes the connection.
 func (GRPCFetcher) FetchKeys(ctx context.Context, endpoint string) (*externaljwtv1.FetchKeysResponse, error) {
+	var resp *externaljwtv1.FetchKeysResponse
+	err := dialSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (err error) {
+		resp, err = c.FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Metadata dials endpoint, calls Metadata once and closes the connection.
+func (GRPCFetcher) Metadata(ctx context.Context, endpoint string) (*externaljwtv1.MetadataResponse, error) {
+	var resp *externaljwtv1.MetadataResponse
+	err := dialSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (err error) {
+		resp, err = c.Metadata(ctx, &externaljwtv1.MetadataRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// dialSigner runs call on a connection to the signer at endpoint.
+func dialSigner(endpoint string, call func(externaljwtv1.ExternalJWTSignerClient) error) error {
 	// passthrough hands the path to the dialer unchanged (the default
 	// resolver would look it up in DNS).
 	conn, err := grpc.NewClient("passthrough:///"+endpoint,
@@ -72,10 +97,10 @@ func (GRPCFetcher) FetchKeys(ctx context.Context, endpoint string) (*externaljwt
 			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("gRPC client: %w", err)
+		return fmt.Errorf("gRPC client: %w", err)
 	}
 	defer func() { _ = conn.Close() }()
-	return externaljwtv1.NewExternalJWTSignerClient(conn).FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{})
+	return call(externaljwtv1.NewExternalJWTSignerClient(conn))
 }
 
 // checkEndpoint checks a flags file naming an external signer: no key-file
@@ -142,16 +167,63 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 		c.errs = append(c.errs, fmt.Errorf("%s: %w: %w", ep, ErrSignerKeys, err))
 		return
 	}
+	if err := servesSigningKey(resp, id, der); err != nil {
+		c.errs = append(c.errs, fmt.Errorf("%s: %w: key ID %s of --signing-key %s %w", ep, ErrSigningKeyNotServed, id, in.SigningKey, err))
+	}
+	// The apiserver asks for the metadata right after its first key fill.
+	mctx, mcancel := context.WithTimeout(ctx, timeout)
+	defer mcancel()
+	md, err := fetcher.Metadata(mctx, ep.value)
+	if err != nil {
+		c.errs = append(c.errs, fmt.Errorf("%s: %w at %s (Metadata, waited at most %s): %w", ep, ErrSignerUnreachable, ep.value, timeout, err))
+		return
+	}
+	c.errs = append(c.errs, acceptedMetadata(ep, md, occ)...)
+}
+
+// servesSigningKey says why the key set does not hold the signing key's
+// public half (key ID id, PKIX DER der), or nil.
+func servesSigningKey(resp *externaljwtv1.FetchKeysResponse, id string, der []byte) error {
 	for _, k := range resp.GetKeys() {
 		if k.GetKeyId() != id {
 			continue
 		}
 		if !bytes.Equal(k.GetKey(), der) {
-			c.errs = append(c.errs, fmt.Errorf("%s: %w: key ID %s of --signing-key %s is served with another public key", ep, ErrSigningKeyNotServed, id, in.SigningKey))
+			return errors.New("is served with another public key")
 		}
-		return
+		return nil
 	}
-	c.errs = append(c.errs, fmt.Errorf("%s: %w: key ID %s of --signing-key %s is not among the %d keys it serves, so the apiserver would reject the tokens it issues", ep, ErrSigningKeyNotServed, id, in.SigningKey, len(resp.GetKeys())))
+	return fmt.Errorf("is not among the %d keys it serves, so the apiserver would reject the tokens it issues", len(resp.GetKeys()))
+}
+
+// minTokenAgeSec is kube-apiserver's validation.MinTokenAgeSec (600).
+const minTokenAgeSec = 600
+
+// acceptedMetadata applies kube-apiserver's checks on the signer's
+// Metadata at start (pkg/controlplane/apiserver/options/options.go,
+// Complete): a max token expiration of at least 600 s, and no
+// --service-account-max-token-expiration beyond it.
+func acceptedMetadata(ep occurrence, md *externaljwtv1.MetadataResponse, occ []occurrence) []error {
+	maxSec := md.GetMaxTokenExpirationSeconds()
+	if maxSec < minTokenAgeSec {
+		return []error{fmt.Errorf("%s: %w: max_token_expiration_seconds %d is less than the %d s the apiserver accepts", ep, ErrSignerMetadata, maxSec, minTokenAgeSec)}
+	}
+	var errs []error
+	for _, o := range occ {
+		if o.flag != "service-account-max-token-expiration" {
+			continue
+		}
+		// pflag's Duration, as the apiserver parses it.
+		d, err := time.ParseDuration(o.value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o, err))
+			continue
+		}
+		if limit := time.Duration(maxSec) * time.Second; d > limit {
+			errs = append(errs, fmt.Errorf("%s %s is longer than the %s the external signer supports (%s): %w", o, d, limit, ep, ErrSignerMetadata))
+		}
+	}
+	return errs
 }
 
 // acceptedKeySet applies the checks kube-apiserver makes on every FetchKeys

@@ -169,12 +169,21 @@ func TestSigningEndpointOverSocket(t *testing.T) {
 	}
 }
 
-// fakeFetcher answers FetchKeys with resp (nil: a good set holding keys)
-// and records the endpoints asked.
+// fakeFetcher answers FetchKeys with resp and err, records the endpoints
+// asked, and answers Metadata with md (nil: one hour) and mdErr.
 type fakeFetcher struct {
 	resp  *externaljwtv1.FetchKeysResponse
 	err   error
 	asked []string
+	md    *externaljwtv1.MetadataResponse
+	mdErr error
+}
+
+func (f *fakeFetcher) Metadata(context.Context, string) (*externaljwtv1.MetadataResponse, error) {
+	if f.md == nil && f.mdErr == nil {
+		return &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 3600}, nil
+	}
+	return f.md, f.mdErr
 }
 
 func (f *fakeFetcher) FetchKeys(_ context.Context, endpoint string) (*externaljwtv1.FetchKeysResponse, error) {
@@ -397,6 +406,59 @@ func TestSigningEndpointSigningKey(t *testing.T) {
 			}
 			if len(f.asked) > 0 {
 				t.Errorf("the signer was asked (%q) with no key to look for", f.asked)
+			}
+		})
+	}
+}
+
+// TestSigningEndpointMetadata pins kube-apiserver v1.37.2's checks on the
+// signer's Metadata at start (pkg/controlplane/apiserver/options/options.go,
+// Complete): max_token_expiration_seconds below validation.MinTokenAgeSec
+// (600) stops it, and so does --service-account-max-token-expiration set
+// longer than the signer's maximum (equal is accepted).
+func TestSigningEndpointMetadata(t *testing.T) {
+	self := ecKey(t)
+	dir := t.TempDir()
+	saKey := writeFile(t, dir, "sa.key", sec1PEM(t, self))
+	for _, tc := range []struct {
+		name   string
+		extra  string
+		md     *externaljwtv1.MetadataResponse
+		mdErr  error
+		errs   []error
+		saying string
+	}{
+		{name: "an hour, no flag", md: &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 3600}},
+		{name: "exactly 600 s", md: &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 600}},
+		{name: "599 s", md: &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 599},
+			errs: []error{ErrSignerMetadata}, saying: "max_token_expiration_seconds 599"},
+		{name: "flag equal to the signer's", extra: "--service-account-max-token-expiration=1h\n",
+			md: &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 3600}},
+		{name: "flag longer than the signer's", extra: "--service-account-max-token-expiration=2h\n",
+			md:   &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 3600},
+			errs: []error{ErrSignerMetadata}, saying: "--service-account-max-token-expiration (%:2) 2h0m0s is longer than the 1h0m0s"},
+		{name: "last flag wins", extra: "--service-account-max-token-expiration=2h\n--service-account-max-token-expiration=30m\n",
+			md: &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: 3600}},
+		{name: "flag not a duration", extra: "--service-account-max-token-expiration=forever\n",
+			errs: []error{nil}, saying: "--service-account-max-token-expiration (%:2)"},
+		{name: "Metadata fails", mdErr: errors.New("unimplemented"),
+			errs: []error{ErrSignerUnreachable}, saying: "Metadata"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := writeFile(t, t.TempDir(), "apiserver.env", []byte("--service-account-signing-endpoint=/run/s/signer.sock\n"+tc.extra))
+			f := &fakeFetcher{resp: goodSet(t, &self.PublicKey), md: tc.md, mdErr: tc.mdErr}
+			err := Run(context.Background(), Input{FlagsFiles: []string{flags}, SigningKey: saKey, Signer: f})
+			got := splitJoined(err)
+			if len(got) != len(tc.errs) {
+				t.Fatalf("got %d errors, want %d: %v", len(got), len(tc.errs), err)
+			}
+			for i, want := range tc.errs {
+				if want != nil && !errors.Is(got[i], want) {
+					t.Errorf("error %d: got %v, want %v", i, got[i], want)
+				}
+			}
+			if want := strings.ReplaceAll(tc.saying, "%", flags); want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+				t.Errorf("error %v does not say %q", err, want)
 			}
 		})
 	}

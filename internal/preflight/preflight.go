@@ -40,7 +40,8 @@ type Input struct {
 	// naming --service-account-signing-endpoint passes only when the
 	// signer serves this key's public half. Unused otherwise.
 	SigningKey string
-	// Signer asks the signer for its keys; nil means GRPCFetcher.
+	// Signer asks the signer for its keys and metadata; nil means
+	// GRPCFetcher.
 	Signer KeyFetcher
 	// SignerTimeout bounds that call; zero means DefaultSignerTimeout.
 	SignerTimeout time.Duration
@@ -247,6 +248,7 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 			if o.value != "" { // empty: unset, as kube-apiserver reads it
 				endpoint = &o // a socket, not a PEM file: checked below
 			}
+		case roleSetting: // not a file
 		default:
 			c.use(o, o.value, r)
 		}
