@@ -339,6 +339,8 @@ type service struct {
 	active bool // started and not stopped: Restart= applies
 	// starts counts every start, those Restart= made included.
 	starts atomic.Int64
+	// startedAt is when the running process was started.
+	startedAt time.Time
 }
 
 // service is the unit name, created on first use.
@@ -378,16 +380,6 @@ func (v *service) do(verb string) error {
 		return v.reload()
 	}
 	return fmt.Errorf("unsupported: %s %s", verb, v.name)
-}
-
-// mainPID is the unit's main process, 0 when it is not running.
-func (v *service) mainPID() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.cmd == nil {
-		return 0
-	}
-	return v.cmd.Process.Pid
 }
 
 func (v *service) stop(sig syscall.Signal) {
@@ -434,11 +426,12 @@ func (v *service) startLocked() error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	startedAt := time.Now()
 	exited, err := startOnLockedThread(cmd)
 	if err != nil {
 		return err
 	}
-	v.cmd, v.exited = cmd, exited
+	v.cmd, v.exited, v.startedAt = cmd, exited, startedAt
 	v.starts.Add(1)
 	go v.supervise(u, cmd, exited)
 	if notify != nil {
@@ -450,6 +443,17 @@ func (v *service) startLocked() error {
 		}
 	}
 	return nil
+}
+
+// started is when the running process was started and its pid (0 when
+// the unit is not running).
+func (v *service) started() (time.Time, int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd == nil {
+		return time.Time{}, 0
+	}
+	return v.startedAt, v.cmd.Process.Pid
 }
 
 // awaitReady waits for READY=1 on the notify socket.
