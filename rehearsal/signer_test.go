@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,22 +24,14 @@ const signerEndpoint = "--service-account-signing-endpoint=/run/kube-apiserver-s
 // signer moves every master from bundle mode to the external signer, one
 // at a time as docs/signer.md says (the fleet mixed after the first), then
 // rotates m1's key with `rotate-key --signer` under the token probe (no
-// apiserver restart, no refusal), retires the old key after the grace and
-// SIGKILLs m2's signer (its unit's Restart= brings it back).
+// apiserver restart, no refusal), retires the old key after the grace,
+// SIGKILLs m2's signer (its unit's Restart= brings it back) and restarts
+// m3 through the helper once more, its bundle now stale.
 func (f *fleet) signer(t *testing.T) {
 	for _, h := range f.hosts {
 		before := f.restarts()
 		h.moveToSigner(t)
-		after := f.restarts()
-		for i := range after {
-			want := before[i]
-			if f.hosts[i] == h {
-				want++
-			}
-			if after[i] != want {
-				t.Errorf("moving %s: %s restarted %d times", h.name, f.hosts[i].name, after[i]-before[i])
-			}
-		}
+		f.assertRestartedOnce(t, "moving "+h.name, before, h)
 		f.assertAllTokensAccepted(t) // mixed fleet until the last move
 		if t.Failed() {
 			t.FailNow()
@@ -46,6 +39,7 @@ func (f *fleet) signer(t *testing.T) {
 	}
 	f.signerRotation(t)
 	f.signerKilled(t, f.hosts[1])
+	f.signerHostRestart(t, f.hosts[2])
 }
 
 // moveToSigner is docs/signer.md's "Moving one master at a time" on a
@@ -83,6 +77,43 @@ func (h *host) moveToSigner(t *testing.T) {
 	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", h.systemd.mainPID()))
 	if err != nil || !slices.Contains(strings.Split(string(args), "\x00"), h.Rewrite(signerEndpoint)) {
 		t.Fatalf("%s: the apiserver does not run with %s (%v): %q", h.name, signerEndpoint, err, args)
+	}
+	// 4. The bundle is no longer kept current: the health gate of later
+	// restarts must not compare the apiserver's keys with it.
+	toml := string(h.read(configPath))
+	line := regexp.MustCompile(`(?m)^jwks-key-file\s*=.*\n`)
+	if !line.MatchString(toml) {
+		t.Fatalf("%s: %s has no jwks-key-file line", h.name, configPath)
+	}
+	h.write(configPath, line.ReplaceAllString(toml, ""), 0o644)
+}
+
+// signerHostRestart restarts h, a signer master whose bundle is stale
+// (keys rotated and retired since confd stopped), through the shipped
+// kube-apiserver-safe-restart.service: exit 0, one restart, 9 of 9.
+func (f *fleet) signerHostRestart(t *testing.T, h *host) {
+	t.Helper()
+	before := f.restarts()
+	if code, out := h.runUnit(t, "kube-apiserver-safe-restart.service", nil); code != 0 {
+		t.Fatalf("%s: kube-apiserver-safe-restart.service on a signer host: exit %d\n%s", h.name, code, tail(out, 6000))
+	}
+	f.assertRestartedOnce(t, h.name+"'s restart", before, h)
+	f.assertAllTokensAccepted(t)
+}
+
+// assertRestartedOnce fails unless h's apiserver was started once since
+// before and no other.
+func (f *fleet) assertRestartedOnce(t *testing.T, during string, before []int64, h *host) {
+	t.Helper()
+	after := f.restarts()
+	for i := range after {
+		want := before[i]
+		if f.hosts[i] == h {
+			want++
+		}
+		if after[i] != want {
+			t.Errorf("%s: %s restarted %d times", during, f.hosts[i].name, after[i]-before[i])
+		}
 	}
 }
 
