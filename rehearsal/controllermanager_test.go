@@ -62,19 +62,7 @@ func (s *systemd) restartControllerManager() error {
 	defer cm.mu.Unlock()
 	h := s.h
 	cm.stopLocked(syscall.SIGTERM)
-	u, err := LoadUnit(h.Path("/etc/systemd/system"), cmUnit)
-	if err != nil {
-		return err
-	}
-	env, err := u.Env(h.baseEnv())
-	if err != nil {
-		return err
-	}
-	argv, _, err := Command(u.ExecStart[0], env)
-	if err != nil {
-		return err
-	}
-	logf, err := os.OpenFile(h.Path("/var/log/kube-controller-manager.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	_, env, argv, logf, err := h.unitExec(cmUnit)
 	if err != nil {
 		return err
 	}
@@ -102,16 +90,7 @@ func (s *systemd) stopControllerManager() {
 }
 
 func (cm *controllerManager) stopLocked(sig syscall.Signal) {
-	if cm.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cm.cmd.Process.Pid, sig)
-	select {
-	case <-cm.exited:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-cm.cmd.Process.Pid, syscall.SIGKILL)
-		<-cm.exited
-	}
+	stopGroup(cm.cmd, cm.exited, sig, 30*time.Second)
 	cm.cmd = nil
 }
 

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	bins, cleanup, err := testbin.Build([]string{"-ldflags", "-X main.Version=rehearsal"},
-		map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart"})
+		map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart", "kube-apiserver-sa-signer": "./sa-signer"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -192,6 +192,7 @@ func (h *host) install(kas string) {
 	links := map[string]string{
 		"/usr/local/bin/confd":                       built["confd"],
 		"/usr/local/bin/kube-apiserver-safe-restart": built["kube-apiserver-safe-restart"],
+		"/usr/local/bin/kube-apiserver-sa-signer":    built["kube-apiserver-sa-signer"],
 		"/usr/local/bin/kube-apiserver":              kas,
 		"/usr/bin/etcdctl":                           etcdtest.Binary(t, "etcdctl"),
 	}
@@ -667,8 +668,13 @@ func (f *fleet) ensureServiceAccount(t *testing.T) {
 
 // tryToken is a TokenRequest answered by h's apiserver, or why there is none.
 func (f *fleet) tryToken(h *host) (string, error) {
+	return tryTokenWith(f.admin, h)
+}
+
+// tryTokenWith is tryToken with the client c (its own timeout).
+func tryTokenWith(c *http.Client, h *host) (string, error) {
 	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`
-	resp, err := f.admin.Post(h.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/fleet/token", "application/json", strings.NewReader(body))
+	resp, err := c.Post(h.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/fleet/token", "application/json", strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}

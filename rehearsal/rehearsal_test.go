@@ -46,6 +46,7 @@ func TestRehearsal(t *testing.T) {
 	scenario("fleet-check", f.fleetCheck)
 	scenario("static-pod", f.staticPod)
 	scenario("controller-manager", f.controllerManager)
+	scenario("signer", f.signer)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not

@@ -1,6 +1,7 @@
 package rehearsal
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -104,6 +105,11 @@ ExecStartPre=-/bin/true
 ExecStart=/bin/k \
   --flag 'quoted word' \
   $KUBE_ARGS ${ONE} --e=${ONE}
+ExecReload=/bin/kill -HUP $MAINPID
+Type=notify
+Restart=no
+Restart=always
+RestartSec=1
 `
 	u, err := ParseUnit("k.service", unit)
 	if err != nil {
@@ -124,6 +130,13 @@ ExecStart=/bin/k \
 	want := []string{"/bin/k", "--flag", "quoted word", "--a=1", "--b=/x", "y", "s p", "--e=s p"}
 	if strings.Join(argv, "|") != strings.Join(want, "|") {
 		t.Fatalf("argv = %q, want %q", argv, want)
+	}
+	if argv, _, _ := Command(u.ExecReload[0], append(env, "MAINPID=42")); strings.Join(argv, " ") != "/bin/kill -HUP 42" {
+		t.Fatalf("ExecReload = %q", argv)
+	}
+	// The last assignment wins, as systemd reads single-valued settings.
+	if got := fmt.Sprint(u.Settings); got != "map[Restart:always RestartSec:1 Type:notify]" {
+		t.Fatalf("settings = %s", got)
 	}
 	if _, ignore, _ := Command(u.ExecStartPre[0], env); !ignore {
 		t.Fatal("leading - not seen")

@@ -4,6 +4,7 @@ package rehearsal
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,9 @@ type systemd struct {
 	hook   func(phase string, caller int, conn net.Conn)
 
 	cm controllerManager // kube-controller-manager.service (controllermanager_test.go)
+
+	svcMu    sync.Mutex
+	services map[string]*service // every other unit (service)
 }
 
 func startSystemd(t *testing.T, h *host) *systemd {
@@ -56,6 +60,11 @@ func startSystemd(t *testing.T, h *host) *systemd {
 		s.cm.mu.Lock()
 		defer s.cm.mu.Unlock()
 		s.cm.stopLocked(syscall.SIGKILL)
+		s.svcMu.Lock()
+		defer s.svcMu.Unlock()
+		for _, v := range s.services {
+			v.stop(syscall.SIGKILL)
+		}
 	})
 	return s
 }
@@ -95,6 +104,14 @@ func (s *systemd) handle(c *net.UnixConn) {
 		fmt.Fprintf(c, "ok\n")
 		return
 	}
+	if verb, unit, _ := strings.Cut(line, " "); unit != "kube-apiserver.service" && unit != cmUnit {
+		if err := s.service(unit).do(verb); err != nil {
+			fmt.Fprintf(c, "failed: %v\n", err)
+			return
+		}
+		fmt.Fprintf(c, "ok\n")
+		return
+	}
 	if line != "restart kube-apiserver.service" {
 		fmt.Fprintf(c, "unsupported: %s\n", line)
 		return
@@ -128,19 +145,7 @@ func (s *systemd) restart(hook func(string)) error {
 	h.f.tl.stopping(h.name)
 	s.stop(syscall.SIGTERM)
 	hook("stopped")
-	u, err := LoadUnit(h.Path("/etc/systemd/system"), "kube-apiserver.service")
-	if err != nil {
-		return err
-	}
-	env, err := u.Env(h.baseEnv())
-	if err != nil {
-		return err
-	}
-	argv, _, err := Command(u.ExecStart[0], env)
-	if err != nil {
-		return err
-	}
-	logf, err := os.OpenFile(h.Path("/var/log/kube-apiserver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	u, env, argv, logf, err := h.unitExec("kube-apiserver.service")
 	if err != nil {
 		return err
 	}
@@ -184,6 +189,16 @@ func (s *systemd) restart(hook func(string)) error {
 	return nil
 }
 
+// mainPID is the running apiserver's process, 0 when it is down.
+func (s *systemd) mainPID() int {
+	s.job.Lock()
+	defer s.job.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // stopUnit stops the apiserver as `systemctl stop kube-apiserver` would.
 func (s *systemd) stopUnit() {
 	s.job.Lock()
@@ -195,17 +210,41 @@ func (s *systemd) stopUnit() {
 // stop ends the running apiserver: sig, then SIGKILL after 60 s (systemd's
 // TimeoutStopSec is longer; a test has no minute to spare).
 func (s *systemd) stop(sig syscall.Signal) {
-	if s.cmd == nil {
+	stopGroup(s.cmd, s.exited, sig, 60*time.Second)
+	s.cmd = nil
+}
+
+// stopGroup ends a unit's process group (nil cmd: not running): sig, then
+// SIGKILL after grace; it returns once the main process has exited.
+func stopGroup(cmd *exec.Cmd, exited <-chan struct{}, sig syscall.Signal, grace time.Duration) {
+	if cmd == nil {
 		return
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, sig)
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
 	select {
-	case <-s.exited:
-	case <-time.After(60 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
 	}
-	s.cmd = nil
+}
+
+// unitExec is a unit as systemd would start it: the unit with its
+// drop-ins, its environment, its ExecStart expanded, and its log
+// (/var/log/NAME.log, appended to; the caller closes it).
+func (h *host) unitExec(name string) (u *Unit, env, argv []string, logf *os.File, err error) {
+	u, err = LoadUnit(h.Path("/etc/systemd/system"), name)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if env, err = u.Env(h.baseEnv()); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if argv, _, err = Command(u.ExecStart[0], env); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	logf, err = os.OpenFile(h.Path("/var/log/"+strings.TrimSuffix(name, ".service")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return u, env, argv, logf, err
 }
 
 func peerPID(c *net.UnixConn) int {
@@ -283,4 +322,261 @@ func startOnLockedThread(cmd *exec.Cmd) (exited chan struct{}, err error) {
 		return nil, err
 	}
 	return exited, nil
+}
+
+// service is any other long-running unit of the stand-in systemd (the
+// signer's): `systemctl start|stop|restart|reload NAME`, run as its unit
+// says. Type=notify waits for READY=1 on a NOTIFY_SOCKET; ExecReload= runs
+// with $MAINPID; Restart=always|on-failure starts it again RestartSec=
+// after an exit the stand-in did not ask for; RuntimeDirectory= and
+// StateDirectory= are created under the host's /run and /var/lib.
+type service struct {
+	s      *systemd
+	name   string
+	mu     sync.Mutex // one job at a time, as systemd queues them
+	cmd    *exec.Cmd
+	exited chan struct{}
+	active bool // started and not stopped: Restart= applies
+	// starts counts every start, those Restart= made included.
+	starts atomic.Int64
+	// startedAt is when the running process was started.
+	startedAt time.Time
+}
+
+// service is the unit name, created on first use.
+func (s *systemd) service(name string) *service {
+	s.svcMu.Lock()
+	defer s.svcMu.Unlock()
+	if s.services == nil {
+		s.services = map[string]*service{}
+	}
+	if s.services[name] == nil {
+		s.services[name] = &service{s: s, name: name}
+	}
+	return s.services[name]
+}
+
+// do is `systemctl VERB NAME`.
+func (v *service) do(verb string) error {
+	switch verb {
+	case "start":
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.cmd != nil {
+			return nil
+		}
+		v.active = true
+		return v.startLocked()
+	case "restart":
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		v.stopLocked(syscall.SIGTERM)
+		v.active = true
+		return v.startLocked()
+	case "stop":
+		v.stop(syscall.SIGTERM)
+		return nil
+	case "reload":
+		return v.reload()
+	}
+	return fmt.Errorf("unsupported: %s %s", verb, v.name)
+}
+
+func (v *service) stop(sig syscall.Signal) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stopLocked(sig)
+}
+
+func (v *service) stopLocked(sig syscall.Signal) {
+	v.active = false
+	stopGroup(v.cmd, v.exited, sig, 10*time.Second)
+	v.cmd = nil
+}
+
+func (v *service) startLocked() error {
+	h := v.s.h
+	u, env, argv, logf, err := h.unitExec(v.name)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	for key, dir := range map[string]string{"RuntimeDirectory": "/run/", "StateDirectory": "/var/lib/"} {
+		if name := u.Settings[key]; name != "" {
+			mode, err := strconv.ParseUint(cmp.Or(u.Settings[key+"Mode"], "0755"), 8, 32)
+			if err != nil {
+				return fmt.Errorf("%s: %sMode: %w", v.name, key, err)
+			}
+			if err := os.MkdirAll(h.Path(dir+name), os.FileMode(mode)); err != nil {
+				return err
+			}
+		}
+	}
+	var notify *net.UnixConn
+	if u.Settings["Type"] == "notify" {
+		path := h.Path("/run/systemd/notify-" + v.name)
+		_ = os.Remove(path)
+		if notify, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"}); err != nil {
+			return err
+		}
+		defer notify.Close()
+		env = append(env, "NOTIFY_SOCKET="+path)
+	}
+	fmt.Fprintf(logf, "==== %s systemd: starting %s\n", time.Now().Format(time.RFC3339Nano), v.name)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	startedAt := time.Now()
+	exited, err := startOnLockedThread(cmd)
+	if err != nil {
+		return err
+	}
+	v.cmd, v.exited, v.startedAt = cmd, exited, startedAt
+	v.starts.Add(1)
+	go v.supervise(u, cmd, exited)
+	if notify != nil {
+		// systemd's default TimeoutStartSec.
+		if err := awaitReady(notify, exited, 90*time.Second); err != nil {
+			v.logf("failed to start: %v", err)
+			v.stopLocked(syscall.SIGKILL)
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// started is when the running process was started and its pid (0 when
+// the unit is not running).
+func (v *service) started() (time.Time, int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd == nil {
+		return time.Time{}, 0
+	}
+	return v.startedAt, v.cmd.Process.Pid
+}
+
+// awaitReady waits for READY=1 on the notify socket.
+func awaitReady(notify *net.UnixConn, exited <-chan struct{}, within time.Duration) error {
+	ready := make(chan error, 1)
+	_ = notify.SetReadDeadline(time.Now().Add(within))
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := notify.Read(buf)
+			if err != nil {
+				ready <- fmt.Errorf("no READY=1: %w", err)
+				return
+			}
+			for _, l := range strings.Split(string(buf[:n]), "\n") {
+				if l == "READY=1" {
+					ready <- nil
+					return
+				}
+			}
+		}
+	}()
+	select {
+	case err := <-ready:
+		return err
+	case <-exited:
+		return errors.New("exited before READY=1")
+	}
+}
+
+// supervise applies Restart= and RestartSec= when cmd exits without the
+// stand-in having stopped it.
+func (v *service) supervise(u *Unit, cmd *exec.Cmd, exited <-chan struct{}) {
+	<-exited
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd != cmd || !v.active {
+		return // stopped or replaced on purpose
+	}
+	v.cmd = nil
+	failed := !cmd.ProcessState.Success()
+	v.logf("exited: %s", cmd.ProcessState)
+	restart := u.Settings["Restart"]
+	if !(restart == "always" || restart == "on-failure" && failed) {
+		v.active = false
+		return
+	}
+	delay, err := restartSec(u.Settings["RestartSec"])
+	if err != nil {
+		v.logf("%v: not restarted", err)
+		v.active = false
+		return
+	}
+	v.logf("Restart=%s: starting again in %s", restart, delay)
+	time.AfterFunc(delay, func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.active && v.cmd == nil {
+			if err := v.startLocked(); err != nil {
+				// A start that fails leaves the unit failed, as
+				// systemd's start limit would after some tries.
+				v.logf("restart failed: %v", err)
+				v.active = false
+			}
+		}
+	})
+}
+
+// logf appends one line about the unit to its log.
+func (v *service) logf(format string, args ...any) {
+	logf, err := os.OpenFile(v.s.h.Path("/var/log/"+strings.TrimSuffix(v.name, ".service")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "==== %s systemd: %s %s\n", time.Now().Format(time.RFC3339Nano), v.name, fmt.Sprintf(format, args...))
+}
+
+// restartSec parses RestartSec= as systemd does for the forms units use:
+// plain seconds ("1") or a duration ("500ms", "2s"); systemd's default is
+// 100ms.
+func restartSec(v string) (time.Duration, error) {
+	if v == "" {
+		return 100 * time.Millisecond, nil
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("RestartSec=%s: %w", v, err)
+	}
+	return d, nil
+}
+
+// reload runs the unit's ExecReload= lines with $MAINPID, as
+// `systemctl reload` does, and fails when one fails.
+func (v *service) reload() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd == nil {
+		return fmt.Errorf("%s is not active, cannot reload", v.name)
+	}
+	u, env, _, logf, err := v.s.h.unitExec(v.name)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	if len(u.ExecReload) == 0 {
+		return fmt.Errorf("%s has no ExecReload=", v.name)
+	}
+	env = append(env, "MAINPID="+strconv.Itoa(v.cmd.Process.Pid))
+	for _, line := range u.ExecReload {
+		argv, ignore, err := Command(line, env)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(logf, "==== %s systemd: ExecReload %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
+		c := exec.Command(argv[0], argv[1:]...)
+		c.Env, c.Stdout, c.Stderr = env, logf, logf
+		if err := c.Run(); err != nil && !ignore {
+			return fmt.Errorf("ExecReload %s: %w", argv[0], err)
+		}
+	}
+	return nil
 }

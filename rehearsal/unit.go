@@ -17,11 +17,16 @@ type Unit struct {
 	EnvironmentFiles []string // EnvironmentFile= paths; a leading "-" means optional
 	ExecStartPre     []string // raw command lines
 	ExecStart        []string
+	ExecReload       []string
+	// Settings holds the other [Service] keys (Type=, Restart=,
+	// RestartSec=, RuntimeDirectory=, ...): the last assignment wins.
+	Settings map[string]string
 }
 
 // ParseUnit reads the [Service] section of a unit file: continuation
-// lines, comments, Environment=, EnvironmentFile=, ExecStartPre= and
-// ExecStart=. Other keys are ignored; errors name the unit and line.
+// lines, comments, Environment=, EnvironmentFile=, ExecStartPre=,
+// ExecStart= and ExecReload=; other keys go to Settings. Errors name the
+// unit and line.
 func ParseUnit(name, text string) (*Unit, error) {
 	u := &Unit{Name: name}
 	if err := u.parse(name, text); err != nil {
@@ -103,7 +108,13 @@ func (u *Unit) parse(name, text string) error {
 			list = &u.ExecStartPre
 		case "ExecStart":
 			list = &u.ExecStart
+		case "ExecReload":
+			list = &u.ExecReload
 		default:
+			if u.Settings == nil {
+				u.Settings = map[string]string{}
+			}
+			u.Settings[key] = value
 			continue
 		}
 		switch {
