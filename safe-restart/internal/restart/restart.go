@@ -449,6 +449,16 @@ func (r *Restarter) attempts(ctx context.Context, force <-chan struct{}, sess Se
 	return out
 }
 
+// ended reports whether the command has already ended.
+func ended(p Process) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // attempt runs the command, then the gate.
 //
 // Fencing: the session declares the lock lost a safety margin before etcd
@@ -479,6 +489,13 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 			running = false
 		case <-lostC:
 			lostC = nil
+			if ended(p) {
+				// Both were ready and select chose the loss: the command
+				// had already ended, so there is nothing to terminate; the
+				// check after the loop records the loss.
+				running = false
+				continue
+			}
 			lost = true
 			log.Errorf("LOCK LOST while the restart command runs: terminating its process group before another host can take the lock")
 			p.Terminate(sess.Margin() / 2)
@@ -488,6 +505,10 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 			log.Warn("interrupted while the restart command runs: letting it finish, skipping the health gate, then stopping the line (signal again to stop it now)")
 		case <-forceC:
 			forceC = nil
+			if ended(p) {
+				running = false
+				continue
+			}
 			forced = true
 			log.Warn("second signal: terminating the restart command now")
 			p.Terminate(r.cfg.KillGrace)

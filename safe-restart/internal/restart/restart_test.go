@@ -157,6 +157,9 @@ type fixture struct {
 	forceOnce  sync.Once
 	preflight  func(n int) error
 	preflights int
+	// retryDelay replaces the 1ms between attempts: an hour makes sure a
+	// loss or signal raised as the command ends is seen before a retry.
+	retryDelay time.Duration
 }
 
 func (f *fixture) forceNow() { f.forceOnce.Do(func() { close(f.force) }) }
@@ -209,6 +212,7 @@ func TestRun(t *testing.T) {
 			f.gate.wait = func(ctx context.Context, n int) error { f.sess.lose(); <-ctx.Done(); return ctx.Err() }
 		}, want{code: LeaseLost, starts: 1, hold: "lock lost while waiting for the apiserver", abandoned: true}},
 		{"lock lost between attempts: hold written", func(f *fixture) {
+			f.retryDelay = time.Hour
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")); f.sess.lose() }
 		}, want{code: LeaseLost, starts: 1, hold: "exit 1", abandoned: true}},
 		{"lock lost during the gate while etcd is away: hold retried", func(f *fixture) {
@@ -226,6 +230,7 @@ func TestRun(t *testing.T) {
 			f.gate.wait = func(ctx context.Context, n int) error { f.signal(); <-ctx.Done(); return ctx.Err() }
 		}, want{code: Interrupted, starts: 1, hold: "interrupted by a signal while waiting", released: true}},
 		{"signal between attempts: hold", func(f *fixture) {
+			f.retryDelay = time.Hour
 			f.runner.onStart = func(n int, p *fakeProc) { p.finish(errors.New("exit 1")); f.signal() }
 		}, want{code: Interrupted, starts: 1, hold: "interrupted", released: true}},
 		{"guard died, group confirmed gone: hold, no retry, lock released", func(f *fixture) {
@@ -309,7 +314,10 @@ func TestRun(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(f)
 			}
-			cfg := Config{Argv: []string{"restart"}, Attempts: 2, RetryDelay: time.Millisecond, LockTimeout: time.Minute,
+			if f.retryDelay == 0 {
+				f.retryDelay = time.Millisecond
+			}
+			cfg := Config{Argv: []string{"restart"}, Attempts: 2, RetryDelay: f.retryDelay, LockTimeout: time.Minute,
 				Host: "m1", PID: 7, LockName: "lock",
 				Preflight: func(context.Context) error {
 					f.preflights++
@@ -425,5 +433,34 @@ func TestWorstCaseCountsEveryWait(t *testing.T) {
 	}
 	if got := WorstCase(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}); got != sum {
 		t.Fatalf("WorstCase %s, sum of Waits %s", got, sum)
+	}
+}
+
+// endedRunner hands out a command that has already ended.
+type endedRunner struct{ p *fakeProc }
+
+func (r endedRunner) Start(argv, env []string) (Process, error) { return r.p, nil }
+
+// When the command has ended and the lock is lost (or a second signal
+// arrives) before the attempt looks, select may pick either: the command's
+// end must win, so an ended command is never terminated nor logged as
+// terminated. Select picks at random, so a run of 200 misses this with
+// probability 2^-200.
+func TestEndedCommandNotTerminated(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		p := &fakeProc{done: make(chan struct{})}
+		p.finish(errors.New("exit 1"))
+		sess := newSession()
+		sess.lose()
+		force := make(chan struct{})
+		close(force)
+		r := New(Config{Argv: []string{"restart"}, Host: "m1"}, nil, endedRunner{p}, nil, &fakeHolds{})
+		out := r.attempt(context.Background(), force, sess, r.log)
+		if p.terminated != 0 {
+			t.Fatalf("run %d: an ended command was terminated with grace %s", i, p.terminated)
+		}
+		if out.code != LeaseLost || !strings.Contains(out.failure, "exit 1") {
+			t.Fatalf("run %d: %+v, want the lock loss with the command's failure", i, out)
+		}
 	}
 }
