@@ -153,22 +153,16 @@ func (r *Recorder) controllerManager(last *string) string {
 	return kid
 }
 
+// put writes rec through the trust package, as kube-apiserver-safe-restart
+// does, without a lock condition: the signer holds no restart lock.
 func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
 	cli, err := r.Client(ctx)
 	if err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
-	key := r.Prefix + r.Host
-	if _, err := cli.Put(pctx, key, string(data)); err != nil {
-		return fmt.Errorf("write trust record %s: %w", key, err)
-	}
-	return nil
+	return trust.Put(pctx, cli, r.Prefix, "", rec)
 }
 
 // Barrier answers whether every recorded host's apiserver trusts a key.
