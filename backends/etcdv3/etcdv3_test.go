@@ -259,7 +259,11 @@ func TestUnreachable(t *testing.T) {
 // endpoints and the cause.
 func expectRefused(t *testing.T, cfg Config, causes ...string) {
 	t.Helper()
-	cfg.DialTimeout = 500 * time.Millisecond
+	// A quarter of DialTimeout (at most 1s) goes to the diagnosis, which
+	// makes its own TLS handshake: 500ms left it 125ms, which a loaded CI
+	// machine under -race missed ("TLS handshake failed: context deadline
+	// exceeded" instead of the unknown authority).
+	cfg.DialTimeout = 2 * time.Second
 	start := time.Now()
 	c, err := New(context.Background(), cfg)
 	took := time.Since(start)
