@@ -3,7 +3,7 @@
 GO      ?= go
 BENCH_RUNS ?= 5
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.Version=$(VERSION)
+LDFLAGS := -X github.com/keysync/confd/internal/version.Version=$(VERSION)
 # The etcd servers the tests run on, built by `make etcd` into
 # .tools/etcd-VERSION/; the default one is on ETCD_BIN_DIR for every test.
 # 3.4 comes from Debian's package (or $$ETCD34_BIN): see docs/development.md.
@@ -27,9 +27,9 @@ all: build
 # memory per process). internal/testbin builds the tests' binaries the
 # same way.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/confd .
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./safe-restart
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./sa-signer
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/confd ./cmd/confd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./cmd/kube-apiserver-safe-restart
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./cmd/kube-apiserver-sa-signer
 
 # Pinned etcd servers and etcdctl, built from the Go module proxy, one
 # directory per version.

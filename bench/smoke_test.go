@@ -27,7 +27,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and runs daemons")
 	}
-	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": ".", "safe-restart": "./safe-restart"})
+	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": "./cmd/confd", "safe-restart": "./cmd/kube-apiserver-safe-restart"})
 	if err != nil {
 		t.Fatal(err)
 	}

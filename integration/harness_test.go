@@ -24,7 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart"})
+	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": "./cmd/confd", "kube-apiserver-safe-restart": "./cmd/kube-apiserver-safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

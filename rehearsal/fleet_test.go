@@ -48,8 +48,8 @@ func TestMain(m *testing.M) {
 	if code, ok := standinMain(); ok {
 		os.Exit(code)
 	}
-	bins, cleanup, err := testbin.Build([]string{"-ldflags", "-X main.Version=rehearsal"},
-		map[string]string{"confd": ".", "kube-apiserver-safe-restart": "./safe-restart", "kube-apiserver-sa-signer": "./sa-signer"})
+	bins, cleanup, err := testbin.Build([]string{"-ldflags", "-X github.com/keysync/confd/internal/version.Version=rehearsal"},
+		map[string]string{"confd": "./cmd/confd", "kube-apiserver-safe-restart": "./cmd/kube-apiserver-safe-restart", "kube-apiserver-sa-signer": "./cmd/kube-apiserver-sa-signer"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

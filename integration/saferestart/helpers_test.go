@@ -27,13 +27,13 @@ import (
 var (
 	binPath string
 	// The Makefile's version stamp, so that `version` is shown to print it.
-	buildFlags = []string{"-ldflags=-X main.Version=" + stampedVersion}
+	buildFlags = []string{"-ldflags=-X github.com/keysync/confd/internal/version.Version=" + stampedVersion}
 )
 
 const stampedVersion = "v0.0.0-itest"
 
 func TestMain(m *testing.M) {
-	bins, cleanup, err := testbin.Build(buildFlags, map[string]string{"kube-apiserver-safe-restart": "./safe-restart"})
+	bins, cleanup, err := testbin.Build(buildFlags, map[string]string{"kube-apiserver-safe-restart": "./cmd/kube-apiserver-safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -161,7 +161,7 @@ func TestCheckSubcommand(t *testing.T) {
 	}
 }
 
-// The Makefile stamps main.Version; `version` must print that stamp.
+// The Makefile stamps internal/version.Version; `version` must print that stamp.
 func TestVersionPrintsTheStamp(t *testing.T) {
 	p := runBin(t, env(nil), "version")
 	if p.code != codeOK || strings.TrimSpace(p.stdout.String()) != "kube-apiserver-safe-restart "+stampedVersion {

@@ -34,7 +34,7 @@ import (
 var signerBin, safeRestartBin string
 
 func TestMain(m *testing.M) {
-	bins, cleanup, err := testbin.Build(nil, map[string]string{"kube-apiserver-sa-signer": "./sa-signer", "kube-apiserver-safe-restart": "./safe-restart"})
+	bins, cleanup, err := testbin.Build(nil, map[string]string{"kube-apiserver-sa-signer": "./cmd/kube-apiserver-sa-signer", "kube-apiserver-safe-restart": "./cmd/kube-apiserver-safe-restart"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -23,7 +23,7 @@ import (
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 
 	"github.com/keysync/confd/internal/pemcheck"
-	"github.com/keysync/confd/signer"
+	"github.com/keysync/confd/sasigner/signer"
 )
 
 func ecKey(t *testing.T) *ecdsa.PrivateKey {

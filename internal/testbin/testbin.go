@@ -13,7 +13,7 @@ import (
 )
 
 // Build compiles each package (a path relative to the module root, such as
-// "." or "./safe-restart") into a fresh temporary directory under the given
+// "./cmd/confd") into a fresh temporary directory under the given
 // binary name, with extra `go build` flags. It returns the paths by name and
 // a function that removes the directory.
 func Build(flags []string, binaries map[string]string) (map[string]string, func(), error) {

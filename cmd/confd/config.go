@@ -1,0 +1,271 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/redact"
+
+	"github.com/keysync/confd/internal/runner"
+)
+
+// fileKeys maps confd.toml keys (confd 0.16's spellings; the dash/underscore
+// variant is accepted too) to the flag they set.
+var fileKeys = map[string]string{
+	"backend":             "backend",
+	"nodes":               "node",
+	"prefix":              "prefix",
+	"confdir":             "confdir",
+	"interval":            "interval",
+	"watch":               "watch",
+	"onetime":             "onetime",
+	"noop":                "noop",
+	"noop_show_secrets":   "noop-show-secrets",
+	"secret_keyring":      "secret-keyring",
+	"sync-only":           "sync-only",
+	"keep-stage-file":     "keep-stage-file",
+	"log-level":           "log-level",
+	"log-format":          "log-format",
+	"client_cert":         "client-cert",
+	"client_key":          "client-key",
+	"client_cakeys":       "client-ca-keys",
+	"client_insecure":     "client-insecure",
+	"basic_auth":          "basic-auth",
+	"username":            "username",
+	"password":            "password",
+	"srv_domain":          "srv-domain",
+	"srv_record":          "srv-record",
+	"scheme":              "scheme",
+	"file":                "file",
+	"filter":              "filter",
+	"check_cmd_timeout":   "check-cmd-timeout",
+	"reload_cmd_timeout":  "reload-cmd-timeout",
+	"command_grace":       "command-grace",
+	"dest_lock_timeout":   "dest-lock-timeout",
+	"dial_timeout":        "dial-timeout",
+	"request_timeout":     "request-timeout",
+	"wait":                "wait",
+	"resync":              "resync",
+	"metrics_addr":        "metrics-addr",
+	"watch_stall_timeout": "watch-stall-timeout",
+	"max_commands":        "max-commands",
+}
+
+// otherBackendKeys are confd.toml keys that only confd's other backends
+// (consul, vault, dynamodb, redis, ...) read.
+var otherBackendKeys = map[string]bool{
+	"auth_token": true, "auth_type": true, "app_id": true, "user_id": true, "role_id": true,
+	"secret_id": true, "table": true, "separator": true, "path": true,
+	"client_cakeys_path": true,
+}
+
+// envKeys are the environment variables read, as confd 0.16 read the first
+// three; credentials in the environment stay out of ps and unit files.
+var envKeys = []struct{ env, flag string }{
+	{"CONFD_CLIENT_CERT", "client-cert"},
+	{"CONFD_CLIENT_KEY", "client-key"},
+	{"CONFD_CLIENT_CAKEYS", "client-ca-keys"},
+	{"CONFD_USERNAME", "username"},
+	{"CONFD_PASSWORD", "password"},
+}
+
+// commandSecretEnv are the variables above that carry confd's etcd
+// credentials (the client key's path included: a command has no business
+// with confd's identity); they are removed from commands' environment.
+var commandSecretEnv = []string{"CONFD_USERNAME", "CONFD_PASSWORD", "CONFD_CLIENT_KEY"}
+
+// commandEnv is the environment check_cmd and reload_cmd run with.
+func commandEnv(environ []string) []string {
+	return runner.WithoutVars(environ, commandSecretEnv...)
+}
+
+// secretFlags never have their values echoed in errors.
+var secretFlags = map[string]bool{"password": true}
+
+// canonicalKey folds the dash/underscore variants confd's own docs mix.
+func canonicalKey(k string) string {
+	for _, cand := range []string{k, strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(k, "-", "_")} {
+		if _, ok := fileKeys[cand]; ok {
+			return cand
+		}
+	}
+	return k
+}
+
+// applyFileAndEnv fills every flag not given on the command line from the
+// environment, then from confd.toml: flag > environment > file > default.
+// confd 0.16 let the file override flags, against its own documentation.
+func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string, log logrus.FieldLogger) error {
+	onCommandLine := map[string]bool{}
+	fset.Visit(func(f *pflag.Flag) { onCommandLine[f.Name] = true })
+	fromEnv := map[string]bool{}
+	for _, e := range envKeys {
+		if v := getenv(e.env); v != "" && !onCommandLine[e.flag] {
+			if err := fset.Set(e.flag, v); err != nil {
+				return fmt.Errorf("environment %s: %w", e.env, err)
+			}
+			fromEnv[e.flag] = true
+		}
+	}
+	path := c.ConfigFile
+	raw := map[string]interface{}{}
+	src, err := os.ReadFile(path)
+	if err == nil {
+		_, err = toml.Decode(string(src), &raw)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !onCommandLine["config-file"] {
+			return nil // the default file is optional
+		}
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, redact.ParseMessage(src, perr.Position.Line, perr.Message))
+		}
+		return fmt.Errorf("config file: %w", err)
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name, known := fileKeys[canonicalKey(k)]
+		switch {
+		case otherBackendKeys[k]:
+			log.Warnf("%s: key %q is used by no backend this confd supports; ignored", path, k)
+			continue
+		case !known:
+			log.Warnf("%s: unknown key %q ignored", path, k)
+			continue
+		case onCommandLine[name] || fromEnv[name]:
+			continue
+		}
+		if err := setFromTOML(fset, name, raw[k]); err != nil {
+			return fmt.Errorf("%s: key %q: %w", path, k, err)
+		}
+	}
+	return nil
+}
+
+func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
+	values, ok := v.([]interface{})
+	if !ok {
+		values = []interface{}{v}
+	}
+	isList := fset.Lookup(name).Value.Type() == "stringSlice" || fset.Lookup(name).Value.Type() == "stringArray"
+	if len(values) != 1 && !isList {
+		return errors.New("takes a single value, not a list")
+	}
+	if isList {
+		// A file's list replaces the flag's default rather than adding to it.
+		if sv, ok := fset.Lookup(name).Value.(pflag.SliceValue); ok {
+			if err := sv.Replace(nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, item := range values {
+		var s string
+		switch x := item.(type) {
+		case string:
+			s = x
+		case bool, int64, float64:
+			s = fmt.Sprint(x)
+		default:
+			return fmt.Errorf("unsupported value type %T", item)
+		}
+		if isList {
+			if err := fset.Lookup(name).Value.(pflag.SliceValue).Append(s); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fset.Set(name, s); err != nil {
+			if secretFlags[name] {
+				return errors.New("invalid value")
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// validate rejects combinations that would fail later in a less clear way.
+func validate(c *Config) error {
+	if !backends.Supported(c.Store.Backend) {
+		return fmt.Errorf("-backend %q is not supported: use one of %s", c.Store.Backend, strings.Join(backends.Names(), ", "))
+	}
+	if c.Store.Backend == "file" && len(c.Store.YAMLFiles) == 0 {
+		return errors.New("-backend=file needs at least one -file")
+	}
+	if c.Watch && !backends.CanWatch(c.Store.Backend) {
+		return fmt.Errorf("-watch needs the etcd backend; -backend=%s can only be polled with -interval", c.Store.Backend)
+	}
+	if c.Interval <= 0 && !c.OneTime && !c.Watch {
+		return fmt.Errorf("-interval %d must be positive", c.Interval)
+	}
+	if c.Store.Scheme != "http" && c.Store.Scheme != "https" {
+		return fmt.Errorf("-scheme %q: want http or https", c.Store.Scheme)
+	}
+	if (c.Store.ClientCert == "") != (c.Store.ClientKey == "") {
+		return errors.New("-client-cert and -client-key go together")
+	}
+	for name, d := range map[string]interface{ Seconds() float64 }{
+		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
+		"-command-grace": c.CommandGrace, "-dest-lock-timeout": c.DestLockTimeout,
+		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
+		"-watch-stall-timeout": c.Store.WatchStallTimeout,
+	} {
+		if d.Seconds() <= 0 {
+			return fmt.Errorf("%s must be positive", name)
+		}
+	}
+	if c.MaxCommands < 1 {
+		return fmt.Errorf("-max-commands %d must be at least 1", c.MaxCommands)
+	}
+	if c.Resync < 0 {
+		return fmt.Errorf("-resync %s must not be negative (0 turns it off)", c.Resync)
+	}
+	return nil
+}
+
+// authoringFlags rejects -check-config, -validate and -mock-data used in a
+// way that would silently do something else.
+func authoringFlags(c *Config) error {
+	switch {
+	case c.CheckConfig && c.Validate:
+		return errors.New("-check-config and -validate are separate runs: use one")
+	case c.Validate && c.MockData == "":
+		return errors.New("-validate needs -mock-data FILE: it renders from that file, never from a store")
+	case c.MockData != "" && !c.Validate:
+		return errors.New("-mock-data is only read with -validate")
+	}
+	return nil
+}
+
+// checkFileKey says what applyFileAndEnv would make of one confd.toml key,
+// for -check-config, applying it to a scratch configuration only.
+func checkFileKey(k string, v interface{}) error {
+	name, known := fileKeys[canonicalKey(k)]
+	switch {
+	case otherBackendKeys[k]:
+		return fmt.Errorf("key %q is used by no backend this confd supports (ignored)", k)
+	case !known:
+		return fmt.Errorf("unknown key %q", k)
+	}
+	fset := newFlagSet(&Config{}, io.Discard)
+	if err := setFromTOML(fset, name, v); err != nil {
+		return fmt.Errorf("key %q: %w", k, err)
+	}
+	return nil
+}

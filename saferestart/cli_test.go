@@ -1,0 +1,258 @@
+package saferestart
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/version"
+)
+
+func env(m map[string]string) lookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseSubcommandsAndCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		sub  string
+		argv []string
+	}{
+		{nil, cmdRestart, defaultCommand},
+		{[]string{"restart"}, cmdRestart, defaultCommand},
+		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
+		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
+		{[]string{"--lock-name", "x", "status"}, cmdStatus, nil},
+		{[]string{"status", "-o", "json"}, cmdStatus, nil},
+		{[]string{"hold", "--reason", "bad bundle"}, cmdHold, nil},
+		{[]string{"unhold"}, cmdUnhold, nil},
+		{[]string{"check", "--public-only", "a.pem", "b.pem"}, cmdCheck, []string{"a.pem", "b.pem"}},
+		{[]string{"check", "a.pem", "--", "-odd.pem"}, cmdCheck, []string{"a.pem", "-odd.pem"}},
+		{[]string{"version"}, cmdVersion, nil},
+	} {
+		o, _, err := parseArgs(tc.args, env(nil))
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if o.sub != tc.sub || !reflect.DeepEqual(o.argv, tc.argv) {
+			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv, tc.sub, tc.argv)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"systemctl", "restart", "x"},        // command without --
+		{"restart", "extra"},                 // stray argument
+		{"--"},                               // no command after --
+		{"frobnicate"},                       // unknown subcommand
+		{"hold"},                             // no reason
+		{"status", "--reason", "x"},          // flag of another subcommand
+		{"check"},                            // no files
+		{"check", "--endpoints", "x", "f"},   // etcd flags mean nothing to check
+		{"--ttl", "0"},                       // bad values
+		{"--attempts", "0"},                  //
+		{"--lock-timeout", "0s"},             //
+		{"--health-cert", "c"},               // without key
+		{"--cert", "c"},                      // without key
+		{"--output", "yaml", "status"},       //
+		{"--lock-name", "a/", "status"},      //
+		{"--no-such-flag"},                   //
+		{"status", "--dial-timeout", "soon"}, //
+		{"--health-settle", "3m"},            // settle = timeout: can never pass
+		{"--health-settle", "2m", "--health-timeout", "1m"},
+		{"--hold-key", "kube-apiserver-restart/h"}, // inside the lock's prefix
+		{"--lock-name", "l", "--hold-key", "l/x", "status"},
+	} {
+		_, _, err := parseArgs(args, env(nil))
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), nil, args, &out, &errb); code != exitUsage {
+			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
+		}
+	}
+}
+
+func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
+	e := env(map[string]string{
+		"ETCDCTL_ENDPOINTS": "https://a:2379,https://b:2379", "ETCDCTL_CACERT": "/env/ca", "ETCDCTL_CERT": "/env/c",
+		"ETCDCTL_KEY": "/env/k", "ETCDCTL_DIAL_TIMEOUT": "7s", "ETCDCTL_COMMAND_TIMEOUT": "9s",
+	})
+	o, _, err := parseArgs([]string{"status"}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.endpoints, []string{"https://a:2379", "https://b:2379"}) || o.cacert != "/env/ca" ||
+		o.cert != "/env/c" || o.key != "/env/k" || o.dialTimeout != 7*time.Second || o.commandTimeout != 9*time.Second {
+		t.Fatalf("env not applied: %+v", o)
+	}
+	o, _, err = parseArgs([]string{"status", "--endpoints", "x:1", "--endpoints", "y:2,z:3", "--cacert", "/f/ca",
+		"--cert", "/f/c", "--key", "/f/k", "--dial-timeout", "1s", "--command-timeout", "2s"}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.endpoints, []string{"x:1", "y:2", "z:3"}) || o.cacert != "/f/ca" || o.cert != "/f/c" ||
+		o.key != "/f/k" || o.dialTimeout != time.Second || o.commandTimeout != 2*time.Second {
+		t.Fatalf("flags must beat env: %+v", o)
+	}
+	o, _, _ = parseArgs([]string{"status"}, env(nil))
+	if !reflect.DeepEqual(o.endpoints, []string{"127.0.0.1:2379"}) {
+		t.Fatalf("default endpoints %q", o.endpoints)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o, _, err := parseArgs(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.lockName != "kube-apiserver-restart" || o.ttl != 10 || o.holdKeyOrDefault() != "kube-apiserver-restart-hold" ||
+		o.healthURL != "https://127.0.0.1:6443/readyz" {
+		t.Fatalf("defaults %+v", o)
+	}
+	o, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
+	if o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
+		t.Fatalf("overrides %+v", o)
+	}
+}
+
+func TestExitCodesDistinctAndDocumented(t *testing.T) {
+	var help bytes.Buffer
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	seen := map[int]bool{}
+	for _, c := range exitCodeDocs {
+		if seen[c.code] {
+			t.Fatalf("exit code %d documented twice", c.code)
+		}
+		seen[c.code] = true
+		if !strings.Contains(help.String(), fmt.Sprintf("  %d  %s", c.code, c.text)) {
+			t.Errorf("exit code %d missing from --help", c.code)
+		}
+	}
+	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted, exitStale} {
+		if !seen[c] {
+			t.Errorf("exit code %d not documented", c)
+		}
+	}
+	if len(seen) != 11 {
+		t.Errorf("%d documented codes, want 11", len(seen))
+	}
+	for _, word := range []string{"status", "hold --reason", "unhold", "check", "ETCDCTL_ENDPOINTS", "--lock-name", "--health-url", "--preflight-file"} {
+		if !strings.Contains(help.String(), word) {
+			t.Errorf("--help does not mention %s", word)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), nil, []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), version.Version) {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+}
+
+func TestKeySubcommandArgs(t *testing.T) {
+	o, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
+		o.publicKey != defaultPublicKey || o.algorithm != "rsa-2048" || o.grace != time.Hour || o.ttl != 3 {
+		t.Fatalf("rotate-key options: %+v", o)
+	}
+	o, _, err = parseArgs([]string{"rotate-key"}, env(nil))
+	if err != nil || !reflect.DeepEqual(o.argv, defaultCommand) || o.grace != 24*time.Hour {
+		t.Fatalf("rotate-key defaults: %+v %v", o, err)
+	}
+	o, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
+	if err != nil || o.timeout != 15*time.Minute || !reflect.DeepEqual(o.excludeHosts, []string{"a", "b"}) {
+		t.Fatalf("wait-trusted: %+v %v", o, err)
+	}
+	for _, args := range [][]string{
+		{"wait-trusted"}, // no --public-key
+		{"wait-trusted", "--public-key", "f", "--timeout", "0s"},
+		{"rotate-key", "--algorithm", "dsa"},
+		{"rotate-key", "--grace", "-1h"},
+		{"trust", "--grace", "1h"}, // flag of another subcommand
+		{"retire-keys", "--", "x"}, // no command
+		{"trust", "--keys-prefix", "/a", "--trust-prefix", "/a/"},
+		{"status", "--public-key", "f"},
+		{"restart", "--host", "a/b"},
+	} {
+		_, _, err := parseArgs(args, env(nil))
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
+// ETCDCTL_USER is name:password, or a name with ETCDCTL_PASSWORD, as etcdctl
+// takes it; --user/--password beat them.
+func TestUserAndPassword(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		args     []string
+		user, pw string
+		usage    bool
+	}{
+		{env: map[string]string{"ETCDCTL_USER": "root:p:w"}, user: "root", pw: "p:w"},
+		{env: map[string]string{"ETCDCTL_USER": "root", "ETCDCTL_PASSWORD": "pw"}, user: "root", pw: "pw"},
+		{env: map[string]string{"ETCDCTL_USER": "a:b"}, args: []string{"--user", "op", "--password", "x"}, user: "op", pw: "x"},
+		{args: []string{"--user", "op:x"}, user: "op", pw: "x"},
+		{env: map[string]string{"ETCDCTL_USER": "root"}, usage: true},
+		{env: map[string]string{"ETCDCTL_PASSWORD": "pw"}, usage: true},
+		{},
+	} {
+		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
+		if tc.usage {
+			var ue *usageError
+			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
+				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
+			}
+			continue
+		}
+		if err != nil || o.user != tc.user || o.password != tc.pw {
+			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.user, o.password)
+		}
+	}
+}
+
+// TestHoldReasonWithKeyIsRefused: `hold --reason "$(cat k.key)"` stores
+// nothing (it is a usage error, before etcd is dialled) and prints no key.
+func TestHoldReasonWithKeyIsRefused(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalECPrivateKey(k)
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	body := base64.StdEncoding.EncodeToString(der)
+	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)
+		if code != exitUsage {
+			t.Errorf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
+		}
+		if strings.Contains(out.String()+errb.String(), body[10:30]) || !strings.Contains(errb.String(), "--reason holds private key material") {
+			t.Errorf("output: %s / %s", out.String(), errb.String())
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package saferestart
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/internal/config"
+)
+
+// showConfig is the `config` subcommand: every setting as a TOML line with
+// where its value came from (flag, env NAME, FILE:LINE, default), secrets
+// masked. The output is itself a valid configuration file.
+func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
+	o := a.o
+	switch {
+	case o.cfg != nil:
+		fmt.Fprintf(w, "# configuration file: %s\n", o.cfg.Path)
+	case o.configPath == "":
+		fmt.Fprintf(w, "# configuration file: none (--config '')\n")
+	default:
+		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.configPath)
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if slices.Contains(config.CommandLineOnly, f.Name) {
+			return
+		}
+		k, ok := config.Lookup(f.Name)
+		if !ok {
+			k = config.Key{Name: f.Name}
+		}
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o), o.origin[f.Name])
+	})
+	if o.cfg != nil {
+		var other []string
+		for _, k := range config.Keys {
+			if v, ok := o.cfg.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
+				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.cfg.Where(k.Name)))
+			}
+		}
+		if len(other) > 0 {
+			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", progName, strings.Join(other, "\n"))
+		}
+	}
+	return exitOK
+}
+
+// tomlValue formats a flag's effective value. user and password are read
+// from the options: an ETCDCTL_USER of name:password was split there.
+func tomlValue(k config.Key, f *pflag.Flag, o *options) string {
+	switch f.Name {
+	case "user":
+		return strconv.Quote(o.user)
+	case "password":
+		return strconv.Quote(config.Mask(k, o.password))
+	}
+	if sv, ok := f.Value.(pflag.SliceValue); ok {
+		return quoteItems(k, sv.GetSlice())
+	}
+	switch f.Value.Type() {
+	case "int", "bool":
+		return f.Value.String()
+	}
+	return strconv.Quote(config.Mask(k, f.Value.String()))
+}
+
+func quoteItems(k config.Key, items []string) string {
+	if k.Kind != config.List {
+		if len(items) == 1 {
+			switch k.Kind {
+			case config.Int, config.Bool:
+				return items[0]
+			}
+			return strconv.Quote(config.Mask(k, items[0]))
+		}
+	}
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = strconv.Quote(config.Mask(k, s))
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

@@ -1,0 +1,169 @@
+package saferestart
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/runner"
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/health"
+	"github.com/keysync/confd/saferestart/internal/legacytokens"
+	"github.com/keysync/confd/saferestart/internal/rotation"
+)
+
+// The controller-manager's restart command in systemd mode.
+var controllerManagerCommand = []string{"systemctl", "restart", "kube-controller-manager.service"}
+
+// validateControllerManagerFlags checks the controller-manager's flags.
+func validateControllerManagerFlags(o *options) []error {
+	switch o.cmRestartMode {
+	case modeSystemd, modeStaticPod:
+		return nil
+	}
+	return []error{usagef("--controller-manager-restart-mode %q: want %s or %s", o.cmRestartMode, modeSystemd, modeStaticPod)}
+}
+
+// restartControllerManager runs after rotate-key restarted the apiserver
+// with the next key, before the rotation is recorded done: when
+// kube-controller-manager signs with the same key (its flags name a
+// --service-account-private-key-file holding it, whatever the path), it is
+// restarted so that it signs new legacy token Secrets with the new key too,
+// and its /healthz must answer. A command after -- never covers it.
+func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
+	o := a.o
+	if len(o.cmFlagsFiles) == 0 {
+		return nil
+	}
+	log = log.WithField("controller_manager", true)
+	keyFile, cm, err := preflight.ControllerManagerKey(o.cmFlagsFiles)
+	if err != nil {
+		return &codeError{code: exitPreflight, what: fmt.Sprintf("--controller-manager-flags-file: %v", err)}
+	}
+	if keyFile == "" {
+		log.Warn("--controller-manager-flags-file names no --service-account-private-key-file: kube-controller-manager not restarted")
+		return nil
+	}
+	rotated, err := trust.FileKeyIDs(o.signingKey)
+	if err != nil {
+		return &codeError{code: exitPreflight, what: fmt.Sprintf("--signing-key: %v", err)}
+	}
+	if len(rotated) != 1 || rotated[0] != cm {
+		log.Warnf("kube-controller-manager's key %s (%s) is not the rotated key %v: not restarted; it keeps signing legacy tokens with its own", keyFile, cm, rotated)
+		return nil
+	}
+	argv := controllerManagerCommand
+	timeout := o.restartTimeout
+	if o.cmRestartMode == modeStaticPod {
+		argv = staticPodCommand(o.criEndpoint, "kube-controller-manager", o.staticPodStopTimeout)
+		timeout = max(timeout, staticPodRestartTimeout(o.staticPodStopTimeout))
+	}
+	log.WithField("command", runner.Quote(argv)).Infof("kube-controller-manager signs with the rotated key (%s): restarting it", keyFile)
+	res := runner.Run(ctx, runner.Spec{Argv: argv, Env: runner.WithoutVars(os.Environ(), secretEnv...), Timeout: timeout,
+		Grace: killGrace, Stdout: a.stderr, Stderr: a.stderr, ParentDeathSignal: syscall.SIGKILL})
+	if res.Err != nil {
+		return &codeError{code: exitRestart, what: fmt.Sprintf("kube-controller-manager restart: %v", res.Err)}
+	}
+	cfg := health.Config{URL: o.cmHealthURL, CACert: o.cmHealthCACert, SkipVerify: o.cmHealthCACert == "",
+		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval}
+	if cfg.URL == "" {
+		log.Warn("--controller-manager-health-url is empty: not waiting for kube-controller-manager")
+		return nil
+	}
+	if cfg.SkipVerify {
+		log.Warnf("--controller-manager-health-cacert not given: %s's certificate (self-signed by default) is not verified", cfg.URL)
+	}
+	if err := health.Wait(ctx, cfg, log); err != nil {
+		return &codeError{code: exitHealth, what: fmt.Sprintf("kube-controller-manager not healthy after its restart: %v", err)}
+	}
+	log.Info("kube-controller-manager restarted and healthy")
+	return nil
+}
+
+// legacyTokenGate runs before retire-keys withdraws the previous key: with
+// --kubeconfig, it refuses (exit 3, naming namespace/name, never a token)
+// while a legacy token Secret holds a token signed with that key, since
+// every apiserver refuses such tokens once the key is gone. Re-creating the
+// Secret (after kube-controller-manager signs with the new key) clears it.
+func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
+	o := a.o
+	if o.kubeconfig == "" {
+		return exitOK
+	}
+	if o.ignoreLegacyTokens {
+		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", st.Previous)
+		return exitOK
+	}
+	l, err := legacytokens.New(o.kubeconfig, o.commandTimeout)
+	if err != nil {
+		log.WithError(err).Error("retire-keys: legacy token check")
+		return exitPreflight
+	}
+	held, err := l.Holding(ctx, st.Previous)
+	if err != nil {
+		log.WithError(err).Errorf("retire-keys: cannot list legacy token Secrets: not retiring %s (pass --ignore-legacy-tokens to retire without looking)", st.Previous)
+		return exitError
+	}
+	if len(held) > 0 {
+		log.Errorf("retire-keys refused: %d legacy token Secret(s) hold tokens signed with %s, which every apiserver would refuse once it is retired: %s. Re-create them once kube-controller-manager signs with the new key (or pass --ignore-legacy-tokens)",
+			len(held), st.Previous, strings.Join(held, ", "))
+		return exitPreflight
+	}
+	log.Infof("no legacy token Secret holds a token signed with %s", st.Previous)
+	return exitOK
+}
+
+// controllerManagerSigning is the key ID kube-controller-manager signs
+// with, for the trust record ("" when --controller-manager-flags-file is not
+// given or names no key file).
+func (a *app) controllerManagerSigning() (string, error) {
+	_, kid, err := preflight.ControllerManagerKey(a.o.cmFlagsFiles)
+	return kid, err
+}
+
+// controllerManagerGate runs before retire-keys withdraws the previous key:
+// it refuses (exit 3, naming the hosts) while any host's trust record says
+// its kube-controller-manager signs with that key, since every legacy token
+// Secret it (re-)creates would be refused once the key is gone. Records
+// without the controller-manager's key (older helpers, hosts without
+// --controller-manager-flags-file) block nothing.
+func (a *app) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
+	rctx, cancel := a.opCtx(ctx)
+	recs, _, err := trust.List(rctx, cli, a.o.trustPrefix)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: cannot read the trust records: not retiring %s", st.Previous)
+		return exitError
+	}
+	if hosts := trust.ControllerManagersSigningWith(recs, st.Previous); len(hosts) > 0 {
+		log.Errorf("retire-keys refused: kube-controller-manager on %s signs with %s (trust record), so the legacy token Secrets it creates would be refused once it is retired. Restart it with the new key (rotate-key --controller-manager-flags-file on that host) first",
+			strings.Join(hosts, ", "), st.Previous)
+		return exitPreflight
+	}
+	return exitOK
+}
+
+// retireGates are retire-keys' checks beyond this host's own files.
+func (a *app) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rotator, log logrus.FieldLogger) int {
+	st, err := r.Store.Load(ctx)
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
+		return exitError
+	}
+	// Only a rotation past its grace retires a key: before that (or with
+	// nothing installed) retire-keys withdraws nothing, so nothing blocks.
+	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
+		return exitOK
+	}
+	if code := a.controllerManagerGate(ctx, cli, st, log); code != exitOK {
+		return code
+	}
+	return a.legacyTokenGate(ctx, st, log)
+}

@@ -1,0 +1,133 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/fleet"
+	"github.com/keysync/confd/saferestart/internal/restart"
+)
+
+// fleetInterval is the pause between reads of the Leases while the fleet
+// check waits: apiservers renew every 10 s, so a shorter one finds nothing
+// new.
+const fleetInterval = 2 * time.Second
+
+// fleetCheck is the look at the rest of the control plane (fleet package)
+// for one restart: run before queueing (waiting up to --fleet-timeout) and
+// once more under the lock (not waiting). Nil when --kubeconfig is not
+// given.
+type fleetCheck struct {
+	leases fleet.Leases
+	cfg    fleet.Config
+	log    logrus.FieldLogger
+	// expected names the hosts whose apiserver must be live besides those
+	// the Leases show (fleet.Config.Expected).
+	expected func(ctx context.Context) ([]string, error)
+}
+
+// newFleetCheck loads --kubeconfig; without it the check is skipped, said
+// once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
+func (a *app) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
+	o := a.o
+	if o.kubeconfig == "" {
+		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
+		return nil, nil
+	}
+	leases, err := fleet.NewLeases(o.kubeconfig, o.commandTimeout)
+	if err != nil {
+		return nil, err
+	}
+	// The masters that publish keys and record trust run an apiserver:
+	// each must be live too, even once a graceful stop deleted its Lease.
+	expected := func(ctx context.Context) ([]string, error) {
+		rctx, cancel := a.opCtx(ctx)
+		defer cancel()
+		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		if err != nil {
+			return nil, a.etcdErr(err)
+		}
+		return rep.Publishers(rep.Unrecorded()), nil
+	}
+	return &fleetCheck{leases: leases, log: log, expected: expected, cfg: fleet.Config{
+		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
+		Interval: fleetInterval, OpTimeout: o.commandTimeout, Log: log,
+	}}, nil
+}
+
+// run checks the fleet; wait says whether to wait for it. Exit 5 when too
+// few other apiservers are live: nothing restarted, and no hold, since it
+// is the fleet that is degraded, not this host.
+func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Code {
+	if c == nil {
+		return restart.OK
+	}
+	var (
+		s   fleet.Status
+		err error
+	)
+	if c.cfg.MinLive < 0 && c.expected != nil {
+		exp, err := c.expected(ctx)
+		if err != nil {
+			c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
+		}
+		c.cfg.Expected = exp
+	}
+	if wait {
+		s, err = fleet.Wait(ctx, c.leases, c.cfg)
+	} else {
+		s, err = fleet.Check(ctx, c.leases, c.cfg)
+	}
+	var de *fleet.DegradedError
+	switch {
+	case err == nil && s.OK():
+		c.log.Infof("fleet check %s: %s", when, s)
+		return restart.OK
+	case err == nil:
+		c.log.Errorf("fleet check %s: %s: not restarting (this apiserver would be one more down); no hold written", when, s)
+		return restart.LockTimeout
+	case interrupted(ctx):
+		c.log.Warnf("fleet check %s interrupted", when)
+		return restart.Interrupted
+	case errors.As(err, &de):
+		c.log.Errorf("fleet check %s: still %s after --fleet-timeout %s: not restarting; no hold written (the fleet is degraded, not this host)",
+			when, de.Status, de.Timeout)
+		return restart.LockTimeout
+	case errors.Is(err, fleet.ErrAccess):
+		c.log.WithError(err).Errorf("fleet check %s: the local apiserver refuses --kubeconfig's credentials (they need list on leases in kube-system): not restarting", when)
+		return restart.Preflight
+	default:
+		c.log.WithError(err).Warnf("fleet check %s skipped: the local apiserver does not answer", when)
+		return restart.OK
+	}
+}
+
+// fleetWorstCase is what the fleet check adds to a restart at worst: the
+// wait before queueing (its last read included) and the read under the
+// lock.
+func (o *options) fleetWorstCase() time.Duration {
+	if o.kubeconfig == "" {
+		return 0
+	}
+	return o.fleetTimeout + 2*o.commandTimeout
+}
+
+// validateFleetFlags checks the fleet check's flags.
+func validateFleetFlags(o *options) []error {
+	var errs []error
+	if o.kubeconfig == "" {
+		return nil
+	}
+	if o.fleetLeaseAge <= 0 {
+		errs = append(errs, usagef("--fleet-lease-age %s: must be positive", o.fleetLeaseAge))
+	}
+	if o.fleetTimeout < 0 {
+		errs = append(errs, usagef("--fleet-timeout %s: must not be negative", o.fleetTimeout))
+	}
+	return errs
+}

@@ -1,0 +1,78 @@
+// Package status gathers what operators ask about: who holds the restart
+// lock, who waits (in FIFO order), and whether a hold stops the line.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
+)
+
+// Report is the state of one lock and its hold key.
+type Report struct {
+	Lock     string       `json:"lock"`
+	Revision int64        `json:"revision"`
+	Holder   *lock.Entry  `json:"holder"`
+	Waiters  []lock.Entry `json:"waiters"`
+	HoldKey  string       `json:"hold_key"`
+	Hold     *hold.Record `json:"hold"`
+}
+
+// Collect reads the lock queue and the hold.
+func Collect(ctx context.Context, kv clientv3.KV, lockName, holdKey string) (*Report, error) {
+	entries, rev, err := lock.Queue(ctx, kv, lockName)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Lock: lockName, Revision: rev, HoldKey: holdKey, Waiters: []lock.Entry{}}
+	if len(entries) > 0 {
+		r.Holder = &entries[0]
+		r.Waiters = append(r.Waiters, entries[1:]...)
+	}
+	if r.Hold, err = hold.Get(ctx, kv, holdKey); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// WriteJSON writes the report as one indented JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lock:    %s (at revision %d)\n", r.Lock, r.Revision)
+	if r.Holder == nil {
+		b.WriteString("holder:  none\n")
+	} else {
+		fmt.Fprintf(&b, "holder:  %s\n", r.Holder)
+	}
+	if len(r.Waiters) == 0 {
+		b.WriteString("waiters: none\n")
+	} else {
+		fmt.Fprintf(&b, "waiters: %d\n", len(r.Waiters))
+		for i, e := range r.Waiters {
+			fmt.Fprintf(&b, "  %d. %s\n", i+1, e)
+		}
+	}
+	if r.Hold == nil {
+		fmt.Fprintf(&b, "hold:    none (%s)\n", r.HoldKey)
+	} else {
+		fmt.Fprintf(&b, "hold:    ACTIVE (%s): %s\n", r.HoldKey, r.Hold)
+		b.WriteString("         restarts are refused until `kube-apiserver-safe-restart unhold`\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

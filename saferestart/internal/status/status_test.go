@@ -1,0 +1,56 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
+)
+
+func TestWriteTextAndJSON(t *testing.T) {
+	started := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	acq := started.Add(time.Minute)
+	r := &Report{
+		Lock: "l", Revision: 9, HoldKey: "l-hold",
+		Holder: &lock.Entry{Key: "l/1a", Lease: "1a", CreateRevision: 3, Info: &lock.Info{Host: "m1", PID: 11, Started: started, Acquired: &acq}},
+		Waiters: []lock.Entry{
+			{Key: "l/2b", Lease: "2b", CreateRevision: 4},
+			{Key: "l/3c", Lease: "3c", CreateRevision: 5, Info: &lock.Info{Host: "m3", PID: 33, Started: started}},
+		},
+		Hold: &hold.Record{Host: "m2", Reason: "health gate: 401 > bad", Time: started},
+	}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"holder:  l/1a (lease 1a, created at revision 3): host m1 pid 11 started 2030-01-01T00:00:00Z holding since 2030-01-01T00:01:00Z",
+		"waiters: 2", "1. l/2b (lease 2b, created at revision 4): no holder info", "2. l/3c", "host m3 pid 33",
+		"hold:    ACTIVE (l-hold): host m2 at 2030-01-01T00:00:00Z: health gate: 401 > bad",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back.Holder.Info.PID != 11 || len(back.Waiters) != 2 || back.Waiters[0].Info != nil || back.Hold.Reason != r.Hold.Reason {
+		t.Fatalf("json round trip: %v\n%s", err, b.String())
+	}
+	if !strings.Contains(b.String(), "401 > bad") {
+		t.Errorf("JSON escapes > needlessly:\n%s", b.String())
+	}
+	empty := &Report{Lock: "l", HoldKey: "l-hold", Waiters: []lock.Entry{}}
+	b.Reset()
+	_ = empty.WriteText(&b)
+	if !strings.Contains(b.String(), "holder:  none") || !strings.Contains(b.String(), "waiters: none") || !strings.Contains(b.String(), "hold:    none") {
+		t.Errorf("empty report:\n%s", b.String())
+	}
+}

@@ -1,0 +1,56 @@
+// Package saferestart is kube-apiserver-safe-restart's command line: it restarts kube-apiserver on one control
+// plane host at a time: it checks the files the new apiserver will read,
+// takes an etcd lock shared with `etcdctl lock`, restarts, holds the lock
+// until the apiserver is ready, and stops every host from restarting (a
+// "hold" in etcd) when a restart fails. See README.md.
+package saferestart
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Main runs the command with os.Args and returns its exit code.
+func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == guardArg {
+		return groupGuard(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == staticPodArg {
+		return staticPodMain(os.Args[2:])
+	}
+	ctx, force, stop := signals()
+	defer stop()
+	return run(ctx, force, os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// signals turns the first SIGTERM, SIGINT, SIGHUP or SIGQUIT into a
+// cancelled context (stop as soon as it is safe: a terminal hang-up or a
+// supervisor's quit is no reason to leave a restart half-done) and a
+// second one into force (stop the command now).
+func signals() (context.Context, <-chan struct{}, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	force := make(chan struct{})
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-ch:
+				n++
+				switch n {
+				case 1:
+					cancel()
+				case 2:
+					close(force)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, force, func() { signal.Stop(ch); close(done); cancel() }
+}

@@ -1,0 +1,133 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/pemcheck"
+
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/status"
+)
+
+// check validates files for confd's check_cmd: exit 0 valid, exitPreflight
+// with the reason on stderr otherwise. It needs no etcd.
+func (a *app) check(ctx context.Context) int {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var errs []error
+	if len(a.o.argv) > 0 {
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys, Now: time.Now()}))
+	}
+	// A staged kube-apiserver flags file is checked like a restart's
+	// preflight: every PEM file it names must suit its flag.
+	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
+		errs = append(errs, preflight.Run(cctx, a.o.preflightInput()))
+	}
+	for _, w := range duplicateKeys(a.o.argv) {
+		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range splitErrors(err) {
+			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
+		}
+		return exitPreflight
+	}
+	return exitOK
+}
+
+// duplicateKeys names every key that a bundle file holds more than once,
+// as kube-apiserver reads it (a certificate counts as its key). Only a
+// warning: two hosts publishing the same key (one sa.key shared, as
+// kubeadm makes it) is legitimate; anything else is a publisher's mistake
+// worth a look.
+func duplicateKeys(files []string) []string {
+	var out []string
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // CheckFiles reports it
+		}
+		lines := map[string][]string{}
+		var order []string
+		for _, k := range pemcheck.APIServerKeys(data) {
+			kid, err := pemcheck.KeyID(k.Public)
+			if err != nil {
+				continue
+			}
+			if lines[kid] == nil {
+				order = append(order, kid)
+			}
+			lines[kid] = append(lines[kid], strconv.Itoa(k.Line))
+		}
+		for _, kid := range order {
+			if l := lines[kid]; len(l) > 1 {
+				out = append(out, fmt.Sprintf("%s: key %s appears %d times (lines %s): harmless when several hosts publish the same key (a shared sa.key); otherwise a host publishes its key twice", path, kid, len(l), strings.Join(l, ", ")))
+			}
+		}
+	}
+	return out
+}
+
+func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
+	sctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault())
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("status")
+		return exitError
+	}
+	if a.o.output == "json" {
+		err = r.WriteJSON(a.stdout)
+	} else {
+		err = r.WriteText(a.stdout)
+	}
+	if err != nil {
+		a.log.WithError(err).Error("write status")
+		return exitError
+	}
+	return exitOK
+}
+
+func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	key := a.o.holdKeyOrDefault()
+	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
+	stored, err := hold.Add(hctx, cli, key, rec)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("hold")
+		return exitError
+	}
+	if len(stored.Also) > 0 {
+		fmt.Fprintf(a.stdout, "a hold was already set; your reason is kept beside it\n")
+	}
+	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, progName)
+	return exitOK
+}
+
+func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	defer cancel()
+	key := a.o.holdKeyOrDefault()
+	prev, err := hold.Delete(hctx, cli, key)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("unhold")
+		return exitError
+	}
+	if prev == nil {
+		fmt.Fprintf(a.stdout, "no hold at %s\n", key)
+		return exitOK
+	}
+	a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+	fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
+	return exitOK
+}

@@ -1,0 +1,240 @@
+package saferestart
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/pemcheck"
+)
+
+type testKey struct {
+	priv  any
+	pub   any
+	kid   string
+	pkix  []byte // PUBLIC KEY, as pemNormalize writes it
+	pkcs8 []byte // PRIVATE KEY
+}
+
+func newTestKey(t *testing.T, ec bool) testKey {
+	t.Helper()
+	var k testKey
+	if ec {
+		p, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.priv, k.pub = p, &p.PublicKey
+	} else {
+		p, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.priv, k.pub = p, &p.PublicKey
+	}
+	var err error
+	if k.pkix, err = pemcheck.PublicPEM(k.pub); err != nil {
+		t.Fatal(err)
+	}
+	if k.kid, err = pemcheck.KeyID(k.pub); err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k.priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.pkcs8 = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	return k
+}
+
+// certificate is a self-signed certificate of k, valid now.
+func (k testKey) certificate(t *testing.T, serial int64) []byte {
+	t.Helper()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "sa"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.pub, k.priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+type publishEnv struct {
+	srv  *etcdtest.Server
+	dir  string
+	host string
+}
+
+func newPublishEnv(t *testing.T) *publishEnv {
+	return &publishEnv{srv: etcdtest.Start(t), dir: t.TempDir(), host: "m1.example"}
+}
+
+func (e *publishEnv) file(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(e.dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run runs publish-key and returns its exit code, the published value and
+// its mod revision (0: absent).
+func (e *publishEnv) run(t *testing.T, args ...string) (int, string, int64, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), nil, append([]string{"publish-key", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host}, args...), &out, &errb)
+	resp, err := e.srv.Client(t).Get(context.Background(), "/kubernetes/service-account-keys/"+e.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return code, "", 0, errb.String()
+	}
+	return code, string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, errb.String()
+}
+
+// publish-key writes sa.pub's keys canonically (PKIX, sorted by key ID),
+// writes nothing when only the encoding changed, refuses what check
+// refuses with nothing written, and derives the key from --signing-key
+// only without --public-key.
+func TestPublishKey(t *testing.T) {
+	e := newPublishEnv(t)
+	a, b := newTestKey(t, false), newTestKey(t, true)
+	rsaPKCS1 := pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(a.pub.(*rsa.PublicKey))})
+	want := string(a.pkix) + string(b.pkix)
+	if b.kid < a.kid {
+		want = string(b.pkix) + string(a.pkix)
+	}
+	// Two keys, as during a rotation, in the order rotate-key appends
+	// them, one with CRLF line endings.
+	pub := e.file(t, "sa.pub", append(append([]byte(nil), b.pkix...), bytes.ReplaceAll(a.pkix, []byte("\n"), []byte("\r\n"))...))
+	code, value, rev, stderr := e.run(t, "--public-key", pub)
+	if code != exitOK || value != want {
+		t.Fatalf("first publish: exit %d, value:\n%s\nwant:\n%s\n%s", code, value, want, stderr)
+	}
+	// The same keys in another order and encoding: no new revision.
+	e.file(t, "sa.pub", append(append([]byte(nil), a.pkix...), b.pkix...))
+	if code, value2, rev2, stderr := e.run(t, "--public-key", pub); code != exitOK || value2 != want || rev2 != rev || !strings.Contains(stderr, "unchanged") {
+		t.Fatalf("republish: exit %d rev %d -> %d\n%s", code, rev, rev2, stderr)
+	}
+	// Refused as check refuses them: a private key, a byte-order mark,
+	// garbage, a PKCS#1 RSA key kube-apiserver skips; nothing written, the
+	// key never quoted.
+	for name, data := range map[string][]byte{
+		"pkcs1":   rsaPKCS1,
+		"private": append(append([]byte(nil), a.pkix...), b.pkcs8...),
+		"bom":     append([]byte("\xef\xbb\xbf"), a.pkix...),
+		"garbage": []byte("-----BEGIN PUBLIC KEY-----\nZ2FyYmFnZQ==\n-----END PUBLIC KEY-----\n"),
+	} {
+		p := e.file(t, name+".pub", data)
+		code, value3, rev3, stderr := e.run(t, "--public-key", p)
+		if code != exitPreflight || value3 != want || rev3 != rev {
+			t.Errorf("%s: exit %d, rev %d -> %d; want 3 and nothing written\n%s", name, code, rev, rev3, stderr)
+		}
+		if strings.Contains(stderr, strings.Split(string(b.pkcs8), "\n")[1]) {
+			t.Errorf("%s: the private key reached the log", name)
+		}
+	}
+	// Only --signing-key: its public half. Both: --public-key wins.
+	key := e.file(t, "sa.key", a.pkcs8)
+	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != string(a.pkix) {
+		t.Fatalf("--signing-key: exit %d value %q\n%s", code, value4, stderr)
+	}
+	if code, value5, _, stderr := e.run(t, "--signing-key", key, "--public-key", pub); code != exitOK || value5 != want {
+		t.Fatalf("--signing-key with --public-key: exit %d value %q\n%s", code, value5, stderr)
+	}
+}
+
+// The shipped configuration's keys drive publish-key as every other
+// subcommand: etcd and the files from the file, nothing on the command line.
+func TestPublishKeyFromConfig(t *testing.T) {
+	e := newPublishEnv(t)
+	a := newTestKey(t, true)
+	pub := e.file(t, "sa.pub", a.pkix)
+	cfg := writeConfig(t, "endpoints = [\""+e.srv.Endpoint+"\"]\npublic-key = \""+pub+"\"\nhost = \"cfg.example\"\n")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), nil, []string{"publish-key", "--config", cfg}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	resp, err := e.srv.Client(t).Get(context.Background(), "/kubernetes/service-account-keys/cfg.example")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != string(a.pkix) {
+		t.Fatalf("published %v %v", resp, err)
+	}
+}
+
+// publish-key --certificate publishes the certificate; a renewal with the
+// same key replaces it, one with a new key keeps the previous one beside it
+// until retire-keys after --grace, never while sa.key still signs with it.
+func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
+	e := newPublishEnv(t)
+	a, b := newTestKey(t, false), newTestKey(t, true)
+	certA1, certA2, certB := a.certificate(t, 1), a.certificate(t, 2), b.certificate(t, 3)
+	crt := e.file(t, "sa.crt", certA1)
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA1) {
+		t.Fatalf("first certificate: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Renewed with the same key: the new certificate replaces the old.
+	e.file(t, "sa.crt", certA2)
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA2) {
+		t.Fatalf("same-key renewal: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Renewed with a new key: both published, sorted by key ID.
+	e.file(t, "sa.crt", certB)
+	both := string(certA2) + string(certB)
+	if b.kid < a.kid {
+		both = string(certB) + string(certA2)
+	}
+	code, value, rev, stderr := e.run(t, "--certificate", crt, "--grace", "1h")
+	if code != exitOK || value != both || !strings.Contains(stderr, a.kid) {
+		t.Fatalf("new-key renewal: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Again: nothing changes, no revision.
+	if code, value, rev2, stderr := e.run(t, "--certificate", crt, "--grace", "1h"); code != exitOK || value != both || rev2 != rev {
+		t.Fatalf("republish: exit %d rev %d -> %d\n%s", code, rev, rev2, stderr)
+	}
+	retire := func(extra ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, append([]string{"retire-keys", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
+			"--signing-key", filepath.Join(e.dir, "sa.key"), "--public-key", filepath.Join(e.dir, "sa.pub")}, extra...), &out, &errb)
+		resp, err := e.srv.Client(t).Get(context.Background(), "/kubernetes/service-account-keys/"+e.host)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("published value: %v", err)
+		}
+		return code, string(resp.Kvs[0].Value), errb.String()
+	}
+	e.file(t, "sa.key", b.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != both {
+		t.Fatalf("retire-keys before the grace: exit %d value %q\n%s", code, value, stderr)
+	}
+	// The grace is over (the record says so).
+	keptKey := "/kubernetes/service-account-keys-rotation/" + e.host + "/kept"
+	e.srv.Put(t, keptKey, `{"host":"`+e.host+`","keep":{"`+a.kid+`":"`+time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)+`"}}`)
+	// Not while sa.key still signs with the previous key.
+	e.file(t, "sa.key", a.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != both || !strings.Contains(stderr, "still signs with it") {
+		t.Fatalf("retire-keys while signing with the kept key: exit %d value %q\n%s", code, value, stderr)
+	}
+	e.file(t, "sa.key", b.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != string(certB) {
+		t.Fatalf("retire-keys after the grace: exit %d value %q\n%s", code, value, stderr)
+	}
+	// --grace 0: a new key replaces the old at once.
+	e.file(t, "sa.crt", certA1)
+	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != string(certA1) {
+		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
+	}
+}

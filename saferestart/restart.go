@@ -1,0 +1,567 @@
+package saferestart
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/groupguard"
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/runner"
+	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/health"
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
+	"github.com/keysync/confd/saferestart/internal/restart"
+)
+
+// killGrace is how long a timed-out (or force-stopped) command's process
+// group has between SIGTERM and SIGKILL.
+const killGrace = 5 * time.Second
+
+// preflightTimeout bounds one preflight run.
+const preflightTimeout = 30 * time.Second
+
+// secretEnv are the variables that must not reach the restart command.
+var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
+
+func (a *app) restart(ctx context.Context) int {
+	o := a.o
+	log := a.log.WithField("lock", o.lockName)
+	if err := checkGate(o); err != nil {
+		for _, e := range splitErrors(err) {
+			log.Errorf("preflight: health gate: %v", e)
+		}
+		log.Error("preflight failed: not taking the lock, not restarting")
+		return exitPreflight
+	}
+	// A command that cannot start is found before the lock wait; the guard
+	// reports one that fails to start all the same (restart.ErrNotStarted).
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
+		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.argv))
+		return exitPreflight
+	}
+	env := runner.WithoutVars(os.Environ(), secretEnv...)
+	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout, env: env}
+	if !o.dryRun {
+		// The guard's start-up (exec and init of this binary) then overlaps
+		// the dial and the lock wait instead of following the lock. If it
+		// cannot start now, the hand-over starts one and reports why.
+		if err := run.warm(o.argv); err != nil {
+			log.WithError(err).Debug("group guard not started ahead of the lock")
+		}
+		defer run.close()
+	}
+	cli, err := a.etcdClient(ctx)
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
+		return exitError
+	}
+	defer cli.Close()
+	holds := &etcdHolds{cli: cli, key: o.holdKeyOrDefault()}
+	if o.dryRun {
+		if code := a.runPreflight(ctx); code != exitOK {
+			return code
+		}
+		return a.dryRun(ctx, cli)
+	}
+	cfg := restart.Config{
+		Argv: o.argv, Env: env,
+		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
+		OpTimeout: o.commandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
+		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
+		PreflightTimeout: preflightTimeout, Log: log,
+	}
+	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
+		cfg.Preflight = func(ctx context.Context) error {
+			return preflight.Run(ctx, o.preflightInput())
+		}
+	}
+	// A new signing key waits, without the lock, until the others trust it;
+	// the trust record is read just before the command and written once the
+	// apiserver is ready.
+	fc, err := a.newFleetCheck(a.trustHost(ctx), cli, log)
+	if err != nil {
+		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
+		return exitPreflight
+	}
+	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
+		if code := restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log))); code != restart.OK {
+			return code
+		}
+		return fc.run(ctx, true, "before queueing")
+	}
+	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
+	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
+		snap := a.trustSnapshot(ctx, log)
+		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
+	}
+	locker := &etcdLocker{cli: cli, cfg: lock.Config{
+		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
+		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
+	}}
+	gate := &healthGate{cfg: o.healthConfig(), backstop: o.commandTimeout, log: log}
+	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
+}
+
+// runPreflight is preflight for --dry-run, which runs no state machine.
+func (a *app) runPreflight(ctx context.Context) int {
+	o := a.o
+	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	if err := preflight.Run(pctx, o.preflightInput()); err != nil {
+		for _, e := range splitErrors(err) {
+			a.log.Errorf("preflight: %v", e)
+		}
+		return exitPreflight
+	}
+	return exitOK
+}
+
+// etcdLocker opens lock sessions on etcd.
+type etcdLocker struct {
+	cli *clientv3.Client
+	cfg lock.Config
+}
+
+func (l *etcdLocker) Open(ctx context.Context) (restart.Session, error) {
+	s, err := lock.Open(ctx, l.cli, l.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return etcdSession{s}, nil
+}
+
+func (l *etcdLocker) Holder(ctx context.Context) string {
+	qctx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
+	defer cancel()
+	q, _, err := lock.Queue(qctx, l.cli, l.cfg.Name)
+	if err != nil || len(q) == 0 {
+		return "(unknown)"
+	}
+	return q[0].String()
+}
+
+// etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.
+type etcdSession struct{ *lock.Session }
+
+func (s etcdSession) Lock(ctx context.Context) error {
+	err := s.Session.Lock(ctx)
+	if errors.Is(err, lock.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", restart.ErrLost, err)
+	}
+	return err
+}
+
+// commandRunner runs the restart command with the shared runner: its own
+// process group under a group guard (guard.go) that the kernel signals when
+// this process dies, and which then kills the whole group, so that a killed
+// helper never leaves a restart running while the next host takes the
+// lock; output passed through redacted.
+//
+// The first attempt's guard is started ahead (warm), before the lock; Start
+// hands it the command. Later attempts start theirs at Start: a guard runs
+// one command, and a retry waits --retry-delay anyway.
+type commandRunner struct {
+	stdout, stderr interface{ Write([]byte) (int, error) }
+	timeout        time.Duration
+	// env is the guards' own environment; the command's comes with the
+	// hand-over.
+	env []string
+	// warmed is the guard started ahead, until Start or close.
+	warmed *guard
+}
+
+// guard is a started group guard waiting for its hand-over.
+type guard struct {
+	argv   []string
+	p      *runner.Process
+	ctl    *net.UnixConn // our end of the guard's stdin
+	status *os.File      // the read end of the guard's status pipe
+}
+
+// warm starts the guard for argv's first run.
+func (r *commandRunner) warm(argv []string) error {
+	g, err := r.spawn(argv)
+	if err != nil {
+		return err
+	}
+	r.warmed = g
+	return nil
+}
+
+// close ends a warm guard that was never handed a command, and reaps it.
+func (r *commandRunner) close() {
+	if r.warmed != nil {
+		r.warmed.discard()
+		r.warmed = nil
+	}
+}
+
+func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
+	g := r.warmed
+	r.warmed = nil
+	if g != nil && !slices.Equal(g.argv, argv) {
+		g.discard()
+		g = nil
+	}
+	if g != nil {
+		if err := g.handOver(env); err == nil {
+			return g.started()
+		}
+		// It ended before taking the command (killed by someone else):
+		// nothing ran, so a fresh guard runs it, as without warming.
+		g.discard()
+	}
+	g, err := r.spawn(argv)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.handOver(env); err != nil {
+		g.discard()
+		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
+	}
+	return g.started()
+}
+
+// started reads the guard's report once it has the command: a command
+// that could not start (not found, not executable) ran nothing, and is
+// restart.ErrNotStarted, not a failed restart (which would be retried and
+// stop the line with a hold).
+func (g *guard) started() (restart.Process, error) {
+	report, _ := io.ReadAll(io.LimitReader(g.ctl, 4096))
+	_ = g.ctl.Close()
+	g.ctl = nil
+	if why, ok := strings.CutPrefix(string(report), groupguard.NotStarted); ok {
+		<-g.p.Done()
+		_ = g.status.Close()
+		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(g.argv), strings.TrimSpace(why))
+	}
+	// "started", or nothing from a guard that died (killed): the command's
+	// fate is then the guard's exit status, as before.
+	return newRunnerProcess(g), nil
+}
+
+// spawn starts a guard for argv that waits for its hand-over. argv is on
+// its command line, as the helper's own; the environment never is.
+func (r *commandRunner) spawn(argv []string) (*guard, error) {
+	// A socket pair, not a pipe: the guard answers on it whether the
+	// command started.
+	stdin, ctl, err := handoverPair()
+	if err != nil {
+		return nil, fmt.Errorf("hand-over socket for the command's group guard: %w", err)
+	}
+	status, statusW, err := os.Pipe()
+	if err != nil {
+		_, _ = stdin.Close(), ctl.Close()
+		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
+	}
+	p, err := runner.Start(context.Background(), groupguard.Wrap(runner.Spec{
+		Argv: argv, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, ArmLater: true, Grace: killGrace,
+	}, groupguard.Options{Handover: true, Status: statusW}))
+	_, _ = stdin.Close(), statusW.Close()
+	if err != nil {
+		_, _ = ctl.Close(), status.Close()
+		return nil, err
+	}
+	return &guard{argv: argv, p: p, ctl: ctl, status: status}, nil
+}
+
+// handoverPair is a connected pair of Unix stream sockets: the guard's
+// stdin, and our end of it.
+func handoverPair() (*os.File, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "guard-handover")
+	mine := os.NewFile(uintptr(fds[0]), "guard-handover-ctl")
+	c, err := net.FileConn(mine)
+	_ = mine.Close() // FileConn dup'ed it
+	if err != nil {
+		_ = theirs.Close()
+		return nil, nil, err
+	}
+	return theirs, c.(*net.UnixConn), nil
+}
+
+// handOver gives the guard the command's environment and lets it run the
+// command; the timeout starts now. An error means the guard did not get
+// all of it, and so runs nothing.
+func (g *guard) handOver(env []string) error {
+	select {
+	case <-g.p.Done():
+		return errors.New("the group guard ended before the hand-over")
+	default:
+	}
+	// Armed before the write: a guard that does not read is then timed out
+	// (its group killed), which ends a blocked write too.
+	g.p.Arm()
+	_, err := g.ctl.Write(groupguard.EncodeHandover(env))
+	if err != nil {
+		return fmt.Errorf("write the hand-over: %w", err)
+	}
+	// The whole hand-over is in the socket; EOF tells the guard to run it.
+	// Our reading side stays open for its report.
+	if err := g.ctl.CloseWrite(); err != nil {
+		return fmt.Errorf("end the hand-over: %w", err)
+	}
+	return nil
+}
+
+// discard ends a guard that has no command and waits for it: EOF on its
+// stdin ends it at once, quietly. Its group gets SIGKILL only if it has
+// not ended within the grace (it does not read; it ignores SIGTERM).
+func (g *guard) discard() {
+	if g.ctl != nil {
+		_ = g.ctl.Close()
+		g.ctl = nil
+	}
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case <-g.p.Done():
+	case <-t.C:
+		g.p.Terminate(0)
+		<-g.p.Done()
+	}
+	_ = g.status.Close()
+}
+
+// runnerProcess is a guarded restart command as restart.Process.
+type runnerProcess struct {
+	*runner.Process
+	status *os.File
+	once   *sync.Once
+	err    *error
+}
+
+func newRunnerProcess(g *guard) runnerProcess {
+	return runnerProcess{Process: g.p, status: g.status, once: new(sync.Once), err: new(error)}
+}
+
+// Wait returns the command's error. A guard that ended without reporting
+// how the command ended died on its own (killed by someone): the command's
+// group may still run. It is killed and confirmed gone (restart.ErrGuardDied)
+// before the helper may release the lock; if that cannot be confirmed
+// within killGrace, the error also wraps restart.ErrGroupAlive, and the
+// lock must be kept until its lease runs out.
+func (p runnerProcess) Wait() error {
+	p.once.Do(func() {
+		res := p.Process.Wait()
+		st := groupguard.ReadStatus(p.status)
+		_ = p.status.Close()
+		err := res.Err
+		if st.NotRun {
+			// Started, then found not to have run: nothing was restarted.
+			*p.err = fmt.Errorf("%w: %w", restart.ErrNotStarted, err)
+			return
+		}
+		if st.Reported {
+			*p.err = err
+			return
+		}
+		if err == nil {
+			err = errors.New("the command's group guard ended without reporting the command's end")
+		}
+		if !res.TimedOut && !res.Terminated {
+			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
+		}
+		if !groupguard.GroupGone(p.Pid(), killGrace) {
+			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
+		}
+		*p.err = err
+	})
+	return *p.err
+}
+
+// healthGate is the health package as restart.Gate.
+type healthGate struct {
+	cfg      health.Config
+	backstop time.Duration
+	log      logrus.FieldLogger
+}
+
+func (g *healthGate) Enabled() bool { return g.cfg.URL != "" }
+
+func (g *healthGate) Probe(ctx context.Context) error { return health.Probe(ctx, g.cfg) }
+
+func (g *healthGate) Wait(ctx context.Context) error {
+	// health.Wait enforces --health-timeout itself; this deadline is a backstop.
+	gctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout+g.backstop)
+	defer cancel()
+	err := health.Wait(gctx, g.cfg, g.log)
+	if err == nil {
+		return nil
+	}
+	// Restarting again changes none of these.
+	final := errors.Is(err, health.ErrUnauthorized) || errors.Is(err, health.ErrConfig) ||
+		errors.Is(err, health.ErrJWKS) || errors.Is(err, health.ErrTLS)
+	return &restart.GateError{Err: err, Final: final}
+}
+
+// etcdHolds is the hold record in etcd.
+type etcdHolds struct {
+	cli *clientv3.Client
+	key string
+}
+
+func (h *etcdHolds) Key() string { return h.key }
+func (h *etcdHolds) Get(ctx context.Context) (*hold.Record, error) {
+	return hold.Get(ctx, h.cli, h.key)
+}
+func (h *etcdHolds) Add(ctx context.Context, r hold.Record) error {
+	_, err := hold.Add(ctx, h.cli, h.key, r)
+	return err
+}
+
+// worstCase is the longest a restart with these flags can take.
+func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
+
+// durations are the bounded waits of a restart with these flags.
+func (o *options) durations() restart.Durations {
+	d := restart.Durations{
+		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
+		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
+		// The fleet check's wait and its two reads (0 without
+		// --kubeconfig). The kubelet's back-off in static-pod mode is
+		// inside --restart-timeout: the static-pod restart is the command.
+		FleetTimeout: o.fleetWorstCase(), KubeletBackoff: 0,
+	}
+	if o.trustHostName == "" {
+		d.HostnameTimeout = hostnameTimeout
+	}
+	if o.healthURL != "" {
+		d.HealthTimeout = o.healthTimeout + o.commandTimeout
+	}
+	return d
+}
+
+// dryRun reports what a restart would do, after preflight passed, and how
+// long it could take at worst (for confd's reload_cmd_timeout). It takes no
+// lock and runs nothing.
+func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
+	o := a.o
+	qctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	q, _, err := lock.Queue(qctx, cli, o.lockName)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("dry run: read the lock")
+		return exitError
+	}
+	h, err := hold.Get(qctx, cli, o.holdKeyOrDefault())
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("dry run: read the hold")
+		return exitError
+	}
+	if h != nil && !o.ignoreHold {
+		a.log.WithField("hold_key", o.holdKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
+		return exitHold
+	}
+	worst := o.worstCase()
+	type part struct {
+		Name    string `json:"name"`
+		Times   int    `json:"times"`
+		Seconds int64  `json:"seconds"`
+	}
+	var parts []part
+	for _, w := range restart.Waits(o.durations()) {
+		if w.Total() > 0 {
+			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
+		}
+	}
+	if o.output == "json" {
+		plan := map[string]any{
+			"dry_run":            true,
+			"preflight_files":    len(o.preflightFiles) + len(o.preflightFlagsFiles),
+			"lock":               o.lockName,
+			"ttl_seconds":        o.ttl,
+			"lock_timeout":       o.lockTimeout.String(),
+			"queue_length":       len(q),
+			"command":            o.argv,
+			"restart_timeout":    o.restartTimeout.String(),
+			"attempts":           o.attempts,
+			"health_url":         o.healthURL,
+			"hold_key":           o.holdKeyOrDefault(),
+			"hold":               h,
+			"worst_case":         worst.String(),
+			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
+			"worst_case_parts":   parts,
+		}
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(plan); err != nil {
+			return exitError
+		}
+		return exitOK
+	}
+	var b strings.Builder
+	b.WriteString("dry run: no lock taken, nothing run\n")
+	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.preflightFiles)+len(o.preflightFlagsFiles))
+	if h != nil {
+		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.holdKeyOrDefault(), h)
+	} else {
+		fmt.Fprintf(&b, "hold: none at %s\n", o.holdKeyOrDefault())
+	}
+	if len(q) == 0 {
+		fmt.Fprintf(&b, "would take lock %s (free now; TTL %ds)\n", o.lockName, o.ttl)
+	} else {
+		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.lockName, len(q), q[0], o.lockTimeout)
+	}
+	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.argv), o.restartTimeout, o.attempts)
+	if o.healthURL == "" {
+		b.WriteString("health gate: off\n")
+	} else {
+		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.healthURL, o.healthSettle, o.healthTimeout)
+	}
+	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.holdKeyOrDefault())
+	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
+	for _, p := range parts {
+		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
+		if p.Times > 1 {
+			fmt.Fprintf(&b, " (%d times)", p.Times)
+		}
+		b.WriteString("\n")
+	}
+	_, _ = a.stdout.Write([]byte(b.String()))
+	return exitOK
+}
+
+// checkGate catches a health gate that cannot work (bad URL, missing CA,
+// client certificate, token or JWKS key file) before the restart rather
+// than after it. Contents are never logged.
+func checkGate(o *options) error {
+	return health.Validate(o.healthConfig())
+}
+
+// healthConfig is the gate's configuration from the command line.
+func (o *options) healthConfig() health.Config {
+	return health.Config{
+		URL: o.healthURL, CACert: o.healthCACert, Cert: o.healthCert, Key: o.healthKey, TokenFile: o.healthToken,
+		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval, JWKSKeyFiles: o.jwksKeyFiles,
+	}
+}
+
+// splitErrors undoes errors.Join, one level, so each problem gets its own line.
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

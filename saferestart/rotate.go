@@ -1,0 +1,288 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/rotation"
+)
+
+const (
+	defaultSigningKey = "/etc/kubernetes/pki/sa.key"
+	defaultPublicKey  = "/etc/kubernetes/pki/sa.pub"
+)
+
+// validateKeyFlags checks the flags of the trust and rotation subcommands.
+func validateKeyFlags(o *options) []error {
+	var errs []error
+	for name, p := range map[string]string{"--keys-prefix": o.keysPrefix, "--trust-prefix": o.trustPrefix, "--rotation-prefix": o.rotationPrefix} {
+		if strings.TrimSuffix(p, "/") == "" {
+			errs = append(errs, usagef("%s %q: must not be empty", name, p))
+		}
+	}
+	if strings.TrimSuffix(o.keysPrefix, "/") == strings.TrimSuffix(o.trustPrefix, "/") {
+		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", o.keysPrefix))
+	}
+	if strings.Contains(o.trustHostName, "/") {
+		errs = append(errs, usagef("--host %q: must not contain /", o.trustHostName))
+	}
+	if o.trustTimeout < 0 {
+		errs = append(errs, usagef("--trust-timeout %s: must not be negative", o.trustTimeout))
+	}
+	switch o.sub {
+	case cmdWaitTrusted:
+		if o.publicKey == "" {
+			errs = append(errs, usagef("wait-trusted needs --public-key FILE"))
+		}
+		if o.timeout <= 0 {
+			errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
+		}
+	case cmdPublishKey:
+		// The public half of --signing-key only when no --public-key.
+		if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
+			o.publicKey = defaultPublicKey
+		}
+		if o.grace < 0 {
+			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+		}
+	case cmdRotateKey, cmdRetireKeys:
+		if o.signingKey == "" {
+			o.signingKey = defaultSigningKey
+		}
+		if o.publicKey == "" {
+			o.publicKey = defaultPublicKey
+		}
+		if o.sub == cmdRotateKey {
+			if o.algorithm != rotation.RSA2048 && o.algorithm != rotation.ECDSAP256 {
+				errs = append(errs, usagef("--algorithm %q: want %s or %s", o.algorithm, rotation.RSA2048, rotation.ECDSAP256))
+			}
+			if o.grace < 0 {
+				errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+			}
+			if o.timeout <= 0 {
+				errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
+			}
+			if o.abort && (o.rollback || o.dryRun) {
+				errs = append(errs, usagef("--abort goes with neither --rollback nor --dry-run"))
+			}
+			if o.rollback && o.dryRun {
+				errs = append(errs, usagef("--rollback goes without --dry-run"))
+			}
+		}
+	}
+	return errs
+}
+
+// codeError carries a subcommand's exit code through the rotation package.
+type codeError struct {
+	code int
+	what string
+}
+
+func (e *codeError) Error() string { return fmt.Sprintf("%s (exit %d)", e.what, e.code) }
+
+func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
+	o := a.o
+	return &rotation.Rotator{
+		Host:      host,
+		Files:     rotation.Files{SigningKey: o.signingKey, PublicKey: o.publicKey},
+		Algorithm: o.algorithm,
+		Grace:     o.grace,
+		Store:     &rotation.EtcdStore{KV: cli, Prefix: o.rotationPrefix, Host: host},
+		Log:       log,
+		Publish: func(ctx context.Context, value []byte) error {
+			pctx, cancel := a.opCtx(ctx)
+			defer cancel()
+			key := trust.Key(o.keysPrefix, host)
+			if _, err := cli.Put(pctx, key, string(value)); err != nil {
+				return a.etcdErr(fmt.Errorf("publish %s: %w", key, err))
+			}
+			return nil
+		},
+		WaitTrusted: func(ctx context.Context, kid string) error {
+			wctx, cancel := context.WithTimeout(ctx, o.timeout)
+			defer cancel()
+			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.commandTimeout, Log: log})
+			var nt *trust.NotTrustedError
+			if errors.As(err, &nt) && !interrupted(ctx) {
+				return &codeError{code: exitLockTimeout, what: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.timeout, strings.Join(nt.Hosts, ", "))}
+			}
+			return err
+		},
+		Restart: func(ctx context.Context) error {
+			if o.signer {
+				// The signer's barrier switched the apiserver's tokens to the
+				// new key; kube-controller-manager has no external signer and
+				// still signs legacy tokens from its key file: restarted as in
+				// bundle mode, after every apiserver trusts the key.
+				if err := a.signerSwitch(ctx, cli, host); err != nil {
+					return err
+				}
+				return a.restartControllerManager(ctx, log)
+			}
+			if code := a.restart(ctx); code != exitOK {
+				return &codeError{code: code, what: "restart through the lock failed"}
+			}
+			return a.restartControllerManager(ctx, log)
+		},
+		RunningSigner: func(ctx context.Context) (string, error) {
+			rctx, cancel := a.opCtx(ctx)
+			defer cancel()
+			recs, _, err := trust.List(rctx, cli, o.trustPrefix)
+			if err != nil {
+				return "", a.etcdErr(err)
+			}
+			return recs[host].Signing, nil
+		},
+	}
+}
+
+// rotateKey is the `rotate-key` subcommand.
+func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
+	o := a.o
+	host := a.trustHost(ctx)
+	// The restart run by the install step records trust under this name too.
+	o.trustHostName = host
+	log := a.log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
+	r := a.rotator(ctx, cli, host, log)
+	// Missing or wrong key files are not worth retrying: exit 3 before
+	// anything is claimed, generated or published.
+	if err := r.Files.Check(); err != nil {
+		log.WithError(err).Error("rotate-key: the key files do not allow a rotation: nothing done")
+		return exitPreflight
+	}
+	if o.dryRun {
+		lines, err := r.Plan(ctx)
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error("rotate-key --dry-run")
+			return exitError
+		}
+		fmt.Fprintln(a.stdout, "dry run: nothing written, published or restarted")
+		for _, l := range lines {
+			fmt.Fprintln(a.stdout, l)
+		}
+		fmt.Fprintf(a.stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.timeout)
+		// The restart the install step would run.
+		return a.restart(ctx)
+	}
+	// A hold stops every restart: publishing the next key now would only
+	// queue restarts the hold refuses, and the wait would time out. An
+	// abort restarts nothing.
+	if !o.ignoreHold && !o.abort {
+		hctx, cancel := a.opCtx(ctx)
+		rec, err := hold.Get(hctx, cli, o.holdKeyOrDefault())
+		cancel()
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error("rotate-key: cannot read the hold")
+			return exitError
+		}
+		if rec != nil {
+			log.Errorf("hold active: %s; not rotating. Fix the cause and `%s unhold` first", rec, progName)
+			return exitHold
+		}
+	}
+	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d", a.host, os.Getpid()), o.ttl, time.Duration(o.ttl+2)*time.Second)
+	if err != nil {
+		if errors.Is(err, rotation.ErrBusy) {
+			log.WithError(err).Error("another rotate-key is running for this host: not starting a second one")
+			return exitLockTimeout
+		}
+		log.WithError(a.etcdErr(err)).Error("rotate-key: cannot claim the rotation")
+		return exitError
+	}
+	defer func() { _ = claim.Release() }()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-claim.Lost():
+			log.Error("rotation claim lost (etcd lease expired): stopping; re-run rotate-key to continue")
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	switch {
+	case o.abort:
+		err = r.Abort(rctx)
+	case o.rollback:
+		err = r.Rollback(rctx)
+	default:
+		err = r.Run(rctx)
+	}
+	var ce *codeError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, rotation.ErrState):
+		log.WithError(err).Error("rotate-key refused: nothing changed")
+		return exitPreflight
+	case errors.As(err, &ce):
+		log.Errorf("%v; re-run rotate-key to continue from this step", err)
+		return ce.code
+	case interrupted(ctx):
+		log.WithError(err).Warn("rotate-key interrupted; re-run it to continue from this step")
+		return exitInterrupted
+	default:
+		log.WithError(err).Error("rotate-key failed; re-run it to continue from this step")
+		return exitError
+	}
+}
+
+// retireKeys is the `retire-keys` subcommand.
+func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
+	host := a.trustHost(ctx)
+	log := a.log.WithField("host", host)
+	r := a.rotator(ctx, cli, host, log)
+	if a.o.dryRun {
+		st, err := r.Store.Load(ctx)
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error("retire-keys --dry-run")
+			return exitError
+		}
+		switch {
+		case st == nil || st.Phase != rotation.PhaseInstalled:
+			fmt.Fprintln(a.stdout, "dry run: no installed rotation on this host: nothing to retire")
+		case time.Now().Before(st.RetireAfter):
+			fmt.Fprintf(a.stdout, "dry run: previous key %s stays published until %s\n", st.Previous, st.RetireAfter.Format(time.RFC3339))
+		default:
+			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s, and overwrite and remove %s\n", a.o.publicKey, st.Next, st.Previous, rotation.Files{SigningKey: a.o.signingKey}.Backup())
+		}
+		return exitOK
+	}
+	claim, err := rotation.Acquire(ctx, cli, a.o.rotationPrefix, host, fmt.Sprintf("%s pid %d", a.host, os.Getpid()), a.o.ttl, time.Duration(a.o.ttl+2)*time.Second)
+	if err != nil {
+		if errors.Is(err, rotation.ErrBusy) {
+			log.WithError(err).Error("a rotate-key is running for this host: not retiring now")
+			return exitLockTimeout
+		}
+		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot claim the rotation")
+		return exitError
+	}
+	defer func() { _ = claim.Release() }()
+	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+		return code
+	}
+	// What publish-key --certificate kept beside a renewed certificate.
+	if err := a.retireKept(ctx, cli, host, log); err != nil {
+		log.WithError(err).Error("retire-keys: kept certificate keys")
+		return exitError
+	}
+	if _, err := r.Retire(ctx); err != nil {
+		if errors.Is(err, rotation.ErrSigning) {
+			log.WithError(err).Error("retire-keys refused")
+			return exitPreflight
+		}
+		log.WithError(err).Error("retire-keys failed")
+		return exitError
+	}
+	return exitOK
+}

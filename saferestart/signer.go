@@ -1,0 +1,99 @@
+package saferestart
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/runner"
+	"github.com/keysync/confd/internal/trust"
+)
+
+// signerReloadCommand makes kube-apiserver-sa-signer re-read its key file
+// (the unit's ExecReload sends SIGHUP). `-- COMMAND` replaces it.
+var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-signer.service"}
+
+// signerSwitch is rotate-key --signer's install step: with the next key
+// installed in --signing-key, reload the signer (no apiserver restart) and
+// wait until its trust record says it signs with that key. The signer's own
+// barrier holds the switch until every recorded host's apiserver fetched
+// the key; at --trust-timeout the previous key keeps signing and this
+// exits 5 naming the hosts that did not fetch it.
+func (a *app) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
+	o := a.o
+	ids, err := trust.FileKeyIDs(o.signingKey)
+	if err != nil || len(ids) != 1 {
+		return fmt.Errorf("installed signing key %s: %v (want one key)", o.signingKey, err)
+	}
+	kid := ids[0]
+	argv := o.argv
+	if slices.Equal(argv, defaultCommand) {
+		argv = signerReloadCommand
+	}
+	log := a.log.WithField("host", host).WithField("next", kid)
+	log.WithField("command", runner.Quote(argv)).Info("reloading the signer: the apiserver is not restarted")
+	res := runner.Run(ctx, runner.Spec{
+		Argv: argv, Env: runner.WithoutVars(os.Environ(), secretEnv...), Timeout: o.restartTimeout,
+		Stdout: a.stderr, Stderr: a.stderr, ParentDeathSignal: syscall.SIGKILL,
+	})
+	if !res.OK() {
+		return &codeError{code: exitError, what: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.trustTimeout)
+	defer cancel()
+	start := time.Now()
+	for {
+		rctx, rcancel := a.opCtx(wctx)
+		recs, rev, err := trust.List(rctx, cli, o.trustPrefix)
+		rcancel()
+		if err == nil {
+			if r, ok := recs[host]; ok && r.Signing == kid {
+				log.WithField("waited", time.Since(start).Round(time.Millisecond).String()).Info("the signer signs with the next key")
+				return nil
+			}
+		}
+		if err == nil {
+			w := clientv3.WithRequireLeader(wctx)
+			select {
+			case <-cli.Watch(w, strings.TrimSuffix(o.trustPrefix, "/")+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
+			case <-wctx.Done():
+			}
+		} else {
+			select {
+			case <-time.After(time.Second):
+			case <-wctx.Done():
+			}
+		}
+		if wctx.Err() != nil {
+			if interrupted(ctx) {
+				return ctx.Err()
+			}
+			return &codeError{code: exitLockTimeout, what: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
+				kid, o.trustTimeout, strings.Join(notFetched(a, cli, kid), ", "))}
+		}
+	}
+}
+
+// notFetched names the hosts whose trust record does not list kid.
+func notFetched(a *app, cli *clientv3.Client, kid string) []string {
+	ctx, cancel := a.opCtx(context.Background())
+	defer cancel()
+	recs, _, err := trust.List(ctx, cli, a.o.trustPrefix)
+	if err != nil {
+		return []string{"(unknown: " + err.Error() + ")"}
+	}
+	var out []string
+	for h, r := range recs {
+		if !r.Trusts(kid) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,104 @@
+package saferestart
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/saferestart/internal/cri"
+)
+
+// Restart modes (--restart-mode): how kube-apiserver is restarted when no
+// command is given after --.
+const (
+	modeSystemd   = "systemd"
+	modeStaticPod = "static-pod"
+)
+
+// staticPodArg is the hidden first argument that makes this binary the
+// static-pod restart command: it runs under the group guard and
+// --restart-timeout like any restart command, so that a helper killed
+// mid-restart leaves no crictl behind and the timeout covers the kubelet's
+// back-off.
+const staticPodArg = "__static-pod-restart"
+
+// kubeletMaxBackOff is the kubelet's longest restart back-off for a
+// container that exited (CrashLoopBackOff's cap, 5 minutes): a static pod
+// restart may wait that long for the kubelet after the stop.
+const kubeletMaxBackOff = 5 * time.Minute
+
+// staticPodSlack is the time beyond the stop timeout and the kubelet's
+// back-off that the default --restart-timeout of static-pod mode allows
+// (pod sync, container creation, crictl calls).
+const staticPodSlack = 30 * time.Second
+
+// staticPodRestartTimeout is static-pod mode's default --restart-timeout:
+// the graceful stop, the kubelet's back-off at worst, and some slack.
+func staticPodRestartTimeout(stop time.Duration) time.Duration {
+	return stop + kubeletMaxBackOff + staticPodSlack
+}
+
+// applyRestartMode checks --restart-mode and gives static-pod mode its
+// default --restart-timeout.
+func applyRestartMode(o *options, fs *pflag.FlagSet) error {
+	switch o.restartMode {
+	case modeSystemd:
+	case modeStaticPod:
+		if o.staticPodStopTimeout < time.Second {
+			return usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.staticPodStopTimeout)
+		}
+		if !fs.Changed("restart-timeout") {
+			o.restartTimeout = staticPodRestartTimeout(o.staticPodStopTimeout)
+		}
+	default:
+		return usagef("--restart-mode %q: want %s or %s", o.restartMode, modeSystemd, modeStaticPod)
+	}
+	return nil
+}
+
+// modeCommand is the restart command when none follows --.
+func modeCommand(o *options) []string {
+	if o.restartMode != modeStaticPod {
+		return defaultCommand
+	}
+	return staticPodCommand(o.criEndpoint, "kube-apiserver", o.staticPodStopTimeout)
+}
+
+// staticPodCommand runs this binary as the restart command of container
+// name's static pod.
+func staticPodCommand(endpoint, name string, stop time.Duration) []string {
+	self, err := os.Executable()
+	if err != nil {
+		self = progName // found on PATH, as the units run it
+	}
+	return []string{self, staticPodArg, "--cri-endpoint", endpoint, "--container", name, "--static-pod-stop-timeout", stop.String()}
+}
+
+// staticPodMain is the static-pod restart command: stop the running
+// container through the CRI, wait for the kubelet to run a new one. Its
+// deadline is the helper's --restart-timeout (the runner kills its group).
+func staticPodMain(args []string) int {
+	fs := pflag.NewFlagSet(staticPodArg, pflag.ContinueOnError)
+	endpoint := fs.String("cri-endpoint", "", "")
+	name := fs.String("container", "", "")
+	stop := fs.Duration("static-pod-stop-timeout", 30*time.Second, "")
+	if err := fs.Parse(args); err != nil || *name == "" || fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", progName, staticPodArg, args, err)
+		return exitUsage
+	}
+	log, _ := newLogger(os.Stderr, "info", "text")
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	r := cri.Restart{Crictl: cri.Crictl{Endpoint: *endpoint}, Name: *name, Namespace: "kube-system", StopTimeout: *stop,
+		Log: log.WithField("static_pod", *name)}
+	if err := r.Run(ctx); err != nil {
+		log.WithError(err).Errorf("static pod %s not restarted", *name)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,49 @@
+package saferestart
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRestartModeFlags(t *testing.T) {
+	o, _, err := parseArgs([]string{"--restart-mode", "static-pod", "--cri-endpoint", "unix:///run/containerd/containerd.sock"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.argv) < 2 || o.argv[1] != staticPodArg ||
+		strings.Join(o.argv[2:], " ") != "--cri-endpoint unix:///run/containerd/containerd.sock --container kube-apiserver --static-pod-stop-timeout 30s" {
+		t.Errorf("static-pod command %q", o.argv)
+	}
+	if o.restartTimeout != 30*time.Second+5*time.Minute+30*time.Second {
+		t.Errorf("static-pod --restart-timeout default %s, want the stop timeout, the kubelet's 5m back-off and 30s", o.restartTimeout)
+	}
+	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--restart-timeout", "2m", "--static-pod-stop-timeout", "10s"}, env(nil))
+	if err != nil || o.restartTimeout != 2*time.Minute || !strings.Contains(strings.Join(o.argv, " "), "--static-pod-stop-timeout 10s") {
+		t.Errorf("explicit --restart-timeout: %v %s %q", err, o.restartTimeout, o.argv)
+	}
+	// The command after -- overrides both modes.
+	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--", "my-restart"}, env(nil))
+	if err != nil || strings.Join(o.argv, " ") != "my-restart" {
+		t.Errorf("-- COMMAND: %v %q", err, o.argv)
+	}
+	o, _, err = parseArgs(nil, env(nil))
+	if err != nil || strings.Join(o.argv, " ") != "systemctl restart kube-apiserver.service" || o.restartTimeout != 3*time.Minute {
+		t.Errorf("systemd default: %v %q %s", err, o.argv, o.restartTimeout)
+	}
+	for _, bad := range [][]string{
+		{"--restart-mode", "docker"},
+		{"--restart-mode", "static-pod", "--static-pod-stop-timeout", "500ms"},
+		{"status", "--restart-mode", "static-pod"},
+	} {
+		if _, _, err := parseArgs(bad, env(nil)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestStaticPodMainUsage(t *testing.T) {
+	if code := staticPodMain([]string{"--cri-endpoint", "x"}); code != exitUsage {
+		t.Errorf("no --container: exit %d", code)
+	}
+}

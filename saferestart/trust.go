@@ -1,0 +1,258 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/trust"
+)
+
+// fqdn is this host's name exactly as the example publisher
+// (sa-key-publish.service) writes it: the output of `hostname -f`. Falling
+// back to the kernel's name keeps a host without a resolvable FQDN usable,
+// with a warning, since its records would then not match what it publishes.
+func fqdn(ctx context.Context, log logrus.FieldLogger) string {
+	cctx, cancel := context.WithTimeout(ctx, hostnameTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "hostname", "-f").Output()
+	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
+		return name
+	}
+	h := hostname()
+	log.WithError(err).Warnf("`hostname -f` failed: using %q as this host's name; pass --host to match what the publisher writes", h)
+	return h
+}
+
+// hostnameTimeout bounds `hostname -f` (a wait of the worst case).
+const hostnameTimeout = 5 * time.Second
+
+// trustHost is --host, or this host's FQDN, asked once per run.
+func (a *app) trustHost(ctx context.Context) string {
+	if a.o.trustHostName != "" {
+		return a.o.trustHostName
+	}
+	if a.fqdn == "" {
+		a.fqdn = fqdn(ctx, a.log)
+	}
+	return a.fqdn
+}
+
+func (a *app) prefixes() trust.Prefixes {
+	return trust.Prefixes{Keys: a.o.keysPrefix, Trust: a.o.trustPrefix}
+}
+
+// trustSnapshot computes the trust record of the apiserver about to be
+// restarted, from the service-account key files its flags name, read now.
+// Nil when the restart names no such files (nothing to record).
+func (a *app) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.Record {
+	keyFiles, signing, err := a.serviceAccountFiles()
+	if err != nil {
+		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
+		return nil
+	}
+	if len(keyFiles) == 0 {
+		log.Debug("no service-account key file among the preflight files: no trust record")
+		return nil
+	}
+	rec, err := trust.FromFiles(a.trustHost(ctx), keyFiles, signing, time.Now())
+	if err != nil {
+		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
+		return nil
+	}
+	if rec.ControllerManagerSigning, err = a.controllerManagerSigning(); err != nil {
+		log.WithError(err).Error("the trust record will not name kube-controller-manager's key: retire-keys cannot check it")
+	}
+	return &rec
+}
+
+// serviceAccountFiles names the service-account key files and signing key
+// of the restarted apiserver: from the flags files when there are any,
+// otherwise the --preflight-file files holding keys (public ones are
+// trusted, a private one is the signing key).
+func (a *app) serviceAccountFiles() ([]string, string, error) {
+	if len(a.o.preflightFlagsFiles) > 0 {
+		return preflight.ServiceAccountFiles(a.o.preflightFlagsFiles)
+	}
+	var keyFiles []string
+	signing := ""
+	for _, p := range a.o.preflightFiles {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", err
+		}
+		switch {
+		case strings.Contains(string(data), "PRIVATE KEY-----"):
+			signing = p
+		case strings.Contains(string(data), "PUBLIC KEY-----"):
+			keyFiles = append(keyFiles, p)
+		}
+	}
+	return keyFiles, signing, nil
+}
+
+// writeTrust stores the record of a restart whose gate passed. A failure is
+// logged, not fatal: the restart itself succeeded, and a missing record
+// shows as a stale host in `trust` and in every wait.
+func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
+	if rec == nil {
+		return
+	}
+	tctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	if err := trust.Put(tctx, cli, a.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
+		return
+	} else if err != nil {
+		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
+		return
+	}
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
+		Info("trust record written")
+}
+
+// trustGate runs before queueing for the lock: when this host is about to
+// sign with a key it did not sign with at its last recorded restart (a
+// rotation, a reimaged host), it waits until every other publishing host
+// that has a trust record trusts that key, so that no token it signs is
+// refused elsewhere. Hosts without a record are new themselves and load the
+// bundle when they first start; waiting for them would deadlock a fleet
+// coming up. The wait holds no lock, so the other hosts can restart.
+func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
+	if snap == nil || snap.Signing == "" || a.o.trustTimeout == 0 {
+		return exitOK
+	}
+	rctx, cancel := a.opCtx(ctx)
+	rep, err := trust.Collect(rctx, cli, a.prefixes())
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("cannot read key trust")
+		return exitError
+	}
+	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
+		return exitOK
+	}
+	exclude := []string{snap.Host}
+	log = log.WithField("signing", snap.Signing)
+	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
+		return exitOK
+	}
+	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", a.o.trustTimeout)
+	wctx, cancel := context.WithTimeout(ctx, a.o.trustTimeout)
+	defer cancel()
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.commandTimeout, Log: log})
+	var nt *trust.NotTrustedError
+	switch {
+	case err == nil:
+		log.Info("every other host trusts the new signing key")
+		return exitOK
+	case interrupted(ctx):
+		log.Warn("interrupted while waiting for the new signing key to be trusted")
+		return exitInterrupted
+	case errors.As(err, &nt):
+		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), a.o.trustTimeout)
+		return exitLockTimeout
+	default:
+		log.WithError(err).Error("waiting for the new signing key to be trusted")
+		return exitError
+	}
+}
+
+// showTrust is the `trust` subcommand.
+func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
+	tctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	rep, err := trust.Collect(tctx, cli, a.prefixes())
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("trust")
+		return exitError
+	}
+	if a.o.output == "json" {
+		err = rep.WriteJSON(a.stdout)
+	} else {
+		err = rep.WriteText(a.stdout)
+	}
+	if err != nil {
+		a.log.WithError(err).Error("write trust report")
+		return exitError
+	}
+	if stale := rep.Stale(); len(stale) > 0 {
+		a.log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
+		return exitStale
+	}
+	return exitOK
+}
+
+// waitTrusted is the `wait-trusted` subcommand.
+func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
+	kids, err := trust.FileKeyIDs(a.o.publicKey)
+	if err != nil {
+		a.log.WithError(err).Error("wait-trusted: --public-key")
+		return exitPreflight
+	}
+	exclude := a.o.excludeHosts
+	if a.o.ifNewKey {
+		// The restart's own trust gate, for a start that no helper gated
+		// (boot): a key this host already signed with was trusted when it
+		// began to, and waiting for it here could wait on hosts that need
+		// the restart lock a helper holds while systemd runs this.
+		host := a.trustHost(ctx)
+		exclude = append(append([]string(nil), exclude...), host)
+		rctx, cancel := a.opCtx(ctx)
+		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		cancel()
+		if err != nil {
+			a.log.WithError(a.etcdErr(err)).Error("wait-trusted: cannot read key trust")
+			return exitError
+		}
+		own := rep.RecordOf(host)
+		if own != nil && slices.Contains(kids, own.Signing) {
+			kids = slices.DeleteFunc(kids, func(k string) bool { return k == own.Signing })
+			a.log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
+		}
+		if len(kids) == 0 {
+			fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
+			return exitOK
+		}
+	}
+	log := a.log.WithField("keys", strings.Join(kids, ","))
+	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
+	defer cancel()
+	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
+	var nt *trust.NotTrustedError
+	switch {
+	case err == nil:
+		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
+			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", a.o.keysPrefix)
+		} else {
+			log.Infof("trusted by every host: %s", strings.Join(pubs, ", "))
+		}
+		fmt.Fprintf(a.stdout, "key %s trusted by every publishing host\n", strings.Join(kids, ", "))
+		return exitOK
+	case interrupted(ctx):
+		log.Warn("wait-trusted interrupted")
+		return exitInterrupted
+	case errors.As(err, &nt):
+		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), a.o.timeout, strings.Join(nt.Hosts, ", "))
+		fmt.Fprintf(a.stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
+		return exitLockTimeout
+	default:
+		log.WithError(err).Error("wait-trusted")
+		return exitError
+	}
+}
+
+// interrupted reports whether ctx ended by a signal (canceled), not by a
+// deadline.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
+}

@@ -1,0 +1,89 @@
+package sasigner
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) lookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// TestFlagsAndEnvironment pins the defaults the issue names and etcdctl's
+// environment with a flag beating it, as kube-apiserver-safe-restart does.
+func TestFlagsAndEnvironment(t *testing.T) {
+	o, _, err := parseArgs(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.socket != "/run/kube-apiserver-sa-signer/signer.sock" || o.keysPrefix != "/kubernetes/service-account-keys/" ||
+		o.trustPrefix != "/kubernetes/service-account-keys-trust/" || o.refreshHint != 10*time.Second ||
+		o.maxTokenExpiration != 8760*time.Hour || o.signingKey != "/etc/kubernetes/pki/sa.key" || o.gid != -1 {
+		t.Errorf("defaults: %+v", o)
+	}
+
+	env := envOf(map[string]string{"ETCDCTL_ENDPOINTS": "https://a:2379, https://b:2379", "ETCDCTL_USER": "root:pw",
+		"ETCDCTL_CACERT": "/ca", "ETCDCTL_DIAL_TIMEOUT": "7s"})
+	o, _, err = parseArgs([]string{"--cacert=/flag-ca"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.endpoints, []string{"https://a:2379", "https://b:2379"}) || o.user != "root" || o.password != "pw" ||
+		o.cacert != "/flag-ca" || o.dialTimeout != 7*time.Second {
+		t.Errorf("environment: %+v", o)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-token-expiration=9m"}, "--max-token-expiration"},
+		{[]string{"--refresh-hint=1500ms"}, "--refresh-hint"},
+		{[]string{"--keys-prefix=/"}, "--keys-prefix"},
+		{[]string{"--cert=/c"}, "--cert and --key"},
+		{[]string{"--socket-group=no-such-group-here"}, "--socket-group"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		if _, _, err := parseArgs(tc.args, envOf(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+func init() { defaultConfig = "" }
+
+// TestConfigFile: the shared TOML file sets the signer's flags; a flag
+// beats it; another binary's key is skipped; an unknown key is an error
+// naming the file and line.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/safe-restart.toml"
+	data := `endpoints = ["https://10.0.0.1:2379"]
+socket = "/run/x/signer.sock"
+refresh-hint = "20s"
+health-url = "https://127.0.0.1:6443/readyz"
+trust-timeout = "5m"
+controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-manager.yaml"]
+`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := parseArgs([]string{"--config=" + path, "--trust-timeout=1m"}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
+		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute ||
+		!slices.Equal(o.cmFlagsFiles, []string{"/etc/kubernetes/manifests/kube-controller-manager.yaml"}) {
+		t.Errorf("from the file: %+v", o)
+	}
+	if err := os.WriteFile(path, []byte("sockett = \"/x\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := parseArgs([]string{"--config=" + path}, envOf(nil)); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("unknown key: %v, want an error naming %s", err, path)
+	}
+}

@@ -1,0 +1,125 @@
+package sasigner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdclient"
+	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/sasigner/signer"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// run is main without the process: ctx ends at SIGTERM or SIGINT; hup
+// delivers SIGHUP (re-read the signing key).
+func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal, stdout, stderr io.Writer) int {
+	o, fs, err := parseArgs(args, env)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", progName, err, progName)
+		return exitUsage
+	}
+	if o.help {
+		writeHelp(stdout, fs)
+		return exitOK
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "%s %s\n", progName, version.Version)
+		return exitOK
+	}
+	log, err := logfmt.New(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", progName, err)
+		return exitUsage
+	}
+	if err := serve(ctx, o, log, hup); err != nil {
+		log.WithError(err).Error("stopped")
+		return exitError
+	}
+	return exitOK
+}
+
+// stopGRPC lets calls in flight finish, for at most d.
+func stopGRPC(g interface {
+	GracefulStop()
+	Stop()
+}, d time.Duration) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		g.Stop()
+		<-done
+	}
+}
+
+func etcdClient(ctx context.Context, o *options) (*clientv3.Client, error) {
+	return etcdclient.New(ctx, etcdclient.Config{
+		Nodes: o.endpoints, ClientCAKeys: o.cacert, ClientCert: o.cert, ClientKey: o.key,
+		Username: o.user, Password: o.password, DialTimeout: o.dialTimeout, RequestTimeout: o.commandTimeout,
+	})
+}
+
+// cacheWriter writes the cache file, one write at a time, always of the
+// set served at the moment of the write (so writes racing each other still
+// leave the newest set on disk).
+type cacheWriter struct {
+	mu      sync.Mutex
+	path    string
+	keys    *signer.KeySet
+	log     logrus.FieldLogger
+	metrics *signer.Metrics
+	failing bool
+}
+
+func (w *cacheWriter) write() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.keys.Cache().Write(w.path); err != nil {
+		w.metrics.IncCacheFailure()
+		if !w.failing {
+			w.failing = true
+			w.log.WithError(err).Error("key cache not written: a start while etcd is unreachable would serve an older set")
+		}
+		return
+	}
+	if w.failing {
+		w.failing = false
+		w.log.WithField("file", w.path).Info("key cache written again")
+	}
+}
+
+func metricsServer(ctx context.Context, addr string, m *signer.Metrics) (*http.Server, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // closed with the process
+		}
+	}()
+	return srv, nil
+}

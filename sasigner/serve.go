@@ -1,0 +1,203 @@
+package sasigner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/sasigner/signer"
+)
+
+func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Signal) error {
+	key, err := signer.LoadSigningKey(o.signingKey)
+	if err != nil {
+		return err
+	}
+	host := o.host
+	if host == "" {
+		host = fqdn(ctx, log)
+	}
+	m := signer.NewMetrics()
+	cache, err := signer.ReadCache(o.cacheFile)
+	if err != nil {
+		// A damaged cache is not a reason to stay down: etcd is the source;
+		// the cache is only a fallback for when it is unreachable.
+		log.WithError(err).Warn("key cache unusable: starting without it")
+		cache = nil
+	}
+	// The key that signed before this start passed the barrier then; any
+	// other key (a new master, or a key file changed while the signer was
+	// down) waits for it, with no previous key to sign with meanwhile.
+	trusted := o.trustTimeout == 0 || (cache != nil && cache.Signing == key.KeyID)
+	var ks *signer.KeySet
+	if trusted {
+		ks = signer.NewKeySet(nil, key)
+	} else {
+		ks = signer.NewKeySet(nil, nil, key)
+	}
+	if cache != nil {
+		ks.Restore(cache.Hosts, cache.IDs, cache.Time)
+		log.WithField("keys", len(ks.Snapshot().Keys)).WithField("since", cache.Time.Format(time.RFC3339)).Info("key set restored from the cache")
+	}
+	cw := &cacheWriter{path: o.cacheFile, keys: ks, log: log, metrics: m}
+	ks.OnChange(func(s *signer.Snapshot) {
+		m.SetSnapshot(s)
+		log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
+		cw.write()
+	})
+	m.SetSnapshot(ks.Snapshot())
+	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).WithField("host", host).Info("signing key loaded")
+
+	lis, err := signer.Listen(ctx, o.socket, o.gid)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	etcd := &clients{o: o}
+	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.commandTimeout, Log: log, Metrics: m}
+	if files := o.cmFlagsFiles; len(files) > 0 {
+		rec.ControllerManager = func() (string, error) {
+			_, kid, err := preflight.ControllerManagerKey(files)
+			return kid, err
+		}
+	}
+	svc := &signer.Service{Keys: ks, RefreshHint: o.refreshHint, MaxTokenExpiration: o.maxTokenExpiration, Log: log, Metrics: m, Fetched: rec.Fetched}
+	g := signer.NewGRPCServer(svc)
+	km := &keyManager{ctx: ctx, ks: ks, log: log, file: o.signingKey}
+	if o.trustTimeout > 0 {
+		km.barrier = &signer.Barrier{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Timeout: o.trustTimeout, Log: log}
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Go(func() {
+		if err := g.Serve(lis); err != nil {
+			errc <- fmt.Errorf("socket %s: %w", o.socket, err)
+		}
+	})
+	wg.Go(func() { rec.Run(ctx) })
+	f := &signer.Follower{
+		Connect:        etcd.get,
+		Prefix:         signer.NormalizePrefix(o.keysPrefix),
+		Keys:           ks,
+		Log:            log,
+		RequestTimeout: o.commandTimeout,
+		Metrics:        m,
+	}
+	wg.Go(func() {
+		_ = f.Run(ctx, func() {
+			log.WithField("keys", len(ks.Snapshot().Keys)).WithField("prefix", f.Prefix).Info("published keys read from etcd; watching")
+			// The first read may leave the set as restored: the cache is
+			// still written once, so that it exists after a first start.
+			cw.write()
+		})
+	})
+	if !trusted {
+		log.WithField("kid", key.KeyID).Warn("signing key not known to have passed the trust barrier: no token is signed until every recorded host's apiserver fetched it")
+		km.promote(nil, key, true)
+	}
+	if o.metricsAddr != "" {
+		srv, err := metricsServer(ctx, o.metricsAddr, m)
+		if err != nil {
+			cancel()
+			g.Stop()
+			km.wait()
+			wg.Wait()
+			etcd.close()
+			return err
+		}
+		defer srv.Close()
+	}
+	log.WithField("socket", o.socket).Info("serving ExternalJWTSigner")
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.WithError(err).Warn("systemd notification failed")
+	}
+
+	watch := newFileWatch(o.signingKey)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = err
+			break loop
+		case <-hup:
+			watch.changed() // the reload reads the file as it is now
+			km.reload("SIGHUP")
+		case <-tick.C:
+			if watch.changed() {
+				km.reload("file change")
+			}
+		}
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	cancel()
+	stopGRPC(g, 5*time.Second)
+	km.wait()
+	wg.Wait()
+	etcd.close()
+	return runErr
+}
+
+// clients connects to etcd once, for every user of the connection.
+type clients struct {
+	mu  sync.Mutex
+	o   *options
+	cli *clientv3.Client
+}
+
+func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cli != nil {
+		return c.cli, nil
+	}
+	cli, err := etcdClient(ctx, c.o)
+	if err != nil {
+		return nil, err
+	}
+	c.cli = cli
+	return cli, nil
+}
+
+func (c *clients) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cli != nil {
+		_ = c.cli.Close()
+	}
+}
+
+// fileWatch notices a replaced or rewritten file (rotate-key renames a new
+// key over the old one).
+type fileWatch struct {
+	path string
+	last os.FileInfo
+}
+
+func newFileWatch(path string) *fileWatch {
+	fi, _ := os.Stat(path)
+	return &fileWatch{path: path, last: fi}
+}
+
+func (w *fileWatch) changed() bool {
+	fi, err := os.Stat(w.path)
+	if err != nil {
+		return false // a missing file is not a new key; the next one is
+	}
+	prev := w.last
+	w.last = fi
+	return prev == nil || !os.SameFile(prev, fi) || !prev.ModTime().Equal(fi.ModTime()) || prev.Size() != fi.Size()
+}
