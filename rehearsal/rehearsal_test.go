@@ -7,46 +7,84 @@ import (
 	"time"
 )
 
-// TestRehearsal runs one fleet of three masters through the scenarios in
-// order; each scenario starts from the converged fleet the previous one
-// left. Outages are checked for overlap after every scenario.
+// The scenarios run on three fleets side by side, each of three masters
+// on its own etcd: a fleet spends most of its time waiting (health settles,
+// grace periods, lock hand-overs; about a third of one core), so three
+// fleets take the time of the longest one rather than the sum. Within a
+// fleet the scenarios run in order, each from the converged fleet the
+// previous one left; each fleet starts with fresh. -run selects scenarios
+// as before (TestRehearsal/(fresh|converged) matches in every fleet);
+// TestRehearsal\z/... selects the first fleet only.
+
+// TestRehearsal: the restart path and its faults.
 func TestRehearsal(t *testing.T) {
+	t.Parallel()
+	rehearse(t, []scenario{
+		{"fresh", (*fleet).fresh},
+		{"converged", (*fleet).allTokens},
+		{"reload-budget", (*fleet).reloadBudget},
+		{"rotate", (*fleet).rotate},
+		{"bad-keys", (*fleet).badKeys},
+		{"own-key-missing", (*fleet).ownKeyMissing},
+		{"hold", (*fleet).holdAndUnhold},
+		{"wrong-health-ca", (*fleet).wrongHealthCA},
+		{"sigkill-helper", (*fleet).helperKilled},
+		{"reload-timeout", (*fleet).reloadTimeout},
+		{"gate-cut", (*fleet).gateCut},
+	})
+}
+
+// TestRehearsalKeys: key rotations, a reimage and certificate renewals.
+func TestRehearsalKeys(t *testing.T) {
+	t.Parallel()
+	rehearse(t, []scenario{
+		{"fresh", (*fleet).fresh},
+		{"sa-key-rotation", (*fleet).saKeyRotation},
+		{"rotate-abort", (*fleet).rotateAbort},
+		{"rotate-rollback", (*fleet).rotateRollback},
+		{"reimaged", (*fleet).reimaged},
+		{"ca-certificates", (*fleet).caCertificates},
+	})
+}
+
+// TestRehearsalControlPlane: identity Leases, static pods, the
+// controller-manager and the external signer (last: the fleet stays in
+// signer mode).
+func TestRehearsalControlPlane(t *testing.T) {
+	t.Parallel()
+	rehearse(t, []scenario{
+		{"fresh", (*fleet).fresh},
+		{"fleet-check", (*fleet).fleetCheck},
+		{"static-pod", (*fleet).staticPod},
+		{"controller-manager", (*fleet).controllerManager},
+		{"signer", (*fleet).signer},
+	})
+}
+
+type scenario struct {
+	name string
+	run  func(*fleet, *testing.T)
+}
+
+// rehearse runs the scenarios in order on a new fleet. Outages are checked
+// for overlap after every scenario.
+func rehearse(t *testing.T, scenarios []scenario) {
 	f := newFleet(t, 3)
 	t.Cleanup(f.tl.close)
-	scenario := func(name string, fn func(t *testing.T)) {
-		ok := t.Run(name, func(t *testing.T) {
+	for _, s := range scenarios {
+		ok := t.Run(s.name, func(t *testing.T) {
 			start := time.Now()
-			fn(t)
+			s.run(f, t)
 			if err := f.etcd.Alive(); err != nil {
 				t.Fatal(err) // every later scenario would only time out
 			}
 			f.assertNoOverlap(t)
-			t.Logf("%s took %s; restarts per host %v", name, time.Since(start).Round(time.Second), f.restarts())
+			t.Logf("%s took %s; restarts per host %v", s.name, time.Since(start).Round(time.Second), f.restarts())
 		})
-		if !ok && name == "fresh" {
+		if !ok && s.name == "fresh" {
 			t.FailNow() // nothing else can run on a fleet that never came up
 		}
 	}
-	scenario("fresh", f.fresh)
-	scenario("converged", f.allTokens)
-	scenario("reload-budget", f.reloadBudget)
-	scenario("rotate", f.rotate)
-	scenario("bad-keys", f.badKeys)
-	scenario("own-key-missing", f.ownKeyMissing)
-	scenario("hold", f.holdAndUnhold)
-	scenario("wrong-health-ca", f.wrongHealthCA)
-	scenario("sigkill-helper", f.helperKilled)
-	scenario("reload-timeout", f.reloadTimeout)
-	scenario("gate-cut", f.gateCut)
-	scenario("sa-key-rotation", f.saKeyRotation)
-	scenario("rotate-abort", f.rotateAbort)
-	scenario("rotate-rollback", f.rotateRollback)
-	scenario("reimaged", f.reimaged)
-	scenario("ca-certificates", f.caCertificates)
-	scenario("fleet-check", f.fleetCheck)
-	scenario("static-pod", f.staticPod)
-	scenario("controller-manager", f.controllerManager)
-	scenario("signer", f.signer)
 }
 
 // assertNoOverlap fails the scenario for every overlap of outages not
