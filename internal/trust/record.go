@@ -21,6 +21,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -76,7 +77,7 @@ func ControllerManagersSigningWith(recs map[string]Record, kid string) []string 
 }
 
 // Key is the etcd key of host's record under prefix.
-func Key(prefix, host string) string { return strings.TrimSuffix(prefix, "/") + "/" + host }
+func Key(prefix, host string) string { return etcdkey.Join(prefix, host) }
 
 // FromFiles computes the record of an apiserver that reads its
 // service-account keys from keyFiles and signs with signingKey ("" when
@@ -227,7 +228,7 @@ func decode(key, host string, value []byte, rev int64) Record {
 
 // List returns every record under prefix, by host.
 func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record, int64, error) {
-	p := strings.TrimSuffix(prefix, "/") + "/"
+	p := etcdkey.Dir(prefix)
 	resp, err := kv.Get(ctx, p, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("read trust records %s: %w", p, err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // Host is one row of the trust table.
@@ -48,28 +50,26 @@ type Prefixes struct {
 	Trust string
 }
 
-func dirPrefix(p string) string { return strings.TrimSuffix(p, "/") + "/" }
-
 // Collect reads published keys and trust records at one revision.
 func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
-	keys, err := kv.Get(ctx, dirPrefix(p.Keys), clientv3.WithPrefix())
+	keys, err := kv.Get(ctx, etcdkey.Dir(p.Keys), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("read published keys %s: %w", dirPrefix(p.Keys), err)
+		return nil, fmt.Errorf("read published keys %s: %w", etcdkey.Dir(p.Keys), err)
 	}
 	rev := keys.Header.Revision
-	trustResp, err := kv.Get(ctx, dirPrefix(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	trustResp, err := kv.Get(ctx, etcdkey.Dir(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
-		return nil, fmt.Errorf("read trust records %s: %w", dirPrefix(p.Trust), err)
+		return nil, fmt.Errorf("read trust records %s: %w", etcdkey.Dir(p.Trust), err)
 	}
 	records := map[string]Record{}
 	for _, kv := range trustResp.Kvs {
-		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Trust))
+		host := strings.TrimPrefix(string(kv.Key), etcdkey.Dir(p.Trust))
 		records[host] = decode(string(kv.Key), host, kv.Value, kv.ModRevision)
 	}
 	published := map[string][]string{}
 	pubErr := map[string]string{}
 	for _, kv := range keys.Kvs {
-		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Keys))
+		host := strings.TrimPrefix(string(kv.Key), etcdkey.Dir(p.Keys))
 		if strings.Contains(host, "/") {
 			continue // not a host's key
 		}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // NotTrustedError is a wait that ended with hosts still not trusting the keys.
@@ -122,8 +124,8 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 func waitChange(ctx context.Context, cli *clientv3.Client, p Prefixes, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	keys := cli.Watch(wctx, dirPrefix(p.Keys), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	trust := cli.Watch(wctx, dirPrefix(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	keys := cli.Watch(wctx, etcdkey.Dir(p.Keys), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	trust := cli.Watch(wctx, etcdkey.Dir(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	var resp clientv3.WatchResponse
 	var ok bool
 	select {

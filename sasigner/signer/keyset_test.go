@@ -188,16 +188,3 @@ func TestRestoreKeepsTime(t *testing.T) {
 		t.Fatalf("restored with another signing key: time %s, want %s", s.Time, c.t)
 	}
 }
-
-func TestHostOf(t *testing.T) {
-	for key, want := range map[string]string{
-		"/k/h1.example": "h1.example", "/k/": "", "/k/a/b": "", "/k-trust/h1": "", "/other": "",
-	} {
-		if got := HostOf("/k/", key); got != want {
-			t.Errorf("HostOf(%q) = %q, want %q", key, got, want)
-		}
-	}
-	if NormalizePrefix("/k") != "/k/" || NormalizePrefix("/k//") != "/k/" {
-		t.Error("NormalizePrefix")
-	}
-}
