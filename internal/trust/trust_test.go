@@ -140,6 +140,9 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
 		t.Fatalf("not trusting K1 excluding c: %v", got)
 	}
+	if got := r.NotTrustingAmong(Recorded, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "old"}) {
+		t.Fatalf("recorded hosts not trusting K2: %v, want b and old (c has no record)", got)
+	}
 	if rec := r.RecordOf("b"); rec == nil || rec.Signing != "K3" {
 		t.Fatalf("RecordOf(b) = %+v", rec)
 	}
@@ -247,6 +250,49 @@ func TestWaitSkipUnrecorded(t *testing.T) {
 	defer cancel2()
 	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}, SkipUnrecorded: true}); err != nil {
 		t.Fatalf("wait skipping unrecorded hosts: %v", err)
+	}
+}
+
+// Among Recorded, the hosts waited for are those with a record, publishing
+// or not (the signer's barrier); a publisher without a record is not, and
+// a key deeper than PREFIX/HOST is no host's record.
+func TestWaitAmongRecorded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
+	a, c := ecKey(t), ecKey(t)
+	srv.Put(t, "/k/a", string(pubPEM(t, a)))
+	srv.Put(t, "/k/c", string(pubPEM(t, c))) // no record
+	ctx := context.Background()
+	for _, r := range []Record{{Host: "a", Trusted: []string{kid(t, a)}}, {Host: "old", Trusted: []string{"K0"}}} {
+		if err := Put(ctx, cli, p.Trust, "", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Put(t, "/k-trust/x/y", "not a host's record")
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{kid(t, a)}})
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"old"}) {
+		t.Fatalf("wait among recorded: %v, want old named (not c, not x/y)", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{kid(t, a)}})
+		done <- err
+	}()
+	if err := Put(ctx, cli, p.Trust, "", Record{Host: "old", Trusted: []string{"K0", kid(t, a)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("wait after old trusts the key: %v", err)
+	}
+	recs, _, err := List(ctx, cli, p.Trust)
+	if _, ok := recs["x/y"]; err != nil || ok || len(recs) != 2 {
+		t.Fatalf("List: %v %v, want a and old only", recs, err)
 	}
 }
 
