@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"crypto/elliptic"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/trust"
 )
 
@@ -110,7 +110,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	defer cancel()
 	go r.Run(ctx)
 
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(nil, sk)
 	r.Fetched(ks.Snapshot())
 	first := <-written
@@ -126,7 +126,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	// The same set fetched again: no write. A new set: one write.
 	r.Fetched(ks.Snapshot())
 	r.Fetched(ks.Snapshot())
-	h1 := keyOf(t, &rsaKey(t).PublicKey)
+	h1 := keyOf(t, &keytest.RSA(t, 2048).PublicKey)
 	ks.SetHost("h1", []Key{h1})
 	r.Fetched(ks.Snapshot())
 	second := <-written
@@ -173,7 +173,7 @@ func TestRecorderNamesControllerManagerKey(t *testing.T) {
 		}
 	}
 
-	ks := NewKeySet(nil, mustSigningKey(t, ecKey(t, elliptic.P256())))
+	ks := NewKeySet(nil, mustSigningKey(t, keytest.EC(t)))
 	r.Fetched(ks.Snapshot())
 	if rec := next(); rec.ControllerManagerSigning != "OLDKID" {
 		t.Fatalf("record %+v, want controller_manager_signing OLDKID", rec)
