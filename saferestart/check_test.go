@@ -3,16 +3,11 @@ package saferestart
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/keysync/confd/internal/pemcheck"
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // A key present twice in a bundle is a warning naming it and its lines;
@@ -20,19 +15,8 @@ import (
 // legitimate).
 func TestCheckWarnsAboutADuplicateKey(t *testing.T) {
 	pub := func() ([]byte, string) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kid, err := pemcheck.KeyID(&k.PublicKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), kid
+		k := keytest.EC(t)
+		return keytest.PublicPEM(t, &k.PublicKey), keytest.KeyID(t, &k.PublicKey)
 	}
 	a, akid := pub()
 	b, _ := pub()

@@ -3,10 +3,6 @@ package saferestart
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
@@ -16,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/version"
 )
 
@@ -238,13 +235,9 @@ func TestUserAndPassword(t *testing.T) {
 // TestHoldReasonWithKeyIsRefused: `hold --reason "$(cat k.key)"` stores
 // nothing (it is a usage error, before etcd is dialled) and prints no key.
 func TestHoldReasonWithKeyIsRefused(t *testing.T) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalECPrivateKey(k)
-	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
-	body := base64.StdEncoding.EncodeToString(der)
+	keyPEM := string(keytest.SEC1PEM(t, keytest.EC(t)))
+	b, _ := pem.Decode([]byte(keyPEM))
+	body := base64.StdEncoding.EncodeToString(b.Bytes)
 	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -23,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
@@ -30,17 +29,8 @@ import (
 // writeKey writes a new private key file.
 func writeKey(t *testing.T, dir, name string) string {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemData := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, pemData, 0o600); err != nil {
+	if err := os.WriteFile(p, keytest.PKCS8PEM(t, keytest.EC(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -68,11 +58,7 @@ func pubOf(t *testing.T, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalPKIXPublicKey(k.(*ecdsa.PrivateKey).Public())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	return keytest.PublicPEM(t, k.(*ecdsa.PrivateKey).Public())
 }
 
 // After a rotation, kube-controller-manager is restarted when its flags name

@@ -3,14 +3,10 @@ package saferestart
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"crypto"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,12 +14,13 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
 type testKey struct {
-	priv  any
-	pub   any
+	priv  crypto.Signer
+	pub   crypto.PublicKey
 	kid   string
 	pkix  []byte // PUBLIC KEY, as pemNormalize writes it
 	pkcs8 []byte // PRIVATE KEY
@@ -33,43 +30,25 @@ func newTestKey(t *testing.T, ec bool) testKey {
 	t.Helper()
 	var k testKey
 	if ec {
-		p, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.priv, k.pub = p, &p.PublicKey
+		k.priv = keytest.EC(t)
 	} else {
-		p, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.priv, k.pub = p, &p.PublicKey
+		k.priv = keytest.RSA(t, 2048)
 	}
+	k.pub = k.priv.Public()
 	var err error
 	if k.pkix, err = pemcheck.PublicPEM(k.pub); err != nil {
 		t.Fatal(err)
 	}
-	if k.kid, err = pemcheck.KeyID(k.pub); err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k.priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.pkcs8 = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	k.kid = keytest.KeyID(t, k.pub)
+	k.pkcs8 = keytest.PKCS8PEM(t, k.priv)
 	return k
 }
 
-// certificate is a self-signed certificate of k, valid now.
-func (k testKey) certificate(t *testing.T, serial int64) []byte {
+// certificate is a self-signed certificate of k, valid now (each call's
+// has its own serial number).
+func (k testKey) certificate(t *testing.T) []byte {
 	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "sa"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.pub, k.priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return keytest.CertPEM(t, k.priv, "sa", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 }
 
 type publishEnv struct {
@@ -182,7 +161,7 @@ func TestPublishKeyFromConfig(t *testing.T) {
 func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	e := newPublishEnv(t)
 	a, b := newTestKey(t, false), newTestKey(t, true)
-	certA1, certA2, certB := a.certificate(t, 1), a.certificate(t, 2), b.certificate(t, 3)
+	certA1, certA2, certB := a.certificate(t), a.certificate(t), b.certificate(t)
 	crt := e.file(t, "sa.crt", certA1)
 	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA1) {
 		t.Fatalf("first certificate: exit %d value %q\n%s", code, value, stderr)

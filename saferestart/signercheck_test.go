@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/sasigner/signer"
 )
 
@@ -25,16 +22,9 @@ import (
 // signer answers on a temporary socket.
 func TestCheckSigningEndpoint(t *testing.T) {
 	keyFile := func(dir, name string) (*ecdsa.PrivateKey, string) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := keytest.EC(t)
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		if err := os.WriteFile(p, keytest.SEC1PEM(t, k), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return k, p

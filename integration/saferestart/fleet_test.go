@@ -2,12 +2,7 @@ package saferestart
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // leaseServer stands in for the local apiserver's Lease API: answer(n)
@@ -128,12 +124,7 @@ func TestFleetCheck(t *testing.T) {
 	t.Run("stopped gracefully: no Lease, but it records trust", func(t *testing.T) {
 		// A v1.37.2 apiserver deletes its identity Lease when stopped
 		// gracefully; m3 still publishes a key and records trust.
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
-		pub := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+		pub := string(keytest.PublicPEM(t, keytest.EC(t).Public()))
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		for key, val := range map[string]string{

@@ -2,10 +2,6 @@ package saferestart
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // TestPreflightRefusesBeforeLocking: a broken file stops the restart before
@@ -95,23 +92,16 @@ func TestCheckSubcommand(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := etcdtest.NewCA(t, "check CA")
-	der, err := x509.MarshalPKIXPublicKey(&ca.Key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := writeFile(t, filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	caPub := keytest.PublicPEM(t, &ca.Key.PublicKey)
+	pub := writeFile(t, filepath.Join(dir, "sa.pub"), caPub)
 	certPEM, keyPEM := ca.Issue(t, "signer", false, time.Now().Add(time.Hour))
 	cert := writeFile(t, filepath.Join(dir, "cert.pem"), certPEM)
 	priv := writeFile(t, filepath.Join(dir, "sa.key"), keyPEM)
 	garbage := writeFile(t, filepath.Join(dir, "garbage.pem"), []byte("not pem at all\n"))
 	// A staged apiserver flags file whose signing key is (or is not) in its bundle.
-	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsaDER, _ := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
-	signing := writeFile(t, filepath.Join(dir, "signing.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(rsaKey)}))
-	bundle := writeFile(t, filepath.Join(dir, "bundle.pem"), append(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: rsaDER}), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...))
+	rsaKey := keytest.RSA(t, 2048)
+	signing := writeFile(t, filepath.Join(dir, "signing.key"), keytest.PKCS1PEM(rsaKey))
+	bundle := writeFile(t, filepath.Join(dir, "bundle.pem"), append(keytest.PublicPEM(t, &rsaKey.PublicKey), caPub...))
 	goodFlags := writeFile(t, filepath.Join(dir, "good.env"), []byte("ARGS=\"--service-account-key-file="+bundle+" --service-account-signing-key-file="+signing+"\"\n"))
 	badFlags := writeFile(t, filepath.Join(dir, "bad.env"), []byte("ARGS=\"--service-account-key-file="+pub+" --service-account-signing-key-file="+signing+"\"\n"))
 	bundleBytes, _ := os.ReadFile(bundle)

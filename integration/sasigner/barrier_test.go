@@ -60,7 +60,7 @@ func TestBarrierHoldsTheNewKey(t *testing.T) {
 	_ = s.cmd.Process.Signal(syscall.SIGHUP)
 	s.out.waitFor(t, "new signing key served", 10*time.Second)
 	s.fetch(t) // this host's apiserver fetches: m1's record lists the new key
-	s.out.waitFor(t, `"hosts":["m2"]`, 10*time.Second)
+	s.out.waitFor(t, `"hosts":"m2"`, 10*time.Second)
 	if kid := signKid(t, s); kid != old.kid && !strings.Contains(s.out.String(), "fetched the new key: signing with it") {
 		t.Fatalf("signing with %s before m2 fetched the new key, want the previous %s", kid, old.kid)
 	}

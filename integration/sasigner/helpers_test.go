@@ -6,14 +6,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/testbin"
 )
 
@@ -68,28 +61,12 @@ type saKey struct {
 func newSAKey(t testing.TB, alg string) saKey {
 	t.Helper()
 	var k crypto.Signer
-	var err error
 	if alg == "rsa" {
-		k, err = rsa.GenerateKey(rand.Reader, 2048)
+		k = keytest.RSA(t, 2048)
 	} else {
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		k = keytest.EC(t)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalPKIXPublicKey(k.Public())
-	sum := sha256.Sum256(der)
-	return saKey{priv: k, kid: base64.RawURLEncoding.EncodeToString(sum[:]),
-		pub: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))}
-}
-
-func (k saKey) privatePEM(t testing.TB) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(k.priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	return saKey{priv: k, kid: keytest.KeyID(t, k.Public()), pub: string(keytest.PublicPEM(t, k.Public()))}
 }
 
 // writeKey replaces path with k's private key, as rotate-key installs one
@@ -97,7 +74,7 @@ func (k saKey) privatePEM(t testing.TB) []byte {
 func (k saKey) write(t testing.TB, path string) {
 	t.Helper()
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, k.privatePEM(t), 0o600); err != nil {
+	if err := os.WriteFile(tmp, keytest.PKCS8PEM(t, k.priv), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -1,24 +1,25 @@
 package pemcheck
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 func TestCheck(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	ek := ecKey(t)
-	rk := rsaKey(t)
-	valid := certPEM(t, ek, "valid", now.Add(-time.Hour), now.Add(time.Hour))
-	expired := certPEM(t, ek, "old", now.Add(-2*time.Hour), now.Add(-time.Hour))
-	future := certPEM(t, ek, "future", now.Add(time.Hour), now.Add(2*time.Hour))
-	pub := pkixPEM(t, &rk.PublicKey)
-	priv := encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rk))
-	params := encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7})
+	ek := keytest.EC(t)
+	rk := keytest.RSA(t, 1024)
+	valid := keytest.CertPEM(t, ek, "valid", now.Add(-time.Hour), now.Add(time.Hour))
+	expired := keytest.CertPEM(t, ek, "old", now.Add(-2*time.Hour), now.Add(-time.Hour))
+	future := keytest.CertPEM(t, ek, "future", now.Add(time.Hour), now.Add(2*time.Hour))
+	pub := keytest.PublicPEM(t, &rk.PublicKey)
+	priv := keytest.PKCS1PEM(rk)
+	params := keytest.Encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7})
 	errRejected := errors.New("rejected by validator")
 
 	tests := []struct {
@@ -83,9 +84,9 @@ func TestCheck(t *testing.T) {
 
 func TestMatchPair(t *testing.T) {
 	now := time.Now()
-	rk, other := rsaKey(t), ecKey(t)
-	cert := certPEM(t, rk, "apiserver", now.Add(-time.Hour), now.Add(time.Hour))
-	keyPKCS1 := encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rk))
+	rk, other := keytest.RSA(t, 1024), keytest.EC(t)
+	cert := keytest.CertPEM(t, rk, "apiserver", now.Add(-time.Hour), now.Add(time.Hour))
+	keyPKCS1 := keytest.PKCS1PEM(rk)
 	parse := func(name string, data []byte) *File {
 		f, err := Parse(name, data)
 		if err != nil {
@@ -99,9 +100,9 @@ func TestMatchPair(t *testing.T) {
 		err         error
 	}{
 		{name: "match", certs: parse("c.crt", cert), keys: parse("c.key", keyPKCS1)},
-		{name: "match pkcs8", certs: parse("c.crt", cert), keys: parse("c.key", pkcs8PEM(t, rk))},
+		{name: "match pkcs8", certs: parse("c.crt", cert), keys: parse("c.key", keytest.PKCS8PEM(t, rk))},
 		{name: "combined file", certs: parse("c.pem", cat(cert, keyPKCS1)), keys: parse("c.pem", cat(cert, keyPKCS1))},
-		{name: "mismatch", certs: parse("c.crt", cert), keys: parse("o.key", pkcs8PEM(t, other)), err: ErrMismatch},
+		{name: "mismatch", certs: parse("c.crt", cert), keys: parse("o.key", keytest.PKCS8PEM(t, other)), err: ErrMismatch},
 		{name: "no key", certs: parse("c.crt", cert), keys: parse("c.crt", cert), err: ErrMissingKind},
 		{name: "no cert", certs: parse("c.key", keyPKCS1), keys: parse("c.key", keyPKCS1), err: ErrMissingKind},
 	}

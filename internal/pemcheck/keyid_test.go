@@ -2,13 +2,12 @@ package pemcheck
 
 import (
 	"crypto"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // k8sVectorKey and k8sVectorKID are the published test vector of
@@ -42,14 +41,9 @@ func TestKeyIDKubernetesVector(t *testing.T) {
 }
 
 func TestKeyIDIndependent(t *testing.T) {
-	rk, ek := rsaKey(t), ecKey(t)
+	rk, ek := keytest.RSA(t, 1024), keytest.EC(t)
 	for _, pub := range []crypto.PublicKey{&rk.PublicKey, &ek.PublicKey} {
-		der, err := x509.MarshalPKIXPublicKey(pub)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(der)
-		want := base64.RawURLEncoding.EncodeToString(sum[:])
+		want := keytest.KeyID(t, pub)
 		got, err := KeyID(pub)
 		if err != nil || got != want {
 			t.Errorf("KeyID(%T) = %q, %v; want %q", pub, got, err, want)
@@ -62,13 +56,13 @@ func TestKeyIDIndependent(t *testing.T) {
 
 // The same key as a certificate, a public key and a private key has one ID.
 func TestPublicKeysEveryBlock(t *testing.T) {
-	rk, ek := rsaKey(t), ecKey(t)
+	rk, ek := keytest.RSA(t, 1024), keytest.EC(t)
 	now := time.Now()
-	data := cat(certPEM(t, ek, "c", now.Add(-time.Hour), now.Add(time.Hour)),
-		pkixPEM(t, &ek.PublicKey),
-		encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7}),
-		pkcs8PEM(t, ek),
-		encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rk)))
+	data := cat(keytest.CertPEM(t, ek, "c", now.Add(-time.Hour), now.Add(time.Hour)),
+		keytest.PublicPEM(t, &ek.PublicKey),
+		keytest.Encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7}),
+		keytest.PKCS8PEM(t, ek),
+		keytest.PKCS1PEM(rk))
 	f, err := Parse("mixed", data)
 	if err != nil {
 		t.Fatal(err)

@@ -8,19 +8,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 func TestParse(t *testing.T) {
 	now := time.Now()
-	rk := rsaKey(t)
-	ek := ecKey(t)
-	cert := certPEM(t, ek, "leaf", now.Add(-time.Hour), now.Add(time.Hour))
-	pkcs1 := encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rk))
+	rk := keytest.RSA(t, 1024)
+	ek := keytest.EC(t)
+	cert := keytest.CertPEM(t, ek, "leaf", now.Add(-time.Hour), now.Add(time.Hour))
+	pkcs1 := keytest.PKCS1PEM(rk)
 	sec1der, err := x509.MarshalECPrivateKey(ek)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec1 := encode("EC PRIVATE KEY", sec1der)
+	sec1 := keytest.Encode("EC PRIVATE KEY", sec1der)
 	pkcs8der, err := x509.MarshalPKCS8PrivateKey(rk)
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +49,8 @@ func TestParse(t *testing.T) {
 		{name: "garbage between blocks", data: cat(cert, []byte("oops\n"), cert), err: ErrNotPEM,
 			errText: fmt.Sprintf("line %d", strings.Count(string(cert), "\n")+1)},
 		{name: "trailing garbage", data: cat(cert, []byte("\n\nx")), err: ErrNotPEM},
-		{name: "unknown type", data: encode("FOO", []byte{1}), err: ErrUnknownType, errText: `block 1 (line 1, FOO)`},
-		{name: "bad certificate DER", data: cat(cert, encode("CERTIFICATE", []byte{1, 2, 3})), err: ErrParse,
+		{name: "unknown type", data: keytest.Encode("FOO", []byte{1}), err: ErrUnknownType, errText: `block 1 (line 1, FOO)`},
+		{name: "bad certificate DER", data: cat(cert, keytest.Encode("CERTIFICATE", []byte{1, 2, 3})), err: ErrParse,
 			errText: "block 2 (line "},
 		{name: "bad base64", data: []byte("-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n"), err: ErrMalformed},
 		{name: "no END", data: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n"), err: ErrMalformed},
@@ -56,18 +58,18 @@ func TestParse(t *testing.T) {
 			data: cat([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n"), cert), err: ErrMalformed, errText: "block 1 (line 1, CERTIFICATE)"},
 		{name: "mismatched END", data: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END PUBLIC KEY-----\n"), err: ErrMalformed},
 		{name: "encrypted legacy", data: encrypted, err: ErrEncrypted},
-		{name: "encrypted pkcs8", data: encode("ENCRYPTED PRIVATE KEY", []byte{1}), err: ErrEncrypted},
+		{name: "encrypted pkcs8", data: keytest.Encode("ENCRYPTED PRIVATE KEY", []byte{1}), err: ErrEncrypted},
 		{name: "certificate", data: cert, want: want{[]Kind{Certificate}, []Encoding{X509}}},
 		{name: "pkcs1 private", data: pkcs1, want: want{[]Kind{PrivateKey}, []Encoding{PKCS1}}},
-		{name: "pkcs8 rsa private", data: encode("PRIVATE KEY", pkcs8der), want: want{[]Kind{PrivateKey}, []Encoding{PKCS8}}},
-		{name: "pkcs8 ec private", data: pkcs8PEM(t, ek), want: want{[]Kind{PrivateKey}, []Encoding{PKCS8}}},
+		{name: "pkcs8 rsa private", data: keytest.Encode("PRIVATE KEY", pkcs8der), want: want{[]Kind{PrivateKey}, []Encoding{PKCS8}}},
+		{name: "pkcs8 ec private", data: keytest.PKCS8PEM(t, ek), want: want{[]Kind{PrivateKey}, []Encoding{PKCS8}}},
 		{name: "sec1 private", data: sec1, want: want{[]Kind{PrivateKey}, []Encoding{SEC1}}},
-		{name: "mislabelled pkcs8 as RSA PRIVATE KEY", data: encode("RSA PRIVATE KEY", pkcs8der),
+		{name: "mislabelled pkcs8 as RSA PRIVATE KEY", data: keytest.Encode("RSA PRIVATE KEY", pkcs8der),
 			want: want{[]Kind{PrivateKey}, []Encoding{PKCS8}}},
-		{name: "ec parameters then key", data: cat(encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7}), sec1),
+		{name: "ec parameters then key", data: cat(keytest.Encode("EC PARAMETERS", []byte{6, 8, 42, 134, 72, 206, 61, 3, 1, 7}), sec1),
 			want: want{[]Kind{ECParameters, PrivateKey}, []Encoding{"", SEC1}}},
-		{name: "public key bundle", data: cat(pkixPEM(t, &rk.PublicKey), []byte("\n\n"), pkixPEM(t, &ek.PublicKey),
-			encode("RSA PUBLIC KEY", x509.MarshalPKCS1PublicKey(&rk.PublicKey))),
+		{name: "public key bundle", data: cat(keytest.PublicPEM(t, &rk.PublicKey), []byte("\n\n"), keytest.PublicPEM(t, &ek.PublicKey),
+			keytest.Encode("RSA PUBLIC KEY", x509.MarshalPKCS1PublicKey(&rk.PublicKey))),
 			want: want{[]Kind{PublicKey, PublicKey, PublicKey}, []Encoding{PKIX, PKIX, PKCS1}}},
 		{name: "CRLF", data: []byte(strings.ReplaceAll(string(cat(cert, pkcs1)), "\n", "\r\n")),
 			want: want{[]Kind{Certificate, PrivateKey}, []Encoding{X509, PKCS1}}},
@@ -106,8 +108,8 @@ func TestParse(t *testing.T) {
 }
 
 func TestParseLines(t *testing.T) {
-	k := ecKey(t)
-	pub := pkixPEM(t, &k.PublicKey)
+	k := keytest.EC(t)
+	pub := keytest.PublicPEM(t, &k.PublicKey)
 	n := strings.Count(string(pub), "\n")
 	f, err := Parse("f", cat([]byte("\n\n"), pub, []byte("\n"), pub))
 	if err != nil {
@@ -120,10 +122,10 @@ func TestParseLines(t *testing.T) {
 
 // Errors and formatted blocks must never carry private key material.
 func TestNoKeyMaterialInOutput(t *testing.T) {
-	k := rsaKey(t)
-	good := encode("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k))
+	k := keytest.RSA(t, 1024)
+	good := keytest.PKCS1PEM(k)
 	der := x509.MarshalPKCS1PrivateKey(k)
-	broken := encode("RSA PRIVATE KEY", der[:len(der)-40])
+	broken := keytest.Encode("RSA PRIVATE KEY", der[:len(der)-40])
 	body := func(p []byte) []string {
 		lines := strings.Split(strings.TrimSpace(string(p)), "\n")
 		return lines[1 : len(lines)-1]

@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -22,27 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/sasigner/signer"
 )
-
-func ecKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func sec1PEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-}
 
 // socketDir is a short temporary directory: Unix socket paths are limited
 // to ~108 bytes, and t.TempDir can be longer.
@@ -66,7 +46,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 	}
 	ks := signer.NewKeySet(nil, sk)
 	for i, pub := range others {
-		keys, err := signer.ParsePublished("other", pkixPEM(t, pub))
+		keys, err := signer.ParsePublished("other", keytest.PublicPEM(t, pub))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,16 +78,16 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 // only when the signer on that socket answers FetchKeys with the signing
 // key's public half among its keys.
 func TestSigningEndpointOverSocket(t *testing.T) {
-	self, other := ecKey(t), ecKey(t)
+	self, other := keytest.EC(t), keytest.EC(t)
 	selfID, err := pemcheck.KeyID(&self.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	saKey := writeFile(t, dir, "sa.key", sec1PEM(t, self))
+	saKey := writeFile(t, dir, "sa.key", keytest.SEC1PEM(t, self))
 	serving := serveSigner(t, self, &other.PublicKey)
 	// A signer signing with another key: this host's key is not served.
-	wrong := serveSigner(t, other, &rsaKey(t).PublicKey)
+	wrong := serveSigner(t, other, &keytest.RSA(t, 1024).PublicKey)
 	// A socket file whose signer died (SIGKILL leaves it behind).
 	stale := filepath.Join(socketDir(t), "stale.sock")
 	sl, err := net.Listen("unix", stale)
@@ -215,10 +195,10 @@ func goodSet(t *testing.T, pubs ...crypto.PublicKey) *externaljwtv1.FetchKeysRes
 // flag and checks an @ abstract socket name; its cases are in
 // validation_test.go TestValidateServiceAccountTokenSigningConfig).
 func TestSigningEndpointFlags(t *testing.T) {
-	self := ecKey(t)
+	self := keytest.EC(t)
 	dir := t.TempDir()
-	saKey := writeFile(t, dir, "sa.key", sec1PEM(t, self))
-	saPub := writeFile(t, dir, "sa.pub", pkixPEM(t, &self.PublicKey))
+	saKey := writeFile(t, dir, "sa.key", keytest.SEC1PEM(t, self))
+	saPub := writeFile(t, dir, "sa.pub", keytest.PublicPEM(t, &self.PublicKey))
 	tests := []struct {
 		name  string
 		flags string
@@ -340,9 +320,9 @@ func splitJoined(err error) []error {
 // (pkg/serviceaccount/externaljwt/plugin/keycache.go,
 // getTokenVerificationKeys), and a set that lacks or misplaces the key.
 func TestSigningEndpointKeySet(t *testing.T) {
-	self, other := ecKey(t), ecKey(t)
+	self, other := keytest.EC(t), keytest.EC(t)
 	dir := t.TempDir()
-	saKey := writeFile(t, dir, "sa.key", sec1PEM(t, self))
+	saKey := writeFile(t, dir, "sa.key", keytest.SEC1PEM(t, self))
 	flags := writeFile(t, dir, "flags", []byte("--service-account-signing-endpoint=/run/s/signer.sock\n"))
 	selfID, err := pemcheck.KeyID(&self.PublicKey)
 	if err != nil {
@@ -389,7 +369,7 @@ func TestSigningEndpointKeySet(t *testing.T) {
 func TestSigningEndpointSigningKey(t *testing.T) {
 	dir := t.TempDir()
 	flags := writeFile(t, dir, "flags", []byte("--service-account-signing-endpoint=/run/s/signer.sock\n"))
-	pub := writeFile(t, dir, "sa.pub", pkixPEM(t, &ecKey(t).PublicKey))
+	pub := writeFile(t, dir, "sa.pub", keytest.PublicPEM(t, &keytest.EC(t).PublicKey))
 	for _, tc := range []struct {
 		name, key string
 		err       error
@@ -399,7 +379,7 @@ func TestSigningEndpointSigningKey(t *testing.T) {
 		{"public key only", pub, pemcheck.ErrMissingKind},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeFetcher{resp: goodSet(t, &ecKey(t).PublicKey)}
+			f := &fakeFetcher{resp: goodSet(t, &keytest.EC(t).PublicKey)}
 			err := Run(context.Background(), Input{FlagsFiles: []string{flags}, SigningKey: tc.key, Signer: f})
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("got %v, want %v", err, tc.err)
@@ -417,9 +397,9 @@ func TestSigningEndpointSigningKey(t *testing.T) {
 // (600) stops it, and so does --service-account-max-token-expiration set
 // longer than the signer's maximum (equal is accepted).
 func TestSigningEndpointMetadata(t *testing.T) {
-	self := ecKey(t)
+	self := keytest.EC(t)
 	dir := t.TempDir()
-	saKey := writeFile(t, dir, "sa.key", sec1PEM(t, self))
+	saKey := writeFile(t, dir, "sa.key", keytest.SEC1PEM(t, self))
 	for _, tc := range []struct {
 		name   string
 		extra  string

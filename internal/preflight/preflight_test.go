@@ -2,9 +2,6 @@ package preflight
 
 import (
 	"context"
-	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -16,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -45,28 +43,6 @@ func bytesToStrings(bs [][]byte) []string {
 	return out
 }
 
-func rsaKey(t *testing.T) *rsa.PrivateKey {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 1024) // small but valid, for speed
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func pkixPEM(t *testing.T, pub crypto.PublicKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-}
-
-func pkcs1PEM(k *rsa.PrivateKey) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
-}
-
 // newPKI writes a healthy set: this master's signing key, a bundle of every
 // master's public key including it, serving and client pairs, and CAs.
 func newPKI(t *testing.T) *pki {
@@ -74,9 +50,9 @@ func newPKI(t *testing.T) *pki {
 	p := &pki{dir: t.TempDir(), files: map[string]string{}}
 	ca := etcdtest.NewCA(t, "kubernetes")
 	exp := time.Now().Add(time.Hour)
-	self, other := rsaKey(t), rsaKey(t)
-	p.write(t, "sa.key", pkcs1PEM(self))
-	p.write(t, "sa.pub", pkixPEM(t, &self.PublicKey), pkixPEM(t, &other.PublicKey))
+	self, other := keytest.RSA(t, 1024), keytest.RSA(t, 1024)
+	p.write(t, "sa.key", keytest.PKCS1PEM(self))
+	p.write(t, "sa.pub", keytest.PublicPEM(t, &self.PublicKey), keytest.PublicPEM(t, &other.PublicKey))
 	p.write(t, "ca.crt", ca.PEM)
 	c, k := ca.Issue(t, "kube-apiserver", true, exp)
 	p.write(t, "apiserver.crt", c)
@@ -163,7 +139,7 @@ func TestRunProblems(t *testing.T) {
 			name:  "garbage in bundle",
 			flags: "--service-account-key-file={sa.pub}\n",
 			setup: func(t *testing.T, p *pki) {
-				p.write(t, "sa.pub", pkixPEM(t, &rsaKey(t).PublicKey), []byte("<html>oops</html>\n"))
+				p.write(t, "sa.pub", keytest.PublicPEM(t, &keytest.RSA(t, 1024).PublicKey), []byte("<html>oops</html>\n"))
 			},
 			errs: []error{pemcheck.ErrNotPEM},
 			text: []string{"sa.pub: line 7"},
@@ -172,7 +148,7 @@ func TestRunProblems(t *testing.T) {
 			name:  "PKCS#1 public key the apiserver would skip",
 			flags: "--service-account-key-file={sa.pub}\n",
 			setup: func(t *testing.T, p *pki) {
-				k := rsaKey(t)
+				k := keytest.RSA(t, 1024)
 				p.write(t, "sa.pub", pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&k.PublicKey)}))
 			},
 			errs: []error{ErrIgnoredKey},
@@ -181,7 +157,7 @@ func TestRunProblems(t *testing.T) {
 		{
 			name:  "signing key not in the bundle",
 			flags: "--service-account-key-file={sa.pub}\n--service-account-signing-key-file={sa.key}\n",
-			setup: func(t *testing.T, p *pki) { p.write(t, "sa.key", pkcs1PEM(rsaKey(t))) },
+			setup: func(t *testing.T, p *pki) { p.write(t, "sa.key", keytest.PKCS1PEM(keytest.RSA(t, 1024))) },
 			errs:  []error{ErrSigningKeyNotPublished},
 			text:  []string{"--service-account-signing-key-file ("},
 		},
@@ -258,12 +234,12 @@ func TestRunFiles(t *testing.T) {
 
 func TestCheckFiles(t *testing.T) {
 	p := newPKI(t)
-	k := rsaKey(t)
-	withPrivate := p.write(t, "leaky.pub", pkixPEM(t, &k.PublicKey), pkcs1PEM(k))
+	k := keytest.RSA(t, 1024)
+	withPrivate := p.write(t, "leaky.pub", keytest.PublicPEM(t, &k.PublicKey), keytest.PKCS1PEM(k))
 	pkcs1Pub := p.write(t, "pkcs1.pub", pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&k.PublicKey)}))
 	sa, _ := os.ReadFile(p.path("sa.pub"))
 	bom := p.write(t, "bom.pub", []byte("\xef\xbb\xbf"), sa)
-	indented := p.write(t, "indented.pub", pkixPEM(t, &k.PublicKey), []byte("  "), sa)
+	indented := p.write(t, "indented.pub", keytest.PublicPEM(t, &k.PublicKey), []byte("  "), sa)
 	ctx := context.Background()
 	tests := []struct {
 		name  string
@@ -285,7 +261,7 @@ func TestCheckFiles(t *testing.T) {
 		{name: "own key required, by private key", paths: []string{p.path("sa.pub")},
 			opts: CheckOptions{PublicOnly: true, RequireKeys: []string{p.path("sa.key")}}},
 		{name: "own key required, by public key", paths: []string{p.path("sa.pub")},
-			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", pkixPEM(t, &k.PublicKey), []byte{})}}, errs: []error{ErrRequiredKeyMissing}},
+			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", keytest.PublicPEM(t, &k.PublicKey), []byte{})}}, errs: []error{ErrRequiredKeyMissing}},
 		{name: "certificate allowed", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true}},
 		{name: "certificate refused with KeysOnly", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true, KeysOnly: true},
 			errs: []error{pemcheck.ErrKind}},

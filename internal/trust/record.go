@@ -16,11 +16,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -62,6 +62,16 @@ type Record struct {
 // Trusts reports whether the record lists kid as trusted.
 func (r *Record) Trusts(kid string) bool { return r != nil && slices.Contains(r.Trusted, kid) }
 
+// TrustsAll reports whether the record lists every one of kids as trusted.
+func (r *Record) TrustsAll(kids []string) bool {
+	for _, kid := range kids {
+		if !r.Trusts(kid) {
+			return false
+		}
+	}
+	return true
+}
+
 // ControllerManagersSigningWith returns, sorted, the hosts whose record
 // says their kube-controller-manager signs with kid.
 func ControllerManagersSigningWith(recs map[string]Record, kid string) []string {
@@ -76,7 +86,7 @@ func ControllerManagersSigningWith(recs map[string]Record, kid string) []string 
 }
 
 // Key is the etcd key of host's record under prefix.
-func Key(prefix, host string) string { return strings.TrimSuffix(prefix, "/") + "/" + host }
+func Key(prefix, host string) string { return etcdkey.Join(prefix, host) }
 
 // FromFiles computes the record of an apiserver that reads its
 // service-account keys from keyFiles and signs with signingKey ("" when
@@ -225,17 +235,24 @@ func decode(key, host string, value []byte, rev int64) Record {
 	return r
 }
 
-// List returns every record under prefix, by host.
+// List returns every record under prefix, by host, and the revision read.
+// A key deeper than PREFIX/HOST is no host's record and is left out.
 func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record, int64, error) {
-	p := strings.TrimSuffix(prefix, "/") + "/"
-	resp, err := kv.Get(ctx, p, clientv3.WithPrefix())
+	return list(ctx, kv, prefix)
+}
+
+// list is List reading with opts (Collect reads at its revision).
+func list(ctx context.Context, kv clientv3.KV, prefix string, opts ...clientv3.OpOption) (map[string]Record, int64, error) {
+	p := etcdkey.Dir(prefix)
+	resp, err := kv.Get(ctx, p, append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read trust records %s: %w", p, err)
 	}
 	out := map[string]Record{}
 	for _, ev := range resp.Kvs {
-		host := strings.TrimPrefix(string(ev.Key), p)
-		out[host] = decode(string(ev.Key), host, ev.Value, ev.ModRevision)
+		if host := etcdkey.Host(p, string(ev.Key)); host != "" {
+			out[host] = decode(string(ev.Key), host, ev.Value, ev.ModRevision)
+		}
 	}
 	return out, resp.Header.Revision, nil
 }

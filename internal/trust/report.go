@@ -12,6 +12,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // Host is one row of the trust table.
@@ -48,29 +50,22 @@ type Prefixes struct {
 	Trust string
 }
 
-func dirPrefix(p string) string { return strings.TrimSuffix(p, "/") + "/" }
-
 // Collect reads published keys and trust records at one revision.
 func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
-	keys, err := kv.Get(ctx, dirPrefix(p.Keys), clientv3.WithPrefix())
+	keys, err := kv.Get(ctx, etcdkey.Dir(p.Keys), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("read published keys %s: %w", dirPrefix(p.Keys), err)
+		return nil, fmt.Errorf("read published keys %s: %w", etcdkey.Dir(p.Keys), err)
 	}
 	rev := keys.Header.Revision
-	trustResp, err := kv.Get(ctx, dirPrefix(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	records, _, err := list(ctx, kv, p.Trust, clientv3.WithRev(rev))
 	if err != nil {
-		return nil, fmt.Errorf("read trust records %s: %w", dirPrefix(p.Trust), err)
-	}
-	records := map[string]Record{}
-	for _, kv := range trustResp.Kvs {
-		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Trust))
-		records[host] = decode(string(kv.Key), host, kv.Value, kv.ModRevision)
+		return nil, err
 	}
 	published := map[string][]string{}
 	pubErr := map[string]string{}
 	for _, kv := range keys.Kvs {
-		host := strings.TrimPrefix(string(kv.Key), dirPrefix(p.Keys))
-		if strings.Contains(host, "/") {
+		host := etcdkey.Host(p.Keys, string(kv.Key))
+		if host == "" {
 			continue // not a host's key
 		}
 		kids, err := PEMKeyIDs(string(kv.Key), kv.Value)
@@ -82,6 +77,16 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 		published[host] = kids
 	}
 	return build(rev, published, pubErr, records), nil
+}
+
+// CollectRecorded reads the trust records alone, for a wait among the
+// recorded hosts: every row has a record and publishes nothing.
+func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*Report, error) {
+	records, rev, err := list(ctx, kv, trustPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return build(rev, nil, nil, records), nil
 }
 
 // build is Collect without etcd.
@@ -138,22 +143,41 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 	return r
 }
 
+// Among names the hosts that must trust a key.
+type Among int
+
+const (
+	// Publishers: the hosts that publish keys. A host with a record that
+	// publishes nothing is not a master of the fleet now.
+	Publishers Among = iota
+	// Recorded: the hosts that have a trust record, publishing keys or
+	// not, and no other. The signer's barrier waits for these: a signer's
+	// record says what its apiserver fetched, whatever its host publishes,
+	// and a host with no record has no apiserver known to fetch keys.
+	Recorded
+)
+
+// in reports whether h is among a.
+func (h *Host) in(a Among) bool {
+	if a == Recorded {
+		return h.Record != nil
+	}
+	return len(h.Publishes) > 0 || h.PublishError != ""
+}
+
 // NotTrusting returns the hosts that publish keys (except those in
 // exclude) whose record does not trust every one of kids, sorted.
 func (r *Report) NotTrusting(kids []string, exclude []string) []string {
+	return r.NotTrustingAmong(Publishers, kids, exclude)
+}
+
+// NotTrustingAmong returns the hosts among a (except those in exclude)
+// whose record does not trust every one of kids, sorted.
+func (r *Report) NotTrustingAmong(a Among, kids []string, exclude []string) []string {
 	var out []string
 	for _, h := range r.Hosts {
-		if slices.Contains(exclude, h.Host) {
-			continue
-		}
-		if len(h.Publishes) == 0 && h.PublishError == "" {
-			continue // has a record but publishes nothing: not a master of the fleet now
-		}
-		for _, kid := range kids {
-			if !h.Record.Trusts(kid) {
-				out = append(out, h.Host)
-				break
-			}
+		if h.in(a) && !slices.Contains(exclude, h.Host) && !h.Record.TrustsAll(kids) {
+			out = append(out, h.Host)
 		}
 	}
 	return out
@@ -195,7 +219,7 @@ func (r *Report) Unrecorded() []string {
 func (r *Report) Publishers(exclude []string) []string {
 	var out []string
 	for _, h := range r.Hosts {
-		if (len(h.Publishes) > 0 || h.PublishError != "") && !slices.Contains(exclude, h.Host) {
+		if h.in(Publishers) && !slices.Contains(exclude, h.Host) {
 			out = append(out, h.Host)
 		}
 	}

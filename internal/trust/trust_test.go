@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,44 +16,8 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
-	"github.com/keysync/confd/internal/pemcheck"
+	"github.com/keysync/confd/internal/keytest"
 )
-
-func ecKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func pubPEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-}
-
-func privPEM(t *testing.T, k *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-}
-
-func kid(t *testing.T, k *ecdsa.PrivateKey) string {
-	t.Helper()
-	id, err := pemcheck.KeyID(&k.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
 
 func write(t *testing.T, dir, name string, data ...[]byte) string {
 	t.Helper()
@@ -70,28 +30,25 @@ func write(t *testing.T, dir, name string, data ...[]byte) string {
 
 func TestFromFiles(t *testing.T) {
 	dir := t.TempDir()
-	a, b, signer := ecKey(t), ecKey(t), ecKey(t)
+	a, b, signer := keytest.EC(t), keytest.EC(t), keytest.EC(t)
 	// kube-apiserver also reads a key from a private key block; a PKCS#1
 	// "RSA PUBLIC KEY" block it skips, so the record must not list it.
-	rk, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkcs1 := pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&rk.PublicKey)})
-	bundle := write(t, dir, "bundle.pem", pubPEM(t, a), pkcs1, pubPEM(t, b))
-	extra := write(t, dir, "extra.pem", pubPEM(t, a), privPEM(t, signer))
-	key := write(t, dir, "sa.key", privPEM(t, signer))
+	rk := keytest.RSA(t, 1024)
+	pkcs1 := keytest.Encode("RSA PUBLIC KEY", x509.MarshalPKCS1PublicKey(&rk.PublicKey))
+	bundle := write(t, dir, "bundle.pem", keytest.PublicPEM(t, &a.PublicKey), pkcs1, keytest.PublicPEM(t, &b.PublicKey))
+	extra := write(t, dir, "extra.pem", keytest.PublicPEM(t, &a.PublicKey), keytest.SEC1PEM(t, signer))
+	key := write(t, dir, "sa.key", keytest.SEC1PEM(t, signer))
 	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.FixedZone("x", 3600))
 	r, err := FromFiles("m1.example", []string{bundle, extra}, key, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{kid(t, a), kid(t, b), kid(t, signer)}
+	want := []string{keytest.KeyID(t, &a.PublicKey), keytest.KeyID(t, &b.PublicKey), keytest.KeyID(t, &signer.PublicKey)}
 	if !slices.Equal(r.Trusted, want) {
 		t.Fatalf("trusted %v, want %v (file order, duplicates once, PKCS#1 public skipped)", r.Trusted, want)
 	}
-	if r.Signing != kid(t, signer) {
-		t.Fatalf("signing %q, want %q", r.Signing, kid(t, signer))
+	if r.Signing != keytest.KeyID(t, &signer.PublicKey) {
+		t.Fatalf("signing %q, want %q", r.Signing, keytest.KeyID(t, &signer.PublicKey))
 	}
 	b1, _ := os.ReadFile(bundle)
 	b2, _ := os.ReadFile(extra)
@@ -103,7 +60,7 @@ func TestFromFiles(t *testing.T) {
 		t.Fatalf("time %v, want %v in UTC", r.Time, now)
 	}
 	// No key material in the record, whatever the files held.
-	for _, s := range []string{string(privPEM(t, signer)), "PRIVATE"} {
+	for _, s := range []string{string(keytest.SEC1PEM(t, signer)), "PRIVATE"} {
 		if strings.Contains(r.Trusted[2]+r.Signing, s) {
 			t.Fatal("record holds key material")
 		}
@@ -140,6 +97,9 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
 		t.Fatalf("not trusting K1 excluding c: %v", got)
 	}
+	if got := r.NotTrustingAmong(Recorded, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "old"}) {
+		t.Fatalf("recorded hosts not trusting K2: %v, want b and old (c has no record)", got)
+	}
 	if rec := r.RecordOf("b"); rec == nil || rec.Signing != "K3" {
 		t.Fatalf("RecordOf(b) = %+v", rec)
 	}
@@ -161,14 +121,14 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
-	a, b, next := ecKey(t), ecKey(t), ecKey(t)
-	srv.Put(t, "/k/a", string(pubPEM(t, a))+string(pubPEM(t, next)))
-	srv.Put(t, "/k/b", string(pubPEM(t, b)))
+	a, b, next := keytest.EC(t), keytest.EC(t), keytest.EC(t)
+	srv.Put(t, "/k/a", string(keytest.PublicPEM(t, &a.PublicKey))+string(keytest.PublicPEM(t, &next.PublicKey)))
+	srv.Put(t, "/k/b", string(keytest.PublicPEM(t, &b.PublicKey)))
 	ctx := context.Background()
 	put := func(host string, keys ...*ecdsa.PrivateKey) {
 		r := Record{Host: host, Time: time.Now(), Trusted: []string{}}
 		for _, k := range keys {
-			r.Trusted = append(r.Trusted, kid(t, k))
+			r.Trusted = append(r.Trusted, keytest.KeyID(t, &k.PublicKey))
 		}
 		if err := Put(ctx, cli, p.Trust, "", r); err != nil {
 			t.Fatal(err)
@@ -179,7 +139,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 
 	// b does not trust next: a short wait ends naming b only.
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}})
+	_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
 	cancel()
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"b"}) || !errors.Is(err, context.DeadlineExceeded) {
@@ -193,7 +153,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		close(started)
-		_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}})
+		_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
 		done <- err
 	}()
 	<-started
@@ -206,7 +166,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 	put("b", a, b)
 	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, next)}, Exclude: []string{"b"}}); err != nil {
+	if _, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}, Exclude: []string{"b"}}); err != nil {
 		t.Fatalf("wait excluding b: %v", err)
 	}
 }
@@ -230,23 +190,66 @@ func TestWaitSkipUnrecorded(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
-	a, c := ecKey(t), ecKey(t)
-	srv.Put(t, "/k/a", string(pubPEM(t, a)))
-	srv.Put(t, "/k/c", string(pubPEM(t, c)))
-	if err := Put(context.Background(), cli, p.Trust, "", Record{Host: "a", Trusted: []string{kid(t, a), kid(t, c)}}); err != nil {
+	a, c := keytest.EC(t), keytest.EC(t)
+	srv.Put(t, "/k/a", string(keytest.PublicPEM(t, &a.PublicKey)))
+	srv.Put(t, "/k/c", string(keytest.PublicPEM(t, &c.PublicKey)))
+	if err := Put(context.Background(), cli, p.Trust, "", Record{Host: "a", Trusted: []string{keytest.KeyID(t, &a.PublicKey), keytest.KeyID(t, &c.PublicKey)}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := Wait(ctx, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}})
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"c"}) {
 		t.Fatalf("plain wait: %v, want c named", err)
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
-	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{kid(t, a)}, SkipUnrecorded: true}); err != nil {
+	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}, SkipUnrecorded: true}); err != nil {
 		t.Fatalf("wait skipping unrecorded hosts: %v", err)
+	}
+}
+
+// Among Recorded, the hosts waited for are those with a record, publishing
+// or not (the signer's barrier); a publisher without a record is not, and
+// a key deeper than PREFIX/HOST is no host's record.
+func TestWaitAmongRecorded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	p := Prefixes{Keys: "/k", Trust: "/k-trust"}
+	a, c := keytest.EC(t), keytest.EC(t)
+	srv.Put(t, "/k/a", string(keytest.PublicPEM(t, &a.PublicKey)))
+	srv.Put(t, "/k/c", string(keytest.PublicPEM(t, &c.PublicKey))) // no record
+	ctx := context.Background()
+	for _, r := range []Record{{Host: "a", Trusted: []string{keytest.KeyID(t, &a.PublicKey)}}, {Host: "old", Trusted: []string{"K0"}}} {
+		if err := Put(ctx, cli, p.Trust, "", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Put(t, "/k-trust/x/y", "not a host's record")
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
+	var nt *NotTrustedError
+	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"old"}) {
+		t.Fatalf("wait among recorded: %v, want old named (not c, not x/y)", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
+		done <- err
+	}()
+	if err := Put(ctx, cli, p.Trust, "", Record{Host: "old", Trusted: []string{"K0", keytest.KeyID(t, &a.PublicKey)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("wait after old trusts the key: %v", err)
+	}
+	recs, _, err := List(ctx, cli, p.Trust)
+	if _, ok := recs["x/y"]; err != nil || ok || len(recs) != 2 {
+		t.Fatalf("List: %v %v, want a and old only", recs, err)
 	}
 }
 
@@ -277,8 +280,8 @@ func TestPutNeedsTheLockKey(t *testing.T) {
 func TestGarbageRecordIsUnparseable(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	a := ecKey(t)
-	srv.Put(t, "/k/a", string(pubPEM(t, a)))
+	a := keytest.EC(t)
+	srv.Put(t, "/k/a", string(keytest.PublicPEM(t, &a.PublicKey)))
 	srv.Put(t, "/k-trust/a", "garbage-value-xyz")
 	rep, err := Collect(context.Background(), cli, Prefixes{Keys: "/k", Trust: "/k-trust"})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // NotTrustedError is a wait that ended with hosts still not trusting the keys.
@@ -29,7 +31,10 @@ func (e *NotTrustedError) Unwrap() error { return e.Err }
 type WaitOptions struct {
 	Prefixes Prefixes
 	Keys     []string // key IDs every host must trust
-	Exclude  []string // hosts not waited for
+	// Among names the hosts waited for (default Publishers). With
+	// Recorded, Prefixes.Keys is neither read nor watched.
+	Among   Among
+	Exclude []string // hosts not waited for
 	// SkipUnrecorded: do not wait for hosts that have no trust record at
 	// all (new hosts, or keys published for a host that does not run this
 	// tool): they load the bundle when they first start, and waiting for
@@ -40,15 +45,19 @@ type WaitOptions struct {
 	// RetryDelay is the pause before reading again after etcd failed
 	// (default 1s). Otherwise Wait is woken by etcd watch events only.
 	RetryDelay time.Duration
-	Log        logrus.FieldLogger
+	// Client, when Wait is given no client, returns it; its failure is
+	// retried as a failed read is (a caller may start before etcd answers).
+	Client func(context.Context) (*clientv3.Client, error)
+	Log    logrus.FieldLogger
 }
 
-// Wait returns once every host that publishes keys under the keys prefix,
-// except those excluded, has a trust record listing every one of o.Keys.
-// It reads at one revision and then sleeps on a watch of both prefixes, so it
-// wakes on the record that completes the set, not on a timer. When ctx ends
-// first it returns a *NotTrustedError naming the hosts still missing. The
-// report it returns is the last one read (nil if none could be).
+// Wait returns once every host among o.Among (by default every host that
+// publishes keys under the keys prefix), except those excluded, has a trust
+// record listing every one of o.Keys. It reads at one revision and then
+// sleeps on a watch of the prefixes read, so it wakes on the record that
+// completes the set, not on a timer. When ctx ends first it returns a
+// *NotTrustedError naming the hosts still missing. The report it returns is
+// the last one read (nil if none could be).
 func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 5 * time.Second
@@ -73,9 +82,14 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 		return last, &NotTrustedError{Keys: o.Keys, Hosts: hosts, Err: err}
 	}
 	for {
-		rctx, cancel := context.WithTimeout(ctx, o.OpTimeout)
-		rep, err := Collect(rctx, cli, o.Prefixes)
-		cancel()
+		var rep *Report
+		var err error
+		if cli == nil {
+			cli, err = o.Client(ctx)
+		}
+		if err == nil {
+			rep, err = o.collect(ctx, cli)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return fail(ctx.Err())
@@ -102,7 +116,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 		if o.SkipUnrecorded {
 			exclude = append(slices.Clone(exclude), rep.Unrecorded()...)
 		}
-		missing := rep.NotTrusting(o.Keys, exclude)
+		missing := rep.NotTrustingAmong(o.Among, o.Keys, exclude)
 		if len(missing) == 0 {
 			return rep, nil
 		}
@@ -111,19 +125,32 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 				Infof("waiting for %s to trust key %s", strings.Join(missing, ", "), strings.Join(o.Keys, ", "))
 			lastMissing = missing
 		}
-		if err := waitChange(ctx, cli, o.Prefixes, rep.Revision); err != nil && ctx.Err() != nil {
+		if err := o.waitChange(ctx, cli, rep.Revision); err != nil && ctx.Err() != nil {
 			return fail(ctx.Err())
 		}
 	}
 }
 
-// waitChange returns at the first change under either prefix after rev, or
-// when a watch fails (the caller then reads again).
-func waitChange(ctx context.Context, cli *clientv3.Client, p Prefixes, rev int64) error {
+// collect reads the report the wait looks at, within o.OpTimeout.
+func (o *WaitOptions) collect(ctx context.Context, cli *clientv3.Client) (*Report, error) {
+	rctx, cancel := context.WithTimeout(ctx, o.OpTimeout)
+	defer cancel()
+	if o.Among == Recorded {
+		return CollectRecorded(rctx, cli, o.Prefixes.Trust)
+	}
+	return Collect(rctx, cli, o.Prefixes)
+}
+
+// waitChange returns at the first change under a prefix read after rev,
+// or when a watch fails (the caller then reads again).
+func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	keys := cli.Watch(wctx, dirPrefix(p.Keys), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	trust := cli.Watch(wctx, dirPrefix(p.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var keys clientv3.WatchChan // nil, never ready, when the keys are not read
+	if o.Among != Recorded {
+		keys = cli.Watch(wctx, etcdkey.Dir(o.Prefixes.Keys), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	}
+	trust := cli.Watch(wctx, etcdkey.Dir(o.Prefixes.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	var resp clientv3.WatchResponse
 	var ok bool
 	select {

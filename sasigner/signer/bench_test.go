@@ -3,12 +3,12 @@ package signer
 import (
 	"context"
 	"crypto"
-	"crypto/elliptic"
 	"encoding/base64"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/keytest"
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 )
 
@@ -24,8 +24,8 @@ func BenchmarkSignOverSocket(b *testing.B) {
 		name string
 		key  func(testing.TB) crypto.Signer
 	}{
-		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return ecKey(t, elliptic.P256()) }},
-		{"rsa-2048", func(t testing.TB) crypto.Signer { return rsaKey(t) }},
+		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return keytest.EC(t) }},
+		{"rsa-2048", func(t testing.TB) crypto.Signer { return keytest.RSA(t, 2048) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ks := NewKeySet(nil, mustSigningKey(b, tc.key(b)))
@@ -53,9 +53,9 @@ func BenchmarkSignOverSocket(b *testing.B) {
 // BenchmarkFetchKeysOverSocket: FetchKeys is answered from memory (three
 // hosts' RSA-2048 keys and the local ECDSA key), with its p50 and p99.
 func BenchmarkFetchKeysOverSocket(b *testing.B) {
-	ks := NewKeySet(nil, mustSigningKey(b, ecKey(b, elliptic.P256())))
+	ks := NewKeySet(nil, mustSigningKey(b, keytest.EC(b)))
 	for _, h := range []string{"m1", "m2", "m3"} {
-		ks.SetHost(h, []Key{keyOf(b, &rsaKey(b).PublicKey)})
+		ks.SetHost(h, []Key{keyOf(b, &keytest.RSA(b, 2048).PublicKey)})
 	}
 	cli, _ := serveSocket(b, ks, nil)
 	ctx := context.Background()
@@ -97,8 +97,8 @@ func BenchmarkSignDirect(b *testing.B) {
 		name string
 		key  func(testing.TB) crypto.Signer
 	}{
-		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return ecKey(t, elliptic.P256()) }},
-		{"rsa-2048", func(t testing.TB) crypto.Signer { return rsaKey(t) }},
+		{"ecdsa-p256", func(t testing.TB) crypto.Signer { return keytest.EC(t) }},
+		{"rsa-2048", func(t testing.TB) crypto.Signer { return keytest.RSA(t, 2048) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			k := mustSigningKey(b, tc.key(b))

@@ -1,7 +1,6 @@
 package signer
 
 import (
-	"crypto/elliptic"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,12 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 func TestCacheRoundTrip(t *testing.T) {
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(nil, sk)
-	ks.SetHost("h1", []Key{keyOf(t, &rsaKey(t).PublicKey)})
+	ks.SetHost("h1", []Key{keyOf(t, &keytest.RSA(t, 2048).PublicKey)})
 	path := filepath.Join(t.TempDir(), "keys.json")
 	if c, err := ReadCache(path); c != nil || err != nil {
 		t.Fatalf("missing cache: %v, %v; want nothing, no error", c, err)
@@ -43,7 +44,7 @@ func TestCacheRoundTrip(t *testing.T) {
 // TestCacheRefusesTampering: a cached key whose DER does not hash to its
 // ID, or a damaged file, is refused rather than served.
 func TestCacheRefusesTampering(t *testing.T) {
-	k1, k2 := keyOf(t, &rsaKey(t).PublicKey), keyOf(t, &ecKey(t, elliptic.P256()).PublicKey)
+	k1, k2 := keyOf(t, &keytest.RSA(t, 2048).PublicKey), keyOf(t, &keytest.EC(t).PublicKey)
 	dir := t.TempDir()
 	for name, c := range map[string]*Cache{
 		"swapped": {Version: cacheVersion, Time: time.Now(), Hosts: map[string][]Key{"h1": {{ID: k1.ID, DER: k2.DER}}}},

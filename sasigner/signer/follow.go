@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // Follower keeps a KeySet's published keys current from one etcd prefix:
@@ -49,9 +50,8 @@ type Follower struct {
 	down bool
 }
 
-// NormalizePrefix returns prefix with exactly one trailing slash, so that
-// "/a/keys" does not also match "/a/keys-trust/…".
-func NormalizePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/" }
+// NormalizePrefix is etcdkey.Dir, for the command line that names it.
+func NormalizePrefix(prefix string) string { return etcdkey.Dir(prefix) }
 
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
 // the first successful read.
@@ -148,7 +148,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	}
 	seen := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		host := HostOf(f.Prefix, string(kv.Key))
+		host := etcdkey.Host(f.Prefix, string(kv.Key))
 		if host == "" {
 			continue
 		}
@@ -177,7 +177,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			return err
 		}
 		for _, ev := range wr.Events {
-			host := HostOf(f.Prefix, string(ev.Kv.Key))
+			host := etcdkey.Host(f.Prefix, string(ev.Kv.Key))
 			if host == "" {
 				continue
 			}

@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
 	"slices"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 )
 
 type follow struct {
@@ -82,13 +82,13 @@ func lacks(id string) func(*Snapshot) bool {
 // PREFIX/HOST or beside the prefix is not read.
 func TestFollowEtcd(t *testing.T) {
 	e := etcdtest.Start(t)
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
-	k1, k2, k3, k4 := rsaKey(t), ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256())
-	id := func(pub any) string { return kidOf(t, pub) }
-	e.Put(t, "/keys/h1", publicPEM(t, &k1.PublicKey))
-	e.Put(t, "/keys/h2", publicPEM(t, &k2.PublicKey))
-	e.Put(t, "/keys/h2/deeper", publicPEM(t, &k3.PublicKey))
-	e.Put(t, "/keys-trust/h1", publicPEM(t, &k3.PublicKey))
+	sk := mustSigningKey(t, keytest.EC(t))
+	k1, k2, k3, k4 := keytest.RSA(t, 2048), keytest.EC(t), keytest.EC(t), keytest.EC(t)
+	id := func(pub any) string { return keytest.KeyID(t, pub) }
+	e.Put(t, "/keys/h1", string(keytest.PublicPEM(t, &k1.PublicKey)))
+	e.Put(t, "/keys/h2", string(keytest.PublicPEM(t, &k2.PublicKey)))
+	e.Put(t, "/keys/h2/deeper", string(keytest.PublicPEM(t, &k3.PublicKey)))
+	e.Put(t, "/keys-trust/h1", string(keytest.PublicPEM(t, &k3.PublicKey)))
 	sec1, _ := x509.MarshalECPrivateKey(k4)
 	e.Put(t, "/keys/h3", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1})))
 
@@ -100,13 +100,13 @@ func TestFollowEtcd(t *testing.T) {
 	}
 
 	// A new key for h1 replaces its old one.
-	e.Put(t, "/keys/h1", publicPEM(t, &k3.PublicKey))
+	e.Put(t, "/keys/h1", string(keytest.PublicPEM(t, &k3.PublicKey)))
 	f.waitFor(t, "h1's new key", func(s *Snapshot) bool { return has(id(&k3.PublicKey))(s) && lacks(id(&k1.PublicKey))(s) })
 
 	// h2 publishes garbage: its previous key stays served. (The later put
 	// of h4 is seen after it, the watch delivering in order.)
 	e.Put(t, "/keys/h2", "garbage")
-	e.Put(t, "/keys/h4", publicPEM(t, &k4.PublicKey))
+	e.Put(t, "/keys/h4", string(keytest.PublicPEM(t, &k4.PublicKey)))
 	s = f.waitFor(t, "h4's key", has(id(&k4.PublicKey)))
 	if !has(id(&k2.PublicKey))(s) {
 		t.Fatalf("h2's previous key dropped after a refused value: %v", s.IDs())
@@ -123,9 +123,9 @@ func TestFollowEtcd(t *testing.T) {
 // when it is back, changes made meanwhile are read.
 func TestFollowEtcdDown(t *testing.T) {
 	e := etcdtest.Start(t)
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
-	k1, k2 := rsaKey(t), ecKey(t, elliptic.P256())
-	e.Put(t, "/keys/h1", publicPEM(t, &k1.PublicKey))
+	sk := mustSigningKey(t, keytest.EC(t))
+	k1, k2 := keytest.RSA(t, 2048), keytest.EC(t)
+	e.Put(t, "/keys/h1", string(keytest.PublicPEM(t, &k1.PublicKey)))
 	f := startFollower(t, e.Endpoint, NewKeySet(nil, sk))
 	<-f.synced
 	before := f.ks.Snapshot()
@@ -138,8 +138,8 @@ func TestFollowEtcdDown(t *testing.T) {
 		t.Fatalf("set changed while etcd was down: %v, was %v", s.IDs(), before.IDs())
 	}
 	e.Restart(t)
-	e.Put(t, "/keys/h2", publicPEM(t, &k2.PublicKey))
-	f.waitFor(t, "h2 after etcd came back", has(kidOf(t, &k1.PublicKey), kidOf(t, &k2.PublicKey)))
+	e.Put(t, "/keys/h2", string(keytest.PublicPEM(t, &k2.PublicKey)))
+	f.waitFor(t, "h2 after etcd came back", has(keytest.KeyID(t, &k1.PublicKey), keytest.KeyID(t, &k2.PublicKey)))
 	if up := <-f.etcd; !up {
 		t.Fatal("etcd not reported up again")
 	}
@@ -148,8 +148,8 @@ func TestFollowEtcdDown(t *testing.T) {
 // TestStartWithEtcdDown: a signer started while etcd is unreachable serves
 // the cached set, and follows etcd once it answers.
 func TestStartWithEtcdDown(t *testing.T) {
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
-	k1 := rsaKey(t)
+	sk := mustSigningKey(t, keytest.EC(t))
+	k1 := keytest.RSA(t, 2048)
 	old := NewKeySet(nil, sk)
 	old.SetHost("h1", []Key{keyOf(t, &k1.PublicKey)})
 	cache := old.Cache()

@@ -5,17 +5,17 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // verifyJWS checks a JWS the way a JOSE library does, written out here so
@@ -51,8 +51,8 @@ func TestSignVerifies(t *testing.T) {
 		key  crypto.Signer
 		alg  string
 	}{
-		{"rsa-2048", rsaKey(t), "RS256"},
-		{"ecdsa-p256", ecKey(t, elliptic.P256()), "ES256"},
+		{"rsa-2048", keytest.RSA(t, 2048), "RS256"},
+		{"ecdsa-p256", keytest.EC(t), "ES256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := mustSigningKey(t, tc.key)
@@ -72,7 +72,7 @@ func TestSignVerifies(t *testing.T) {
 			if err := json.Unmarshal(hj, &h); err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]any{"alg": tc.alg, "kid": kidOf(t, tc.key.Public()), "typ": "JWT"}
+			want := map[string]any{"alg": tc.alg, "kid": keytest.KeyID(t, tc.key.Public()), "typ": "JWT"}
 			if len(h) != len(want) {
 				t.Errorf("header %s: want exactly %v", hj, want)
 			}
@@ -93,7 +93,7 @@ func TestSignVerifies(t *testing.T) {
 }
 
 func TestSignRefusesBadClaims(t *testing.T) {
-	k := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	k := mustSigningKey(t, keytest.EC(t))
 	for _, claims := range []string{"", "not base64!", "eyJhIjoxfQ=="} {
 		if _, _, err := k.Sign(claims); !errors.Is(err, ErrBadClaims) {
 			t.Errorf("Sign(%q) = %v, want ErrBadClaims", claims, err)
@@ -102,14 +102,12 @@ func TestSignRefusesBadClaims(t *testing.T) {
 }
 
 func TestLoadSigningKey(t *testing.T) {
-	rk := rsaKey(t)
-	ek := ecKey(t, elliptic.P256())
-	pkcs1 := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(rk)}))
-	sec1DER, _ := x509.MarshalECPrivateKey(ek)
-	sec1 := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1DER}))
-	p8DER, _ := x509.MarshalPKCS8PrivateKey(ek)
-	pkcs8 := string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8DER}))
-	small, _ := rsaSmall()
+	rk := keytest.RSA(t, 2048)
+	ek := keytest.EC(t)
+	pkcs1 := string(keytest.PKCS1PEM(rk))
+	sec1 := string(keytest.SEC1PEM(t, ek))
+	pkcs8 := string(keytest.PKCS8PEM(t, ek))
+	small := string(keytest.PKCS1PEM(keytest.RSA(t, 1024)))
 	for _, tc := range []struct {
 		name, data string
 		alg        string
@@ -118,7 +116,7 @@ func TestLoadSigningKey(t *testing.T) {
 		{"pkcs1 rsa", pkcs1, "RS256", ""},
 		{"sec1 ec", sec1, "ES256", ""},
 		{"pkcs8 ec", pkcs8, "ES256", ""},
-		{"public key only", publicPEM(t, ek.Public()), "", "private key"},
+		{"public key only", string(keytest.PublicPEM(t, ek.Public())), "", "private key"},
 		{"two keys", pkcs1 + sec1, "", "2 private keys"},
 		{"rsa-1024", small, "", "1024 bits"},
 		{"garbage", "hello\n", "", "sa.key"},
@@ -145,17 +143,9 @@ func TestLoadSigningKey(t *testing.T) {
 	}
 }
 
-func rsaSmall() (string, error) {
-	k, err := rsa.GenerateKey(rand.Reader, 1024)
-	if err != nil {
-		return "", err
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})), nil
-}
-
 func TestSigningAlgorithmByCurve(t *testing.T) {
 	for c, alg := range map[elliptic.Curve]string{elliptic.P384(): "ES384", elliptic.P521(): "ES512"} {
-		if k := mustSigningKey(t, ecKey(t, c)); k.Alg != alg {
+		if k := mustSigningKey(t, keytest.ECCurve(t, c)); k.Alg != alg {
 			t.Errorf("%s: alg %s, want %s", c.Params().Name, k.Alg, alg)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -258,16 +257,6 @@ func sameIDs(a, b []Key) bool {
 // the keys are then published, with the restored time.
 func sameDER(a, b []Key) bool {
 	return slices.EqualFunc(a, b, func(x, y Key) bool { return bytes.Equal(x.DER, y.DER) })
-}
-
-// HostOf returns the host a key under prefix names ("" for keys deeper
-// than one level, which the bundle template's PREFIX/* does not read).
-func HostOf(prefix, key string) string {
-	h, ok := strings.CutPrefix(key, prefix)
-	if !ok || h == "" || strings.Contains(h, "/") {
-		return ""
-	}
-	return h
 }
 
 // checkKey checks that k's DER is an RSA or ECDSA PKIX public key whose

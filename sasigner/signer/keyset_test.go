@@ -2,52 +2,43 @@ package signer
 
 import (
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
 func TestParsePublished(t *testing.T) {
-	rk := rsaKey(t)
-	ek := ecKey(t, elliptic.P256())
+	rk := keytest.RSA(t, 2048)
+	ek := keytest.EC(t)
 	_, edPriv, _ := ed25519.GenerateKey(rand.Reader)
 	pkcs1Pub := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&rk.PublicKey)}))
-	sec1DER, _ := x509.MarshalECPrivateKey(ek)
-	sec1 := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1DER}))
+	sec1 := string(keytest.SEC1PEM(t, ek))
 	// An expired certificate: its key stays trusted until retired.
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sa"},
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
-	certDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &rk.PublicKey, rk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}))
-	rkid, ekid := kidOf(t, &rk.PublicKey), kidOf(t, &ek.PublicKey)
+	cert := string(keytest.CertPEM(t, rk, "sa", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)))
+	rkid, ekid := keytest.KeyID(t, &rk.PublicKey), keytest.KeyID(t, &ek.PublicKey)
 	for _, tc := range []struct {
 		name, value string
 		kids        []string
 		err         error
 		errText     string
 	}{
-		{"pkix rsa", publicPEM(t, &rk.PublicKey), []string{rkid}, nil, ""},
-		{"pkix ec", publicPEM(t, &ek.PublicKey), []string{ekid}, nil, ""},
-		{"two keys, CRLF", strings.ReplaceAll(publicPEM(t, &rk.PublicKey)+publicPEM(t, &ek.PublicKey), "\n", "\r\n"), []string{rkid, ekid}, nil, ""},
-		{"duplicate", publicPEM(t, &rk.PublicKey) + pkcs1Pub, []string{rkid}, nil, ""},
+		{"pkix rsa", string(keytest.PublicPEM(t, &rk.PublicKey)), []string{rkid}, nil, ""},
+		{"pkix ec", string(keytest.PublicPEM(t, &ek.PublicKey)), []string{ekid}, nil, ""},
+		{"two keys, CRLF", strings.ReplaceAll(string(keytest.PublicPEM(t, &rk.PublicKey))+string(keytest.PublicPEM(t, &ek.PublicKey)), "\n", "\r\n"), []string{rkid, ekid}, nil, ""},
+		{"duplicate", string(keytest.PublicPEM(t, &rk.PublicKey)) + pkcs1Pub, []string{rkid}, nil, ""},
 		{"pkcs1 public key (publicKeys re-encodes it)", pkcs1Pub, []string{rkid}, nil, ""},
 		{"expired certificate", cert, []string{rkid}, nil, ""},
 		{"private key", sec1, nil, pemcheck.ErrPrivateKey, ""},
-		{"public key beside a private key", publicPEM(t, &rk.PublicKey) + sec1, nil, pemcheck.ErrPrivateKey, ""},
-		{"ed25519", publicPEM(t, edPriv.Public()), nil, nil, "RSA and ECDSA keys only"},
+		{"public key beside a private key", string(keytest.PublicPEM(t, &rk.PublicKey)) + sec1, nil, pemcheck.ErrPrivateKey, ""},
+		{"ed25519", string(keytest.PublicPEM(t, edPriv.Public())), nil, nil, "RSA and ECDSA keys only"},
 		{"empty", "", nil, nil, "/keys/h1"},
 		{"garbage", "hello", nil, nil, "/keys/h1"},
 	} {
@@ -101,7 +92,7 @@ func keyOf(t testing.TB, pub any) Key {
 // keys to its listeners whenever the timestamp differs).
 func TestDataTimestamp(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(c.now, sk)
 	var changes []*Snapshot
 	ks.OnChange(func(s *Snapshot) { changes = append(changes, s) })
@@ -110,7 +101,7 @@ func TestDataTimestamp(t *testing.T) {
 		t.Fatalf("initial snapshot %v at %s, want only the signing key at %s", s0.IDs(), s0.Time, c.t)
 	}
 
-	h1 := keyOf(t, &ecKey(t, elliptic.P256()).PublicKey)
+	h1 := keyOf(t, &keytest.EC(t).PublicKey)
 	c.add(time.Minute)
 	ks.SetHost("h1", []Key{h1})
 	s1 := ks.Snapshot()
@@ -140,7 +131,7 @@ func TestDataTimestamp(t *testing.T) {
 
 	// A new signing key changes the set and the signer.
 	c.add(time.Minute)
-	sk2 := mustSigningKey(t, rsaKey(t))
+	sk2 := mustSigningKey(t, keytest.RSA(t, 2048))
 	ks.SetSigning(sk2, sk)
 	if s := ks.Snapshot(); !s.Time.Equal(c.t) || len(s.Keys) != 2 || s.Signing != sk2.KeyID || ks.Signer() != sk2 {
 		t.Fatalf("after a new signing key: %v signing %s at %s", s.IDs(), s.Signing, s.Time)
@@ -159,8 +150,8 @@ func TestDataTimestamp(t *testing.T) {
 // time; one that finds another set (a new signing key) gets a new time.
 func TestRestoreKeepsTime(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
-	h1 := keyOf(t, &rsaKey(t).PublicKey)
+	sk := mustSigningKey(t, keytest.EC(t))
+	h1 := keyOf(t, &keytest.RSA(t, 2048).PublicKey)
 	ks := NewKeySet(c.now, sk)
 	ks.SetHost("h1", []Key{h1})
 	cache := ks.Cache()
@@ -182,22 +173,9 @@ func TestRestoreKeepsTime(t *testing.T) {
 		t.Fatalf("re-read of the same set moved the time to %s", s.Time)
 	}
 
-	other := NewKeySet(c.now, mustSigningKey(t, ecKey(t, elliptic.P256())))
+	other := NewKeySet(c.now, mustSigningKey(t, keytest.EC(t)))
 	other.Restore(cache.Hosts, cache.IDs, cache.Time)
 	if s := other.Snapshot(); !s.Time.Equal(c.t) {
 		t.Fatalf("restored with another signing key: time %s, want %s", s.Time, c.t)
-	}
-}
-
-func TestHostOf(t *testing.T) {
-	for key, want := range map[string]string{
-		"/k/h1.example": "h1.example", "/k/": "", "/k/a/b": "", "/k-trust/h1": "", "/other": "",
-	} {
-		if got := HostOf("/k/", key); got != want {
-			t.Errorf("HostOf(%q) = %q, want %q", key, got, want)
-		}
-	}
-	if NormalizePrefix("/k") != "/k/" || NormalizePrefix("/k//") != "/k/" {
-		t.Error("NormalizePrefix")
 	}
 }

@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"crypto/elliptic"
 	"crypto/x509"
 	"net"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,10 +58,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func TestServiceOverSocket(t *testing.T) {
 	ctx := context.Background()
-	ek := ecKey(t, elliptic.P256())
+	ek := keytest.EC(t)
 	sk := mustSigningKey(t, ek)
 	ks := NewKeySet(nil, sk)
-	h1 := keyOf(t, &rsaKey(t).PublicKey)
+	h1 := keyOf(t, &keytest.RSA(t, 2048).PublicKey)
 	ks.SetHost("h1", []Key{h1})
 	var fetched []*Snapshot
 	cli, path := serveSocket(t, ks, func(s *Snapshot) { fetched = append(fetched, s) })
@@ -106,8 +106,8 @@ func TestServiceOverSocket(t *testing.T) {
 		if err != nil {
 			t.Fatalf("key %s: %v", k.KeyId, err)
 		}
-		if kidOf(t, pub) != k.KeyId {
-			t.Errorf("key %s: its key ID is %s", k.KeyId, kidOf(t, pub))
+		if keytest.KeyID(t, pub) != k.KeyId {
+			t.Errorf("key %s: its key ID is %s", k.KeyId, keytest.KeyID(t, pub))
 		}
 		if k.ExcludeFromOidcDiscovery {
 			t.Errorf("key %s excluded from OIDC discovery", k.KeyId)

@@ -4,12 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +32,7 @@ type ClientFunc func(context.Context) (*clientv3.Client, error)
 // on every FetchKeys call: the apiserver asks every refresh hint).
 type Recorder struct {
 	Client  ClientFunc
-	Prefix  string // trust prefix, with its trailing slash
+	Prefix  string // trust prefix
 	Host    string
 	Timeout time.Duration
 	Log     logrus.FieldLogger
@@ -165,97 +159,27 @@ func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
 	return trust.Put(pctx, cli, r.Prefix, "", rec)
 }
 
-// Barrier answers whether every recorded host's apiserver trusts a key.
+// Barrier holds a new signing key until every host that has a trust
+// record lists it: trust.Wait among the recorded hosts.
 type Barrier struct {
 	Client  ClientFunc
-	Prefix  string // trust prefix, with its trailing slash
+	Prefix  string // trust prefix
 	Timeout time.Duration
 	Log     logrus.FieldLogger
 }
 
-// NotTrustedError names the hosts that did not trust the key in time.
-type NotTrustedError struct {
-	KeyID string
-	Hosts []string
-	After time.Duration
-}
-
-func (e *NotTrustedError) Error() string {
-	return fmt.Sprintf("key %s not trusted by %s within %s", e.KeyID, strings.Join(e.Hosts, ", "), e.After)
-}
-
-// Missing returns the hosts whose record (under prefix) does not list kid.
-// A record that does not parse trusts nothing.
-func Missing(kvs map[string][]byte, kid string) []string {
-	var out []string
-	for host, v := range kvs {
-		var r trust.Record
-		if err := json.Unmarshal(v, &r); err != nil || !slices.Contains(r.Trusted, kid) {
-			out = append(out, host)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Wait returns nil once every host with a trust record lists kid, and a
-// *NotTrustedError after b.Timeout. It reads the records, then waits for
-// the next change to them (one watch), and reads again.
+// Wait returns nil once every host with a trust record lists kid; after
+// b.Timeout, a *trust.NotTrustedError naming the hosts whose record does
+// not; ctx's error when ctx ends first.
 func (b *Barrier) Wait(ctx context.Context, kid string) error {
 	tctx, cancel := context.WithTimeout(ctx, b.Timeout)
 	defer cancel()
-	var missing []string
-	logged := ""
-	for {
-		cli, err := b.Client(tctx)
-		var resp *clientv3.GetResponse
-		if err == nil {
-			resp, err = cli.Get(tctx, b.Prefix, clientv3.WithPrefix())
-		}
-		if err != nil {
-			if tctx.Err() != nil {
-				break
-			}
-			b.Log.WithError(err).Warn("trust barrier: records unreadable; retrying")
-			select {
-			case <-tctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		kvs := map[string][]byte{}
-		for _, kv := range resp.Kvs {
-			if h, ok := strings.CutPrefix(string(kv.Key), b.Prefix); ok && h != "" && !strings.Contains(h, "/") {
-				kvs[h] = kv.Value
-			}
-		}
-		missing = Missing(kvs, kid)
-		if len(missing) == 0 {
-			return nil
-		}
-		if m := strings.Join(missing, ", "); m != logged {
-			logged = m
-			b.Log.WithField("kid", kid).WithField("hosts", missing).Info("trust barrier: waiting for these hosts' apiservers to fetch the key")
-		}
-		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(tctx))
-		wch := cli.Watch(wctx, b.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		select {
-		case <-wch:
-		case <-tctx.Done():
-		}
-		wcancel()
-		if tctx.Err() != nil {
-			break
-		}
+	_, err := trust.Wait(tctx, nil, trust.WaitOptions{
+		Prefixes: trust.Prefixes{Trust: b.Prefix}, Among: trust.Recorded, Keys: []string{kid},
+		Client: b.Client, Log: b.Log,
+	})
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return &NotTrustedError{KeyID: kid, Hosts: missing, After: b.Timeout}
-}
-
-// IsNotTrusted reports a barrier timeout.
-func IsNotTrusted(err error) bool {
-	var e *NotTrustedError
-	return errors.As(err, &e)
+	return err
 }

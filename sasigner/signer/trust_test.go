@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"crypto/elliptic"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -15,18 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/trust"
 )
-
-func TestMissing(t *testing.T) {
-	rec := func(kids ...string) []byte { b, _ := json.Marshal(trust.Record{Host: "x", Trusted: kids}); return b }
-	kvs := map[string][]byte{
-		"a": rec("k1", "k2"), "b": rec("k1"), "c": []byte("garbled"), "d": rec("k2"),
-	}
-	if got := Missing(kvs, "k2"); !slices.Equal(got, []string{"b", "c"}) {
-		t.Errorf("Missing = %v, want [b c] (a garbled record trusts nothing)", got)
-	}
-}
 
 func quietLog(t testing.TB) logrus.FieldLogger {
 	l := logrus.New()
@@ -35,8 +25,11 @@ func quietLog(t testing.TB) logrus.FieldLogger {
 }
 
 // TestBarrierWaitsForEveryRecord: the barrier passes only once every
-// host's record lists the key, wakes on the record's change, and times
-// out naming the hosts still missing.
+// host's record lists the key (these hosts publish no key: a record is
+// enough to be waited for), wakes on the record's change, and times out
+// naming the hosts still missing; a garbled record trusts nothing, a key
+// deeper than PREFIX/HOST is no host's record; an etcd client not yet
+// connected is asked again.
 func TestBarrierWaitsForEveryRecord(t *testing.T) {
 	e := etcdtest.Start(t)
 	cli := e.Client(t)
@@ -70,9 +63,38 @@ func TestBarrierWaitsForEveryRecord(t *testing.T) {
 
 	short := &Barrier{Client: clientFn, Prefix: "/trust/", Timeout: 300 * time.Millisecond, Log: quietLog(t)}
 	err := short.Wait(context.Background(), "newer")
-	var nt *NotTrustedError
+	var nt *trust.NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"m1", "m2", "m3"}) {
 		t.Fatalf("timeout: %v, want NotTrustedError naming m1, m2, m3", err)
+	}
+
+	e.Put(t, "/trust/m4", "garbled")
+	e.Put(t, "/trust/m5/old", "not a host's record")
+	if err := short.Wait(context.Background(), "new"); !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"m4"}) {
+		t.Fatalf("with a garbled record: %v, want NotTrustedError naming m4 only", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Wait(ctx, "newer"); err != context.Canceled {
+		t.Fatalf("cancelled: %v, want context.Canceled", err)
+	}
+
+	if _, err := cli.Delete(context.Background(), "/trust/m4"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	notYet := func(context.Context) (*clientv3.Client, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 1 {
+			return nil, errors.New("etcd not reachable yet")
+		}
+		return cli, nil
+	}
+	late := &Barrier{Client: notYet, Prefix: "/trust/", Timeout: 30 * time.Second, Log: quietLog(t)}
+	if err := late.Wait(context.Background(), "new"); err != nil || calls != 2 {
+		t.Fatalf("client unavailable at first: %v after %d calls, want nil after 2", err, calls)
 	}
 }
 
@@ -88,7 +110,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	defer cancel()
 	go r.Run(ctx)
 
-	sk := mustSigningKey(t, ecKey(t, elliptic.P256()))
+	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(nil, sk)
 	r.Fetched(ks.Snapshot())
 	first := <-written
@@ -104,7 +126,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	// The same set fetched again: no write. A new set: one write.
 	r.Fetched(ks.Snapshot())
 	r.Fetched(ks.Snapshot())
-	h1 := keyOf(t, &rsaKey(t).PublicKey)
+	h1 := keyOf(t, &keytest.RSA(t, 2048).PublicKey)
 	ks.SetHost("h1", []Key{h1})
 	r.Fetched(ks.Snapshot())
 	second := <-written
@@ -151,7 +173,7 @@ func TestRecorderNamesControllerManagerKey(t *testing.T) {
 		}
 	}
 
-	ks := NewKeySet(nil, mustSigningKey(t, ecKey(t, elliptic.P256())))
+	ks := NewKeySet(nil, mustSigningKey(t, keytest.EC(t)))
 	r.Fetched(ks.Snapshot())
 	if rec := next(); rec.ControllerManagerSigning != "OLDKID" {
 		t.Fatalf("record %+v, want controller_manager_signing OLDKID", rec)

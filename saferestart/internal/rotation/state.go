@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/keysync/confd/internal/etcdkey"
 )
 
 // DefaultPrefix is where rotation state lives: PREFIX/HOST/state and, while
@@ -72,12 +73,8 @@ type EtcdStore struct {
 	Host   string
 }
 
-func hostKey(prefix, host, leaf string) string {
-	return strings.TrimSuffix(prefix, "/") + "/" + host + "/" + leaf
-}
-
 // Key is the state's etcd key.
-func (s *EtcdStore) Key() string { return hostKey(s.Prefix, s.Host, "state") }
+func (s *EtcdStore) Key() string { return etcdkey.Join(s.Prefix, s.Host, "state") }
 
 // Load returns the stored state, nil when there is none.
 func (s *EtcdStore) Load(ctx context.Context) (*State, error) {
@@ -139,7 +136,7 @@ func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self strin
 	if err != nil {
 		return nil, fmt.Errorf("rotation claim: etcd session: %w", err)
 	}
-	key := hostKey(prefix, host, "owner")
+	key := etcdkey.Join(prefix, host, "owner")
 	val, _ := json.Marshal(owner{Host: self, PID: os.Getpid(), Started: time.Now().UTC()})
 	deadline := time.Now().Add(wait)
 	for {
