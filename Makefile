@@ -78,27 +78,33 @@ test: etcd kube-apiserver kube-controller-manager build fmt-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) rehearsal
 
-# Three masters on one machine running the shipped examples with real
-# kube-apiservers on one TLS etcd (rehearsal/README.md). Never skipped:
-# without kube-apiserver or etcd it fails.
+# Three fleets of three masters on one machine, side by side, running the
+# shipped examples with real kube-apiservers, each fleet on a TLS etcd of
+# its own (rehearsal/README.md). Never skipped: without kube-apiserver or
+# etcd it fails.
 REHEARSAL_RUN  ?= TestRehearsal
-rehearsal: etcd kube-apiserver kube-controller-manager build
-	KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
+REHEARSAL_TEST = KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
 	KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/.tools/bin/kube-controller-manager \
-		$(GO) test -tags rehearsal -count=1 -timeout 30m -parallel 3 -v -run '$(REHEARSAL_RUN)' ./rehearsal/
+	$(GO) test -tags rehearsal -count=1 -timeout 30m -parallel 3 -v ./rehearsal/
+rehearsal: etcd kube-apiserver kube-controller-manager build
+	$(REHEARSAL_TEST) -run '$(REHEARSAL_RUN)'
 
 # The rehearsal's core scenarios, run on every tested etcd server (3.4 where
-# it exists, as integration-all does).
+# it exists, as integration-all does), side by side as the fleets of one
+# rehearsal are; each version's log is printed whole once all have ended.
 # Anchored, so that only the first fleet runs and `rotate` leaves out
 # rotate-abort and rotate-rollback; \z, not a dollar sign, which make would
 # expand.
 REHEARSAL_CORE ?= TestRehearsal\z/^(fresh|converged|rotate|bad-keys|own-key-missing)\z
-rehearsal-core-all: etcd kube-apiserver build
-	@for d in $(foreach v,$(ETCD_VERSIONS),$(CURDIR)/.tools/etcd-$(v)/) $(ETCD34_DIR); do \
+rehearsal-core-all: etcd kube-apiserver kube-controller-manager build
+	@logs=$$(mktemp -d); pids=""; n=0; \
+	for d in $(foreach v,$(ETCD_VERSIONS),$(CURDIR)/.tools/etcd-$(v)/) $(ETCD34_DIR); do \
 		if [ ! -x $${d}etcd ]; then echo "!! SKIPPED: the rehearsal's core scenarios on etcd 3.4: no $${d}etcd"; continue; fi; \
-		echo "== rehearsal core scenarios on $$($${d}etcd --version | head -1)"; \
-		$(MAKE) --no-print-directory rehearsal ETCD_BIN_DIR=$$d REHEARSAL_RUN='$(REHEARSAL_CORE)' || exit 1; \
-	done
+		n=$$((n+1)); echo "== rehearsal core scenarios on $$($${d}etcd --version | head -1)" >$$logs/$$n; \
+		ETCD_BIN_DIR=$$d $(REHEARSAL_TEST) -run '$(REHEARSAL_CORE)' >>$$logs/$$n 2>&1 & pids="$$pids $$!"; \
+	done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	cat $$logs/*; rm -rf $$logs; exit $$rc
 
 # Every package's tests but the integration tests. Tests that need an etcd
 # server find the ones `make etcd` built, never one that happens to be on
