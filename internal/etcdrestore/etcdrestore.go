@@ -65,7 +65,8 @@ type Restored struct {
 	// Seen is the newest header seen before.
 	Seen Header
 	// Current is the header that told, or for Compacted the oldest
-	// revision the store still keeps (its cluster ID unknown).
+	// revision the store still keeps (0 if not known; its cluster ID
+	// unknown).
 	Current Header
 }
 
@@ -74,7 +75,11 @@ func (r *Restored) Error() string {
 	case ClusterChanged:
 		return fmt.Sprintf("etcd answers with cluster ID %x, not %x as before (restored with a new cluster token, rebuilt, or another cluster behind the endpoints?)", r.Current.ClusterID, r.Seen.ClusterID)
 	case Compacted:
-		return fmt.Sprintf("etcd is compacted at revision %d, past revision %d seen before (restored with --mark-compacted, or compacted during the outage)", r.Current.Revision, r.Seen.Revision)
+		at := ""
+		if r.Current.Revision != 0 {
+			at = fmt.Sprintf(" at revision %d", r.Current.Revision)
+		}
+		return fmt.Sprintf("etcd is compacted%s, past revision %d seen before (restored with --mark-compacted, or compacted during an outage)", at, r.Seen.Revision)
 	default:
 		return fmt.Sprintf("etcd is at revision %d, lower than revision %d seen before (restored from a snapshot or rebuilt?)", r.Current.Revision, r.Seen.Revision)
 	}
@@ -119,9 +124,9 @@ func (d *Detector) Check(h Header, ordered bool) *Restored {
 }
 
 // Compaction is a watch from a revision after one seen, or a read at a
-// revision seen, refused because the store is compacted at compactRev:
-// revisions the reader had not read are gone. The detector starts over
-// from compactRev.
+// revision seen, refused because the store is compacted at compactRev (0:
+// not said, as a read's ErrCompacted does not): revisions the reader had
+// not read are gone. The detector starts over from compactRev.
 func (d *Detector) Compaction(compactRev int64) *Restored {
 	r := &Restored{Evidence: Compacted, Seen: d.seen, Current: Header{Revision: compactRev}}
 	d.seen.Revision = max(d.seen.Revision, compactRev)

@@ -60,6 +60,9 @@ func TestCompaction(t *testing.T) {
 	if !strings.Contains(r.Error(), "compacted at revision 1000, past revision 10") {
 		t.Errorf("message %q", r.Error())
 	}
+	if m := (&Restored{Evidence: Compacted, Seen: Header{1, 10}}).Error(); !strings.HasPrefix(m, "etcd is compacted, past revision 10 seen before") {
+		t.Errorf("compaction revision unknown: %q", m)
+	}
 	// --bump-revision: the restored store answers above the compaction.
 	if r := d.Check(Header{1, 1001}, true); r != nil {
 		t.Errorf("after the compaction: %v", r)
