@@ -128,9 +128,12 @@ func TestFollowRestoredEtcd(t *testing.T) {
 	f.waitForEtcd(t, "before the restore", cli, sk)
 
 	e.Kill()
+	killed := time.Now()
 	e.RestoreBackup(t, backup)
+	back := time.Now()
 	e.Put(t, "/keys/h3", publicPEM(t, &k3.PublicKey))
 	f.waitForEtcd(t, "after the restore and a new publish", cli, sk)
+	t.Logf("etcd down %s; restored set served %s after etcd was back", back.Sub(killed).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	f.waitLog(t, "etcd restore detected", fmt.Sprintf("lower than revision %d seen before", del.Header.Revision))
 	f.waitLog(t, "etcd restore handled: key set re-read at revision")
 	if n := f.restores(t, "revision"); n != 1 {
