@@ -14,6 +14,7 @@ import (
 	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
+	"github.com/keysync/confd/internal/etcdrestore"
 )
 
 // The watch's types are backends', which links no etcd or gRPC.
@@ -321,7 +322,11 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	go c.openRanges(wctx, w, planRanges(watchKeys(keys), limit), start, send)
 
 	var ranges []*watchRange
-	var pos, seen []int64 // per range: delivered up to; highest header
+	var pos []int64 // per range: delivered up to
+	// Per range, the headers seen: one range's answers come in order on
+	// one stream, so a lower revision is a restore (etcdrestore, shared
+	// with the signer). Only revisions are compared, as confd always did.
+	var seen []etcdrestore.Detector
 	allOpen := false
 	resume := func() int64 {
 		if !allOpen || len(pos) == 0 {
@@ -335,7 +340,8 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		r := ranges[a.i]
 		resp := a.resp
 		if resp.CompactRevision != 0 {
-			return fmt.Errorf("%w (oldest revision kept is %d)", ErrCompacted, resp.CompactRevision)
+			r := seen[a.i].Compaction(resp.CompactRevision)
+			return fmt.Errorf("%w (oldest revision kept is %d)", ErrCompacted, r.Current.Revision)
 		}
 		if err := resp.Err(); err != nil {
 			return fmt.Errorf("watch of %q: %w", r.key, err)
@@ -343,11 +349,8 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		if resp.Canceled {
 			return fmt.Errorf("watch of %q canceled by etcd: %s", r.key, cancelReason(resp))
 		}
-		if rev := resp.Header.GetRevision(); rev > 0 {
-			if rev < seen[a.i] {
-				return &RevisionBehindError{Current: rev, Seen: seen[a.i]}
-			}
-			seen[a.i] = rev
+		if r := seen[a.i].Check(etcdrestore.Header{Revision: resp.Header.GetRevision()}, true); r != nil {
+			return &RevisionBehindError{Current: r.Current.Revision, Seen: r.Seen.Revision}
 		}
 		if resp.Created {
 			return nil // the range is open; it is not synced yet
@@ -436,11 +439,17 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				return fmt.Errorf("%s: %w", where, a.err)
 			case a.done:
 				allOpen = true
-				fn(WatchEvent{Revision: slices.Max(append(seen, afterRev)), Resume: resume()})
+				top := afterRev
+				for i := range seen {
+					top = max(top, seen[i].Seen().Revision)
+				}
+				fn(WatchEvent{Revision: top, Resume: resume()})
 			case a.opened != nil:
 				ranges = append(ranges, a.opened)
 				pos = append(pos, afterRev)
-				seen = append(seen, afterRev)
+				var d etcdrestore.Detector
+				d.Check(etcdrestore.Header{Revision: afterRev}, true)
+				seen = append(seen, d)
 			case a.closed:
 				return fmt.Errorf("%s: watch of %q closed by the client", where, ranges[a.i].key)
 			default:

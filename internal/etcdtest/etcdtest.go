@@ -278,6 +278,19 @@ func (s *Server) Stop() {
 	}
 }
 
+// Kill ends etcd with SIGKILL, as a crash or `kill -9` does, and waits
+// for it; Restart or RestoreBackup starts it again.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 // Restart stops etcd and starts it again on the same ports and data.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 // network partition between one client and etcd would.
 type Proxy struct {
 	t      testing.TB
-	target string
+	target string // guarded by mu
 	scheme string
 	addr   string
 
@@ -95,6 +95,18 @@ func (p *Proxy) untrack(c net.Conn) {
 	delete(p.conns, c)
 }
 
+// Retarget sends the connections made from now on to target (as in
+// NewProxy): Cut, Retarget and Restore put another etcd behind the same
+// address, as a DNS name or load balancer moved to a new cluster does.
+func (p *Proxy) Retarget(target string) {
+	if u, err := url.Parse(target); err == nil && u.Host != "" {
+		target = u.Host
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // Restore ends a Cut: the proxy listens on the same address again, as a
 // healed partition. It fails the test if the port was taken meanwhile.
 func (p *Proxy) Restore() {
@@ -132,7 +144,10 @@ func (p *Proxy) serve(in net.Conn) {
 		return
 	}
 	defer p.untrack(in)
-	out, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	out, err := net.Dial("tcp", target)
 	if err != nil {
 		_ = in.Close()
 		return

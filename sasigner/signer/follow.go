@@ -4,20 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdkey"
+	"github.com/keysync/confd/internal/etcdrestore"
 )
 
 // Follower keeps a KeySet's published keys current from one etcd prefix:
 // a read of the whole prefix, then one watch from the revision after it;
-// a broken watch (etcd down, compaction, lost leader) is followed by a new
-// read. While etcd cannot be read the set is left as it is: a signer never
-// serves fewer keys because etcd is down.
+// a broken watch (etcd down, a lost connection, compaction, lost leader)
+// is followed by a new read. While etcd cannot be read the set is left as
+// it is: a signer never serves fewer keys because etcd is down.
+//
+// An etcd restored from an older snapshot is noticed (etcdrestore: a
+// revision lower than one seen, another cluster ID, or a compaction past
+// the revisions seen), logged when noticed and when the set was read
+// again, and counted. Without that, a watch resumed by clientv3 after a
+// short outage waited for revisions above the old ones: the signer served
+// keys the restored etcd no longer held and never saw new ones (issue 34).
 type Follower struct {
 	// Connect returns the etcd client (etcdclient.New); it is called until
 	// it succeeds, the signer serving the cached set meanwhile.
@@ -48,6 +59,15 @@ type Follower struct {
 	// when it starts, once when it ends).
 	bad  map[string]bool
 	down bool
+
+	// mu guards restore, which the probe feeds too.
+	mu      sync.Mutex
+	restore etcdrestore.Detector
+	// restoring is the restore noticed and not yet followed by a read of
+	// the whole prefix.
+	restoring *etcdrestore.Restored
+	// listed: the prefix was read before; a new read is a re-read.
+	listed bool
 }
 
 // NormalizePrefix is etcdkey.Dir, for the command line that names it.
@@ -106,6 +126,12 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			f.setDown(down.err)
 			continue
 		}
+		var restored *etcdrestore.Restored
+		if errors.As(err, &restored) {
+			f.Metrics.incWatchRestart()
+			f.restored(restored)
+			continue
+		}
 		if ctx.Err() == nil {
 			f.Log.WithError(err).Warn("etcd watch of the published keys ended; reading the prefix again")
 			f.Metrics.incWatchRestart()
@@ -138,38 +164,120 @@ func (f *Follower) setUp() {
 	}
 }
 
+// restored logs and counts a restore noticed; the next read of the prefix
+// ends it.
+func (f *Follower) restored(r *etcdrestore.Restored) {
+	f.Metrics.incRestore(r.Evidence)
+	f.restoring = r
+	f.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected: " + r.Error() + "; re-reading the whole key set")
+}
+
+// check compares a response header with those seen (etcdrestore.Detector.Check).
+func (f *Follower) check(h etcdrestore.Header, ordered bool) *etcdrestore.Restored {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restore.Check(h, ordered)
+}
+
 // list reads the whole prefix and replaces the published keys.
+//
+// A read after the first is also where a restore shows when the watch
+// ended for another reason (a lost connection, as when etcd was stopped
+// and started on a restored data directory): a count-only read at the
+// newest revision seen finds a store compacted past it (a restore with
+// --mark-compacted, however many writes followed), and the read's header
+// is compared with the headers seen (a revision gone back, another
+// cluster). The read that tells is itself the re-read of the restored
+// store: a linearizable read of the whole prefix, its revision the one the
+// next watch starts after.
 func (f *Follower) list(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.RequestTimeout)
 	defer cancel()
+	var r *etcdrestore.Restored
+	f.mu.Lock()
+	seen := f.restore.Seen().Revision
+	f.mu.Unlock()
+	if f.listed && seen > 0 {
+		_, err := f.client.Get(rctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(seen))
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			f.mu.Lock()
+			r = f.restore.Compaction(0)
+			f.mu.Unlock()
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			// The revision went back: the read below tells.
+		case err != nil:
+			return 0, fmt.Errorf("read %s at revision %d: %w", f.Prefix, seen, err)
+		}
+	}
 	resp, err := f.client.Get(rctx, f.Prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", f.Prefix, err)
 	}
-	seen := map[string]bool{}
+	// Linearizable: its revision is at least any revision etcd had
+	// reached before, unless etcd went back.
+	if back := f.check(etcdrestore.HeaderOf(resp.Header), true); back != nil {
+		r = back
+	}
+	if r != nil {
+		f.restored(r)
+	}
+	f.listed = true
+	hosts := map[string]bool{}
 	for _, kv := range resp.Kvs {
 		host := etcdkey.Host(f.Prefix, string(kv.Key))
 		if host == "" {
 			continue
 		}
-		seen[host] = true
+		hosts[host] = true
 		f.accept(host, string(kv.Key), kv.Value)
 	}
 	for host := range f.good {
-		if !seen[host] {
+		if !hosts[host] {
 			f.withdraw(host)
 		}
 	}
 	f.Keys.Replace(f.good)
+	if r := f.restoring; r != nil {
+		f.restoring = nil
+		f.Log.WithField("evidence", string(r.Evidence)).WithField("keys", len(f.Keys.Snapshot().Keys)).
+			Infof("etcd restore handled: key set re-read at revision %d", resp.Header.Revision)
+	}
 	return resp.Header.Revision, nil
 }
 
 // watch applies changes from rev+1 until the watch breaks.
+//
+// A lost connection ends it at once: clientv3 would resume it silently
+// from the last revision it delivered, and on an etcd restored meanwhile
+// that watch waits for revisions the restored store may reach only much
+// later, with other changes. Ended, it is followed by a read of the whole
+// prefix, which tells the restore and reads the restored keys.
 func (f *Follower) watch(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancelCause(clientv3.WithRequireLeader(ctx))
+	var cancel context.CancelCauseFunc
+	lost := etcdclient.WithStreamErrors(ctx, func(err error) {
+		cancel(fmt.Errorf("watch stream ended (connection lost?): %w", err))
+	})
+	wctx, cancel := context.WithCancelCause(clientv3.WithRequireLeader(lost))
 	defer cancel(nil)
+	// A watcher of its own: clientv3 shares a stream among watches with
+	// the same metadata, and a stream opened by another user of the
+	// client (the trust barrier's watch) would not carry lost's callback.
+	w := clientv3.NewWatcher(f.client)
+	defer func() { _ = w.Close() }()
 	go f.probe(wctx, cancel)
-	for wr := range f.client.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+	for wr := range w.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if wr.CompactRevision != 0 {
+			f.mu.Lock()
+			r := f.restore.Compaction(wr.CompactRevision)
+			f.mu.Unlock()
+			return r
+		}
+		// Not ordered: after a reconnect clientv3 may have resumed the
+		// watch on another member, which can lag a little.
+		if r := f.check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
+			return r
+		}
 		if err := wr.Err(); err != nil {
 			if c := context.Cause(wctx); c != nil {
 				return c
@@ -209,11 +317,19 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
-		_, err := f.client.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
+		resp, err := f.client.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
 		pcancel()
 		if err != nil && wctx.Err() == nil {
 			cancel(&probeError{err})
 			return
+		}
+		// Serializable, from any member: its cluster ID tells, its
+		// revision is only recorded (a member may lag).
+		if err == nil {
+			if r := f.check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
+				cancel(r)
+				return
+			}
 		}
 	}
 }

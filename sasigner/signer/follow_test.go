@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -21,20 +22,33 @@ type follow struct {
 	changes chan *Snapshot
 	etcd    chan bool
 	synced  chan struct{}
+	log     *syncBuffer
+	metrics *Metrics
 }
 
-func startFollower(t *testing.T, endpoint string, ks *KeySet) *follow {
+// startFollower follows endpoint into ks; opts change the Follower before
+// it runs.
+func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Follower)) *follow {
 	t.Helper()
-	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), etcd: make(chan bool, 10), synced: make(chan struct{})}
+	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), etcd: make(chan bool, 10), synced: make(chan struct{}), log: &syncBuffer{}, metrics: NewMetrics()}
 	ks.OnChange(func(s *Snapshot) { f.changes <- s })
 	log := logrus.New()
-	log.SetOutput(testWriter{t})
+	log.SetOutput(io.MultiWriter(testWriter{t}, f.log))
 	fl := &Follower{
 		Connect: func(ctx context.Context) (*clientv3.Client, error) {
 			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{endpoint}, DialTimeout: time.Second})
 		},
 		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
-		OnEtcd: func(up bool) { f.etcd <- up },
+		OnEtcd: func(up bool) {
+			select {
+			case f.etcd <- up:
+			default: // a test that does not read them
+			}
+		},
+		Metrics: f.metrics,
+	}
+	for _, o := range opts {
+		o(fl)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/keysync/confd/internal/etcdrestore"
 )
 
 // Metrics counts what the signer does (names kube_apiserver_sa_signer_...).
@@ -19,6 +21,7 @@ type Metrics struct {
 	etcdUp     prometheus.Gauge
 	rejected   prometheus.Counter
 	restarts   prometheus.Counter
+	restores   *prometheus.CounterVec
 	cacheFails prometheus.Counter
 	recordErrs *prometheus.CounterVec
 }
@@ -41,11 +44,16 @@ func NewMetrics() *Metrics {
 		Help: "Published values refused by the check (the host's previous keys stay served)."})
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "watch_restarts_total",
 		Help: "Times the etcd watch broke and the prefix was read again."})
+	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
+		Help: "Times etcd was found restored and the whole key set read again, by evidence: revision (lower than one seen), cluster (another cluster ID), compacted (past the revisions seen: a restore with --mark-compacted, or a compaction during an outage)."}, []string{"evidence"})
+	for _, e := range []etcdrestore.Evidence{etcdrestore.RevisionBack, etcdrestore.ClusterChanged, etcdrestore.Compacted} {
+		m.restores.WithLabelValues(string(e)) // shown at 0 before the first restore
+	}
 	m.cacheFails = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "cache_write_failures_total",
 		Help: "Failed writes of the key cache file."})
 	m.recordErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "trust_record_errors_total",
 		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.cacheFails, m.recordErrs,
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,6 +102,12 @@ func (m *Metrics) incRejected() {
 func (m *Metrics) incWatchRestart() {
 	if m != nil {
 		m.restarts.Inc()
+	}
+}
+
+func (m *Metrics) incRestore(e etcdrestore.Evidence) {
+	if m != nil {
+		m.restores.WithLabelValues(string(e)).Inc()
 	}
 }
 
