@@ -3,12 +3,15 @@ package apply
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/runner"
 )
 
@@ -52,12 +55,38 @@ func (e *CommandError) Unwrap() error { return e.Result.Err }
 // that a command printing megabytes cannot flood the log.
 const maxLoggedLines = 1000
 
+// maxSecretsFile bounds how much of a file commandSecrets reads.
+const maxSecretsFile = 16 << 20
+
+// commandSecrets are the private keys in the files a command is about (the
+// staged file, the live one), whose base64 encodings are masked in its
+// output at any offset and wrapping (redact.Known); nil if there are none.
+// A file that cannot be read adds none.
+func commandSecrets(paths ...string) *redact.Secrets {
+	var vals [][]byte
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(f, maxSecretsFile))
+		_ = f.Close()
+		vals = append(vals, redact.KeySecrets(b)...)
+	}
+	return redact.NewSecrets(vals...)
+}
+
 // runCommand runs one check_cmd or reload_cmd under /bin/sh -c, logging
-// each output line as it arrives through logLine.
-func (r *File) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
+// each output line as it arrives through logLine; the private keys of
+// files (see commandSecrets) are masked in it in every base64 shape.
+func (r *File) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, files []string, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
 	lines := 0
 	res := r.s.runner().Run(ctx, runner.Spec{
 		Argv:    runner.Shell(cmd),
+		Secrets: commandSecrets(files...),
 		Env:     logfmt.ChildEnv(r.s.CommandEnv, r.File),
 		Timeout: timeout,
 		Grace:   r.s.CommandGrace,

@@ -238,7 +238,7 @@ func (r *File) check(ctx context.Context, stage string, log logrus.FieldLogger) 
 		return fmt.Errorf("%s: confd is stopping: check_cmd was not started; %s left unchanged", r.File, r.Dest)
 	}
 	log.Debugf("Running check_cmd %s", cmd)
-	if err := r.runCommand(ctx, "check_cmd", cmd, r.CheckTimeout, log.Debugf, log); err != nil {
+	if err := r.runCommand(ctx, "check_cmd", cmd, r.CheckTimeout, []string{stage, r.Dest}, log.Debugf, log); err != nil {
 		return fmt.Errorf("%s: check_cmd failed, %s left unchanged: %w", r.File, r.Dest, err)
 	}
 	return nil
@@ -270,7 +270,7 @@ func (r *File) reload(ctx context.Context, stage string, log logrus.FieldLogger)
 		return fmt.Errorf("%s: %s is updated, but confd is stopping: its reload_cmd was not started; it is owed and will be retried on the next run", r.File, r.Dest)
 	}
 	log.Debugf("Running reload_cmd %s", cmd)
-	if err := r.runCommand(ctx, "reload_cmd", cmd, r.ReloadTimeout, log.Infof, log); err != nil {
+	if err := r.runCommand(ctx, "reload_cmd", cmd, r.ReloadTimeout, []string{r.Dest}, log.Infof, log); err != nil {
 		return fmt.Errorf("%s: %s is updated, but reload_cmd failed; it is owed and will be retried on the next run: %w", r.File, r.Dest, err)
 	}
 	if err := r.s.writer().ClearOwed(r.Dest); err != nil {

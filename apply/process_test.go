@@ -291,7 +291,7 @@ func TestCommandTimeoutKillsProcessGroup(t *testing.T) {
 	f := newFixture(t, "")
 	f.s.CommandGrace = 100 * time.Millisecond
 	r := f.load()
-	err := r.runCommand(context.Background(), "check_cmd", "exec env --ignore-signal=TERM sh -c 'sleep 60 & echo $! > "+pidFile+"; wait'", 300*time.Millisecond, t.Logf, f.s.Logger())
+	err := r.runCommand(context.Background(), "check_cmd", "exec env --ignore-signal=TERM sh -c 'sleep 60 & echo $! > "+pidFile+"; wait'", 300*time.Millisecond, nil, t.Logf, f.s.Logger())
 	var ce *CommandError
 	if !errors.As(err, &ce) || !ce.Result.TimedOut || !ce.Result.Killed || !strings.Contains(err.Error(), "did not finish within 300ms") {
 		t.Fatalf("error = %v", err)

@@ -100,6 +100,10 @@ type Spec struct {
 	// OnLine receives every output line (without its newline, redacted,
 	// at most MaxLine bytes) as it arrives. Calls are serialised.
 	OnLine func(s Stream, line string)
+	// Secrets, when set, are values whose base64 encodings are masked in
+	// the output too (redact.Known), whatever the wrapping: the private
+	// keys of the files the command is about.
+	Secrets *redact.Secrets
 	// Stdout and Stderr, when set, receive the same redacted lines with a
 	// newline each, for callers that pass output through.
 	Stdout, Stderr io.Writer
@@ -441,6 +445,8 @@ func (p *Process) read(s Stream, f *os.File) {
 	br := bufio.NewReaderSize(pipeReader{f: f, c: p.out, s: s}, MaxLine)
 	var filter redact.Lines
 	emit := func(text string) { p.out.line(s, text) }
+	known := redact.NewKnown(p.spec.Secrets)
+	toFilter := func(text string) { filter.Push(text, emit) }
 	for {
 		line, err := br.ReadSlice('\n')
 		text := string(line)
@@ -459,10 +465,11 @@ func (p *Process) read(s Stream, f *os.File) {
 			if cut > 0 {
 				text += fmt.Sprintf(" [%d more bytes of this line dropped]", cut)
 			}
-			filter.Push(text, emit)
+			known.Push(text, toFilter)
 		}
 		if err != nil {
 			// Lines of a base64 block are held until it ends: here.
+			known.Flush(toFilter)
 			filter.Flush(emit)
 			return
 		}
