@@ -18,7 +18,7 @@ DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check bench bench-smoke demo install clean
+.PHONY: all build etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check lint bench bench-smoke demo install clean
 
 all: build
 
@@ -69,6 +69,35 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# Static checks beyond vet: staticcheck's default checks, and functions that
+# nothing reaches from the three commands, the bench harness or any test
+# (deadcode -test): the tests are part of the product, so a helper only a
+# test calls is alive, and one nothing calls is not. Both see the files
+# behind the rehearsal's and the bench smoke test's build tags, so that what
+# only those use is not reported; not the race tag, which would rebuild the
+# standard library and every dependency with it for one init. The tools
+# are built from the Go module proxy at pinned versions into .tools/bin,
+# one file per version, so that a version bump rebuilds them.
+STATICCHECK_VERSION ?= v0.8.2
+DEADCODE_VERSION    ?= v0.53.0
+LINT_TAGS           := rehearsal,benchsmoke
+STATICCHECK := .tools/bin/staticcheck@$(STATICCHECK_VERSION)
+DEADCODE    := .tools/bin/deadcode@$(DEADCODE_VERSION)
+
+.tools/bin/staticcheck@%:
+	GOFLAGS=-mod=mod GOBIN=$(CURDIR)/.tools/bin/.install-staticcheck $(GO) install honnef.co/go/tools/cmd/staticcheck@$*
+	mv .tools/bin/.install-staticcheck/staticcheck $@ && rmdir .tools/bin/.install-staticcheck
+
+.tools/bin/deadcode@%:
+	GOFLAGS=-mod=mod GOBIN=$(CURDIR)/.tools/bin/.install-deadcode $(GO) install golang.org/x/tools/cmd/deadcode@$*
+	mv .tools/bin/.install-deadcode/deadcode $@ && rmdir .tools/bin/.install-deadcode
+
+lint: $(STATICCHECK) $(DEADCODE)
+	$(STATICCHECK) -tags $(LINT_TAGS) ./...
+	@echo "$(DEADCODE) -tags $(LINT_TAGS) -test ./..."
+	@out=$$($(DEADCODE) -tags $(LINT_TAGS) -test ./...) || exit 1; \
+	if [ -n "$$out" ]; then echo "unreachable from the commands, the bench and the tests (deadcode -test):"; echo "$$out"; exit 1; fi
 
 # Every unit and integration test once, under the race detector (the lock,
 # watch and command code is concurrent, and a race found here costs less
@@ -135,7 +164,7 @@ race: etcd kube-apiserver
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # The performance harness: its own etcd, every target's scenario several
-# times, one table into bench/results.md and docs/performance.md.
+# times, one table into bench/results.md's results block.
 # CONFD_REF=path runs confd 0.16 beside ours, CONFD_FORK=path the maintained
 # fork (abtreece/confd) in target 1.
 # Then the Go benchmarks (allocations included).

@@ -3,7 +3,7 @@
 // etcdctl and etcd itself take for the same work in the same run (and,
 // with CONFD_REF=path, beside another confd binary run with the same
 // flags on the same data). It prints one table and writes it, with the
-// machine it ran on, to bench/results.md.
+// machine it ran on, into the results block of bench/results.md.
 //
 //	go run ./bench [-runs 5] [-smoke] [-only flat,values,dirs,watch,idle,burst,restart,tenfold]
 package main
@@ -32,7 +32,6 @@ type config struct {
 	Smoke       bool
 	Only        map[string]bool // scenarios to run; empty: all
 	Out         string          // results file; empty: none
-	Docs        string          // docs page whose results block is replaced; empty: none
 	WorkDir     string
 	Root        string // module root, where bench/launcher is built from
 
@@ -76,8 +75,7 @@ func main() {
 	flag.IntVar(&c.Runs, "runs", 5, "runs of each one-shot scenario (and rounds of the daemon ones)")
 	flag.BoolVar(&c.Smoke, "smoke", false, "tiny data, one run: proves the harness works (CI), measures nothing")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios: flat,values,dirs,watch,idle,burst,restart,tenfold")
-	flag.StringVar(&c.Out, "out", filepath.Join(root, "bench", "results.md"), "results file (empty: none)")
-	flag.StringVar(&c.Docs, "docs", filepath.Join(root, "docs", "performance.md"), "docs page whose results block gets the table (empty: none; never in -smoke or -only runs)")
+	flag.StringVar(&c.Out, "out", filepath.Join(root, "bench", "results.md"), "results file: the table replaces its results block, or the whole file when it has none (empty: none)")
 	flag.Parse()
 	c.Only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
@@ -173,13 +171,7 @@ func runBench(ctx context.Context, c config) (*report, error) {
 	}
 	rep.machine.loadEnd = loadAvg()
 	if c.Out != "" {
-		if err := os.WriteFile(c.Out, []byte(rep.markdown()), 0o644); err != nil {
-			return rep, err
-		}
-	}
-	// Only a full run of every scenario stands for the docs' numbers.
-	if c.Docs != "" && !c.Smoke && len(c.Only) == 0 && len(failed) == 0 {
-		if err := spliceResults(c.Docs, rep.markdown()); err != nil {
+		if err := writeResults(c.Out, rep.markdown()); err != nil {
 			return rep, err
 		}
 	}

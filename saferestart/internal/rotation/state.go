@@ -176,9 +176,6 @@ func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self strin
 	}
 }
 
-// Key is the claim's etcd key.
-func (c *Claim) Key() string { return c.key }
-
 // Lost is closed when the claim's lease is gone.
 func (c *Claim) Lost() <-chan struct{} { return c.sess.Done() }
 

@@ -1,0 +1,5 @@
+// Package doccheck holds tests that keep the docs true to the code: the
+// package table of docs/architecture.md against the module's packages.
+// They read files only (no etcd, no built binary), so they run in
+// `make unit` as well as in `make test`.
+package doccheck
