@@ -48,7 +48,7 @@ func renderedKeys(t *testing.T) []renderedKey {
 		vals      []*big.Int
 	}{
 		{"rsa2048", "PRIVATE KEY", p8, []*big.Int{rk.D, rk.Primes[0], rk.Primes[1], rk.Precomputed.Dp, rk.Precomputed.Dq, rk.Precomputed.Qinv}},
-		{"p256", "EC PRIVATE KEY", sec1, []*big.Int{ek.D}},
+		{"p256", "EC PRIVATE KEY", sec1, []*big.Int{ecScalar(t, ek)}},
 	} {
 		text := pem.EncodeToMemory(&pem.Block{Type: k.typ, Bytes: k.der})
 		body := bytes.IndexByte(text, '\n') + 1
@@ -213,4 +213,14 @@ func (f *fixture) hook() *test.Hook {
 	s, h := testSettings(f.dir)
 	f.s = s
 	return h
+}
+
+// ecScalar is the key's private scalar (ecdsa.PrivateKey.D is deprecated).
+func ecScalar(t *testing.T, k *ecdsa.PrivateKey) *big.Int {
+	t.Helper()
+	b, err := k.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return new(big.Int).SetBytes(b)
 }

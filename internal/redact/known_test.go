@@ -53,7 +53,11 @@ func knownKeys(t testing.TB) []knownKey {
 		p8, _ := x509.MarshalPKCS8PrivateKey(rk)
 		sec1, _ := x509.MarshalECPrivateKey(ek)
 		rsaPriv := []*big.Int{rk.D, rk.Primes[0], rk.Primes[1], rk.Precomputed.Dp, rk.Precomputed.Dq, rk.Precomputed.Qinv}
-		ed := ek.D.FillBytes(make([]byte, 32))
+		ed, err := ek.Bytes()
+		if err != nil {
+			knownKeysErr = err
+			return
+		}
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "known"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
 		for _, k := range []struct {
 			name, typ string
