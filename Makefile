@@ -107,14 +107,14 @@ test: etcd kube-apiserver kube-controller-manager build fmt-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) rehearsal
 
-# Three fleets of three masters on one machine, side by side, running the
+# Four fleets of three masters on one machine, side by side, running the
 # shipped examples with real kube-apiservers, each fleet on a TLS etcd of
 # its own (rehearsal/README.md). Never skipped: without kube-apiserver or
 # etcd it fails.
 REHEARSAL_RUN  ?= TestRehearsal
 REHEARSAL_TEST = KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
 	KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/.tools/bin/kube-controller-manager \
-	$(GO) test -tags rehearsal -count=1 -timeout 30m -parallel 3 -v ./rehearsal/
+	$(GO) test -tags rehearsal -count=1 -timeout 30m -parallel 4 -v ./rehearsal/
 rehearsal: etcd kube-apiserver kube-controller-manager build
 	$(REHEARSAL_TEST) -run '$(REHEARSAL_RUN)'
 
