@@ -6,6 +6,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/keysync/confd/internal/version.Version=$(VERSION)
 # The etcd servers the tests run on, built by `make etcd` into
 # .tools/etcd-VERSION/; the default one is on ETCD_BIN_DIR for every test.
+# ETCD_DEFAULT is internal/toolbin's EtcdDefault too (a test checks it), so
+# that `go test` alone runs on the same etcd.
 # 3.4 comes from Debian's package (or $$ETCD34_BIN): see docs/development.md.
 ETCD_VERSIONS ?= 3.5.21 3.6.16 3.7.3
 ETCD_DEFAULT  ?= 3.6.16
@@ -109,8 +111,8 @@ test: etcd kube-apiserver kube-controller-manager build fmt-check vet
 
 # Four fleets of three masters on one machine, side by side, running the
 # shipped examples with real kube-apiservers, each fleet on a TLS etcd of
-# its own (rehearsal/README.md). Never skipped: without kube-apiserver or
-# etcd it fails.
+# its own (rehearsal/README.md). Its prerequisites build everything it
+# runs; under CI=true a missing binary fails it.
 REHEARSAL_RUN  ?= TestRehearsal
 REHEARSAL_TEST = KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
 	KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/.tools/bin/kube-controller-manager \
@@ -135,19 +137,21 @@ rehearsal-core-all: etcd kube-apiserver kube-controller-manager build
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
 	cat $$logs/*; rm -rf $$logs; exit $$rc
 
-# Every package's tests but the integration tests. Tests that need an etcd
-# server find the ones `make etcd` built, never one that happens to be on
-# $$PATH.
-unit: etcd
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
+# The fast loop: every package's tests with nothing but Go, nothing built
+# first. Tests that need etcd or kube-apiserver run on what `make etcd` and
+# `make kube-apiserver` built (never on one that happens to be on $$PATH);
+# without it they skip with one line naming the target, or fail under
+# CI=true (internal/toolbin).
+unit:
+	$(GO) test ./...
 
-integration: etcd build
+integration: etcd kube-apiserver build
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 # The integration tests on every tested etcd server: each built version, and
 # 3.4 where Debian's package (or $$ETCD34_BIN) has it; without it, one loud
 # line (CI installs it and fails without it, see .ci/run).
-integration-all: etcd build
+integration-all: etcd kube-apiserver build
 	@for v in $(ETCD_VERSIONS); do \
 		echo "== integration tests on etcd $$v"; \
 		ETCD_BIN_DIR=$(CURDIR)/.tools/etcd-$$v $(GO) test -count=1 -timeout 20m ./integration/... || exit 1; \

@@ -16,6 +16,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/testbin"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // TestSmoke runs the whole harness in its smoke mode (tiny data, one run)
@@ -27,6 +28,8 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and runs daemons")
 	}
+	// Before building: without etcd there is nothing to build for.
+	etcdDir := filepath.Dir(toolbin.Etcd(t, "etcd"))
 	bins, cleanup, err := testbin.Build(nil, map[string]string{"confd": "./cmd/confd", "safe-restart": "./cmd/kube-apiserver-safe-restart"})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +41,7 @@ func TestSmoke(t *testing.T) {
 		Confd:       bins["confd"],
 		Ref:         os.Getenv("CONFD_REF"),
 		SafeRestart: bins["safe-restart"],
-		EtcdDir:     filepath.Dir(etcdtest.Binary(t, "etcd")),
+		EtcdDir:     etcdDir,
 		Smoke:       true,
 		Out:         filepath.Join(t.TempDir(), "results.md"),
 		WorkDir:     t.TempDir(),

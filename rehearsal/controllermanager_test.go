@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // The controller-manager's unit on a master, and the flags file its
@@ -28,20 +28,6 @@ const (
 	cmUnit      = "kube-controller-manager.service"
 	cmFlagsFile = "/etc/kubernetes/controller-manager.env"
 )
-
-// kubeControllerManager is the real kube-controller-manager the leading
-// master runs: never skipped.
-func kubeControllerManager(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("KUBE_CONTROLLER_MANAGER_BIN")
-	if p == "" {
-		p = filepath.Join(etcdtest.RepoRoot(), ".tools", "bin", "kube-controller-manager")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("kube-controller-manager not found (%v): run `make kube-controller-manager` (the rehearsal never runs without it)", err)
-	}
-	return p
-}
 
 // controllerManager is the stand-in systemd's second unit,
 // kube-controller-manager.service: started, stopped and restarted like the
@@ -265,7 +251,7 @@ func (p *legacyProbe) finish(t *testing.T) {
 // while the Secret holds the old kid; re-created, its token carries the new
 // kid, retire-keys succeeds and the new token verifies everywhere.
 func (f *fleet) controllerManager(t *testing.T) {
-	kcm := kubeControllerManager(t)
+	kcm := toolbin.Kube(t, "kube-controller-manager")
 	f.ensureServiceAccount(t)
 	for i, h := range f.hosts[:2] {
 		h.installControllerManager(t, kcm)

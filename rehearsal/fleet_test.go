@@ -27,6 +27,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/testbin"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // The built binaries, shared by every host (each host links them into its
@@ -60,19 +61,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// kubeAPIServer is the real kube-apiserver the hosts run: never skipped.
-func kubeAPIServer(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("KUBE_APISERVER_BIN")
-	if p == "" {
-		p = filepath.Join(etcdtest.RepoRoot(), ".tools", "bin", "kube-apiserver")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("kube-apiserver not found (%v): run `make kube-apiserver` (the rehearsal never runs without it)", err)
-	}
-	return p
-}
-
 // fleet is the machine: one TLS etcd, the cluster PKI, N hosts and the
 // timeline of every host's readiness.
 type fleet struct {
@@ -89,7 +77,7 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, n int) *fleet {
-	kas := kubeAPIServer(t)
+	kas := toolbin.Kube(t, "kube-apiserver")
 	f := &fleet{t: t, etcd: etcdtest.Start(t, etcdtest.WithTLS()), ca: newClusterCA(t), tl: newTimeline(), reported: map[string]bool{}}
 	f.cli = f.etcd.Client(t)
 	adminCert, adminKey := f.ca.issue(t, "fleet-admin", []string{"system:masters"}, false)
@@ -194,7 +182,7 @@ func (h *host) install(kas string) {
 		"/usr/local/bin/kube-apiserver-safe-restart": built["kube-apiserver-safe-restart"],
 		"/usr/local/bin/kube-apiserver-sa-signer":    built["kube-apiserver-sa-signer"],
 		"/usr/local/bin/kube-apiserver":              kas,
-		"/usr/bin/etcdctl":                           etcdtest.Binary(t, "etcdctl"),
+		"/usr/bin/etcdctl":                           toolbin.Etcd(t, "etcdctl"),
 	}
 	for dst, src := range links {
 		if err := os.Symlink(src, h.Path(dst)); err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // etcdVersions are the server versions the lock's fault tests run on: the
-// pinned 3.6 (.tools/bin) and Debian's 3.4 (/usr/bin).
+// default (toolbin.Etcd) and Debian's 3.4 (/usr/bin).
 var etcdVersions = []struct {
 	name string
 	opts []etcdtest.Option

@@ -22,6 +22,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/testbin"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 var (
@@ -201,7 +202,7 @@ func runBin(t *testing.T, env []string, args ...string) *proc {
 
 func etcdctl(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	return startProc(t, env, etcdtest.Binary(t, "etcdctl"), args...)
+	return startProc(t, env, toolbin.Etcd(t, "etcdctl"), args...)
 }
 
 // lockArgs are the flags every restart in these tests uses: its own lock

@@ -22,25 +22,8 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/pemcheck"
+	"github.com/keysync/confd/internal/toolbin"
 )
-
-// kubeAPIServer is the binary `make kube-apiserver` builds.
-func kubeAPIServer(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("KUBE_APISERVER_BIN")
-	if p == "" {
-		p = filepath.Join(etcdtest.RepoRoot(), ".tools", "bin", "kube-apiserver")
-	}
-	if _, err := os.Stat(p); err != nil {
-		// make test and make race build it first; CI must not pass by
-		// running less.
-		if os.Getenv("CI") != "" {
-			t.Fatalf("kube-apiserver not built (%v): run `make kube-apiserver`", err)
-		}
-		t.Skipf("!! SKIPPED: kube-apiserver not built (%v): run `make kube-apiserver`", err)
-	}
-	return p
-}
 
 // apiserver is one running kube-apiserver in signer mode.
 type apiserver struct {
@@ -196,7 +179,7 @@ func review(t *testing.T, a *apiserver, tok string) int {
 // signs until every apiserver fetched the new one (the trust barrier), no
 // token is refused, and no apiserver restarts.
 func TestRealAPIServers(t *testing.T) {
-	bin := kubeAPIServer(t)
+	bin := toolbin.Kube(t, "kube-apiserver")
 	e := etcdtest.Start(t)
 	certs := etcdtest.WriteTLSFiles(t, t.TempDir())
 	admin := insecureClient(certs)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // TestMixedFleet: a fleet moving to the signer one master at a time. m1
@@ -15,7 +16,7 @@ import (
 // published key, as confd renders it, and its own signing key file); m2
 // and m3 run on their signers. Every token verifies on every master: 9/9.
 func TestMixedFleet(t *testing.T) {
-	bin := kubeAPIServer(t)
+	bin := toolbin.Kube(t, "kube-apiserver")
 	e := etcdtest.Start(t)
 	certs := etcdtest.WriteTLSFiles(t, t.TempDir())
 	admin := insecureClient(certs)

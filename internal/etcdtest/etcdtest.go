@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +21,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // Server is one running etcd member.
@@ -35,7 +36,8 @@ type Server struct {
 	dataDir string
 	peerURL string
 	useTLS  bool
-	binDir  string   // etcd and etcdctl to run; empty: Binary's choice
+	binDir  string   // etcd and etcdctl to run; empty: toolbin.Etcd's choice
+	etcd    string   // the etcd binary
 	extra   []string // more etcd flags
 
 	mu     sync.Mutex
@@ -52,53 +54,29 @@ type Option func(*Server)
 func WithTLS() Option { return func(s *Server) { s.useTLS = true } }
 
 // Tool is the path of the etcd tool ("etcd" or "etcdctl") this server runs
-// with: WithVersion's, else Binary's choice.
+// with: WithVersion's, else the default one (toolbin.Etcd).
 func (s *Server) Tool(t testing.TB, name string) string {
+	t.Helper()
 	if s.binDir != "" {
 		return filepath.Join(s.binDir, name)
 	}
-	return Binary(t, name)
+	return toolbin.Etcd(t, name)
 }
 
-// RepoRoot finds the module root from this source file's location, so that
-// binaries built by `make etcd` are found from any package's test.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+// RepoRoot is the module root, so that tests find the examples and the
+// binaries make builds from any package.
+func RepoRoot() string { return toolbin.RepoRoot() }
 
-// Binary returns the path of an etcd tool ("etcd" or "etcdctl"): from
-// $ETCD_BIN_DIR (the Makefile sets it to the default version's directory),
-// else from the 3.6 release `make etcd` built, else from .tools/bin. Never
-// from $PATH: a test must not silently run on whatever etcd a machine has.
-// A missing binary fails the test rather than skipping it, so that CI can
-// never pass by running nothing.
-func Binary(t testing.TB, name string) string {
-	t.Helper()
-	var candidates []string
-	if d := os.Getenv("ETCD_BIN_DIR"); d != "" {
-		candidates = append(candidates, filepath.Join(d, name))
-	}
-	if d, _ := versionDir("3.6"); d != "" {
-		candidates = append(candidates, filepath.Join(d, name))
-	}
-	candidates = append(candidates, filepath.Join(RepoRoot(), ".tools", "bin", name))
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && !fi.IsDir() {
-			return c
-		}
-	}
-	t.Fatalf("%s not found in %s: run `make etcd` first", name, strings.Join(candidates, ", "))
-	return ""
-}
-
-// Start runs a fresh single-member etcd and registers its shutdown with t.Cleanup.
+// Start runs a fresh single-member etcd and registers its shutdown with
+// t.Cleanup. Without an etcd binary the test skips (fails under CI), as
+// toolbin.Missing says.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s := &Server{t: t, dataDir: t.TempDir()}
 	for _, o := range opts {
 		o(s)
 	}
+	s.etcd = s.Tool(t, "etcd")
 	if s.useTLS {
 		s.TLS = WriteTLSFiles(t, t.TempDir())
 	}
@@ -150,7 +128,7 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.Tool(s.t, "etcd"), s.args()...)
+	cmd := exec.Command(s.etcd, s.args()...)
 	stderr := &bytes.Buffer{}
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr

@@ -16,22 +16,22 @@ import (
 	"time"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/toolbin"
 )
 
 // TestRealAPIServerLoads feeds every file of apiserverCases to a real
 // kube-apiserver as --service-account-key-file and checks the number of
 // keys its /openid/v1/jwks serves against the recorded count: it is how
 // the table's loaded column was obtained, and how it is re-checked. It
-// needs KUBE_APISERVER (e.g. .tools/bin/kube-apiserver, built by
-// scripts/build-kube-apiserver.sh) and takes about 3 s per file, so it runs
-// only when asked:
+// needs kube-apiserver (`make kube-apiserver`, found by toolbin.Kube) and
+// takes about 3 s per file, so it runs only when asked:
 //
-//	KUBE_APISERVER=$PWD/.tools/bin/kube-apiserver go test ./internal/pemcheck -run TestRealAPIServerLoads -v
+//	PEMCHECK_REMEASURE=1 go test ./internal/pemcheck -run TestRealAPIServerLoads -v
 func TestRealAPIServerLoads(t *testing.T) {
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		t.Skip("KUBE_APISERVER not set: the recorded outcomes in apiserverCases are not re-measured")
+	if os.Getenv("PEMCHECK_REMEASURE") == "" {
+		t.Skip("PEMCHECK_REMEASURE not set: the recorded outcomes in apiserverCases are not re-measured")
 	}
+	bin := toolbin.Kube(t, "kube-apiserver")
 	etcd := etcdtest.Start(t)
 	// The JWKS needs an authenticated client: the test CA's client
 	// certificate, trusted through --client-ca-file.

@@ -10,7 +10,7 @@ import (
 // apiserverCase is one file of testdata/apiserver and what kube-apiserver
 // v1.37.2 made of it as --service-account-key-file.
 //
-// How loaded was obtained: TestRealAPIServerLoads (KUBE_APISERVER=path)
+// How loaded was obtained: TestRealAPIServerLoads (PEMCHECK_REMEASURE=1)
 // starts kube-apiserver v1.37.2 (scripts/build-kube-apiserver.sh) with each
 // file and reads the key IDs its /openid/v1/jwks serves (the same IDs, in
 // the same order, as APIServerKeys); 0 means it exited 1 ("data does not contain any

@@ -409,14 +409,21 @@ func TestArmLaterTimeoutCountsFromArm(t *testing.T) {
 		t.Fatalf("ended before Arm: %+v", p.Wait())
 	case <-time.After(3 * timeout):
 	}
-	armed := time.Now()
-	p.Arm()
+	// The work is read before Arm: after it, the 100ms could run out
+	// before a loaded machine schedules the shell to echo it.
 	if _, err := w.WriteString("go\n"); err != nil {
 		t.Fatal(err)
 	}
-	if l := <-got; l != "go" {
-		t.Fatalf("line %q, want the work written to Stdin", l)
+	select {
+	case l := <-got:
+		if l != "go" {
+			t.Fatalf("line %q, want the work written to Stdin", l)
+		}
+	case <-p.Done():
+		t.Fatalf("ended unarmed: %+v", p.Wait())
 	}
+	armed := time.Now()
+	p.Arm()
 	res := p.Wait()
 	if !res.TimedOut || res.Signal != syscall.SIGTERM || !strings.Contains(res.Err.Error(), "did not finish within 100ms") {
 		t.Fatalf("result %+v", res)
