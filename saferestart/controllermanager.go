@@ -101,7 +101,7 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", st.Previous)
 		return exitOK
 	}
-	l, err := legacytokens.New(o.kubeconfig, o.commandTimeout)
+	l, err := legacytokens.New(o.kubeconfig, o.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Error("retire-keys: legacy token check")
 		return exitPreflight

@@ -70,7 +70,7 @@ func (a *app) restart(ctx context.Context) int {
 	cfg := restart.Config{
 		Argv: o.argv, Env: env,
 		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
-		OpTimeout: o.commandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
+		OpTimeout: o.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
 		PreflightTimeout: preflightTimeout, Log: log,
 	}
@@ -99,10 +99,10 @@ func (a *app) restart(ctx context.Context) int {
 		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
-		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
+		Name: o.lockName, TTL: o.ttl, OpTimeout: o.CommandTimeout,
 		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: o.healthConfig(), backstop: o.commandTimeout, log: log}
+	gate := &healthGate{cfg: o.healthConfig(), backstop: o.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
 }
 
@@ -282,8 +282,8 @@ func (o *options) worstCase() time.Duration { return restart.WorstCase(o.duratio
 func (o *options) durations() restart.Durations {
 	d := restart.Durations{
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
-		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
+		RetryDelay: o.retryDelay, OpTimeout: o.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: o.DialTimeout, TrustTimeout: o.trustTimeout,
 		// The fleet check's wait and its two reads (0 without
 		// --kubeconfig). The kubelet's back-off in static-pod mode is
 		// inside --restart-timeout: the static-pod restart is the command.
@@ -293,7 +293,7 @@ func (o *options) durations() restart.Durations {
 		d.HostnameTimeout = hostnameTimeout
 	}
 	if o.healthURL != "" {
-		d.HealthTimeout = o.healthTimeout + o.commandTimeout
+		d.HealthTimeout = o.healthTimeout + o.CommandTimeout
 	}
 	return d
 }

@@ -111,7 +111,7 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 		WaitTrusted: func(ctx context.Context, kid string) error {
 			wctx, cancel := context.WithTimeout(ctx, o.timeout)
 			defer cancel()
-			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.commandTimeout, Log: log})
+			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.CommandTimeout, Log: log})
 			var nt *trust.NotTrustedError
 			if errors.As(err, &nt) && !interrupted(ctx) {
 				return &codeError{code: exitLockTimeout, what: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.timeout, strings.Join(nt.Hosts, ", "))}

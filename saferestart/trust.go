@@ -149,7 +149,7 @@ func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.Fi
 	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", a.o.trustTimeout)
 	wctx, cancel := context.WithTimeout(ctx, a.o.trustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.commandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
@@ -227,7 +227,7 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 	log := a.log.WithField("keys", strings.Join(kids, ","))
 	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
+	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:

@@ -141,7 +141,7 @@ func testCutConnectionLosesLease(t *testing.T, s *etcdtest.Server, cli *clientv3
 		t.Fatalf("exit %d, want %d (lease lost)", code, codeLeaseLost)
 	}
 	errOut := a.stderr.String()
-	if !strings.Contains(errOut, "LOCK LOST") || !strings.Contains(errOut, key) || !strings.Contains(errOut, "level=error") {
+	if !strings.Contains(errOut, "LOCK LOST") || !strings.Contains(errOut, key) || !strings.Contains(errOut, ": ERROR ") {
 		t.Fatalf("log does not say LOCK LOST naming lock key %s at error level:\n%s", key, errOut)
 	}
 	if _, err := os.Stat(finished); err == nil {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -210,6 +211,11 @@ func (p *Program) Execute(root *cobra.Command, args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	}
+	return p.Fail(err)
+}
+
+// Fail reports a usage error as the helpers always have, and returns 2.
+func (p *Program) Fail(err error) int {
 	fmt.Fprintf(p.Stderr, "%s: %v\nRun '%s --help' for usage.\n", p.Name, err, p.Name)
 	return ExitUsage
 }
@@ -251,7 +257,24 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 		case a == "-h" || a == "--help":
 			help = true
 		case strings.HasPrefix(a, "-") && len(a) > 1:
-			if !strings.Contains(a, "=") && takesValue[a] {
+			name, _, hasValue := strings.Cut(a, "=")
+			v, known := takesValue[name]
+			if !known && strings.HasPrefix(name, "--") {
+				// No command has it: what follows may be its value or
+				// the subcommand, so it is reported here.
+				var flags []string
+				for f := range takesValue {
+					if n, ok := strings.CutPrefix(f, "--"); ok {
+						flags = append(flags, n)
+					}
+				}
+				slices.Sort(flags) // a stable suggestion among equals
+				if m := suggest.Closest(name[2:], flags); m != "" {
+					return nil, Usagef("unknown flag: %s; did you mean --%s?", name, m)
+				}
+				return nil, Usagef("unknown flag: %s", name)
+			}
+			if v && !hasValue {
 				i++
 			}
 		default:
