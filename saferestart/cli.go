@@ -150,7 +150,7 @@ func usagef(format string, a ...any) error { return cli.Usagef(format, a...) }
 // with kube-apiserver-sa-signer.
 
 // lockFlags: the lock and its hold; every command that talks to etcd.
-func (o *options) lockFlags(fs *pflag.FlagSet) {
+func lockFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.lockName, "lock-name", "kube-apiserver-restart", "lock name, shared with etcdctl lock NAME")
 	fs.StringVar(&o.holdKey, "hold-key", "", "etcd key of the hold record (default LOCK-NAME-hold)")
 }
@@ -159,7 +159,7 @@ func (o *options) lockFlags(fs *pflag.FlagSet) {
 // service-account key too: read by restart (its key goes in the trust
 // record), rotate-key (restarted after the apiserver) and retire-keys
 // (refuses to retire the key it signs with).
-func (o *options) cmFlags(fs *pflag.FlagSet) {
+func cmFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver")
 	fs.StringVar(&o.cmRestartMode, "controller-manager-restart-mode", modeSystemd, "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)")
 	fs.StringVar(&o.cmHealthURL, "controller-manager-health-url", "https://127.0.0.1:10257/healthz", "rotate-key: kube-controller-manager's health URL, polled after its restart")
@@ -167,7 +167,7 @@ func (o *options) cmFlags(fs *pflag.FlagSet) {
 }
 
 // restartFlags: how restart and rotate-key restart kube-apiserver.
-func (o *options) restartFlags(fs *pflag.FlagSet) {
+func restartFlags(o *options, fs *pflag.FlagSet) {
 	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", 10*time.Minute, "give up waiting for the lock after this long")
 	fs.BoolVar(&o.ignoreHold, "ignore-hold", false, "restart even while a hold is active")
@@ -194,85 +194,85 @@ func (o *options) restartFlags(fs *pflag.FlagSet) {
 
 // preflightFlags: the files checked before the lock (restart,
 // rotate-key) or by check.
-func (o *options) preflightFlags(fs *pflag.FlagSet) {
+func preflightFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.preflightFiles, "preflight-file", nil, "PEM file checked before taking the lock (repeatable)")
 	fs.StringArrayVar(&o.preflightFlagsFiles, "preflight-flags-file", nil, "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable)")
 }
 
-func (o *options) dryRunFlag(fs *pflag.FlagSet) {
+func dryRunFlag(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
 }
 
-func (o *options) keysPrefixFlag(fs *pflag.FlagSet) {
+func keysPrefixFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
 }
 
-func (o *options) trustPrefixFlag(fs *pflag.FlagSet) {
+func trustPrefixFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix, "etcd prefix of the trust records: PREFIX/HOST lists the keys HOST's apiserver loaded at its last successful restart")
 }
 
-func (o *options) hostFlag(fs *pflag.FlagSet) {
+func hostFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.trustHostName, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f, as the publisher writes it), and in holds and the lock queue (default there: the kernel's host name)")
 }
 
-func (o *options) publicKeyFlag(fs *pflag.FlagSet) {
+func publicKeyFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.publicKey, "public-key", "", "wait-trusted: PEM file whose key(s) must be trusted (public key, or a private key's public half); rotate-key, retire-keys: this host's published public keys (default /etc/kubernetes/pki/sa.pub)")
 }
 
-func (o *options) signingKeyFlag(fs *pflag.FlagSet) {
+func signingKeyFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.signingKey, "signing-key", "", "rotate-key, retire-keys: this host's service-account signing key (default /etc/kubernetes/pki/sa.key); publish-key: publish its public half when --public-key is not given; restart, check: the key kube-apiserver-sa-signer signs with, looked for in its FetchKeys answer when a flags file names --service-account-signing-endpoint")
 }
 
-func (o *options) timeoutFlag(fs *pflag.FlagSet) {
+func timeoutFlag(o *options, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "wait-trusted, rotate-key: how long to wait for every host to trust the key")
 }
 
-func (o *options) kubeconfigFlag(fs *pflag.FlagSet) {
+func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); empty: neither")
 }
 
-func (o *options) rotationPrefixFlag(fs *pflag.FlagSet) {
+func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
 }
 
-func (o *options) graceFlag(fs *pflag.FlagSet) {
+func graceFlag(o *options, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
 }
 
-func (o *options) outputFlag(fs *pflag.FlagSet) {
+func outputFlag(o *options, fs *pflag.FlagSet) {
 	fs.StringVarP(&o.output, "output", "o", "text", "status, --dry-run: text or json")
 }
 
 // The flags of one command each.
 
-func (o *options) holdFlags(fs *pflag.FlagSet) {
+func holdFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.reason, "reason", "", "hold: why the line is stopped (required)")
 }
 
-func (o *options) checkFlags(fs *pflag.FlagSet) {
+func checkFlags(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
 	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
 	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
 }
 
-func (o *options) waitTrustedFlags(fs *pflag.FlagSet) {
+func waitTrustedFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.excludeHosts, "exclude-host", nil, "wait-trusted: do not wait for this host (repeatable; e.g. the host whose apiserver is about to start)")
 	fs.BoolVar(&o.skipUnrecorded, "skip-unrecorded", false, "wait-trusted: do not wait for hosts that publish keys but have never recorded trust (new hosts, keys of hosts not running this tool)")
 	fs.BoolVar(&o.ifNewKey, "if-new-key", false, "wait-trusted: wait only for keys this host (--host) was not signing with at its last recorded restart, and not for this host itself: a plain restart or reboot passes at once, as the restart's own trust gate does")
 }
 
-func (o *options) rotateKeyFlags(fs *pflag.FlagSet) {
+func rotateKeyFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.algorithm, "algorithm", "rsa-2048", "rotate-key: algorithm of the next key: rsa-2048 or ecdsa-p256")
 	fs.BoolVar(&o.abort, "abort", false, "rotate-key: abandon this host's rotation before its next key is installed (withdraws the next key; exit 3 once installed)")
 	fs.BoolVar(&o.rollback, "rollback", false, "rotate-key: after the install, sign with the previous key again, through the lock, while it is still published (exit 3 once retired); the rolled-back key is retired by retire-keys after --grace")
 	fs.BoolVar(&o.signer, "signer", false, "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key")
 }
 
-func (o *options) publishKeyFlags(fs *pflag.FlagSet) {
+func publishKeyFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; the previous one stays published beside it until retire-keys after --grace")
 }
 
-func (o *options) retireKeysFlags(fs *pflag.FlagSet) {
+func retireKeysFlags(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreLegacyTokens, "ignore-legacy-tokens", false, "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)")
 }
 

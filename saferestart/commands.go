@@ -17,45 +17,45 @@ import (
 type command struct {
 	name, use, short, long string
 	etcd                   bool
-	flags                  []func(*pflag.FlagSet)
+	flags                  []func(*options, *pflag.FlagSet)
 	args                   func(o *options, cmd *cobra.Command, args []string) error
 }
 
 // commands are the subcommands; restart is the default.
 func (o *options) commands() []command {
-	restarting := []func(*pflag.FlagSet){o.lockFlags, o.restartFlags, o.preflightFlags, o.dryRunFlag, o.keysPrefixFlag,
-		o.trustPrefixFlag, o.hostFlag, o.signingKeyFlag, o.kubeconfigFlag, o.cmFlags}
+	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
+		trustPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, flags: append(restarting, o.outputFlag)},
+			long:  restartHelp, flags: append(restarting, outputFlag)},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO) and hold",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.outputFlag}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, outputFlag}},
 		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.hostFlag, o.holdFlags}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*pflag.FlagSet){o.lockFlags}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
 		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); no etcd",
-			flags: []func(*pflag.FlagSet){o.preflightFlags, o.signingKeyFlag, o.checkFlags}},
+			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags}},
 		{name: cmdVersion, short: "print the version"},
 		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.keysPrefixFlag, o.trustPrefixFlag, o.outputFlag}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, outputFlag}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
 			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.keysPrefixFlag, o.trustPrefixFlag, o.hostFlag, o.publicKeyFlag, o.timeoutFlag, o.waitTrustedFlags}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
-			flags: append(restarting, o.publicKeyFlag, o.timeoutFlag, o.rotationPrefixFlag, o.graceFlag, o.rotateKeyFlags)},
+			flags: append(restarting, publicKeyFlag, timeoutFlag, rotationPrefixFlag, graceFlag, rotateKeyFlags)},
 		{name: cmdRetireKeys, etcd: true, short: "drop the previous public key once its --grace is over (for a systemd timer)",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.dryRunFlag, o.keysPrefixFlag, o.trustPrefixFlag, o.hostFlag, o.publicKeyFlag,
-				o.signingKeyFlag, o.rotationPrefixFlag, o.kubeconfigFlag, o.cmFlags, o.retireKeysFlags}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
+				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed",
-			flags: []func(*pflag.FlagSet){o.lockFlags, o.keysPrefixFlag, o.hostFlag, o.publicKeyFlag, o.signingKeyFlag,
-				o.rotationPrefixFlag, o.graceFlag, o.publishKeyFlags}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
+				rotationPrefixFlag, graceFlag, publishKeyFlags}},
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
-			flags: append(restarting, o.outputFlag, o.holdFlags, o.checkFlags, o.publicKeyFlag, o.timeoutFlag, o.waitTrustedFlags,
-				o.rotationPrefixFlag, o.graceFlag, o.rotateKeyFlags, o.publishKeyFlags, o.retireKeysFlags)},
+			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
+				rotationPrefixFlag, graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
 	}
 }
 
@@ -82,7 +82,7 @@ func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command 
 			o.Etcd.Register(fs)
 		}
 		for _, register := range c.flags {
-			register(fs)
+			register(o, fs)
 		}
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -36,7 +36,16 @@ const preflightTimeout = 30 * time.Second
 // secretEnv are the variables that must not reach the restart command.
 var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
-func (a *app) restart(ctx context.Context) int {
+// restarter restarts kube-apiserver through the lock on one etcd client:
+// its own for the restart command, or the one rotate-key already holds
+// (rotation.Restarter).
+type restarter struct {
+	a   *app
+	cli *clientv3.Client // nil: restart dials, after the checks that need no etcd
+}
+
+func (r *restarter) restart(ctx context.Context) int {
+	a := r.a
 	o := a.o
 	log := a.log.WithField("lock", o.lockName)
 	if err := checkGate(o); err != nil {
@@ -54,18 +63,24 @@ func (a *app) restart(ctx context.Context) int {
 	}
 	env := runner.WithoutVars(os.Environ(), secretEnv...)
 	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout}
-	cli, err := a.etcdClient(ctx)
-	if err != nil {
-		log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
-		return exitError
+	cli := r.cli
+	if cli == nil {
+		// The restart command dials only now: what needs no etcd is
+		// checked first.
+		c, err := a.etcdClient(ctx)
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
+			return exitError
+		}
+		defer c.Close()
+		cli = c
 	}
-	defer cli.Close()
 	holds := &etcdHolds{cli: cli, key: o.holdKeyOrDefault()}
 	if o.dryRun {
-		if code := a.runPreflight(ctx); code != exitOK {
+		if code := r.runPreflight(ctx); code != exitOK {
 			return code
 		}
-		return a.dryRun(ctx, cli)
+		return r.dryRun(ctx, cli)
 	}
 	cfg := restart.Config{
 		Argv: o.argv, Env: env,
@@ -82,21 +97,21 @@ func (a *app) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := a.newFleetCheck(a.trustHost(ctx), cli, log)
+	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log)
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, cli, log, r.trustSnapshot(ctx, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := a.trustSnapshot(ctx, log)
-		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
+		snap := r.trustSnapshot(ctx, log)
+		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
 		Name: o.lockName, TTL: o.ttl, OpTimeout: o.CommandTimeout,
@@ -107,7 +122,8 @@ func (a *app) restart(ctx context.Context) int {
 }
 
 // runPreflight is preflight for --dry-run, which runs no state machine.
-func (a *app) runPreflight(ctx context.Context) int {
+func (r *restarter) runPreflight(ctx context.Context) int {
+	a := r.a
 	o := a.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
@@ -301,7 +317,8 @@ func (o *options) durations() restart.Durations {
 // dryRun reports what a restart would do, after preflight passed, and how
 // long it could take at worst (for confd's reload_cmd_timeout). It takes no
 // lock and runs nothing.
-func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
+func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
+	a := r.a
 	o := a.o
 	qctx, cancel := a.opCtx(ctx)
 	defer cancel()

@@ -73,15 +73,19 @@ func (a *app) run(ctx context.Context) int {
 	case cmdWaitTrusted:
 		return a.withClient(ctx, a.waitTrusted)
 	case cmdRotateKey:
-		return a.withClient(ctx, a.rotateKey)
+		return a.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+			return (&keyRotation{a: a, cli: cli}).rotateKey(ctx, cli)
+		})
 	case cmdRetireKeys:
-		return a.withClient(ctx, a.retireKeys)
+		return a.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+			return (&keyRotation{a: a, cli: cli}).retireKeys(ctx, cli)
+		})
 	case cmdPublishKey:
-		return a.withClient(ctx, a.publishKey)
+		return a.withClient(ctx, (&publisher{a: a}).publishKey)
 	case cmdConfig:
 		return a.showConfig(a.stdout, a.o.flags)
 	default:
-		return a.restart(ctx)
+		return (&restarter{a: a}).restart(ctx)
 	}
 }
 
