@@ -33,6 +33,11 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 		{[]string{"restart"}, cmdRestart, defaultCommand},
 		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
 		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
+		// confd's reload_cmd: the command may name a subcommand, and flags.
+		{[]string{"--config", "", "--", "systemctl", "restart", "kube-apiserver.service"}, cmdRestart, []string{"systemctl", "restart", "kube-apiserver.service"}},
+		{[]string{"--", "status", "--help"}, cmdRestart, []string{"status", "--help"}},
+		{[]string{"--ignore-hold", "--", "status"}, cmdRestart, []string{"status"}},
+		{[]string{"--ignore-hold", "rotate-key", "--", "status"}, cmdRotateKey, []string{"status"}},
 		{[]string{"--lock-name", "x", "status"}, cmdStatus, nil},
 		{[]string{"status", "-o", "json"}, cmdStatus, nil},
 		{[]string{"hold", "--reason", "bad bundle"}, cmdHold, nil},
