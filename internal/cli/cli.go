@@ -188,6 +188,17 @@ func (c *Common) Logger(w io.Writer, getenv func(string) string) (*logrus.Logger
 func flagError(cmd *cobra.Command, err error) error {
 	var ne *pflag.NotExistError
 	if errors.As(err, &ne) && ne.GetSpecifiedName() != "" {
+		// Another command's flag: say whose, as the single flag set's
+		// "does not apply to" did.
+		var owners []string
+		for _, c := range cmd.Root().Commands() {
+			if c != cmd && c.Flags().Lookup(ne.GetSpecifiedName()) != nil && len(ne.GetSpecifiedName()) > 1 {
+				owners = append(owners, c.Name())
+			}
+		}
+		if len(owners) > 0 {
+			return Usagef("%v for %s (taken by %s)", err, cmd.Name(), strings.Join(owners, ", "))
+		}
 		var names []string
 		cmd.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
 		if m := suggest.Closest(ne.GetSpecifiedName(), names); m != "" {

@@ -57,6 +57,7 @@ func TestDispatchAndExit(t *testing.T) {
 		{args: []string{"statsu"}, code: 2, err: `prog: unknown subcommand "statsu"; did you mean status?` + "\nRun 'prog --help' for usage.\n"},
 		{args: []string{"status", "--endpoint", "x"}, code: 2, err: "unknown flag: --endpoint; did you mean --endpoints?"},
 		{args: []string{"--ttl", "x"}, code: 2, err: `invalid argument "x" for "--ttl"`},
+		{args: []string{"status", "--ttl", "3"}, code: 2, err: "unknown flag: --ttl for status (taken by run)"},
 	} {
 		var out, errb bytes.Buffer
 		env := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
