@@ -46,8 +46,6 @@ const (
 	cmdConfig = "config"
 )
 
-var subcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdConfig}
-
 // restarting lists the subcommands that restart kube-apiserver and so take
 // the restart flags and a command after --.
 var restarting = []string{cmdRestart, cmdRotateKey}
