@@ -30,6 +30,11 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 		{[]string{"restart"}, cmdRestart, defaultCommand},
 		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
 		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
+		// confd's reload_cmd: the command may name a subcommand, and flags.
+		{[]string{"--config", "", "--", "systemctl", "restart", "kube-apiserver.service"}, cmdRestart, []string{"systemctl", "restart", "kube-apiserver.service"}},
+		{[]string{"--", "status", "--help"}, cmdRestart, []string{"status", "--help"}},
+		{[]string{"--ignore-hold", "--", "status"}, cmdRestart, []string{"status"}},
+		{[]string{"--ignore-hold", "rotate-key", "--", "status"}, cmdRotateKey, []string{"status"}},
 		{[]string{"--lock-name", "x", "status"}, cmdStatus, nil},
 		{[]string{"status", "-o", "json"}, cmdStatus, nil},
 		{[]string{"hold", "--reason", "bad bundle"}, cmdHold, nil},
@@ -94,8 +99,8 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.endpoints, []string{"https://a:2379", "https://b:2379"}) || o.cacert != "/env/ca" ||
-		o.cert != "/env/c" || o.key != "/env/k" || o.dialTimeout != 7*time.Second || o.commandTimeout != 9*time.Second {
+	if !reflect.DeepEqual(o.Endpoints, []string{"https://a:2379", "https://b:2379"}) || o.CACert != "/env/ca" ||
+		o.Cert != "/env/c" || o.Key != "/env/k" || o.DialTimeout != 7*time.Second || o.CommandTimeout != 9*time.Second {
 		t.Fatalf("env not applied: %+v", o)
 	}
 	o, _, err = parseArgs([]string{"status", "--endpoints", "x:1", "--endpoints", "y:2,z:3", "--cacert", "/f/ca",
@@ -103,13 +108,13 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.endpoints, []string{"x:1", "y:2", "z:3"}) || o.cacert != "/f/ca" || o.cert != "/f/c" ||
-		o.key != "/f/k" || o.dialTimeout != time.Second || o.commandTimeout != 2*time.Second {
+	if !reflect.DeepEqual(o.Endpoints, []string{"x:1", "y:2", "z:3"}) || o.CACert != "/f/ca" || o.Cert != "/f/c" ||
+		o.Key != "/f/k" || o.DialTimeout != time.Second || o.CommandTimeout != 2*time.Second {
 		t.Fatalf("flags must beat env: %+v", o)
 	}
 	o, _, _ = parseArgs([]string{"status"}, env(nil))
-	if !reflect.DeepEqual(o.endpoints, []string{"127.0.0.1:2379"}) {
-		t.Fatalf("default endpoints %q", o.endpoints)
+	if !reflect.DeepEqual(o.Endpoints, []string{"127.0.0.1:2379"}) {
+		t.Fatalf("default endpoints %q", o.Endpoints)
 	}
 }
 
@@ -226,8 +231,8 @@ func TestUserAndPassword(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || o.user != tc.user || o.password != tc.pw {
-			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.user, o.password)
+		if err != nil || o.User != tc.user || o.Password != tc.pw {
+			t.Errorf("%v %q: %v user %q password %q", tc.env, tc.args, err, o.User, o.Password)
 		}
 	}
 }

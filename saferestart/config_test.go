@@ -60,19 +60,19 @@ func TestConfigPrecedence(t *testing.T) {
 		want   any
 		origin string
 	}{
-		"endpoints":            {o.endpoints, []string{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}, path + ":2"},
-		"cacert":               {o.cacert, "/env/ca.crt", "env ETCDCTL_CACERT"},
-		"cert":                 {o.cert, "/file/c.crt", path + ":4"},
+		"endpoints":            {o.Endpoints, []string{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}, path + ":2"},
+		"cacert":               {o.CACert, "/env/ca.crt", "env ETCDCTL_CACERT"},
+		"cert":                 {o.Cert, "/file/c.crt", path + ":4"},
 		"jwks-key-file":        {o.jwksKeyFiles, []string{"/cmd/a.pem"}, "flag"},
 		"preflight-flags-file": {o.preflightFlagsFiles, []string{"/file/apiserver-sa.env"}, path + ":10"},
 		"ttl":                  {o.ttl, 3, "flag"},
 		"lock-timeout":         {o.lockTimeout, 7 * time.Minute, path + ":12"},
-		"password":             {o.password, "s3cret-from-file", path + ":6"},
+		"password":             {o.Password, "s3cret-from-file", path + ":6"},
 		"restart-timeout":      {o.restartTimeout, 3 * time.Minute, "default"},
 	}
 	for name, w := range want {
-		if !reflect.DeepEqual(w.got, w.want) || o.origin[name] != w.origin {
-			t.Errorf("%s = %v from %q, want %v from %q", name, w.got, o.origin[name], w.want, w.origin)
+		if !reflect.DeepEqual(w.got, w.want) || o.Origin[name] != w.origin {
+			t.Errorf("%s = %v from %q, want %v from %q", name, w.got, o.Origin[name], w.want, w.origin)
 		}
 	}
 	// grace is rotate-key's: restart ignores it; status ignores the
@@ -95,10 +95,10 @@ func TestConfigDefaultPath(t *testing.T) {
 	defer func(d string) { defaultConfig = d }(defaultConfig)
 	defaultConfig = path
 	o, _, err := parseArgs(nil, env(nil))
-	if err != nil || o.ttl != 42 || o.cfg == nil {
+	if err != nil || o.ttl != 42 || o.File == nil {
 		t.Fatalf("default present: %v ttl %d", err, o.ttl)
 	}
-	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || o.ttl != 10 || o.cfg != nil {
+	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || o.ttl != 10 || o.File != nil {
 		t.Fatalf("--config '': %v ttl %d", err, o.ttl)
 	}
 	defaultConfig = filepath.Join(t.TempDir(), "absent.toml")
@@ -182,7 +182,10 @@ func TestConfigSubcommand(t *testing.T) {
 // Every flag is a key of the shared list (or a command-line choice), with
 // the kind its flag parses: a new flag must be added there.
 func TestEveryFlagIsAKey(t *testing.T) {
-	fs := newFlagSet(&options{})
+	_, fs, err := parseArgs([]string{"config"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	kinds := map[string]config.Kind{"string": config.String, "stringSlice": config.List, "stringArray": config.List,
 		"duration": config.Duration, "int": config.Int, "bool": config.Bool}
 	fs.VisitAll(func(f *pflag.Flag) {

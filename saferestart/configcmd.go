@@ -18,12 +18,12 @@ import (
 func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	o := a.o
 	switch {
-	case o.cfg != nil:
-		fmt.Fprintf(w, "# configuration file: %s\n", o.cfg.Path)
-	case o.configPath == "":
+	case o.File != nil:
+		fmt.Fprintf(w, "# configuration file: %s\n", o.File.Path)
+	case o.ConfigPath == "":
 		fmt.Fprintf(w, "# configuration file: none (--config '')\n")
 	default:
-		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.configPath)
+		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.ConfigPath)
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if slices.Contains(config.CommandLineOnly, f.Name) {
@@ -33,13 +33,13 @@ func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 		if !ok {
 			k = config.Key{Name: f.Name}
 		}
-		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o), o.origin[f.Name])
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o), o.Origin[f.Name])
 	})
-	if o.cfg != nil {
+	if o.File != nil {
 		var other []string
 		for _, k := range config.Keys {
-			if v, ok := o.cfg.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
-				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.cfg.Where(k.Name)))
+			if v, ok := o.File.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
+				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.File.Where(k.Name)))
 			}
 		}
 		if len(other) > 0 {
@@ -54,9 +54,9 @@ func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 func tomlValue(k config.Key, f *pflag.Flag, o *options) string {
 	switch f.Name {
 	case "user":
-		return strconv.Quote(o.user)
+		return strconv.Quote(o.User)
 	case "password":
-		return strconv.Quote(config.Mask(k, o.password))
+		return strconv.Quote(config.Mask(k, o.Password))
 	}
 	if sv, ok := f.Value.(pflag.SliceValue); ok {
 		return quoteItems(k, sv.GetSlice())

@@ -37,7 +37,8 @@ func validateControllerManagerFlags(o *options) []error {
 // --service-account-private-key-file holding it, whatever the path), it is
 // restarted so that it signs new legacy token Secrets with the new key too,
 // and its /healthz must answer. A command after -- never covers it.
-func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
+func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
+	a := k.a
 	o := a.o
 	if len(o.cmFlagsFiles) == 0 {
 		return nil
@@ -92,7 +93,8 @@ func (a *app) restartControllerManager(ctx context.Context, log logrus.FieldLogg
 // while a legacy token Secret holds a token signed with that key, since
 // every apiserver refuses such tokens once the key is gone. Re-creating the
 // Secret (after kube-controller-manager signs with the new key) clears it.
-func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
+func (k *keyRotation) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
+	a := k.a
 	o := a.o
 	if o.kubeconfig == "" {
 		return exitOK
@@ -101,7 +103,7 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", st.Previous)
 		return exitOK
 	}
-	l, err := legacytokens.New(o.kubeconfig, o.commandTimeout)
+	l, err := legacytokens.New(o.kubeconfig, o.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Error("retire-keys: legacy token check")
 		return exitPreflight
@@ -123,8 +125,8 @@ func (a *app) legacyTokenGate(ctx context.Context, st *rotation.State, log logru
 // controllerManagerSigning is the key ID kube-controller-manager signs
 // with, for the trust record ("" when --controller-manager-flags-file is not
 // given or names no key file).
-func (a *app) controllerManagerSigning() (string, error) {
-	_, kid, err := preflight.ControllerManagerKey(a.o.cmFlagsFiles)
+func (r *restarter) controllerManagerSigning() (string, error) {
+	_, kid, err := preflight.ControllerManagerKey(r.a.o.cmFlagsFiles)
 	return kid, err
 }
 
@@ -134,7 +136,8 @@ func (a *app) controllerManagerSigning() (string, error) {
 // Secret it (re-)creates would be refused once the key is gone. Records
 // without the controller-manager's key (older helpers, hosts without
 // --controller-manager-flags-file) block nothing.
-func (a *app) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
+func (k *keyRotation) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
+	a := k.a
 	rctx, cancel := a.opCtx(ctx)
 	recs, _, err := trust.List(rctx, cli, a.o.trustPrefix)
 	cancel()
@@ -151,7 +154,8 @@ func (a *app) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *ro
 }
 
 // retireGates are retire-keys' checks beyond this host's own files.
-func (a *app) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rotator, log logrus.FieldLogger) int {
+func (k *keyRotation) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rotator, log logrus.FieldLogger) int {
+	a := k.a
 	st, err := r.Store.Load(ctx)
 	if err != nil {
 		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
@@ -162,8 +166,8 @@ func (a *app) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rota
 	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
 		return exitOK
 	}
-	if code := a.controllerManagerGate(ctx, cli, st, log); code != exitOK {
+	if code := k.controllerManagerGate(ctx, cli, st, log); code != exitOK {
 		return code
 	}
-	return a.legacyTokenGate(ctx, st, log)
+	return k.legacyTokenGate(ctx, st, log)
 }

@@ -113,7 +113,7 @@ func TestRestartControllerManager(t *testing.T) {
 		log := logrus.New()
 		log.Out = &logs
 		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		err = a.restartControllerManager(context.Background(), log)
+		err = (&keyRotation{a: a}).restartControllerManager(context.Background(), log)
 		t.Log(logs.String())
 		return err
 	}
@@ -178,7 +178,7 @@ func TestLegacyTokenGate(t *testing.T) {
 		log := logrus.New()
 		log.Out = &logs
 		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		if got := a.legacyTokenGate(context.Background(), tt.st, log); got != tt.want {
+		if got := (&keyRotation{a: a}).legacyTokenGate(context.Background(), tt.st, log); got != tt.want {
 			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
 		}
 		if tt.want == exitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
@@ -225,7 +225,7 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 		log := logrus.New()
 		log.Out = &logs
 		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		rec := a.trustSnapshot(context.Background(), log)
+		rec := (&restarter{a: a}).trustSnapshot(context.Background(), log)
 		if rec == nil || rec.Signing != keyID(t, apiKey) || rec.ControllerManagerSigning != tt.want {
 			t.Errorf("%s: record %+v, want controller-manager key %q\n%s", tt.name, rec, tt.want, logs.String())
 		}
@@ -247,7 +247,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	log := logrus.New()
 	log.Out = &logs
 	a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-	r := a.rotator(ctx, cli, "m1", log)
+	r := (&keyRotation{a: a}).rotator(ctx, cli, "m1", log)
 	st := rotation.State{Phase: rotation.PhaseInstalled, Previous: "OLDKID", Next: "NEWKID", RetireAfter: time.Now().Add(-time.Minute)}
 	if err := r.Store.Save(ctx, st); err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	srv.Put(t, trust.Key(trust.DefaultPrefix, "m3"), `{"host":"m3","trusted":["OLDKID","NEWKID"],"signing":"NEWKID","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
 	record("m1", "NEWKID")
 	record("m2", "OLDKID")
-	if code := a.retireGates(ctx, cli, r, log); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
+	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
 		t.Fatalf("m2's controller-manager signs with the retiring key: exit %d, want %d naming m2 and OLDKID:\n%s", code, exitPreflight, logs.String())
 	}
 	if strings.Contains(logs.String(), "m1,") || strings.Contains(logs.String(), "m3") {
@@ -270,7 +270,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	}
 	logs.Reset()
 	record("m2", "NEWKID")
-	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitOK {
 		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
 	}
 	// Before the grace ends retire-keys withdraws nothing: nothing blocks it.
@@ -279,7 +279,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	if err := r.Store.Save(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitOK {
 		t.Fatalf("within the grace: exit %d, want %d:\n%s", code, exitOK, logs.String())
 	}
 }

@@ -172,7 +172,7 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	if err != nil {
 		t.Fatalf("%s: %q: %v", where, cmdline, err)
 	}
-	waits := o.dialTimeout // every subcommand but check connects first
+	waits := o.DialTimeout // every subcommand but check connects first
 	switch o.sub {
 	case cmdRestart, cmdRotateKey:
 		return o.worstCase(), true
@@ -180,7 +180,7 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 		if o.trustHostName == "" && o.ifNewKey {
 			waits += hostnameTimeout
 		}
-		return waits + o.commandTimeout + o.timeout, true // read the trust records, then wait
+		return waits + o.CommandTimeout + o.timeout, true // read the trust records, then wait
 	case cmdCheck:
 		return 0, true // reads local files: no wait
 	case cmdRetireKeys:
@@ -188,9 +188,9 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 			waits += hostnameTimeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
-		return waits + time.Duration(o.ttl+2)*time.Second + 5*o.commandTimeout, true
+		return waits + time.Duration(o.ttl+2)*time.Second + 5*o.CommandTimeout, true
 	default:
-		return waits + 2*o.commandTimeout, true
+		return waits + 2*o.CommandTimeout, true
 	}
 }
 

@@ -33,13 +33,14 @@ type fleetCheck struct {
 
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
-func (a *app) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
+func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
+	a := r.a
 	o := a.o
 	if o.kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, o.commandTimeout)
+	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func (a *app) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldL
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, cfg: fleet.Config{
 		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
-		Interval: fleetInterval, OpTimeout: o.commandTimeout, Log: log,
+		Interval: fleetInterval, OpTimeout: o.CommandTimeout, Log: log,
 	}}, nil
 }
 
@@ -114,7 +115,7 @@ func (o *options) fleetWorstCase() time.Duration {
 	if o.kubeconfig == "" {
 		return 0
 	}
-	return o.fleetTimeout + 2*o.commandTimeout
+	return o.fleetTimeout + 2*o.CommandTimeout
 }
 
 // validateFleetFlags checks the fleet check's flags.

@@ -1,13 +1,10 @@
 package saferestart
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,28 +19,12 @@ import (
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is
-// (guardedArgv re-executes os.Executable()), and the helper process that a
-// test SIGKILLs.
+// (groupguard.Wrap re-executes os.Executable()).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == guardArg {
 		os.Exit(groupGuard(os.Args[2:]))
 	}
-	if os.Getenv("SAFE_RESTART_TEST_WARM_HELPER") == "1" {
-		warmHelper()
-	}
 	os.Exit(m.Run())
-}
-
-// warmHelper warms a guard, reports its pid, and waits to be killed.
-func warmHelper() {
-	r := &commandRunner{stdout: os.Stderr, stderr: os.Stderr, timeout: time.Minute, env: os.Environ()}
-	if err := r.warm([]string{"sleep", "300"}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	fmt.Println(r.warmed.p.Pid())
-	r.warmed.p.Wait()
-	os.Exit(3)
 }
 
 // waitTimeout bounds every wait here; nothing should take this long.
@@ -89,9 +70,13 @@ func (l *lines) next(t *testing.T) string {
 
 func newRunner(timeout time.Duration) (*commandRunner, *lines) {
 	out := newLines()
-	// Built with -race, the guard would sleep a second before it exits.
-	env := append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	return &commandRunner{stdout: out, stderr: out, timeout: timeout, env: env}, out
+	return &commandRunner{stdout: out, stderr: out, timeout: timeout}, out
+}
+
+// testEnv is a command's environment here. Built with -race, the guard
+// would sleep a second before it exits.
+func testEnv(extra ...string) []string {
+	return append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), extra...)
 }
 
 // done waits for a process of ours to end.
@@ -121,218 +106,12 @@ func cmdlinesWith(t *testing.T, s string) []string {
 	return found
 }
 
-// A warm guard that is never handed its command (lock refused, hold,
-// preflight, signal) runs nothing, prints nothing, and is reaped.
-func TestWarmGuardWithoutHandoverRunsNothing(t *testing.T) {
-	mark := filepath.Join(t.TempDir(), "ran")
-	r, out := newRunner(time.Minute)
-	argv := []string{"touch", mark}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	g := r.warmed
-	if got := cmdlinesWith(t, mark); len(got) != 1 {
-		t.Fatalf("want the one warm guard, waiting, with the command on its command line: %q", got)
-	}
-	r.close()
-	done(t, g.p.Done(), "the warm guard")
-	if res := g.p.Wait(); res.ExitCode != 0 || res.Signal != 0 {
-		t.Fatalf("guard ended %+v, want a quiet exit", res)
-	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the command ran without a hand-over")
-	}
-	if s := out.String(); s != "" {
-		t.Fatalf("output %q", s)
-	}
-	if err := syscall.Kill(g.p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
-		t.Fatalf("guard %d not reaped: %v", g.p.Pid(), err)
-	}
-	if got := cmdlinesWith(t, mark); len(got) != 0 {
-		t.Fatalf("processes remain: %q", got)
-	}
-}
-
-// The command's environment reaches it through the warm guard's stdin: on
-// no command line, not in the guard's own environment. The command runs
-// under the warm guard, with /dev/null as its stdin.
-func TestHandoverEnvReachesCommandOnly(t *testing.T) {
-	const secret = "s3cr3t-lock-value-31337"
-	r, out := newRunner(time.Minute)
-	argv := []string{"sh", "-c", `echo "ppid=$PPID stdin=$(readlink /proc/$$/fd/0) v=$WARM_TEST_SECRET"; exec sleep 300`}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	guardPid := r.warmed.p.Pid()
-	p, err := r.Start(argv, []string{"PATH=" + os.Getenv("PATH"), "WARM_TEST_SECRET=" + secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		p.Terminate(0)
-		done(t, p.Done(), "the command")
-	}()
-	if p.Pid() != guardPid {
-		t.Fatalf("ran under guard %d, not the warm one %d", p.Pid(), guardPid)
-	}
-	want := fmt.Sprintf("ppid=%d stdin=/dev/null v=%s", guardPid, secret)
-	if l := out.next(t); l != want {
-		t.Fatalf("command printed %q, want %q", l, want)
-	}
-	if got := cmdlinesWith(t, secret); len(got) != 0 {
-		t.Fatalf("the environment is on a command line: %q", got)
-	}
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", guardPid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(environ, []byte(secret)) {
-		t.Fatal("the command's environment is in the guard's own")
-	}
-}
-
-// The timeout counts from the hand-over: a guard warmed long before (here
-// three timeouts) leaves the command all of its time.
-func TestTimeoutCountsFromHandover(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	r, _ := newRunner(timeout)
-	argv := []string{"sh", "-c", "exit 0"}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.warmed.p.Done():
-		t.Fatalf("warm guard ended before the hand-over: %+v", r.warmed.p.Wait())
-	case <-time.After(3 * timeout):
-	}
-	p, err := r.Start(argv, os.Environ())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Wait(); err != nil {
-		t.Fatalf("the wait before the hand-over ate the command's timeout: %v", err)
-	}
-	// And the timeout still applies, from the hand-over.
-	slow := []string{"sleep", "60"}
-	if err := r.warm(slow); err != nil {
-		t.Fatal(err)
-	}
-	p, err = r.Start(slow, os.Environ())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	err = p.Wait()
-	if err == nil || !strings.Contains(err.Error(), "did not finish within 300ms; its process group got SIGTERM") {
-		t.Fatalf("slow command: %v", err)
-	}
-	if took := time.Since(start); took > 10*timeout {
-		t.Fatalf("timed out after %s", took)
-	}
-}
-
-// A warm guard that died before the hand-over (killed by someone else)
-// ran nothing; a fresh guard runs the command, as without warming.
-func TestDeadWarmGuardReplaced(t *testing.T) {
-	r, out := newRunner(time.Minute)
-	argv := []string{"sh", "-c", "echo ran"}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	dead := r.warmed.p
-	if err := syscall.Kill(dead.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	done(t, dead.Done(), "the killed guard")
-	p, err := r.Start(argv, os.Environ())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Wait(); err != nil || p.Pid() == dead.Pid() {
-		t.Fatalf("pid %d (dead %d): %v", p.Pid(), dead.Pid(), err)
-	}
-	if l := out.next(t); l != "ran" {
-		t.Fatalf("output %q", l)
-	}
-}
-
-// A later attempt (the warm guard already used) starts its own guard.
-func TestSecondStartSpawnsItsGuard(t *testing.T) {
-	r, out := newRunner(time.Minute)
-	argv := []string{"sh", "-c", `echo "$N"`}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"1", "2"} {
-		p, err := r.Start(argv, []string{"N=" + n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Wait(); err != nil {
-			t.Fatal(err)
-		}
-		if l := out.next(t); l != n {
-			t.Fatalf("attempt %s printed %q", n, l)
-		}
-	}
-}
-
-// A helper SIGKILLed while its guard waits for the hand-over leaves no
-// process behind.
-func TestHelperKilledDuringWarmWait(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helper := exec.Command(exe, "-test.run=^$")
-	helper.Env = append(os.Environ(), "SAFE_RESTART_TEST_WARM_HELPER=1")
-	helper.Stderr = os.Stderr
-	stdout, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = helper.Process.Kill()
-		t.Fatalf("helper did not report its guard: %v", err)
-	}
-	guard, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Held before the kill, so that a recycled pid cannot pass for it.
-	fd, err := unix.PidfdOpen(guard, 0)
-	if err != nil {
-		t.Fatalf("warm guard %d: %v", guard, err)
-	}
-	defer unix.Close(fd)
-	if err := helper.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = helper.Wait()
-	_, _ = io.Copy(io.Discard, stdout)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, int(waitTimeout/time.Millisecond))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || n != 1 {
-			t.Fatalf("warm guard %d still runs %s after its helper was killed (poll %d, %v)", guard, waitTimeout, n, err)
-		}
-		return
-	}
-}
-
 // A guard killed (by anyone, SIGKILL included) while its command runs: Wait
 // reports restart.ErrGuardDied only once the command's whole group is gone.
 func TestGuardKilledDuringCommandKillsGroup(t *testing.T) {
 	r, out := newRunner(time.Minute)
 	argv := []string{"sh", "-c", `sleep 300 & echo "child=$!"; wait`}
-	p, err := r.Start(argv, os.Environ())
+	p, err := r.Start(argv, testEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,26 +141,42 @@ func TestGuardKilledDuringCommandKillsGroup(t *testing.T) {
 	}
 }
 
-// A command that cannot start is reported as such by its guard, warm or
-// not: restart.ErrNotStarted names the command and why, not exit 127.
+// The command's environment (the lock's key among it) reaches it on no
+// command line; the command runs under its guard.
+func TestCommandEnvNotOnCommandLine(t *testing.T) {
+	const secret = "s3cr3t-lock-value-31337"
+	r, out := newRunner(time.Minute)
+	argv := []string{"sh", "-c", `echo "ppid=$PPID v=$GUARD_TEST_SECRET"; exec sleep 300`}
+	p, err := r.Start(argv, testEnv("GUARD_TEST_SECRET="+secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		p.Terminate(0)
+		done(t, p.Done(), "the command")
+	}()
+	want := fmt.Sprintf("ppid=%d v=%s", p.Pid(), secret)
+	if l := out.next(t); l != want {
+		t.Fatalf("command printed %q, want %q", l, want)
+	}
+	if got := cmdlinesWith(t, secret); len(got) != 0 {
+		t.Fatalf("the environment is on a command line: %q", got)
+	}
+}
+
+// A command that cannot start is reported as such by its guard, at Start:
+// restart.ErrNotStarted names the command and why, not exit 127, and no
+// attempt is logged as started.
 func TestCommandThatCannotStart(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-restart")
-	for _, warm := range []bool{true, false} {
-		r, _ := newRunner(time.Minute)
-		argv := []string{missing, "now"}
-		if warm {
-			if err := r.warm(argv); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p, err := r.Start(argv, os.Environ())
-		if !errors.Is(err, restart.ErrNotStarted) || p != nil {
-			t.Fatalf("warm %v: Start = %v, %v; want ErrNotStarted", warm, p, err)
-		}
-		want := "restart command could not start: " + missing + " now: fork/exec " + missing + ": no such file or directory"
-		if err.Error() != want {
-			t.Fatalf("warm %v: error %q, want %q", warm, err, want)
-		}
+	r, _ := newRunner(time.Minute)
+	p, err := r.Start([]string{missing, "now"}, testEnv())
+	if !errors.Is(err, restart.ErrNotStarted) || p != nil {
+		t.Fatalf("Start = %v, %v; want ErrNotStarted", p, err)
+	}
+	want := "restart command could not start: " + missing + " now: fork/exec " + missing + ": no such file or directory"
+	if err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
 	}
 }
 
@@ -390,10 +185,7 @@ func TestCommandThatCannotStart(t *testing.T) {
 func TestCommandErrorNamesTheCommand(t *testing.T) {
 	r, _ := newRunner(time.Minute)
 	argv := []string{"sh", "-c", "exit 3"}
-	if err := r.warm(argv); err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.Start(argv, os.Environ())
+	p, err := r.Start(argv, testEnv())
 	if err != nil {
 		t.Fatal(err)
 	}

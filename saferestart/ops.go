@@ -78,7 +78,7 @@ func duplicateKeys(files []string) []string {
 }
 
 func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
-	sctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	sctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
 	defer cancel()
 	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault())
 	if err != nil {
@@ -98,7 +98,7 @@ func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
 }
 
 func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
 	defer cancel()
 	key := a.o.holdKeyOrDefault()
 	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
@@ -115,7 +115,7 @@ func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
 }
 
 func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.commandTimeout)
+	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
 	defer cancel()
 	key := a.o.holdKeyOrDefault()
 	prev, err := hold.Delete(hctx, cli, key)

@@ -87,7 +87,11 @@ func joinItems(items []pubItem) []byte {
 
 // publishSource is what publish-key publishes: --certificate, else
 // --public-key, else the public half of --signing-key.
-func (a *app) publishSource() (name string, items []pubItem, err error) {
+// publisher is publish-key, and the kept keys retire-keys drops.
+type publisher struct{ a *app }
+
+func (p *publisher) publishSource() (name string, items []pubItem, err error) {
+	a := p.a
 	o := a.o
 	switch {
 	case o.certificate != "":
@@ -136,12 +140,13 @@ func (a *app) publishSource() (name string, items []pubItem, err error) {
 // publishKey is the `publish-key` subcommand: this host's public key(s)
 // to KEYS-PREFIX/HOST, written only when the canonical value changed, so
 // that a republished unchanged key makes no revision (and no restart).
-func (a *app) publishKey(ctx context.Context, cli *clientv3.Client) int {
+func (p *publisher) publishKey(ctx context.Context, cli *clientv3.Client) int {
+	a := p.a
 	o := a.o
 	host := a.trustHost(ctx)
 	key := trust.Key(o.keysPrefix, host)
 	log := a.log.WithFields(logrus.Fields{"host": host, "key": key})
-	name, items, err := a.publishSource()
+	name, items, err := p.publishSource()
 	if err != nil {
 		for _, e := range splitErrors(err) {
 			log.WithError(e).Error("publish-key: refusing to publish; nothing written")
@@ -169,28 +174,28 @@ func (a *app) publishKey(ctx context.Context, cli *clientv3.Client) int {
 		if o.certificate != "" {
 			// A renewal with a new key keeps the previous one published
 			// until retire-keys after --grace.
-			rec, recRev, err := a.loadKept(ctx, cli, host)
+			rec, recRev, err := p.loadKept(ctx, cli, host)
 			if err != nil {
 				log.WithError(err).Error("publish-key: cannot read what is kept published")
 				return exitError
 			}
 			prev, _ := canonicalItems(key, cur, true) // unparseable: nothing to keep
 			var next *keptRecord
-			want, next = a.withPrevious(items, prev, rec, time.Now())
+			want, next = p.withPrevious(items, prev, rec, time.Now())
 			if !keptEqual(rec, next) {
 				data, err := json.Marshal(next)
 				if err != nil {
 					log.WithError(err).Error("publish-key")
 					return exitError
 				}
-				conds = append(conds, clientv3.Compare(clientv3.ModRevision(a.keptKey(host)), "=", recRev))
-				ops = append(ops, clientv3.OpPut(a.keptKey(host), string(data)))
+				conds = append(conds, clientv3.Compare(clientv3.ModRevision(p.keptKey(host)), "=", recRev))
+				ops = append(ops, clientv3.OpPut(p.keptKey(host), string(data)))
 			}
 			for kid, until := range next.Keep {
 				log.WithField("kept", kid).Infof("previous key %s stays published beside %s until retire-keys after %s", kid, name, until.UTC().Format(time.RFC3339))
 			}
 		}
-		value := a.publishedValue(log, key, cur, want)
+		value := p.publishedValue(log, key, cur, want)
 		if bytes.Equal(value, cur) && len(ops) == 0 {
 			log.WithField("keys", kids(value)).Infof("%s: published value unchanged: nothing written", name)
 			return exitOK
@@ -219,7 +224,8 @@ func (a *app) publishKey(ctx context.Context, cli *clientv3.Client) int {
 // publishedValue is the value to write given the current one: the source's
 // items; in the current value's canonical form when the keys are the same
 // (then nothing is written).
-func (a *app) publishedValue(log logrus.FieldLogger, key string, cur []byte, items []pubItem) []byte {
+func (p *publisher) publishedValue(log logrus.FieldLogger, key string, cur []byte, items []pubItem) []byte {
+	a := p.a
 	value := joinItems(items)
 	if len(cur) == 0 {
 		return value

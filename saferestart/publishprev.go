@@ -26,14 +26,16 @@ type keptRecord struct {
 }
 
 // keptKey is PREFIX/HOST/kept, beside the rotation state.
-func (a *app) keptKey(host string) string {
+func (p *publisher) keptKey(host string) string {
+	a := p.a
 	return strings.TrimSuffix(a.o.rotationPrefix, "/") + "/" + host + "/kept"
 }
 
-func (a *app) loadKept(ctx context.Context, cli *clientv3.Client, host string) (*keptRecord, int64, error) {
+func (p *publisher) loadKept(ctx context.Context, cli *clientv3.Client, host string) (*keptRecord, int64, error) {
+	a := p.a
 	gctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	resp, err := cli.Get(gctx, a.keptKey(host))
+	resp, err := cli.Get(gctx, p.keptKey(host))
 	if err != nil {
 		return nil, 0, a.etcdErr(err)
 	}
@@ -42,7 +44,7 @@ func (a *app) loadKept(ctx context.Context, cli *clientv3.Client, host string) (
 		return rec, 0, nil
 	}
 	if err := json.Unmarshal(resp.Kvs[0].Value, rec); err != nil {
-		return nil, 0, fmt.Errorf("%s: unparseable (%v): delete it to start over", a.keptKey(host), err)
+		return nil, 0, fmt.Errorf("%s: unparseable (%v): delete it to start over", p.keptKey(host), err)
 	}
 	if rec.Keep == nil {
 		rec.Keep = map[string]time.Time{}
@@ -54,7 +56,8 @@ func (a *app) loadKept(ctx context.Context, cli *clientv3.Client, host string) (
 // of the current value whose key the new ones lack, each kept until
 // --grace from when it was first replaced (0: none kept). It returns the
 // items and the record to store with them.
-func (a *app) withPrevious(items, cur []pubItem, rec *keptRecord, now time.Time) ([]pubItem, *keptRecord) {
+func (p *publisher) withPrevious(items, cur []pubItem, rec *keptRecord, now time.Time) ([]pubItem, *keptRecord) {
+	a := p.a
 	have := map[string]bool{}
 	for _, it := range items {
 		have[it.kid] = true
@@ -82,13 +85,14 @@ func (a *app) withPrevious(items, cur []pubItem, rec *keptRecord, now time.Time)
 // retireKept is retire-keys for what publish-key --certificate kept: every
 // kept key whose time is over leaves the published value, except one this
 // host still signs with.
-func (a *app) retireKept(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) error {
-	rec, recRev, err := a.loadKept(ctx, cli, host)
+func (p *publisher) retireKept(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) error {
+	a := p.a
+	rec, recRev, err := p.loadKept(ctx, cli, host)
 	if err != nil || len(rec.Keep) == 0 {
 		return err
 	}
 	now := time.Now()
-	signing := a.signingKeyIDs()
+	signing := p.signingKeyIDs()
 	var due []string
 	for kid, until := range rec.Keep {
 		switch {
@@ -138,8 +142,8 @@ func (a *app) retireKept(ctx context.Context, cli *clientv3.Client, host string,
 	defer cancel()
 	tr, err := cli.Txn(pctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-		clientv3.Compare(clientv3.ModRevision(a.keptKey(host)), "=", recRev),
-	).Then(clientv3.OpPut(key, string(joinItems(keep))), clientv3.OpPut(a.keptKey(host), string(data))).Commit()
+		clientv3.Compare(clientv3.ModRevision(p.keptKey(host)), "=", recRev),
+	).Then(clientv3.OpPut(key, string(joinItems(keep))), clientv3.OpPut(p.keptKey(host), string(data))).Commit()
 	if err != nil {
 		return a.etcdErr(err)
 	}
@@ -152,7 +156,8 @@ func (a *app) retireKept(ctx context.Context, cli *clientv3.Client, host string,
 
 // signingKeyIDs are the key IDs in --signing-key, if it can be read: a key
 // the apiserver signs with is never withdrawn.
-func (a *app) signingKeyIDs() []string {
+func (p *publisher) signingKeyIDs() []string {
+	a := p.a
 	if a.o.signingKey == "" {
 		return nil
 	}

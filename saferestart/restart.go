@@ -1,18 +1,16 @@
 package saferestart
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -38,7 +36,16 @@ const preflightTimeout = 30 * time.Second
 // secretEnv are the variables that must not reach the restart command.
 var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
-func (a *app) restart(ctx context.Context) int {
+// restarter restarts kube-apiserver through the lock on one etcd client:
+// its own for the restart command, or the one rotate-key already holds
+// (rotation.Restarter).
+type restarter struct {
+	a   *app
+	cli *clientv3.Client // nil: restart dials, after the checks that need no etcd
+}
+
+func (r *restarter) restart(ctx context.Context) int {
+	a := r.a
 	o := a.o
 	log := a.log.WithField("lock", o.lockName)
 	if err := checkGate(o); err != nil {
@@ -55,33 +62,30 @@ func (a *app) restart(ctx context.Context) int {
 		return exitPreflight
 	}
 	env := runner.WithoutVars(os.Environ(), secretEnv...)
-	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout, env: env}
-	if !o.dryRun {
-		// The guard's start-up (exec and init of this binary) then overlaps
-		// the dial and the lock wait instead of following the lock. If it
-		// cannot start now, the hand-over starts one and reports why.
-		if err := run.warm(o.argv); err != nil {
-			log.WithError(err).Debug("group guard not started ahead of the lock")
+	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout}
+	cli := r.cli
+	if cli == nil {
+		// The restart command dials only now: what needs no etcd is
+		// checked first.
+		c, err := a.etcdClient(ctx)
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
+			return exitError
 		}
-		defer run.close()
+		defer c.Close()
+		cli = c
 	}
-	cli, err := a.etcdClient(ctx)
-	if err != nil {
-		log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
-		return exitError
-	}
-	defer cli.Close()
 	holds := &etcdHolds{cli: cli, key: o.holdKeyOrDefault()}
 	if o.dryRun {
-		if code := a.runPreflight(ctx); code != exitOK {
+		if code := r.runPreflight(ctx); code != exitOK {
 			return code
 		}
-		return a.dryRun(ctx, cli)
+		return r.dryRun(ctx, cli)
 	}
 	cfg := restart.Config{
 		Argv: o.argv, Env: env,
 		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
-		OpTimeout: o.commandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
+		OpTimeout: o.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
 		PreflightTimeout: preflightTimeout, Log: log,
 	}
@@ -93,32 +97,33 @@ func (a *app) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := a.newFleetCheck(a.trustHost(ctx), cli, log)
+	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log)
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(a.trustGate(ctx, cli, log, a.trustSnapshot(ctx, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, cli, log, r.trustSnapshot(ctx, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := a.trustSnapshot(ctx, log)
-		return func(ctx context.Context) { a.writeTrust(ctx, cli, log, lockKey, snap) }
+		snap := r.trustSnapshot(ctx, log)
+		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
-		Name: o.lockName, TTL: o.ttl, OpTimeout: o.commandTimeout,
+		Name: o.lockName, TTL: o.ttl, OpTimeout: o.CommandTimeout,
 		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: o.healthConfig(), backstop: o.commandTimeout, log: log}
+	gate := &healthGate{cfg: o.healthConfig(), backstop: o.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
 }
 
 // runPreflight is preflight for --dry-run, which runs no state machine.
-func (a *app) runPreflight(ctx context.Context) int {
+func (r *restarter) runPreflight(ctx context.Context) int {
+	a := r.a
 	o := a.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
@@ -170,188 +175,50 @@ func (s etcdSession) Lock(ctx context.Context) error {
 // process group under a group guard (guard.go) that the kernel signals when
 // this process dies, and which then kills the whole group, so that a killed
 // helper never leaves a restart running while the next host takes the
-// lock; output passed through redacted.
-//
-// The first attempt's guard is started ahead (warm), before the lock; Start
-// hands it the command. Later attempts start theirs at Start: a guard runs
-// one command, and a retry waits --retry-delay anyway.
+// lock; output passed through redacted. Each attempt starts its guard when
+// the lock is held: starting it earlier saved milliseconds on a restart
+// that takes tens of seconds, for a hand-over protocol of its own.
 type commandRunner struct {
-	stdout, stderr interface{ Write([]byte) (int, error) }
+	stdout, stderr io.Writer
 	timeout        time.Duration
-	// env is the guards' own environment; the command's comes with the
-	// hand-over.
-	env []string
-	// warmed is the guard started ahead, until Start or close.
-	warmed *guard
-}
-
-// guard is a started group guard waiting for its hand-over.
-type guard struct {
-	argv   []string
-	p      *runner.Process
-	ctl    *net.UnixConn // our end of the guard's stdin
-	status *os.File      // the read end of the guard's status pipe
-}
-
-// warm starts the guard for argv's first run.
-func (r *commandRunner) warm(argv []string) error {
-	g, err := r.spawn(argv)
-	if err != nil {
-		return err
-	}
-	r.warmed = g
-	return nil
-}
-
-// close ends a warm guard that was never handed a command, and reaps it.
-func (r *commandRunner) close() {
-	if r.warmed != nil {
-		r.warmed.discard()
-		r.warmed = nil
-	}
 }
 
 func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
-	g := r.warmed
-	r.warmed = nil
-	if g != nil && !slices.Equal(g.argv, argv) {
-		g.discard()
-		g = nil
-	}
-	if g != nil {
-		if err := g.handOver(env); err == nil {
-			return g.started()
-		}
-		// It ended before taking the command (killed by someone else):
-		// nothing ran, so a fresh guard runs it, as without warming.
-		g.discard()
-	}
-	g, err := r.spawn(argv)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.handOver(env); err != nil {
-		g.discard()
-		return nil, fmt.Errorf("hand %s to its group guard: %w", runner.Quote(argv), err)
-	}
-	return g.started()
-}
-
-// started reads the guard's report once it has the command: a command
-// that could not start (not found, not executable) ran nothing, and is
-// restart.ErrNotStarted, not a failed restart (which would be retried and
-// stop the line with a hold).
-func (g *guard) started() (restart.Process, error) {
-	report, _ := io.ReadAll(io.LimitReader(g.ctl, 4096))
-	_ = g.ctl.Close()
-	g.ctl = nil
-	if why, ok := strings.CutPrefix(string(report), groupguard.NotStarted); ok {
-		<-g.p.Done()
-		_ = g.status.Close()
-		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(g.argv), strings.TrimSpace(why))
-	}
-	// "started", or nothing from a guard that died (killed): the command's
-	// fate is then the guard's exit status, as before.
-	return newRunnerProcess(g), nil
-}
-
-// spawn starts a guard for argv that waits for its hand-over. argv is on
-// its command line, as the helper's own; the environment never is.
-func (r *commandRunner) spawn(argv []string) (*guard, error) {
-	// A socket pair, not a pipe: the guard answers on it whether the
-	// command started.
-	stdin, ctl, err := handoverPair()
-	if err != nil {
-		return nil, fmt.Errorf("hand-over socket for the command's group guard: %w", err)
-	}
 	status, statusW, err := os.Pipe()
 	if err != nil {
-		_, _ = stdin.Close(), ctl.Close()
 		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
 	}
+	// env is the guard's, which the command inherits: on no command line.
 	p, err := runner.Start(context.Background(), groupguard.Wrap(runner.Spec{
-		Argv: argv, Env: r.env, Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, ArmLater: true, Grace: killGrace,
-	}, groupguard.Options{Handover: true, Status: statusW}))
-	_, _ = stdin.Close(), statusW.Close()
+		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
+		Timeout: r.timeout, Grace: killGrace,
+	}, groupguard.Options{Status: statusW}))
+	_ = statusW.Close()
 	if err != nil {
-		_, _ = ctl.Close(), status.Close()
+		_ = status.Close()
 		return nil, err
 	}
-	return &guard{argv: argv, p: p, ctl: ctl, status: status}, nil
-}
-
-// handoverPair is a connected pair of Unix stream sockets: the guard's
-// stdin, and our end of it.
-func handoverPair() (*os.File, *net.UnixConn, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
+	// The guard's first word: the command runs, or could not start (not
+	// found, not executable), which ran nothing and is not a failed
+	// restart (that would be retried and stop the line with a hold).
+	// Nothing (EOF) is a guard that died first: Wait tells.
+	rest := bufio.NewReader(status)
+	first, _ := rest.ReadString('\n')
+	if why, ok := strings.CutPrefix(first, "notrun "); ok {
+		<-p.Done()
+		_ = status.Close()
+		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(argv), strings.TrimSpace(why))
 	}
-	theirs := os.NewFile(uintptr(fds[1]), "guard-handover")
-	mine := os.NewFile(uintptr(fds[0]), "guard-handover-ctl")
-	c, err := net.FileConn(mine)
-	_ = mine.Close() // FileConn dup'ed it
-	if err != nil {
-		_ = theirs.Close()
-		return nil, nil, err
-	}
-	return theirs, c.(*net.UnixConn), nil
-}
-
-// handOver gives the guard the command's environment and lets it run the
-// command; the timeout starts now. An error means the guard did not get
-// all of it, and so runs nothing.
-func (g *guard) handOver(env []string) error {
-	select {
-	case <-g.p.Done():
-		return errors.New("the group guard ended before the hand-over")
-	default:
-	}
-	// Armed before the write: a guard that does not read is then timed out
-	// (its group killed), which ends a blocked write too.
-	g.p.Arm()
-	_, err := g.ctl.Write(groupguard.EncodeHandover(env))
-	if err != nil {
-		return fmt.Errorf("write the hand-over: %w", err)
-	}
-	// The whole hand-over is in the socket; EOF tells the guard to run it.
-	// Our reading side stays open for its report.
-	if err := g.ctl.CloseWrite(); err != nil {
-		return fmt.Errorf("end the hand-over: %w", err)
-	}
-	return nil
-}
-
-// discard ends a guard that has no command and waits for it: EOF on its
-// stdin ends it at once, quietly. Its group gets SIGKILL only if it has
-// not ended within the grace (it does not read; it ignores SIGTERM).
-func (g *guard) discard() {
-	if g.ctl != nil {
-		_ = g.ctl.Close()
-		g.ctl = nil
-	}
-	t := time.NewTimer(killGrace)
-	defer t.Stop()
-	select {
-	case <-g.p.Done():
-	case <-t.C:
-		g.p.Terminate(0)
-		<-g.p.Done()
-	}
-	_ = g.status.Close()
+	return runnerProcess{Process: p, status: rest, file: status, once: new(sync.Once), err: new(error)}, nil
 }
 
 // runnerProcess is a guarded restart command as restart.Process.
 type runnerProcess struct {
 	*runner.Process
-	status *os.File
+	status io.Reader // the guard's status pipe after its first line
+	file   *os.File
 	once   *sync.Once
 	err    *error
-}
-
-func newRunnerProcess(g *guard) runnerProcess {
-	return runnerProcess{Process: g.p, status: g.status, once: new(sync.Once), err: new(error)}
 }
 
 // Wait returns the command's error. A guard that ended without reporting
@@ -364,13 +231,8 @@ func (p runnerProcess) Wait() error {
 	p.once.Do(func() {
 		res := p.Process.Wait()
 		st := groupguard.ReadStatus(p.status)
-		_ = p.status.Close()
+		_ = p.file.Close()
 		err := res.Err
-		if st.NotRun {
-			// Started, then found not to have run: nothing was restarted.
-			*p.err = fmt.Errorf("%w: %w", restart.ErrNotStarted, err)
-			return
-		}
 		if st.Reported {
 			*p.err = err
 			return
@@ -436,8 +298,8 @@ func (o *options) worstCase() time.Duration { return restart.WorstCase(o.duratio
 func (o *options) durations() restart.Durations {
 	d := restart.Durations{
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
-		RetryDelay: o.retryDelay, OpTimeout: o.commandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		DialTimeout: o.dialTimeout, TrustTimeout: o.trustTimeout,
+		RetryDelay: o.retryDelay, OpTimeout: o.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: o.DialTimeout, TrustTimeout: o.trustTimeout,
 		// The fleet check's wait and its two reads (0 without
 		// --kubeconfig). The kubelet's back-off in static-pod mode is
 		// inside --restart-timeout: the static-pod restart is the command.
@@ -447,7 +309,7 @@ func (o *options) durations() restart.Durations {
 		d.HostnameTimeout = hostnameTimeout
 	}
 	if o.healthURL != "" {
-		d.HealthTimeout = o.healthTimeout + o.commandTimeout
+		d.HealthTimeout = o.healthTimeout + o.CommandTimeout
 	}
 	return d
 }
@@ -455,7 +317,8 @@ func (o *options) durations() restart.Durations {
 // dryRun reports what a restart would do, after preflight passed, and how
 // long it could take at worst (for confd's reload_cmd_timeout). It takes no
 // lock and runs nothing.
-func (a *app) dryRun(ctx context.Context, cli *clientv3.Client) int {
+func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
+	a := r.a
 	o := a.o
 	qctx, cancel := a.opCtx(ctx)
 	defer cancel()

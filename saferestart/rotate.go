@@ -90,7 +90,38 @@ type codeError struct {
 
 func (e *codeError) Error() string { return fmt.Sprintf("%s (exit %d)", e.what, e.code) }
 
-func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
+// keyRotation is rotate-key and retire-keys on one etcd client: the
+// rotation's restart (Restart) runs on it too, rather than through a
+// second connection.
+type keyRotation struct {
+	a    *app
+	cli  *clientv3.Client
+	host string
+	log  logrus.FieldLogger
+}
+
+// Restart is the rotation's restart step (rotation.Restarter): this
+// apiserver through the lock, or, with --signer, the signer's switch to
+// the next key; then kube-controller-manager when it holds the key.
+func (k *keyRotation) Restart(ctx context.Context) error {
+	if k.a.o.signer {
+		// The signer's barrier switched the apiserver's tokens to the new
+		// key; kube-controller-manager has no external signer and still
+		// signs legacy tokens from its key file: restarted as in bundle
+		// mode, after every apiserver trusts the key.
+		if err := k.signerSwitch(ctx, k.cli, k.host); err != nil {
+			return err
+		}
+		return k.restartControllerManager(ctx, k.log)
+	}
+	if code := (&restarter{a: k.a, cli: k.cli}).restart(ctx); code != exitOK {
+		return &codeError{code: code, what: "restart through the lock failed"}
+	}
+	return k.restartControllerManager(ctx, k.log)
+}
+
+func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
+	a := k.a
 	o := a.o
 	return &rotation.Rotator{
 		Host:      host,
@@ -111,29 +142,14 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 		WaitTrusted: func(ctx context.Context, kid string) error {
 			wctx, cancel := context.WithTimeout(ctx, o.timeout)
 			defer cancel()
-			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.commandTimeout, Log: log})
+			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.CommandTimeout, Log: log})
 			var nt *trust.NotTrustedError
 			if errors.As(err, &nt) && !interrupted(ctx) {
 				return &codeError{code: exitLockTimeout, what: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.timeout, strings.Join(nt.Hosts, ", "))}
 			}
 			return err
 		},
-		Restart: func(ctx context.Context) error {
-			if o.signer {
-				// The signer's barrier switched the apiserver's tokens to the
-				// new key; kube-controller-manager has no external signer and
-				// still signs legacy tokens from its key file: restarted as in
-				// bundle mode, after every apiserver trusts the key.
-				if err := a.signerSwitch(ctx, cli, host); err != nil {
-					return err
-				}
-				return a.restartControllerManager(ctx, log)
-			}
-			if code := a.restart(ctx); code != exitOK {
-				return &codeError{code: code, what: "restart through the lock failed"}
-			}
-			return a.restartControllerManager(ctx, log)
-		},
+		Restarter: k,
 		RunningSigner: func(ctx context.Context) (string, error) {
 			rctx, cancel := a.opCtx(ctx)
 			defer cancel()
@@ -147,13 +163,15 @@ func (a *app) rotator(ctx context.Context, cli *clientv3.Client, host string, lo
 }
 
 // rotateKey is the `rotate-key` subcommand.
-func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
+func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
+	a := k.a
 	o := a.o
 	host := a.trustHost(ctx)
 	// The restart run by the install step records trust under this name too.
 	o.trustHostName = host
 	log := a.log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
-	r := a.rotator(ctx, cli, host, log)
+	k.cli, k.host, k.log = cli, host, log
+	r := k.rotator(ctx, cli, host, log)
 	// Missing or wrong key files are not worth retrying: exit 3 before
 	// anything is claimed, generated or published.
 	if err := r.Files.Check(); err != nil {
@@ -172,7 +190,7 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		}
 		fmt.Fprintf(a.stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.timeout)
 		// The restart the install step would run.
-		return a.restart(ctx)
+		return (&restarter{a: a, cli: cli}).restart(ctx)
 	}
 	// A hold stops every restart: publishing the next key now would only
 	// queue restarts the hold refuses, and the wait would time out. An
@@ -238,10 +256,11 @@ func (a *app) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 }
 
 // retireKeys is the `retire-keys` subcommand.
-func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
+func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
+	a := k.a
 	host := a.trustHost(ctx)
 	log := a.log.WithField("host", host)
-	r := a.rotator(ctx, cli, host, log)
+	r := k.rotator(ctx, cli, host, log)
 	if a.o.dryRun {
 		st, err := r.Store.Load(ctx)
 		if err != nil {
@@ -268,11 +287,11 @@ func (a *app) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
-	if code := a.retireGates(ctx, cli, r, log); code != exitOK {
+	if code := k.retireGates(ctx, cli, r, log); code != exitOK {
 		return code
 	}
 	// What publish-key --certificate kept beside a renewed certificate.
-	if err := a.retireKept(ctx, cli, host, log); err != nil {
+	if err := (&publisher{a: a}).retireKept(ctx, cli, host, log); err != nil {
 		log.WithError(err).Error("retire-keys: kept certificate keys")
 		return exitError
 	}

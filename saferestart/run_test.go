@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/sirupsen/logrus"
 )
 
 // An unreachable etcd is exit 1 within the deadlines, with a JSON log line
@@ -66,7 +70,13 @@ func TestLogsUnderConfd(t *testing.T) {
 	}
 }
 
-// Not under confd, the helper's own format, now redacted.
+// newLogger is the helper's logger as run makes it.
+func newLogger(w io.Writer, level, format string) (*logrus.Logger, error) {
+	return (&cli.Common{LogLevel: level, LogFormat: format}).Logger(w, os.Getenv)
+}
+
+// Not under confd, confd's own format (time, host, name[pid]: LEVEL, as
+// confd 0.16 logs), redacted.
 func TestLogsRedacted(t *testing.T) {
 	t.Setenv("CONFD_RESOURCE", "")
 	var b bytes.Buffer
@@ -75,7 +85,8 @@ func TestLogsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Info("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIsecret\n-----END EC PRIVATE KEY-----")
-	if strings.Contains(b.String(), "MHcCAQEEIsecret") || !strings.Contains(b.String(), "time=") {
+	prefix := regexp.MustCompile(`^\S+ \S+ ` + regexp.QuoteMeta(filepath.Base(os.Args[0])) + fmt.Sprintf(`\[%d\]: INFO `, os.Getpid()))
+	if strings.Contains(b.String(), "MHcCAQEEIsecret") || !prefix.MatchString(b.String()) {
 		t.Errorf("log %q", b.String())
 	}
 }

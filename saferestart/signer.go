@@ -25,7 +25,8 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // barrier holds the switch until every recorded host's apiserver fetched
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
-func (a *app) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
+func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
+	a := k.a
 	o := a.o
 	ids, err := trust.FileKeyIDs(o.signingKey)
 	if err != nil || len(ids) != 1 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cri"
 )
 
@@ -45,14 +46,15 @@ func staticPodRestartTimeout(stop time.Duration) time.Duration {
 
 // applyRestartMode checks --restart-mode and gives static-pod mode its
 // default --restart-timeout.
-func applyRestartMode(o *options, fs *pflag.FlagSet) error {
+func applyRestartMode(o *options) error {
 	switch o.restartMode {
 	case modeSystemd:
 	case modeStaticPod:
 		if o.staticPodStopTimeout < time.Second {
 			return usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.staticPodStopTimeout)
 		}
-		if !fs.Changed("restart-timeout") {
+		// Unless given (by a flag or the file).
+		if o.Origin["restart-timeout"] == "default" {
 			o.restartTimeout = staticPodRestartTimeout(o.staticPodStopTimeout)
 		}
 	default:
@@ -91,7 +93,7 @@ func staticPodMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", progName, staticPodArg, args, err)
 		return exitUsage
 	}
-	log, _ := newLogger(os.Stderr, "info", "text")
+	log, _ := (&cli.Common{LogLevel: "info", LogFormat: "text"}).Logger(os.Stderr, os.Getenv)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	r := cri.Restart{Crictl: cri.Crictl{Endpoint: *endpoint}, Name: *name, Namespace: "kube-system", StopTimeout: *stop,

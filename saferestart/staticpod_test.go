@@ -47,3 +47,19 @@ func TestStaticPodMainUsage(t *testing.T) {
 		t.Errorf("no --container: exit %d", code)
 	}
 }
+
+// The configuration file's restart-mode chooses the command, as the
+// kubeadm example relies on; its restart-timeout beats the static-pod
+// default. (Before the commands had their own flags, the command was
+// chosen before the file was read: a file's static-pod ran systemctl.)
+func TestRestartModeFromFile(t *testing.T) {
+	path := writeConfig(t, "restart-mode = \"static-pod\"\n")
+	o, _, err := parseArgs([]string{"--config", path}, env(nil))
+	if err != nil || len(o.argv) < 2 || o.argv[1] != staticPodArg || o.restartTimeout != 6*time.Minute {
+		t.Fatalf("%v: argv %q, restart-timeout %s", err, o.argv, o.restartTimeout)
+	}
+	path = writeConfig(t, "restart-mode = \"static-pod\"\nrestart-timeout = \"4m\"\n")
+	if o, _, err = parseArgs([]string{"--config", path}, env(nil)); err != nil || o.restartTimeout != 4*time.Minute {
+		t.Fatalf("%v: restart-timeout %s, want the file's", err, o.restartTimeout)
+	}
+}

@@ -54,8 +54,9 @@ func (a *app) prefixes() trust.Prefixes {
 // trustSnapshot computes the trust record of the apiserver about to be
 // restarted, from the service-account key files its flags name, read now.
 // Nil when the restart names no such files (nothing to record).
-func (a *app) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.Record {
-	keyFiles, signing, err := a.serviceAccountFiles()
+func (r *restarter) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.Record {
+	a := r.a
+	keyFiles, signing, err := r.serviceAccountFiles()
 	if err != nil {
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
@@ -69,7 +70,7 @@ func (a *app) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
 	}
-	if rec.ControllerManagerSigning, err = a.controllerManagerSigning(); err != nil {
+	if rec.ControllerManagerSigning, err = r.controllerManagerSigning(); err != nil {
 		log.WithError(err).Error("the trust record will not name kube-controller-manager's key: retire-keys cannot check it")
 	}
 	return &rec
@@ -79,7 +80,8 @@ func (a *app) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.
 // of the restarted apiserver: from the flags files when there are any,
 // otherwise the --preflight-file files holding keys (public ones are
 // trusted, a private one is the signing key).
-func (a *app) serviceAccountFiles() ([]string, string, error) {
+func (r *restarter) serviceAccountFiles() ([]string, string, error) {
+	a := r.a
 	if len(a.o.preflightFlagsFiles) > 0 {
 		return preflight.ServiceAccountFiles(a.o.preflightFlagsFiles)
 	}
@@ -103,7 +105,8 @@ func (a *app) serviceAccountFiles() ([]string, string, error) {
 // writeTrust stores the record of a restart whose gate passed. A failure is
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
-func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
+func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
+	a := r.a
 	if rec == nil {
 		return
 	}
@@ -127,7 +130,8 @@ func (a *app) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.F
 // refused elsewhere. Hosts without a record are new themselves and load the
 // bundle when they first start; waiting for them would deadlock a fleet
 // coming up. The wait holds no lock, so the other hosts can restart.
-func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
+func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
+	a := r.a
 	if snap == nil || snap.Signing == "" || a.o.trustTimeout == 0 {
 		return exitOK
 	}
@@ -149,7 +153,7 @@ func (a *app) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.Fi
 	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", a.o.trustTimeout)
 	wctx, cancel := context.WithTimeout(ctx, a.o.trustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.commandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
@@ -227,7 +231,7 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 	log := a.log.WithField("keys", strings.Join(kids, ","))
 	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.commandTimeout, Log: log})
+	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:

@@ -1,12 +1,35 @@
 package sasigner
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keysync/confd/internal/cli"
 )
+
+// parseArgs is the command line without the daemon, for tests.
+func parseArgs(args []string, env lookupEnv) (*options, *cobra.Command, error) {
+	o := &options{gid: -1}
+	var out strings.Builder
+	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
+	done := false
+	cmd := newCommand(p, o, func(*options) int { done = true; return cli.ExitOK })
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		return nil, cmd, err
+	}
+	if !done {
+		return nil, cmd, fmt.Errorf("not run: %s", out.String())
+	}
+	return o, cmd, nil
+}
 
 func envOf(m map[string]string) lookupEnv {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
@@ -31,8 +54,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.endpoints, []string{"https://a:2379", "https://b:2379"}) || o.user != "root" || o.password != "pw" ||
-		o.cacert != "/flag-ca" || o.dialTimeout != 7*time.Second {
+	if !slices.Equal(o.Endpoints, []string{"https://a:2379", "https://b:2379"}) || o.User != "root" || o.Password != "pw" ||
+		o.CACert != "/flag-ca" || o.DialTimeout != 7*time.Second {
 		t.Errorf("environment: %+v", o)
 	}
 
@@ -75,7 +98,7 @@ controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-mana
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
+	if !slices.Equal(o.Endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
 		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute ||
 		!slices.Equal(o.cmFlagsFiles, []string{"/etc/kubernetes/manifests/kube-controller-manager.yaml"}) {
 		t.Errorf("from the file: %+v", o)
@@ -85,5 +108,28 @@ controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-mana
 	}
 	if _, _, err := parseArgs([]string{"--config=" + path}, envOf(nil)); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("unknown key: %v, want an error naming %s", err, path)
+	}
+}
+
+// The command line's outcomes, through the shared scaffolding: help and
+// version on stdout with exit 0, a mistyped flag exit 2 with the flag it
+// probably meant, no subcommands (a word is an unexpected argument).
+func TestRunUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		code      int
+		out, errs string
+	}{
+		{[]string{"--help"}, exitOK, "--signing-key", ""},
+		{[]string{"-h"}, exitOK, "Usage:", ""},
+		{[]string{"--version"}, exitOK, progName + " ", ""},
+		{[]string{"--sockett", "/x"}, exitUsage, "", "unknown flag: --sockett; did you mean --socket?\nRun '" + progName + " --help' for usage."},
+		{[]string{"serve"}, exitUsage, "", `unexpected argument "serve"`},
+	} {
+		var out, errb strings.Builder
+		code := run(context.Background(), tc.args, envOf(nil), nil, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.errs) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+		}
 	}
 }

@@ -13,10 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdclient"
-	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/sasigner/signer"
 )
@@ -31,29 +29,26 @@ const (
 // run is main without the process: ctx ends at SIGTERM or SIGINT; hup
 // delivers SIGHUP (re-read the signing key).
 func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal, stdout, stderr io.Writer) int {
-	o, fs, err := parseArgs(args, env)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", progName, err, progName)
-		return exitUsage
-	}
-	if o.help {
-		writeHelp(stdout, fs)
+	p := &cli.Program{Name: progName, Stdout: stdout, Stderr: stderr, LookupEnv: env, DefaultConfig: defaultConfig}
+	o := &options{gid: -1}
+	cmd := newCommand(p, o, func(o *options) int {
+		if o.version {
+			fmt.Fprintf(stdout, "%s %s\n", progName, version.Version)
+			return exitOK
+		}
+		log, err := o.Logger(stderr, os.Getenv)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", progName, err)
+			return exitUsage
+		}
+		if err := serve(ctx, o, log, hup); err != nil {
+			log.WithError(err).Error("stopped")
+			return exitError
+		}
 		return exitOK
-	}
-	if o.version {
-		fmt.Fprintf(stdout, "%s %s\n", progName, version.Version)
-		return exitOK
-	}
-	log, err := logfmt.New(stderr, o.logLevel, o.logFormat)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", progName, err)
-		return exitUsage
-	}
-	if err := serve(ctx, o, log, hup); err != nil {
-		log.WithError(err).Error("stopped")
-		return exitError
-	}
-	return exitOK
+	})
+	cmd.SetContext(ctx)
+	return p.Execute(cmd, args)
 }
 
 // stopGRPC lets calls in flight finish, for at most d.
@@ -69,13 +64,6 @@ func stopGRPC(g interface {
 		g.Stop()
 		<-done
 	}
-}
-
-func etcdClient(ctx context.Context, o *options) (*clientv3.Client, error) {
-	return etcdclient.New(ctx, etcdclient.Config{
-		Nodes: o.endpoints, ClientCAKeys: o.cacert, ClientCert: o.cert, ClientKey: o.key,
-		Username: o.user, Password: o.password, DialTimeout: o.dialTimeout, RequestTimeout: o.commandTimeout,
-	})
 }
 
 // cacheWriter writes the cache file, one write at a time, always of the

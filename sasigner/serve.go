@@ -62,7 +62,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	etcd := &clients{o: o}
-	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.commandTimeout, Log: log, Metrics: m}
+	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.CommandTimeout, Log: log, Metrics: m}
 	if files := o.cmFlagsFiles; len(files) > 0 {
 		rec.ControllerManager = func() (string, error) {
 			_, kid, err := preflight.ControllerManagerKey(files)
@@ -89,7 +89,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		Prefix:         signer.NormalizePrefix(o.keysPrefix),
 		Keys:           ks,
 		Log:            log,
-		RequestTimeout: o.commandTimeout,
+		RequestTimeout: o.CommandTimeout,
 		Metrics:        m,
 	}
 	wg.Go(func() {
@@ -164,7 +164,7 @@ func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
 	if c.cli != nil {
 		return c.cli, nil
 	}
-	cli, err := etcdClient(ctx, c.o)
+	cli, err := c.o.Client(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@
 package groupguard
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -40,16 +39,8 @@ const DeathSignal = syscall.SIGUSR1
 const (
 	// ExitUsage is a malformed guard command line.
 	ExitUsage = 2
-	// ExitNotRun: the command could not be started (or its hand-over was
-	// cut short); nothing ran.
+	// ExitNotRun: the command could not be started; nothing ran.
 	ExitNotRun = 127
-)
-
-// A guard that was handed its command reports on its stdin (a socket)
-// whether the command started: Started, or NotStarted and why.
-const (
-	Started    = "started\n"
-	NotStarted = "cannot start: "
 )
 
 // Options shape a guard.
@@ -57,21 +48,13 @@ type Options struct {
 	// Grace is what the command gets when the owner dies: SIGTERM to the
 	// group, then SIGKILL after Grace. Zero is SIGKILL at once.
 	Grace time.Duration
-	// Handover: the guard starts at once but runs the command only when
-	// the owner has written its environment to the guard's stdin, a
-	// socket (see EncodeHandover), and shut down its writing side; EOF
-	// without one runs nothing. The guard then answers Started or
-	// NotStarted on the same socket. This
-	// lets an owner start the guard ahead of time, and keeps the
-	// command's environment off every command line.
-	Handover bool
 	// Lock is a file (an flock the owner holds) that the guard keeps open,
 	// and the command does not inherit, until the group is gone: an owner
 	// that takes the same lock after a crash waits for the old command.
 	Lock *os.File
 	// Status, when set, is the write end of a pipe on which the guard
-	// reports how the command ended ("exit N" or "signal N") just before
-	// it ends itself. A guard that ends without a report died (or was
+	// reports that the command started (StartedLine) or could not, and how
+	// it ended ("exit N" or "signal N") just before it ends itself. A guard that ends without a report died (or was
 	// killed) on its own: see ReadStatus.
 	Status *os.File
 }
@@ -87,9 +70,6 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 	args := []string{self(), Arg}
 	if o.Grace > 0 {
 		args = append(args, "-grace="+o.Grace.String())
-	}
-	if o.Handover {
-		args = append(args, "-handover")
 	}
 	extra := append([]*os.File(nil), spec.ExtraFiles...)
 	if o.Lock != nil {
@@ -146,7 +126,6 @@ func sameFile(fi os.FileInfo, path string) bool {
 type options struct {
 	grace    time.Duration
 	drainFDs []int
-	handover bool
 	lockFD   int
 	statusFD int
 	parent   int
@@ -161,8 +140,6 @@ func parse(args []string) (options, error) {
 		switch name {
 		case "-grace":
 			o.grace, err = time.ParseDuration(value)
-		case "-handover":
-			o.handover = true
 		case "-drain-fds":
 			for _, f := range strings.Split(value, ",") {
 				var fd int
@@ -224,51 +201,22 @@ func Main(prog string, args []string) int {
 	if os.Getppid() != o.parent { // died before the death signal was armed
 		killGroup()
 	}
-	env := os.Environ()
-	if o.handover {
-		handover := make(chan handoverResult, 1)
-		go func() {
-			// With a hand-over, stdin is a socket: it stays open after the
-			// hand-over, for the report of whether the command started.
-			env, err := readHandover(os.Stdin)
-			handover <- handoverResult{env, err}
-		}()
-		for waiting := true; waiting; {
-			select {
-			case <-death:
-				killGroup()
-			case <-group:
-			case h := <-handover:
-				if errors.Is(h.err, errNoHandover) {
-					return 0 // not needed after all: nothing ran
-				}
-				if h.err != nil {
-					fmt.Fprintf(os.Stderr, "%s: %s: %v; not running %s\n", prog, Arg, h.err, o.argv[0])
-					return ExitNotRun
-				}
-				env, waiting = h.env, false
-			}
-		}
+	var status *os.File
+	if o.statusFD >= 0 {
+		status = os.NewFile(uintptr(o.statusFD), "status")
 	}
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	cmd.Env = env
-	if !o.handover {
-		cmd.Stdin = os.Stdin // with a hand-over, stdin was the guard's: /dev/null
-	}
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
-		if o.handover {
-			// Told to the owner, which then knows nothing ran.
-			_, _ = fmt.Fprintf(os.Stdin, "%s%v\n", NotStarted, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
-		}
-		report(o.statusFD, "notrun")
+		fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
+		// And why, for an owner that names it in its own error (ReadStatus).
+		report(status, "notrun "+strings.ReplaceAll(err.Error(), "\n", " "))
 		return ExitNotRun
 	}
-	if o.handover {
-		_, _ = io.WriteString(os.Stdin, Started)
-		_ = os.Stdin.Close()
+	if status != nil {
+		// The owner may wait for this line to know the command runs
+		// (StartedLine), before it says so.
+		_, _ = status.WriteString(StartedLine)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -305,21 +253,21 @@ func Main(prog string, args []string) int {
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		report(o.statusFD, "signal "+strconv.Itoa(int(ws.Signal())))
+		report(status, "signal "+strconv.Itoa(int(ws.Signal())))
 		// End as the command did, so the owner reports the signal.
 		signal.Reset(ws.Signal())
 		_ = syscall.Kill(os.Getpid(), ws.Signal())
 		return 128 + int(ws.Signal())
 	}
-	report(o.statusFD, "exit "+strconv.Itoa(ws.ExitStatus()))
+	report(status, "exit "+strconv.Itoa(ws.ExitStatus()))
 	return ws.ExitStatus()
 }
 
-func report(fd int, status string) {
-	if fd < 0 {
+// report writes the guard's last word on its status pipe and closes it.
+func report(f *os.File, status string) {
+	if f == nil {
 		return
 	}
-	f := os.NewFile(uintptr(fd), "status")
 	_, _ = f.WriteString(status + "\n")
 	_ = f.Close()
 }
@@ -329,13 +277,18 @@ func killGroup() {
 	os.Exit(128 + int(syscall.SIGKILL))
 }
 
+// StartedLine is the first line on a guard's status pipe once its command
+// started; "notrun WHY" is the first and last when it could not start.
+const StartedLine = "started\n"
+
 // Status is what a guard reported about its command.
 type Status struct {
 	// Reported is false when the guard ended without a report: it died
 	// (SIGKILL, a crash) before the command ended, or never started it.
 	Reported bool
-	// NotRun: the command could not be started.
+	// NotRun: the command could not be started; Why says why.
 	NotRun bool
+	Why    string
 	Exit   int
 	Signal syscall.Signal
 }
@@ -348,15 +301,16 @@ func ReadStatus(r io.Reader) Status {
 	if err != nil {
 		return Status{}
 	}
-	word, num, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-	n, _ := strconv.Atoi(num)
+	text := strings.TrimSpace(strings.TrimPrefix(string(b), StartedLine))
+	word, rest, _ := strings.Cut(text, " ")
+	n, _ := strconv.Atoi(rest)
 	switch word {
 	case "exit":
 		return Status{Reported: true, Exit: n}
 	case "signal":
 		return Status{Reported: true, Signal: syscall.Signal(n)}
 	case "notrun":
-		return Status{Reported: true, NotRun: true}
+		return Status{Reported: true, NotRun: true, Why: rest}
 	}
 	return Status{}
 }
@@ -377,54 +331,4 @@ func GroupGone(pgid int, timeout time.Duration) bool {
 		}
 		time.Sleep(wait) // no event tells that a group emptied: poll, backing off
 	}
-}
-
-// A hand-over on the guard's stdin is handoverTag, the number of
-// environment entries and the entries, each NUL-terminated (no entry can
-// hold a NUL), then EOF. The count tells a complete hand-over from one cut
-// short, which runs nothing.
-const handoverTag = "env"
-
-// errNoHandover is EOF before any byte: the owner did not run the command.
-var errNoHandover = errors.New("no command handed over")
-
-type handoverResult struct {
-	env []string
-	err error
-}
-
-// EncodeHandover is what the owner writes to a waiting guard's stdin.
-func EncodeHandover(env []string) []byte {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\x00%d\x00", handoverTag, len(env))
-	for _, kv := range env {
-		b.WriteString(kv)
-		b.WriteByte(0)
-	}
-	return b.Bytes()
-}
-
-// readHandover reads a hand-over to its EOF.
-func readHandover(r io.Reader) ([]string, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("read the hand-over: %w", err)
-	}
-	if len(data) == 0 {
-		return nil, errNoHandover
-	}
-	fields := bytes.Split(data, []byte{0})
-	// A complete hand-over ends with a NUL: its last field is empty.
-	if len(fields) < 3 || string(fields[0]) != handoverTag || len(fields[len(fields)-1]) != 0 {
-		return nil, errors.New("incomplete hand-over")
-	}
-	n, err := strconv.Atoi(string(fields[1]))
-	if err != nil || n != len(fields)-3 {
-		return nil, errors.New("incomplete hand-over")
-	}
-	env := make([]string, n)
-	for i := range env {
-		env[i] = string(fields[2+i])
-	}
-	return env, nil
 }

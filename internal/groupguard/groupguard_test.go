@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestWrapParses(t *testing.T) {
 	}
 	// runner passes the output reader after the extra files: fd 3+2.
 	if o.grace != 3*time.Second || o.lockFD != 3 || o.statusFD != 4 || !slices.Equal(o.drainFDs, []int{5}) ||
-		o.parent != os.Getpid() || !slices.Equal(o.argv, []string{"sh", "-c", "x"}) || o.handover {
+		o.parent != os.Getpid() || !slices.Equal(o.argv, []string{"sh", "-c", "x"}) {
 		t.Fatalf("parsed %+v", o)
 	}
 	if _, err := parse([]string{"-bogus", "1", "--", "x"}); err == nil {
@@ -59,5 +60,21 @@ func TestLockKeyedByResourceAndCommand(t *testing.T) {
 	cancel()
 	if _, err := r.lock(ctx, spec("/a/conf.d/x.toml")); err == nil || !waited {
 		t.Fatalf("the same resource's run did not wait: %v (waiting reported: %v)", err, waited)
+	}
+}
+
+// The status pipe's first line says the command started (or why not); the
+// report after it says how it ended.
+func TestReadStatus(t *testing.T) {
+	for in, want := range map[string]Status{
+		StartedLine + "exit 3\n":      {Reported: true, Exit: 3},
+		StartedLine + "signal 9\n":    {Reported: true, Signal: 9},
+		StartedLine:                   {},
+		"notrun exec: no such file\n": {Reported: true, NotRun: true, Why: "exec: no such file"},
+		"exit 0\n":                    {Reported: true},
+	} {
+		if got := ReadStatus(strings.NewReader(in)); got != want {
+			t.Errorf("%q: %+v, want %+v", in, got, want)
+		}
 	}
 }

@@ -77,13 +77,8 @@ type Spec struct {
 	Env []string
 	Dir string
 	// Timeout is how long the command may run before its process group gets
-	// SIGTERM; zero means no timeout. It counts from Start, or from Arm
-	// with ArmLater.
+	// SIGTERM; zero means no timeout. It counts from Start.
 	Timeout time.Duration
-	// ArmLater holds Timeout back until Process.Arm: for a process started
-	// early that waits (on Stdin, say) until it is given its work, whose
-	// time must not be eaten by the wait.
-	ArmLater bool
 	// Stdin, when set, is the command's standard input; nil is /dev/null.
 	// The caller keeps its own copy and closes it once Start returned.
 	Stdin *os.File
@@ -158,19 +153,16 @@ func (r Result) OK() bool { return r.Err == nil }
 
 // Process is a started command.
 type Process struct {
-	spec    Spec
-	cmd     *exec.Cmd
-	argv    string
-	start   time.Time
-	armOnce sync.Once
-	armed   chan struct{} // closed by arm; from is set then
-	from    time.Time
-	done    chan struct{}
-	res     Result
-	termMu  sync.Mutex
-	termed  bool
-	killed  bool
-	exited  chan struct{}
+	spec   Spec
+	cmd    *exec.Cmd
+	argv   string
+	start  time.Time
+	done   chan struct{}
+	res    Result
+	termMu sync.Mutex
+	termed bool
+	killed bool
+	exited chan struct{}
 	// startDone is closed once cmd.Start returned: the reading ends of the
 	// pipes may be among the child's ExtraFiles (ShareOutputReaders), and
 	// Start reads their descriptors, so a reader that met EOF early must
@@ -189,8 +181,7 @@ func Run(ctx context.Context, spec Spec) Result {
 	return p.Wait()
 }
 
-// Start starts the command. The timeout runs from here (from Arm with
-// spec.ArmLater). When ctx ends before the command, the command is
+// Start starts the command. The timeout runs from here. When ctx ends before the command, the command is
 // terminated as by Terminate(spec.Grace).
 func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if len(spec.Argv) == 0 {
@@ -217,7 +208,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if name == "" {
 		name = Quote(spec.Argv)
 	}
-	p := &Process{spec: spec, cmd: cmd, argv: name, armed: make(chan struct{}), done: make(chan struct{}),
+	p := &Process{spec: spec, cmd: cmd, argv: name, done: make(chan struct{}),
 		exited: make(chan struct{}), startDone: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
@@ -253,9 +244,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		p.readers.Wait()
 		return nil, fmt.Errorf("start %s: %w", p.argv, err)
 	}
-	if !spec.ArmLater {
-		p.arm(p.start)
-	}
 	go p.supervise(ctx)
 	return p, nil
 }
@@ -279,32 +267,18 @@ func (p *Process) run(started chan<- error) {
 	close(p.exited)
 }
 
-// Arm starts the timeout (and Result.Duration) of a process started with
-// Spec.ArmLater. Later calls, and calls without ArmLater, do nothing.
-func (p *Process) Arm() { p.arm(time.Now()) }
-
-func (p *Process) arm(from time.Time) {
-	p.armOnce.Do(func() {
-		p.from = from
-		close(p.armed)
-	})
-}
-
 // supervise enforces the timeout and the context, then collects the result.
 func (p *Process) supervise(ctx context.Context) {
 	defer close(p.done)
 	var timeout <-chan time.Time
-	armed := p.armed
+	if p.spec.Timeout > 0 {
+		t := time.NewTimer(p.spec.Timeout - time.Since(p.start))
+		defer t.Stop()
+		timeout = t.C
+	}
 	var timedOut bool
 	for running := true; running; {
 		select {
-		case <-armed:
-			armed = nil
-			if p.spec.Timeout > 0 {
-				t := time.NewTimer(p.spec.Timeout - time.Since(p.from))
-				defer t.Stop()
-				timeout = t.C
-			}
 		case <-p.exited:
 			running = false
 		case <-timeout:
@@ -318,13 +292,7 @@ func (p *Process) supervise(ctx context.Context) {
 			running = false
 		}
 	}
-	from := p.start
-	select {
-	case <-p.armed:
-		from = p.from
-	default: // never armed: it ended while it waited
-	}
-	dur := time.Since(from)
+	dur := time.Since(p.start)
 	p.termMu.Lock()
 	terminated, killed := p.termed, p.killed
 	if terminated {

@@ -72,13 +72,9 @@ type Session struct {
 	relMu sync.Mutex
 	held  bool
 
-	// lost closes when the lease must be taken as lost: etcd said so, or it
-	// has not confirmed a refresh for TTL minus margin (see monitor).
-	lost     chan struct{}
-	lostOnce sync.Once
-	margin   time.Duration
-	// deleted is set when someone deleted our mutex key while we held it.
-	deleted   atomic.Bool
+	// loss is raised when the lock must be taken as lost (see loss).
+	loss      *loss
+	margin    time.Duration
 	stopWatch context.CancelFunc
 }
 
@@ -108,9 +104,9 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), lost: make(chan struct{})}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), loss: &loss{ch: make(chan struct{})}}
 	s.margin = SafetyMargin(cfg.TTL)
-	go s.monitor(granted)
+	go s.loss.monitor(s.cli, s.sess, time.Duration(s.cfg.TTL)*time.Second, s.margin, granted)
 	if err := s.putInfo(ctx); err != nil {
 		sess.Orphan()
 		revoke(cli, lease.ID, cfg.OpTimeout)
@@ -161,12 +157,12 @@ func (s *Session) Env() []string {
 // Done closes when the lease must be taken as lost (revoked or expired, or
 // no refresh confirmed by etcd for TTL minus SafetyMargin), or was given up
 // by Release/Abandon.
-func (s *Session) Done() <-chan struct{} { return s.lost }
+func (s *Session) Done() <-chan struct{} { return s.loss.ch }
 
 // Lost reports whether Done is closed.
 func (s *Session) Lost() bool {
 	select {
-	case <-s.lost:
+	case <-s.loss.ch:
 		return true
 	default:
 		return false
@@ -191,10 +187,9 @@ func (s *Session) Margin() time.Duration { return s.margin }
 // own KeepAliveOnce, and when none has been confirmed for TTL minus margin
 // (measured from when the confirmed request was sent, so the server's
 // expiry is later still) the lease is taken as lost.
-func (s *Session) monitor(lastOK time.Time) {
-	ttl := time.Duration(s.cfg.TTL) * time.Second
+func (l *loss) monitor(cli *clientv3.Client, sess *concurrency.Session, ttl, margin time.Duration, lastOK time.Time) {
 	period := max(ttl/5, 100*time.Millisecond)
-	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - s.margin)))
+	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - margin)))
 	defer deadline.Stop()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
@@ -206,11 +201,11 @@ func (s *Session) monitor(lastOK time.Time) {
 	inflight := false
 	for {
 		select {
-		case <-s.sess.Done():
-			s.markLost()
+		case <-sess.Done():
+			l.mark()
 			return
 		case <-deadline.C:
-			s.markLost()
+			l.mark()
 			return
 		case <-tick.C:
 			if inflight {
@@ -221,7 +216,7 @@ func (s *Session) monitor(lastOK time.Time) {
 				ctx, cancel := context.WithTimeout(context.Background(), period)
 				defer cancel()
 				sent := time.Now()
-				_, err := s.cli.KeepAliveOnce(ctx, s.sess.Lease())
+				_, err := cli.KeepAliveOnce(ctx, sess.Lease())
 				results <- probe{sent, err}
 			}()
 		case r := <-results:
@@ -229,16 +224,26 @@ func (s *Session) monitor(lastOK time.Time) {
 			switch {
 			case r.err == nil:
 				lastOK = r.sent
-				deadline.Reset(time.Until(lastOK.Add(ttl - s.margin)))
+				deadline.Reset(time.Until(lastOK.Add(ttl - margin)))
 			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				s.markLost()
+				l.mark()
 				return
 			}
 		}
 	}
 }
 
-func (s *Session) markLost() { s.lostOnce.Do(func() { close(s.lost) }) }
+// loss is a session's "the lock may be someone else's now": raised once,
+// by the lease monitor (monitor) or the watch on our own mutex key
+// (watchKey).
+type loss struct {
+	ch   chan struct{} // closed when raised
+	once sync.Once
+	// deleted is set when someone deleted our mutex key while we held it.
+	deleted atomic.Bool
+}
+
+func (l *loss) mark() { l.once.Do(func() { close(l.ch) }) }
 
 // Lock queues for the mutex (FIFO by create revision) and returns once it is
 // held. It returns ctx's error when ctx ends first (the waiter key is then
@@ -249,7 +254,7 @@ func (s *Session) Lock(ctx context.Context) error {
 	defer cancel()
 	go func() {
 		select {
-		case <-s.lost:
+		case <-s.loss.ch:
 			cancel()
 		case <-lctx.Done():
 		}
@@ -284,7 +289,7 @@ func (s *Session) Lock(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.Background())
 	s.stopWatch = stop
 	s.relMu.Unlock()
-	go s.watchOwnKey(wctx)
+	go s.loss.watchKey(wctx, s.cli, s.mu.Key(), s.rev)
 	now := time.Now().UTC()
 	s.cfg.Info.Acquired = &now
 	// Best effort: status shows since when the lock is held.
@@ -292,16 +297,16 @@ func (s *Session) Lock(ctx context.Context) error {
 	return nil
 }
 
-// watchOwnKey treats the deletion of our mutex key (`etcdctl del`, an
+// watchKey treats the deletion of our mutex key (`etcdctl del`, an
 // operator clearing a stuck lock) as the loss of the lock: the next waiter
 // now holds it, whatever our lease says.
-func (s *Session) watchOwnKey(ctx context.Context) {
-	wc := s.cli.Watch(ctx, s.mu.Key(), clientv3.WithRev(s.rev+1))
+func (l *loss) watchKey(ctx context.Context, cli *clientv3.Client, key string, rev int64) {
+	wc := cli.Watch(ctx, key, clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.lost:
+		case <-l.ch:
 			return
 		case resp, ok := <-wc:
 			if !ok {
@@ -309,8 +314,8 @@ func (s *Session) watchOwnKey(ctx context.Context) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					s.deleted.Store(true)
-					s.markLost()
+					l.deleted.Store(true)
+					l.mark()
 					return
 				}
 			}
@@ -324,7 +329,7 @@ func (s *Session) watchOwnKey(ctx context.Context) {
 
 // KeyDeleted reports whether the lock was lost because our mutex key was
 // deleted while we held it (rather than the lease).
-func (s *Session) KeyDeleted() bool { return s.deleted.Load() }
+func (s *Session) KeyDeleted() bool { return s.loss.deleted.Load() }
 
 // Held reports whether Lock succeeded and Release has not run.
 func (s *Session) Held() bool {

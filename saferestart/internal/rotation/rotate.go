@@ -31,9 +31,9 @@ type Rotator struct {
 	Publish func(ctx context.Context, value []byte) error
 	// WaitTrusted returns once every publishing host trusts kid.
 	WaitTrusted func(ctx context.Context, kid string) error
-	// Restart restarts this host's apiserver through the lock (preflight,
-	// trust record and health gate included).
-	Restart func(ctx context.Context) error
+	// Restarter restarts this host's apiserver through the lock
+	// (preflight, trust record and health gate included).
+	Restarter Restarter
 	// RunningSigner returns the key ID this host's running apiserver signs
 	// with (from its trust record), "" when unknown.
 	RunningSigner func(ctx context.Context) (string, error)
@@ -45,6 +45,17 @@ type Rotator struct {
 	Now    func() time.Time
 	Log    logrus.FieldLogger
 }
+
+// Restarter restarts this host's apiserver (or switches its signer).
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
+// RestartFunc is a function as a Restarter.
+type RestartFunc func(ctx context.Context) error
+
+// Restart calls f.
+func (f RestartFunc) Restart(ctx context.Context) error { return f(ctx) }
 
 func (r *Rotator) now() time.Time {
 	if r.Now != nil {
@@ -154,7 +165,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 			return stepErr(StepInstall, err)
 		}
 		r.Log.WithFields(logrus.Fields{"step": StepRestart}).Info("restarting this apiserver through the lock to sign with the next key")
-		if err := r.Restart(ctx); err != nil {
+		if err := r.Restarter.Restart(ctx); err != nil {
 			return stepErr(StepRestart, err)
 		}
 		if r.Follow != nil {

@@ -96,7 +96,7 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 			f.events = append(f.events, StepWait)
 			return nil
 		},
-		Restart: func(context.Context) error {
+		Restarter: RestartFunc(func(context.Context) error {
 			if err := f.failOnce(StepRestart); err != nil {
 				return err
 			}
@@ -110,7 +110,7 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 			f.signing = s
 			f.events = append(f.events, StepRestart)
 			return nil
-		},
+		}),
 		RunningSigner: func(context.Context) (string, error) { return f.signing, nil },
 	}
 	return f, r, store

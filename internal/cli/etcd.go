@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdclient"
+	"github.com/keysync/confd/internal/etcdflags"
+)
+
+// Etcd is the etcd connection etcdctl's flags describe, shared by every
+// helper command that talks to etcd.
+type Etcd struct {
+	Endpoints      []string
+	CACert         string
+	Cert           string
+	Key            string
+	User           string
+	Password       string
+	DialTimeout    time.Duration
+	CommandTimeout time.Duration
+	// From names where Endpoints came from, for etcd errors.
+	From string
+}
+
+func (e *Etcd) targets() etcdflags.Targets {
+	return etcdflags.Targets{Endpoints: &e.Endpoints, CACert: &e.CACert, Cert: &e.Cert, Key: &e.Key,
+		User: &e.User, Password: &e.Password, DialTimeout: &e.DialTimeout, CommandTimeout: &e.CommandTimeout}
+}
+
+// Register adds the etcd flags to fs.
+func (e *Etcd) Register(fs *pflag.FlagSet) { etcdflags.Register(fs, e.targets()) }
+
+// EndpointsDefault is From when neither a flag, the environment nor the
+// file named the endpoints.
+const EndpointsDefault = "the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them"
+
+// applyEnv fills the etcd settings from etcdctl's environment variables
+// where the flag was not given: a flag beats the environment, which beats
+// the file.
+func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, bool)) error {
+	e.From = EndpointsDefault
+	if fs.Changed("endpoints") {
+		e.From = "from --endpoints"
+	} else if where := c.File.Where("endpoints"); where != "" && c.Origin["endpoints"] == where {
+		e.From = "from " + where
+	}
+	err := etcdflags.ApplyEnv(fs, e.targets(), env, func(flag, variable string) {
+		c.Origin[flag] = "env " + variable
+		if flag == "endpoints" {
+			e.From = "from " + variable
+		}
+	})
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	split, err := etcdflags.SplitUser(&e.User, &e.Password)
+	if split {
+		c.Origin["password"] = c.Origin["user"]
+	}
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	return nil
+}
+
+// Validate checks the settings every etcd command needs.
+func (e *Etcd) Validate() []error {
+	var errs []error
+	if e.DialTimeout <= 0 {
+		errs = append(errs, Usagef("--dial-timeout %s: must be positive", e.DialTimeout))
+	}
+	if e.CommandTimeout <= 0 {
+		errs = append(errs, Usagef("--command-timeout %s: must be positive", e.CommandTimeout))
+	}
+	if len(e.Endpoints) == 0 {
+		errs = append(errs, Usagef("--endpoints: no etcd endpoint"))
+	}
+	if (e.Cert == "") != (e.Key == "") {
+		errs = append(errs, Usagef("--cert and --key go together"))
+	}
+	return errs
+}
+
+// Client connects with the builder confd uses, so that a failure says why
+// (refused, unknown authority, bad credentials) within --dial-timeout.
+func (e *Etcd) Client(ctx context.Context) (*clientv3.Client, error) {
+	return etcdclient.New(ctx, etcdclient.Config{
+		Nodes: e.Endpoints, ClientCAKeys: e.CACert, ClientCert: e.Cert, ClientKey: e.Key,
+		Username: e.User, Password: e.Password, DialTimeout: e.DialTimeout, RequestTimeout: e.CommandTimeout,
+	})
+}
+
+// ConnectFailed is the message of a failed connection to etcd.
+const ConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS) or endpoints in the configuration file, the TLS and auth settings, and that etcd runs there"
+
+// Err names the endpoints in an etcd error and where they came from
+// (--endpoints, ETCDCTL_ENDPOINTS or the default), so that "context
+// deadline exceeded" says where it could not get to and which setting to
+// fix. The client's own "etcd ENDPOINTS: " prefix is not repeated, nor,
+// with one endpoint, the endpoint before each cause.
+func (e *Etcd) Err(err error) error {
+	if err == nil {
+		return nil
+	}
+	eps := e.Endpoints
+	msg := err.Error()
+	// The client names endpoints given without a scheme with the one it
+	// dialled.
+	for _, scheme := range []string{"https://", "http://", ""} {
+		named := make([]string, len(eps))
+		for i, ep := range eps {
+			named[i] = ep
+			if !strings.Contains(ep, "://") {
+				named[i] = scheme + ep
+			}
+		}
+		msg = strings.TrimPrefix(msg, "etcd "+strings.Join(named, ", ")+": ")
+		// (Not a bare host:port: "dial tcp HOST:PORT: ..." keeps it.)
+		if len(eps) == 1 && strings.Contains(named[0], "://") {
+			msg = strings.ReplaceAll(msg, named[0]+": ", "")
+		}
+	}
+	from := e.From
+	if from == "" {
+		from = EndpointsDefault
+	}
+	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
+}
+
+// etcdError is an etcd error reworded by Err; errors.Is still sees the
+// cause.
+type etcdError struct {
+	msg string
+	err error
+}
+
+func (e *etcdError) Error() string { return e.msg }
+func (e *etcdError) Unwrap() error { return e.err }

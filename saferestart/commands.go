@@ -1,0 +1,208 @@
+package saferestart
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/etcdflags"
+)
+
+// command describes one subcommand: its flags, its arguments, whether it
+// talks to etcd (then it takes the etcd flags and ETCDCTL_*).
+type command struct {
+	name, use, short, long string
+	etcd                   bool
+	flags                  []func(*options, *pflag.FlagSet)
+	args                   func(o *options, cmd *cobra.Command, args []string) error
+}
+
+// commands are the subcommands; restart is the default.
+func (o *options) commands() []command {
+	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
+		trustPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+	return []command{
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
+			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
+			long:  restartHelp, flags: append(restarting, outputFlag)},
+		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO) and hold",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, outputFlag}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
+		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs,
+			short: "validate PEM files or an apiserver flags file (confd's check_cmd); no etcd",
+			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags}},
+		{name: cmdVersion, short: "print the version"},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, outputFlag}},
+		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags}},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
+			flags: append(restarting, publicKeyFlag, timeoutFlag, rotationPrefixFlag, graceFlag, rotateKeyFlags)},
+		{name: cmdRetireKeys, etcd: true, short: "drop the previous public key once its --grace is over (for a systemd timer)",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
+				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
+		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
+				rotationPrefixFlag, graceFlag, publishKeyFlags}},
+		// config shows what every command would read: it takes all flags.
+		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
+			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
+				rotationPrefixFlag, graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
+	}
+}
+
+// newRoot is the command tree; act runs a command whose options are
+// complete and valid, and returns its exit code.
+func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command {
+	root := p.Root(&o.Common, progName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
+	for _, c := range o.commands() {
+		use := c.use
+		if use == "" {
+			use = c.name
+		}
+		long := c.short
+		if c.long != "" {
+			long += "\n\n" + c.long
+		}
+		if c.etcd {
+			long += "\n\n" + etcdHelp
+		}
+		cmd := &cobra.Command{Use: use, Short: c.short, Long: long, Args: cobra.ArbitraryArgs}
+		fs := cmd.Flags()
+		fs.SortFlags = false
+		if c.etcd {
+			o.Etcd.Register(fs)
+		}
+		for _, register := range c.flags {
+			register(o, fs)
+		}
+		c := c
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			o.sub, o.flags = c.name, cmd.Flags()
+			var e *cli.Etcd
+			if c.etcd {
+				e = &o.Etcd
+			}
+			if c.args == nil && len(args) > 0 {
+				return usagef("%s takes no arguments, got %q", c.name, args)
+			}
+			if err := p.Resolve(cmd, &o.Common, e, o.fileUse(cmd, args)); err != nil {
+				return err
+			}
+			if c.args != nil {
+				if err := c.args(o, cmd, args); err != nil {
+					return o.FromFile(err)
+				}
+			}
+			if err := o.FromFile(validate(o)); err != nil {
+				return err
+			}
+			return cli.Exit(act(o))
+		}
+		root.AddCommand(cmd)
+	}
+	return root
+}
+
+// fileUse says which of the file's keys a command reads: all it has flags
+// for, but check reads the restart's preflight inputs only when its
+// command line names nothing to check (then it checks what the restart
+// would preflight).
+func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
+	if o.sub != cmdCheck {
+		return nil
+	}
+	fs := cmd.Flags()
+	given := len(args) > 0 || fs.Changed("preflight-file") || fs.Changed("preflight-flags-file")
+	return func(name string) bool {
+		return !given || (name != "preflight-file" && name != "preflight-flags-file")
+	}
+}
+
+// restartArgs: restart and rotate-key take their command after --, and
+// nothing before it.
+func restartArgs(o *options, cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	before := args
+	if dash >= 0 {
+		before = args[:dash]
+	}
+	if len(before) > 0 {
+		return usagef("unexpected argument %q: put the restart command after --", before[0])
+	}
+	if err := applyRestartMode(o); err != nil {
+		return err
+	}
+	o.argv = modeCommand(o)
+	if dash >= 0 {
+		if len(args) == dash {
+			return usagef("no command after --")
+		}
+		o.argv = args[dash:]
+	}
+	return nil
+}
+
+// checkArgs: check's FILEs, before or after --.
+func checkArgs(o *options, _ *cobra.Command, args []string) error {
+	o.argv = args
+	if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
+		return usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+	}
+	if len(o.requireKeys) > 0 && len(o.argv) == 0 {
+		return usagef("--require-key applies to bundle FILEs, and none was given")
+	}
+	return nil
+}
+
+// etcdHelp is the help of every command that talks to etcd.
+const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
+ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
+
+const restartHelp = `Preflight the files the new apiserver will read; refuse if a hold is
+active; take the etcd lock (interoperable with ` + "`etcdctl lock NAME`" + `; the command
+gets ETCD_LOCK_KEY and ETCD_LOCK_REV); check the hold again; run the command in
+its own process group; hold the lock until the health URL reports ready; on
+failure write a hold that stops every host until ` + "`unhold`."
+
+// rootHelp is the overview: the command lines, the configuration file and
+// the exit codes.
+func rootHelp() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `Restarts kube-apiserver on one control-plane host at a time: checks the files
+the new apiserver will read, takes an etcd lock shared with `+"`etcdctl lock`"+`,
+restarts, holds the lock until the apiserver is ready, and stops every host
+from restarting (a "hold" in etcd) when a restart fails.
+
+  %[1]s [flags] [-- COMMAND ARGS...]   restart (default command: %[2]s)
+  %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
+  %[1]s hold --reason TEXT             stop every host from restarting
+  %[1]s unhold                         allow restarts again
+  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F [--signing-key K]]
+  %[1]s COMMAND --help                 the flags of COMMAND (--lock-name, --health-url, --preflight-file: restart --help)
+
+Flags may come before the command (--endpoints X status).
+
+Configuration: every flag's long name is a key of the TOML file --config
+(default %[3]s, read when present): e.g. endpoints = ["https://..."],
+health-url = "...", preflight-flags-file = [...]. A flag beats ETCDCTL_*,
+which beats the file; a list on the command line replaces the file's; a
+command ignores the keys it has no flag for.
+
+%[4]s
+
+Exit codes:
+`, progName, strings.Join(defaultCommand, " "), config.DefaultPath, etcdHelp)
+	for _, c := range exitCodeDocs {
+		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

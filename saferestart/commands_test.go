@@ -1,0 +1,167 @@
+package saferestart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/internal/cli"
+)
+
+// parseArgs is the command line up to the command's start: its complete
+// options, its flags, or the usage error.
+func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
+	var out strings.Builder
+	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
+	o := &options{}
+	ran := false
+	root := newRoot(p, o, func(*options) int { ran = true; return exitOK })
+	args, err := cli.Dispatch(root, args, cmdRestart)
+	if err != nil {
+		return nil, nil, err
+	}
+	root.SetArgs(args)
+	if _, err := root.ExecuteContextC(context.Background()); err != nil {
+		return nil, o.flags, err
+	}
+	if !ran {
+		return nil, nil, errors.New("not run: " + out.String())
+	}
+	return o, o.flags, nil
+}
+
+// oldFlagScope is the scope table the single flag set kept before the
+// commands had their own flags (commit bee6c5e), frozen: which
+// subcommands a flag applied to; a flag not listed applied to all but
+// check and version.
+var oldFlagScope = map[string][]string{
+	"ttl": oldRestarting, "lock-timeout": oldRestarting, "ignore-hold": oldRestarting,
+	"restart-timeout": oldRestarting, "attempts": oldRestarting, "retry-delay": oldRestarting, "dry-run": {cmdRestart, cmdRotateKey, cmdRetireKeys},
+	"health-url": oldRestarting, "health-cacert": oldRestarting, "health-cert": oldRestarting, "health-key": oldRestarting,
+	"health-token-file": oldRestarting, "health-settle": oldRestarting, "health-timeout": oldRestarting,
+	"health-interval": oldRestarting, "jwks-key-file": oldRestarting,
+	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
+	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
+	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"trust-timeout": oldRestarting,
+	"public-key":    {cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"signing-key":   {cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdRestart, cmdCheck},
+	"certificate":   {cmdPublishKey},
+	"config":        allSubcommands,
+	"timeout":       {cmdWaitTrusted, cmdRotateKey},
+	"exclude-host":  {cmdWaitTrusted}, "skip-unrecorded": {cmdWaitTrusted}, "if-new-key": {cmdWaitTrusted},
+	"algorithm": {cmdRotateKey}, "grace": {cmdRotateKey, cmdPublishKey}, "abort": {cmdRotateKey}, "rollback": {cmdRotateKey},
+	"rotation-prefix": {cmdRotateKey, cmdRetireKeys, cmdPublishKey},
+	"signer":          {cmdRotateKey},
+	"reason":          {cmdHold},
+	"public-only":     {cmdCheck},
+	"require-key":     {cmdCheck},
+	"keys-only":       {cmdCheck},
+	"output":          {cmdStatus, cmdRestart, cmdTrust},
+	"log-level":       allSubcommands, "log-format": allSubcommands, "help": allSubcommands,
+	"restart-mode": oldRestarting, "cri-endpoint": oldRestarting, "static-pod-stop-timeout": oldRestarting,
+	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": oldRestarting, "min-live-apiservers": oldRestarting, "fleet-timeout": oldRestarting,
+}
+
+var oldRestarting = []string{cmdRestart, cmdRotateKey}
+
+var allSubcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdConfig}
+
+// narrowed are the flags that applied to every etcd command but were read
+// by a few: kube-controller-manager's, now flags of those few.
+var narrowed = map[string][]string{
+	"controller-manager-flags-file":    {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
+	"controller-manager-restart-mode":  {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
+	"controller-manager-health-url":    {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
+	"controller-manager-health-cacert": {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
+}
+
+// Each command takes exactly the flags the old scope table gave it (but
+// the controller-manager's, narrowed to the commands that read them): no
+// command line that worked stops working, and no flag name changed.
+func TestFlagsPerCommandAsBefore(t *testing.T) {
+	all := map[string]bool{}
+	perCommand := map[string]map[string]bool{}
+	for _, sub := range allSubcommands {
+		perCommand[sub] = map[string]bool{}
+		for _, f := range commandFlags(t, sub) {
+			perCommand[sub][f] = true
+			all[f] = true
+		}
+	}
+	// 58 flags (--help among them, which cobra adds to each command at
+	// its run) and the 8 etcd flags, as before.
+	if len(all) != 58-1+8 {
+		t.Errorf("%d flags in all, want 65", len(all))
+	}
+	for flag := range all {
+		for _, sub := range allSubcommands {
+			want := sub == cmdConfig
+			if scope, ok := oldFlagScope[flag]; ok {
+				want = want || slices.Contains(scope, sub)
+			} else {
+				want = want || sub != cmdCheck && sub != cmdVersion
+			}
+			if n, ok := narrowed[flag]; ok {
+				want = slices.Contains(n, sub)
+			}
+			if got := perCommand[sub][flag]; got != want {
+				t.Errorf("%s --%s: taken %v, want %v", sub, flag, got, want)
+			}
+		}
+	}
+}
+
+// A command's --help lists its own flags and the shared ones, not the
+// others'; the root's lists the commands and the exit codes.
+func TestHelpPerCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args        []string
+		has, hasNot []string
+	}{
+		{[]string{"status", "--help"}, []string{"--lock-name", "--output", "--endpoints", "--config", "--log-format", "ETCDCTL_ENDPOINTS"}, []string{"--health-url", "--reason", "--grace"}},
+		{[]string{"check", "-h"}, []string{"--public-only", "--preflight-flags-file", "--signing-key", "--config"}, []string{"--endpoints", "--lock-name"}},
+		{[]string{"--endpoints", "x", "rotate-key", "--help"}, []string{"--grace", "--health-url", "--ttl", "--abort"}, []string{"--reason", "--exclude-host"}},
+		{[]string{"help", "hold"}, []string{"--reason", "--host"}, []string{"--ttl"}},
+		{[]string{"--help"}, []string{"rotate-key", "wait-trusted", "completion", "Exit codes:"}, []string{"--health-url string"}},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, tc.args, &out, &errb)
+		if code != exitOK || errb.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q", tc.args, code, errb.String())
+		}
+		for _, s := range tc.has {
+			if !strings.Contains(out.String(), s) {
+				t.Errorf("%q: help lacks %s", tc.args, s)
+			}
+		}
+		for _, s := range tc.hasNot {
+			if strings.Contains(out.String(), s) {
+				t.Errorf("%q: help shows %s", tc.args, s)
+			}
+		}
+	}
+}
+
+// Shell completion comes with cobra: a script per shell, and flag and
+// command completion through the hidden __complete command.
+func TestCompletion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "__start_"+progName) {
+		t.Fatalf("completion bash: exit %d, %d bytes, stderr %q", code, out.Len(), errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--if-new-key") {
+		t.Fatalf("__complete: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "rotate-key") {
+		t.Fatalf("__complete: exit %d, %q", code, out.String())
+	}
+}
