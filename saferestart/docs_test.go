@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
-	"github.com/spf13/pflag"
 )
 
 // docFiles are where operators copy command lines and configuration from.

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/fqdn"
 )
 
 // The shipped timeouts are above the worst case of the commands they bound,
@@ -178,14 +179,14 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 		return o.worstCase(), true
 	case cmdWaitTrusted:
 		if o.trustHostName == "" && o.ifNewKey {
-			waits += hostnameTimeout
+			waits += fqdn.Timeout
 		}
 		return waits + o.CommandTimeout + o.timeout, true // read the trust records, then wait
 	case cmdCheck:
 		return 0, true // reads local files: no wait
 	case cmdRetireKeys:
 		if o.trustHostName == "" {
-			waits += hostnameTimeout
+			waits += fqdn.Timeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
 		return waits + time.Duration(o.ttl+2)*time.Second + 5*o.CommandTimeout, true

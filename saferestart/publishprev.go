@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/internal/trust"
 )
@@ -27,8 +28,7 @@ type keptRecord struct {
 
 // keptKey is PREFIX/HOST/kept, beside the rotation state.
 func (p *publisher) keptKey(host string) string {
-	a := p.a
-	return strings.TrimSuffix(a.o.rotationPrefix, "/") + "/" + host + "/kept"
+	return etcdkey.Join(p.a.o.rotationPrefix, host, "kept")
 }
 
 func (p *publisher) loadKept(ctx context.Context, cli *clientv3.Client, host string) (*keptRecord, int64, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
@@ -306,7 +307,7 @@ func (o *options) durations() restart.Durations {
 		FleetTimeout: o.fleetWorstCase(), KubeletBackoff: 0,
 	}
 	if o.trustHostName == "" {
-		d.HostnameTimeout = hostnameTimeout
+		d.HostnameTimeout = fqdn.Timeout
 	}
 	if o.healthURL != "" {
 		d.HealthTimeout = o.healthTimeout + o.CommandTimeout

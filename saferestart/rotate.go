@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -29,7 +30,7 @@ func validateKeyFlags(o *options) []error {
 			errs = append(errs, usagef("%s %q: must not be empty", name, p))
 		}
 	}
-	if strings.TrimSuffix(o.keysPrefix, "/") == strings.TrimSuffix(o.trustPrefix, "/") {
+	if etcdkey.Dir(o.keysPrefix) == etcdkey.Dir(o.trustPrefix) {
 		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", o.keysPrefix))
 	}
 	if strings.Contains(o.trustHostName, "/") {

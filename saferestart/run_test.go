@@ -13,9 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdtest"
-	"github.com/sirupsen/logrus"
 )
 
 // An unreachable etcd is exit 1 within the deadlines, with a JSON log line

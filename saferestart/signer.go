@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
 )
@@ -62,7 +63,7 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 		if err == nil {
 			w := clientv3.WithRequireLeader(wctx)
 			select {
-			case <-cli.Watch(w, strings.TrimSuffix(o.trustPrefix, "/")+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
+			case <-cli.Watch(w, etcdkey.Dir(o.trustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
 			case <-wctx.Done():
 			}
 		} else {
@@ -85,16 +86,9 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 func notFetched(a *app, cli *clientv3.Client, kid string) []string {
 	ctx, cancel := a.opCtx(context.Background())
 	defer cancel()
-	recs, _, err := trust.List(ctx, cli, a.o.trustPrefix)
+	rep, err := trust.CollectRecorded(ctx, cli, a.o.trustPrefix)
 	if err != nil {
 		return []string{"(unknown: " + err.Error() + ")"}
 	}
-	var out []string
-	for h, r := range recs {
-		if !r.Trusts(kid) {
-			out = append(out, h)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return rep.NotTrustingAmong(trust.Recorded, []string{kid}, nil)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -13,28 +12,10 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/trust"
 )
-
-// fqdn is this host's name exactly as the example publisher
-// (sa-key-publish.service) writes it: the output of `hostname -f`. Falling
-// back to the kernel's name keeps a host without a resolvable FQDN usable,
-// with a warning, since its records would then not match what it publishes.
-func fqdn(ctx context.Context, log logrus.FieldLogger) string {
-	cctx, cancel := context.WithTimeout(ctx, hostnameTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(cctx, "hostname", "-f").Output()
-	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
-		return name
-	}
-	h := hostname()
-	log.WithError(err).Warnf("`hostname -f` failed: using %q as this host's name; pass --host to match what the publisher writes", h)
-	return h
-}
-
-// hostnameTimeout bounds `hostname -f` (a wait of the worst case).
-const hostnameTimeout = 5 * time.Second
 
 // trustHost is --host, or this host's FQDN, asked once per run.
 func (a *app) trustHost(ctx context.Context) string {
@@ -42,7 +23,7 @@ func (a *app) trustHost(ctx context.Context) string {
 		return a.o.trustHostName
 	}
 	if a.fqdn == "" {
-		a.fqdn = fqdn(ctx, a.log)
+		a.fqdn = fqdn.Lookup(ctx, a.log, hostname())
 	}
 	return a.fqdn
 }

@@ -3,6 +3,8 @@ package saferestart
 import (
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/internal/fqdn"
 )
 
 // The worst case a dry run prints is every bounded wait of a restart with
@@ -15,7 +17,7 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 	const op = 5 * time.Second // --command-timeout
 	want := 2*time.Second +    // --dial-timeout
 		3*preflightTimeout + // before queueing, before each of 2 attempts
-		hostnameTimeout + // hostname -f: no --host
+		fqdn.Timeout + // hostname -f: no --host
 		op + // the gate's probe of the running apiserver
 		op + // hold check
 		op + 15*time.Minute + // trust gate: read, then --trust-timeout
@@ -35,7 +37,7 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.worstCase(); got != want-hostnameTimeout-op-15*time.Minute-2*(3*time.Minute+op) {
+	if got := o.worstCase(); got != want-fqdn.Timeout-op-15*time.Minute-2*(3*time.Minute+op) {
 		t.Fatalf("worst case without hostname, trust gate and health gate: %s", got)
 	}
 }

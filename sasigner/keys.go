@@ -3,9 +3,6 @@ package sasigner
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
@@ -97,19 +94,3 @@ func (m *keyManager) wait() {
 	m.mu.Unlock()
 	m.wg.Wait()
 }
-
-// fqdn is this host's name as the publisher writes it (hostname -f), as
-// kube-apiserver-safe-restart takes it.
-func fqdn(ctx context.Context, log logrus.FieldLogger) string {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(cctx, "hostname", "-f").Output()
-	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
-		return name
-	}
-	h, _ := osHostname()
-	log.WithError(err).Warnf("`hostname -f` failed: using %q as this host's name; pass --host to match what the publisher writes", h)
-	return h
-}
-
-var osHostname = os.Hostname

@@ -11,6 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdkey"
+	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/sasigner/signer"
 )
@@ -22,7 +24,8 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	}
 	host := o.host
 	if host == "" {
-		host = fqdn(ctx, log)
+		h, _ := os.Hostname()
+		host = fqdn.Lookup(ctx, log, h)
 	}
 	m := signer.NewMetrics()
 	cache, err := signer.ReadCache(o.cacheFile)
@@ -62,7 +65,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	etcd := &clients{o: o}
-	rec := &signer.Recorder{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Host: host, Timeout: o.CommandTimeout, Log: log, Metrics: m}
+	rec := &signer.Recorder{Client: etcd.get, Prefix: etcdkey.Dir(o.trustPrefix), Host: host, Timeout: o.CommandTimeout, Log: log, Metrics: m}
 	if files := o.cmFlagsFiles; len(files) > 0 {
 		rec.ControllerManager = func() (string, error) {
 			_, kid, err := preflight.ControllerManagerKey(files)
@@ -73,7 +76,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	g := signer.NewGRPCServer(svc)
 	km := &keyManager{ctx: ctx, ks: ks, log: log, file: o.signingKey}
 	if o.trustTimeout > 0 {
-		km.barrier = &signer.Barrier{Client: etcd.get, Prefix: signer.NormalizePrefix(o.trustPrefix), Timeout: o.trustTimeout, Log: log}
+		km.barrier = &signer.Barrier{Client: etcd.get, Prefix: etcdkey.Dir(o.trustPrefix), Timeout: o.trustTimeout, Log: log}
 	}
 
 	var wg sync.WaitGroup
@@ -86,7 +89,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	wg.Go(func() { rec.Run(ctx) })
 	f := &signer.Follower{
 		Connect:        etcd.get,
-		Prefix:         signer.NormalizePrefix(o.keysPrefix),
+		Prefix:         etcdkey.Dir(o.keysPrefix),
 		Keys:           ks,
 		Log:            log,
 		RequestTimeout: o.CommandTimeout,

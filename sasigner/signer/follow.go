@@ -70,9 +70,6 @@ type Follower struct {
 	listed bool
 }
 
-// NormalizePrefix is etcdkey.Dir, for the command line that names it.
-func NormalizePrefix(prefix string) string { return etcdkey.Dir(prefix) }
-
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
 // the first successful read.
 func (f *Follower) Run(ctx context.Context, synced func()) error {
