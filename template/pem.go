@@ -181,6 +181,15 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // de-duplicated by key ID (a certificate and the same key published bare
 // are one key) and sorted by key ID, so the result depends only on the set
 // of keys published.
+//
+// A certificate authority's key in a value (pemcheck.CAs: `cat leaf.crt
+// ca.crt` published as one value) is dropped and the rest of the value
+// kept: kube-apiserver trusts every key in the bundle, so the CA's key there
+// would let whoever holds the CA's private key mint tokens every apiserver
+// accepts (issue 34). Templates have no logger, so the drop is silent here;
+// kube-apiserver-sa-signer, which reads the same values, logs it, and
+// publish-key refuses such a file. A value left with no key is an error,
+// as a value with nothing but a private key is.
 func publicKeys(values ...any) ([]PublicKey, error) {
 	type named struct{ name, value string }
 	var all []named
@@ -222,12 +231,20 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 	byID := map[string]*PublicKey{}
 	var errs []error
 	for _, n := range all {
-		blocks, err := parseValue(n.name, n.value)
+		f, err := pemcheck.Parse(n.name, []byte(n.value))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, b := range blocks {
+		ca, err := caBlocks(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, b := range f.Blocks {
+			if ca[b.Index] {
+				continue
+			}
 			// A certificate counts as its public key: kube-apiserver takes
 			// certificates in --service-account-key-file and trusts exactly
 			// their key (neither name nor expiry means anything there), and
@@ -266,6 +283,30 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out, nil
+}
+
+// caBlocks returns the indexes of f's blocks that hold a certificate
+// authority's key, to drop, and an error when nothing else would be left.
+// A private key is never in the set: it stays an error of its own, never
+// dropped in silence.
+func caBlocks(f *pemcheck.File) (map[int]bool, error) {
+	cas := f.CAs()
+	if len(cas) == 0 {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, ca := range cas {
+		if ca.Block.Kind != pemcheck.PrivateKey {
+			out[ca.Block.Index] = true
+		}
+	}
+	for _, b := range f.Blocks {
+		if b.Public != nil && !out[b.Index] {
+			return out, nil
+		}
+	}
+	ca := cas[0]
+	return nil, blockErr(f.Name, ca.Block, fmt.Errorf("%w: %s, and the value holds no other key", pemcheck.ErrCA, ca.Reason))
 }
 
 // oneLine joins errors on one line: a render error ends up in one log line.

@@ -61,7 +61,11 @@ func newOpensslKey(t *testing.T, genArgs ...string) opensslKey {
 	dir := t.TempDir()
 	openssl(t, dir, append([]string{"genpkey", "-out", "k.pem"}, genArgs...)...)
 	openssl(t, dir, "pkey", "-in", "k.pem", "-pubout", "-out", "pub.pem")
-	openssl(t, dir, "req", "-new", "-x509", "-key", "k.pem", "-subj", "/CN=sa", "-days", "2", "-out", "cert.pem")
+	// A leaf: `openssl req -x509` marks its certificate CA:TRUE with
+	// keyCertSign unless told otherwise, and a CA's key is dropped from
+	// the bundle (issue 34), which TestPublicKeysDropsCA covers.
+	openssl(t, dir, "req", "-new", "-x509", "-key", "k.pem", "-subj", "/CN=sa", "-days", "2",
+		"-addext", "basicConstraints=critical,CA:FALSE", "-addext", "keyUsage=critical,digitalSignature", "-out", "cert.pem")
 	der := openssl(t, dir, "pkey", "-pubin", "-in", "pub.pem", "-outform", "DER")
 	if err := os.WriteFile(filepath.Join(dir, "pub.der"), der, 0o600); err != nil {
 		t.Fatal(err)

@@ -117,3 +117,31 @@ func CertPEM(t testing.TB, key crypto.Signer, cn string, notBefore, notAfter tim
 	}
 	return Encode("CERTIFICATE", der)
 }
+
+// IssuedCertPEM is a "CERTIFICATE" block for pub made from tmpl (a copy;
+// its serial number and validity default to now and a day around it) and
+// signed by issuerKey as issuer; a nil issuer makes it self-issued, so
+// issuerKey must then be pub's own key. It returns the parsed certificate
+// too, to issue others from. Tests of CA chains need certificates whose
+// extensions (basic constraints, key usage) and issuer they choose.
+func IssuedCertPEM(t testing.TB, pub crypto.PublicKey, tmpl x509.Certificate, issuer *x509.Certificate, issuerKey crypto.Signer) ([]byte, *x509.Certificate) {
+	t.Helper()
+	if tmpl.SerialNumber == nil {
+		tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	}
+	if tmpl.NotBefore.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-24*time.Hour), time.Now().Add(24*time.Hour)
+	}
+	if issuer == nil {
+		issuer = &tmpl
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, issuer, pub, issuerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Encode("CERTIFICATE", der), c
+}

@@ -32,6 +32,9 @@ type Options struct {
 	// reader load every key or certificate block: a block it skips is a key
 	// whose tokens are refused, without a log line.
 	APIServerSAKeys bool
+	// ForbidCA refuses a certificate authority's key (see CAs): among
+	// service-account keys it would let the CA's holder mint tokens.
+	ForbidCA bool
 }
 
 // Check checks f against opts and returns every problem found, joined.
@@ -80,6 +83,9 @@ func (f *File) Check(opts Options) error {
 		if opts.APIServerSAKeys && !loadedAt(f.apiserverKeys, b) {
 			errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
 		}
+	}
+	if opts.ForbidCA {
+		errs = append(errs, f.caErrors()...)
 	}
 	if seen&keyOrCert == 0 {
 		errs = append(errs, &Error{File: f.Name, Err: ErrNoKey})

@@ -68,7 +68,8 @@ func apiserverFlags() map[string]flagSpec {
 func options(r role, now time.Time) pemcheck.Options {
 	switch r {
 	case roleSAKey:
-		return pemcheck.Options{Now: now, Validate: apiserverReadsSAKey, APIServerSAKeys: true}
+		// ForbidCA: the apiserver would trust the CA's key (issue 34).
+		return pemcheck.Options{Now: now, Validate: apiserverReadsSAKey, APIServerSAKeys: true, ForbidCA: true}
 	case roleSigningKey:
 		return pemcheck.Options{Now: now, Require: pemcheck.PrivateKey, Validate: apiserverSigns}
 	case roleCA:

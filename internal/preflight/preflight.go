@@ -45,6 +45,11 @@ type Input struct {
 	Signer KeyFetcher
 	// SignerTimeout bounds that call; zero means DefaultSignerTimeout.
 	SignerTimeout time.Duration
+	// Warn, if set, is told of problems that must not stop the restart,
+	// each naming the file and the block: an RSA service-account key under
+	// 2048 bits (pemcheck.ErrWeakKey), which refusing would make the
+	// apiserver refuse the live tokens it signed.
+	Warn func(error)
 }
 
 // Run checks everything and returns nil or an error listing every problem
@@ -56,6 +61,7 @@ type Input struct {
 // on that socket is asked for its keys instead (endpoint.go).
 func Run(ctx context.Context, in Input) error {
 	c := newChecker(in.Now)
+	c.warn = in.Warn
 	for _, p := range in.Files {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(c.errs, fmt.Errorf("preflight: %w", err))...)
@@ -81,6 +87,12 @@ type CheckOptions struct {
 	// loads them: a bundle without this host's own key must not go live.
 	RequireKeys []string
 	Now         time.Time
+	// Warn, if set, is told of what is worth fixing but refuses nothing,
+	// each naming the file and the block: an RSA key under 2048 bits
+	// (pemcheck.ErrWeakKey). Such a key is already published where check
+	// runs on a bundle; failing the check would keep every later bundle
+	// from going live, and dropping the key would refuse its live tokens.
+	Warn func(error)
 }
 
 // CheckFiles is the `kube-apiserver-safe-restart check FILE...` core, meant
@@ -89,6 +101,11 @@ type CheckOptions struct {
 // --service-account-key-file reader would silently skip (PKCS#1 "RSA PUBLIC
 // KEY", non-RSA/ECDSA keys): such a bundle would load, and then reject every
 // token signed by the skipped key.
+//
+// A certificate authority's key is refused too (pemcheck.CAs): kube-apiserver
+// trusts every key in the bundle, so a CA certificate published beside its
+// leaf would let whoever holds the CA's private key mint tokens every
+// apiserver accepts (issue 34).
 func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 	if len(paths) == 0 {
 		return ErrNoFiles
@@ -99,15 +116,26 @@ func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 			return errors.Join(append(c.errs, fmt.Errorf("check: %w", err))...)
 		}
 		if f := c.load(p, ""); f != nil {
-			o := pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true}
+			o := pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true, ForbidCA: true}
 			if opts.KeysOnly {
 				o.Allow = pemcheck.PublicKey | pemcheck.PrivateKey
 			}
 			c.add("", f.Check(o))
 			c.add("", c.requireKeys(f, opts.RequireKeys))
+			warn(opts.Warn, f)
 		}
 	}
 	return errors.Join(c.errs...)
+}
+
+// warn tells w of f's weak keys.
+func warn(w func(error), f *pemcheck.File) {
+	if w == nil {
+		return
+	}
+	for _, e := range f.WeakKeys() {
+		w(e)
+	}
 }
 
 // requireKeys checks that f holds, as loaded keys, the public half of every
@@ -149,13 +177,17 @@ type checker struct {
 	now   time.Time
 	cache map[string]loaded
 	errs  []error
+	warn  func(error) // Input.Warn
+	// warned holds the files warned about, so that a file several flags
+	// name is warned about once.
+	warned map[string]bool
 }
 
 func newChecker(now time.Time) *checker {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return &checker{now: now, cache: map[string]loaded{}}
+	return &checker{now: now, cache: map[string]loaded{}, warned: map[string]bool{}}
 }
 
 // load reads and parses path once. A file several flags name gets its read
@@ -235,6 +267,10 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 			}
 		case roleSAKey:
 			if f := c.use(o, o.value, r); f != nil {
+				if !c.warned[o.value] {
+					c.warned[o.value] = true
+					warn(c.warn, f)
+				}
 				for _, k := range f.APIServerKeys() {
 					if id, err := pemcheck.KeyID(k.Public); err == nil {
 						saKeys[id] = true

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdkey"
+	"github.com/keysync/confd/internal/pemcheck"
 )
 
 // Host is one row of the trust table.
@@ -24,6 +25,12 @@ type Host struct {
 	Publishes []string `json:"publishes"`
 	// PublishError says why the published value yields no key ID.
 	PublishError string `json:"publish_error,omitempty"`
+	// Warnings name what in the published value is served but should not
+	// be (an RSA key under 2048 bits), or is not served though published
+	// (a certificate authority's key), each with its block. They change
+	// neither Stale nor the exit code: a weak key already published signs
+	// live tokens, and refusing it at once would refuse them.
+	Warnings []string `json:"warnings,omitempty"`
 	// Record is the host's trust record; nil when it has none.
 	Record *Record `json:"record"`
 	// Missing lists published key IDs (of any host) its record lacks.
@@ -63,12 +70,14 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	}
 	published := map[string][]string{}
 	pubErr := map[string]string{}
+	warnings := map[string][]string{}
 	for _, kv := range keys.Kvs {
 		host := etcdkey.Host(p.Keys, string(kv.Key))
 		if host == "" {
 			continue // not a host's key
 		}
-		kids, err := PEMKeyIDs(string(kv.Key), kv.Value)
+		kids, warn, err := publishedKeyIDs(string(kv.Key), kv.Value)
+		warnings[host] = warn
 		if err != nil {
 			pubErr[host] = err.Error()
 			published[host] = nil
@@ -76,7 +85,44 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 		}
 		published[host] = kids
 	}
-	return build(rev, published, pubErr, records), nil
+	r := build(rev, published, pubErr, records)
+	for i := range r.Hosts {
+		r.Hosts[i].Warnings = warnings[r.Hosts[i].Host]
+	}
+	return r, nil
+}
+
+// publishedKeyIDs is PEMKeyIDs for a host's published value as the bundle
+// template and the signer read it: a certificate authority's key is not
+// served (issue 34), so it is not published either, or every host would
+// look stale for not trusting it; it is named in a warning instead, as is
+// an RSA key under 2048 bits, which stays published.
+func publishedKeyIDs(name string, data []byte) (kids, warnings []string, err error) {
+	f, err := pemcheck.Parse(name, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range f.WeakKeys() {
+		warnings = append(warnings, e.Error())
+	}
+	cas := f.CAs()
+	if len(cas) == 0 {
+		kids, err = keyIDs(f)
+		return kids, warnings, err
+	}
+	kept := &pemcheck.File{Name: f.Name}
+	drop := map[int]bool{}
+	for _, ca := range cas {
+		drop[ca.Block.Index] = true
+		warnings = append(warnings, fmt.Sprintf("%s %s: %v: %s: not served", name, ca.Block, pemcheck.ErrCA, ca.Reason))
+	}
+	for _, b := range f.Blocks {
+		if !drop[b.Index] {
+			kept.Blocks = append(kept.Blocks, b)
+		}
+	}
+	kids, err = keyIDs(kept)
+	return kids, warnings, err
 }
 
 // CollectRecorded reads the trust records alone, for a wait among the
@@ -309,6 +355,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))
 	} else {
 		b.WriteString("stale hosts: none\n")
+	}
+	for _, h := range r.Hosts {
+		for _, w := range h.Warnings {
+			fmt.Fprintf(&b, "warning: %s: %s\n", h.Host, w)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

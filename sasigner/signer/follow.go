@@ -334,7 +334,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 // accept checks one published value; it reports whether the host's keys
 // changed.
 func (f *Follower) accept(host, key string, value []byte) bool {
-	keys, err := ParsePublished(key, value)
+	keys, err := parsePublished(key, value, host, f.Log)
 	if err != nil {
 		f.Metrics.incRejected()
 		if !f.bad[key] {

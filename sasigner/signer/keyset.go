@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -51,18 +53,37 @@ func (s *Snapshot) IDs() []string {
 // kube-apiserver cannot verify with (not RSA or ECDSA), or a value with no
 // key refuses the whole value. name (the etcd key) is used in errors, which
 // never quote the value.
+//
+// A certificate authority's key (pemcheck.CAs: a CA certificate published
+// after the leaf it issued, `cat leaf.crt ca.crt`) is dropped and the rest
+// of the value served, as publicKeys does: kube-apiserver trusts every key
+// the signer serves, so the CA's key would let whoever holds the CA's
+// private key mint tokens every apiserver accepts (issue 34). A renewal's
+// two leaves are two keys, both served.
 func ParsePublished(name string, value []byte) ([]Key, error) {
+	return parsePublished(name, value, "", nil)
+}
+
+// parsePublished is ParsePublished logging each block dropped to log (nil:
+// silent), with host quoted: it comes from etcd, and a name with a newline
+// must not forge a log line.
+func parsePublished(name string, value []byte, host string, log logrus.FieldLogger) ([]Key, error) {
 	f, err := pemcheck.Parse(name, value)
 	if err != nil {
 		return nil, err
+	}
+	cas := f.CAs()
+	ca := map[int]bool{}
+	for _, c := range cas {
+		ca[c.Block.Index] = true
 	}
 	var out []Key
 	for _, b := range f.Blocks {
 		if b.Kind == pemcheck.PrivateKey {
 			return nil, fmt.Errorf("%s %s: %w: a private key must never be published", name, b, pemcheck.ErrPrivateKey)
 		}
-		if b.Public == nil {
-			continue // EC PARAMETERS
+		if b.Public == nil || ca[b.Index] {
+			continue // EC PARAMETERS, or a CA's key
 		}
 		switch pub := b.Public.(type) {
 		case *rsa.PublicKey:
@@ -81,8 +102,17 @@ func ParsePublished(name string, value []byte) ([]Key, error) {
 			out = append(out, k)
 		}
 	}
+	if len(out) == 0 && len(cas) > 0 {
+		return nil, fmt.Errorf("%s %s: %w: %s, and the value holds no other key", name, cas[0].Block, pemcheck.ErrCA, cas[0].Reason)
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: %w", name, pemcheck.ErrNoKey)
+	}
+	// Logged once the value is accepted: a refused value is logged as such.
+	for _, c := range cas {
+		if log != nil {
+			log.WithField("key", name).Warnf("host %q published a certificate authority's key in %s: %s: not served (its holder could mint tokens every apiserver accepts); the value's other keys are", host, c.Block, c.Reason)
+		}
 	}
 	return out, nil
 }
