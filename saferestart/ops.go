@@ -25,12 +25,12 @@ func (a *app) check(ctx context.Context) int {
 	defer cancel()
 	var errs []error
 	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys, Now: time.Now()}))
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys, Now: time.Now(), Warn: a.checkWarning}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
 	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, a.o.preflightInput()))
+		errs = append(errs, preflight.Run(cctx, a.o.preflightInput(a.checkWarning)))
 	}
 	for _, w := range duplicateKeys(a.o.argv) {
 		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
@@ -130,4 +130,11 @@ func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
 	a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
 	fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
 	return exitOK
+}
+
+// checkWarning reports what check accepts but an operator should fix (an
+// RSA key under 2048 bits already published: refusing it would refuse the
+// tokens it signed).
+func (a *app) checkWarning(err error) {
+	fmt.Fprintf(a.stderr, "%s check: warning: %v\n", progName, err)
 }

@@ -11,10 +11,10 @@ import (
 // instead of key files; preflight then asks the signer for its keys and
 // looks there for --signing-key's public half (by default the file the
 // signer itself signs with, /etc/kubernetes/pki/sa.key).
-func (o *options) preflightInput() preflight.Input {
+func (o *options) preflightInput(warn func(error)) preflight.Input {
 	key := o.signingKey
 	if key == "" {
 		key = defaultSigningKey
 	}
-	return preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now(), SigningKey: key}
+	return preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now(), SigningKey: key, Warn: warn}
 }

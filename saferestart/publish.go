@@ -122,11 +122,23 @@ func (p *publisher) publishSource() (name string, items []pubItem, err error) {
 		if len(out) != 1 {
 			return name, nil, fmt.Errorf("--signing-key %s: holds %d private keys, want 1", name, len(out))
 		}
+		if err := pemcheck.CheckPublishable(f); err != nil {
+			return name, nil, err
+		}
 		return name, out, nil
 	}
 	// The same rules as `check --public-only FILE`: what confd's check
 	// would refuse in the bundle is refused here, before it is published.
 	if err := preflight.CheckFiles(context.Background(), []string{name}, preflight.CheckOptions{PublicOnly: true, Now: time.Now()}); err != nil {
+		return name, nil, err
+	}
+	// Beyond what the bundle's check refuses: one leaf, no weak RSA key
+	// (every key published here is served and trusted fleet-wide).
+	f, err := pemcheck.ReadFile(name)
+	if err != nil {
+		return name, nil, err
+	}
+	if err := pemcheck.CheckPublishable(f); err != nil {
 		return name, nil, err
 	}
 	data, err := os.ReadFile(name)

@@ -6,6 +6,7 @@ import (
 	"crypto"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -215,5 +216,45 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	e.file(t, "sa.crt", certA1)
 	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != string(certA1) {
 		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
+	}
+}
+
+// publish-key publishes one host's keys, which every apiserver then
+// trusts: a certificate chain (its CA's key could sign tokens everywhere),
+// two leaves, or an RSA key too weak for the signer are refused, exit 3,
+// naming file and block, nothing written; check of a bundle already
+// holding a weak key warns and passes (refusing it would refuse the tokens
+// it signed).
+func TestPublishKeyRefusesCAsLeavesAndWeakKeys(t *testing.T) {
+	e := newPublishEnv(t)
+	caKey, leafKey, otherKey := keytest.EC(t), keytest.EC(t), keytest.EC(t)
+	caPEM, ca := keytest.IssuedCertPEM(t, caKey.Public(), x509.Certificate{
+		Subject: pkix.Name{CommonName: "ca"}, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}, nil, caKey)
+	leaf := func(pub crypto.PublicKey, cn string) []byte {
+		p, _ := keytest.IssuedCertPEM(t, pub, x509.Certificate{Subject: pkix.Name{CommonName: cn}, BasicConstraintsValid: true}, ca, caKey)
+		return p
+	}
+	weak := keytest.RSA(t, 1024)
+	for _, c := range []struct {
+		name, flag string
+		data       []byte
+		want       string
+	}{
+		{"chain.crt", "--certificate", append(leaf(leafKey.Public(), "m1"), caPEM...), "block 2"},
+		{"leaves.crt", "--certificate", append(leaf(leafKey.Public(), "m1"), leaf(otherKey.Public(), "m2")...), "more than one leaf"},
+		{"weak.pub", "--public-key", keytest.PublicPEM(t, weak.Public()), "under 2048 bits"},
+		{"weak.key", "--signing-key", keytest.PKCS8PEM(t, weak), "under 2048 bits"},
+	} {
+		p := e.file(t, c.name, c.data)
+		code, value, _, stderr := e.run(t, c.flag, p)
+		if code != exitPreflight || value != "" || !strings.Contains(stderr, p) || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s %s: exit %d, published %q; want 3 naming the file and %q, nothing written:\n%s", c.flag, c.name, code, value, c.want, stderr)
+		}
+	}
+	bundle := e.file(t, "bundle.pem", append(keytest.PublicPEM(t, leafKey.Public()), keytest.PublicPEM(t, weak.Public())...))
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), nil, []string{"check", "--config", "", "--public-only", bundle}, &out, &errb); code != exitOK || !strings.Contains(errb.String(), "warning") || !strings.Contains(errb.String(), "under 2048 bits") {
+		t.Errorf("check of a bundle with a published RSA-1024 key: exit %d, want 0 with a warning:\n%s", code, errb.String())
 	}
 }

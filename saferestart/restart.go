@@ -92,7 +92,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	}
 	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
-			return preflight.Run(ctx, o.preflightInput())
+			return preflight.Run(ctx, o.preflightInput(func(err error) { log.Warnf("preflight: %v", err) }))
 		}
 	}
 	// A new signing key waits, without the lock, until the others trust it;
@@ -128,7 +128,7 @@ func (r *restarter) runPreflight(ctx context.Context) int {
 	o := a.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, o.preflightInput()); err != nil {
+	if err := preflight.Run(pctx, o.preflightInput(func(err error) { a.log.Warnf("preflight: %v", err) })); err != nil {
 		for _, e := range splitErrors(err) {
 			a.log.Errorf("preflight: %v", e)
 		}
