@@ -46,8 +46,9 @@ func (d dirInfo) String() string {
 // (a 0700 directory denies the group silently).
 func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 	dir = filepath.Clean(dir)
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("socket directory %s: want an absolute path", dir)
+	if !filepath.IsAbs(dir) || dir == "/" {
+		// "/" would be chmod'ed and chgrp'ed as the socket's own.
+		return nil, fmt.Errorf("socket directory %s: want an absolute path below / (a directory of its own)", dir)
 	}
 	euid := uint32(os.Geteuid())
 	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -55,10 +56,7 @@ func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 		return nil, fmt.Errorf("socket directory: /: %w", err)
 	}
 	defer func() { _ = unix.Close(fd) }()
-	var names []string
-	if dir != "/" {
-		names = strings.Split(strings.TrimPrefix(dir, "/"), "/")
-	}
+	names := strings.Split(strings.TrimPrefix(dir, "/"), "/")
 	cur := "/"
 	var chain []dirInfo
 	for i := 0; ; i++ {
@@ -95,11 +93,16 @@ func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 			if final {
 				mode = socketDirMode
 			}
-			if err := unix.Mkdirat(fd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			created := true
+			if err := unix.Mkdirat(fd, name, 0o700); errors.Is(err, unix.EEXIST) {
+				// Created meanwhile by someone else: checked as found
+				// (next turn), not chmod'ed.
+				created = false
+			} else if err != nil {
 				return nil, fmt.Errorf("socket directory: create %s: %w", next, err)
 			}
 			// Opened O_RDONLY whatever final is: fchmod needs it.
-			if nfd, err = openDir(fd, name, next, true); err == nil {
+			if nfd, err = openDir(fd, name, next, true); err == nil && created {
 				if err := unix.Fchmod(nfd, mode); err != nil {
 					_ = unix.Close(nfd)
 					return nil, fmt.Errorf("socket directory: chmod %s: %w", next, err)

@@ -103,6 +103,10 @@ func TestListenRefusesUnsafeLocation(t *testing.T) {
 			t.Errorf("%s: err = %q, want %q", tc.sock, got, tc.want)
 		}
 	}
+	// Not with the group: a regression would chgrp /.
+	if got := listenErr(t, "/s.sock", -1); !strings.Contains(got, "a directory of its own") {
+		t.Errorf("/s.sock: err = %q, want / refused", got)
+	}
 	if _, gid := statT(t, filepath.Join(base, "real")); gid != 0 {
 		t.Errorf("symlink's target chgrp'd to %d", gid)
 	}
