@@ -91,6 +91,13 @@ func TestRefusesBadFlags(t *testing.T) {
 	newSAKey(t, "ecdsa").write(t, keyFile)
 	pubFile := filepath.Join(dir, "sa.pub")
 	_ = os.WriteFile(pubFile, []byte(newSAKey(t, "ecdsa").pub), 0o644)
+	worldWritable := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(worldWritable, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(worldWritable, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -100,6 +107,8 @@ func TestRefusesBadFlags(t *testing.T) {
 		{[]string{"--refresh-hint=0s"}, 2, "--refresh-hint"},
 		{[]string{"--socket=relative.sock"}, 2, "--socket"},
 		{[]string{"--signing-key=" + pubFile}, 1, pubFile},
+		// Others could bind the socket's path first (issue 34 point 4).
+		{[]string{"--socket=" + filepath.Join(worldWritable, "signer.sock")}, 1, worldWritable + " (owner 0:0, mode 1777) is writable by group or others"},
 	} {
 		args := append(signerArgs(dir, etcdtest.UnusedEndpoint(t), keyFile), tc.args...)
 		out, err := runSigner(t, args...)

@@ -95,18 +95,20 @@ func NewGRPCServer(s *Service) *grpc.Server {
 
 // Listen opens the Unix socket at path, in a directory of its own (created
 // 0750 if missing) so that a static-pod apiserver mounts the directory and
-// sees a restarted signer's new socket. A stale socket (no one answers) is
-// removed; a live one is an error (another signer serves it), as is a path
-// that is not a socket. The socket is mode 0660, group gid (-1: unchanged).
+// sees a restarted signer's new socket. The directory and its ancestors are
+// checked first (prepareSocketDir: no symlink, owned by root or the signer,
+// writable by nobody else). A stale socket (no one answers) is removed; a
+// live one is an error (another signer serves it), as is a path that is not
+// a socket. The socket is mode 0660, group gid (-1: unchanged); with a gid
+// the directory is given that group and g+rx, and every directory on the
+// way must let the group through (checkGroupReach).
 func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("socket directory: %w", err)
+	chain, err := prepareSocketDir(filepath.Dir(path), gid)
+	if err != nil {
+		return nil, err
 	}
-	if gid >= 0 {
-		if err := os.Chown(dir, -1, gid); err != nil {
-			return nil, fmt.Errorf("socket directory %s: group %d: %w", dir, gid, err)
-		}
+	if err := checkGroupReach(chain, path, gid); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
@@ -135,6 +137,10 @@ func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
 		if err := os.Chown(path, -1, gid); err != nil {
 			_ = l.Close()
 			return nil, fmt.Errorf("socket %s: group %d: %w", path, gid, err)
+		}
+		if err := checkSocketGroup(path, gid); err != nil {
+			_ = l.Close()
+			return nil, err
 		}
 	}
 	return l, nil
