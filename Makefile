@@ -117,7 +117,7 @@ REHEARSAL_RUN  ?= TestRehearsal
 REHEARSAL_TEST = KUBE_APISERVER_BIN=$(CURDIR)/.tools/bin/kube-apiserver \
 	KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/.tools/bin/kube-controller-manager \
 	$(GO) test -tags rehearsal -count=1 -timeout 30m -parallel 4 -v ./rehearsal/
-rehearsal: etcd kube-apiserver kube-controller-manager build
+rehearsal: etcd kube-apiserver kube-controller-manager
 	$(REHEARSAL_TEST) -run '$(REHEARSAL_RUN)'
 
 # The rehearsal's core scenarios, run on every tested etcd server (3.4 where
@@ -127,7 +127,7 @@ rehearsal: etcd kube-apiserver kube-controller-manager build
 # rotate-abort and rotate-rollback; \z, not a dollar sign, which make would
 # expand.
 REHEARSAL_CORE ?= TestRehearsal\z/^(fresh|converged|rotate|bad-keys|own-key-missing)\z
-rehearsal-core-all: etcd kube-apiserver kube-controller-manager build
+rehearsal-core-all: etcd kube-apiserver kube-controller-manager
 	@logs=$$(mktemp -d); pids=""; n=0; \
 	for d in $(foreach v,$(ETCD_VERSIONS),$(CURDIR)/.tools/etcd-$(v)/) $(ETCD34_DIR); do \
 		if [ ! -x $${d}etcd ]; then echo "!! SKIPPED: the rehearsal's core scenarios on etcd 3.4: no $${d}etcd"; continue; fi; \
@@ -145,13 +145,13 @@ rehearsal-core-all: etcd kube-apiserver kube-controller-manager build
 unit:
 	$(GO) test ./...
 
-integration: etcd kube-apiserver build
+integration: etcd kube-apiserver
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 # The integration tests on every tested etcd server: each built version, and
 # 3.4 where Debian's package (or $$ETCD34_BIN) has it; without it, one loud
 # line (CI installs it and fails without it, see .ci/run).
-integration-all: etcd kube-apiserver build
+integration-all: etcd kube-apiserver
 	@for v in $(ETCD_VERSIONS); do \
 		echo "== integration tests on etcd $$v"; \
 		ETCD_BIN_DIR=$(CURDIR)/.tools/etcd-$$v $(GO) test -count=1 -timeout 20m ./integration/... || exit 1; \
