@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keysync/confd/internal/redact"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/keysync/confd/internal/redact"
 
 	"github.com/keysync/confd/internal/pemcheck"
 )
@@ -29,6 +31,8 @@ var (
 	ErrKeyInValue = errors.New("the value is private key material, not a file name (value not shown); put the key in a file and name that file")
 	// ErrRequiredKeyMissing means a bundle lacks a key it must carry.
 	ErrRequiredKeyMissing = errors.New("required key is not loaded from the bundle")
+	// ErrSigningKeyMode is a service-account signing key others may read.
+	ErrSigningKeyMode = errors.New("service-account signing key readable by others or writable by its group")
 )
 
 // Input names what to check.
@@ -278,7 +282,9 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 				}
 			}
 		case roleSigningKey:
-			c.use(o, o.value, r)
+			if c.use(o, o.value, r) != nil {
+				c.add(o.String(), signingKeyMode(o.value))
+			}
 			signing = &o
 		case roleSigningEndpoint:
 			if o.value != "" { // empty: unset, as kube-apiserver reads it
@@ -345,4 +351,20 @@ func splitSNI(v string) (cert, key string, err error) {
 		return "", "", fmt.Errorf("want certfile,keyfile[:names], got %q", v)
 	}
 	return cert, key, nil
+}
+
+// signingKeyMode refuses a signing key that anyone but its owner and group
+// may read, or its group may change: whoever reads it can sign tokens every
+// apiserver of the fleet accepts. A group may read it (root:kube 0640 for an
+// apiserver run as kube); the owner is not checked, since the apiserver's
+// user is not known here.
+func signingKeyMode(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o027 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o: run chmod %04o %s", ErrSigningKeyMode, path, m, m&^0o027, path)
+	}
+	return nil
 }

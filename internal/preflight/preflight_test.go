@@ -86,6 +86,11 @@ KUBE_SNI="--tls-sni-cert-key={sni.crt},{sni.key}:api.example.com"
 
 func TestRunHealthy(t *testing.T) {
 	p := newPKI(t)
+	// A group may read the signing key (root:kube 0640 for an apiserver
+	// run as kube).
+	if err := os.Chmod(p.path("sa.key"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	in := Input{FlagsFiles: []string{p.flags(t, goodFlags)}, Files: []string{p.path("sa.pub"), p.path("ca.crt")}}
 	if err := Run(context.Background(), in); err != nil {
 		t.Fatalf("healthy PKI: %v", err)
@@ -111,6 +116,17 @@ func TestRunProblems(t *testing.T) {
 			flags: "--tls-cert-file={apiserver.crt}\n--tls-private-key-file={proxy.key}\n",
 			errs:  []error{pemcheck.ErrMismatch},
 			text:  []string{"--tls-cert-file (", "with --tls-private-key-file (", "proxy.key"},
+		},
+		{
+			name:  "signing key readable by others",
+			flags: "--service-account-key-file={sa.pub}\n--service-account-signing-key-file={sa.key}\n",
+			setup: func(t *testing.T, p *pki) {
+				if err := os.Chmod(p.path("sa.key"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			errs: []error{ErrSigningKeyMode},
+			text: []string{"--service-account-signing-key-file (", "mode 0644: run chmod 0640 "},
 		},
 		{
 			name:  "mismatched sni pair",
