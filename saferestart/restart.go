@@ -1,7 +1,6 @@
 package saferestart
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -190,10 +189,13 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
 	}
 	// env is the guard's, which the command inherits: on no command line.
-	p, err := runner.Start(context.Background(), groupguard.Wrap(runner.Spec{
+	w := groupguard.NewWatch(status, killGrace)
+	spec := groupguard.Wrap(runner.Spec{
 		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
 		Timeout: r.timeout, Grace: killGrace,
-	}, groupguard.Options{Status: statusW}))
+	}, groupguard.Options{Status: statusW})
+	spec.OnExit = w.OnExit
+	p, err := runner.Start(context.Background(), spec)
 	_ = statusW.Close()
 	if err != nil {
 		_ = status.Close()
@@ -203,23 +205,21 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	// found, not executable), which ran nothing and is not a failed
 	// restart (that would be retried and stop the line with a hold).
 	// Nothing (EOF) is a guard that died first: Wait tells.
-	rest := bufio.NewReader(status)
-	first, _ := rest.ReadString('\n')
-	if why, ok := strings.CutPrefix(first, "notrun "); ok {
+	if why, ok := strings.CutPrefix(w.First(), "notrun "); ok {
 		<-p.Done()
 		_ = status.Close()
 		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(argv), strings.TrimSpace(why))
 	}
-	return runnerProcess{Process: p, status: rest, file: status, once: new(sync.Once), err: new(error)}, nil
+	return runnerProcess{Process: p, watch: w, file: status, once: new(sync.Once), err: new(error)}, nil
 }
 
 // runnerProcess is a guarded restart command as restart.Process.
 type runnerProcess struct {
 	*runner.Process
-	status io.Reader // the guard's status pipe after its first line
-	file   *os.File
-	once   *sync.Once
-	err    *error
+	watch *groupguard.Watch // the guard's report, read as soon as it exits
+	file  *os.File
+	once  *sync.Once
+	err   *error
 }
 
 // Wait returns the command's error. A guard that ended without reporting
@@ -231,10 +231,9 @@ type runnerProcess struct {
 func (p runnerProcess) Wait() error {
 	p.once.Do(func() {
 		res := p.Process.Wait()
-		st := groupguard.ReadStatus(p.status)
 		_ = p.file.Close()
 		err := res.Err
-		if st.Reported {
+		if p.watch.Status.Reported {
 			*p.err = err
 			return
 		}
@@ -244,7 +243,7 @@ func (p runnerProcess) Wait() error {
 		if !res.TimedOut && !res.Terminated {
 			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
 		}
-		if !groupguard.GroupGone(p.Pid(), killGrace) {
+		if p.watch.GroupAlive {
 			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
 		}
 		*p.err = err

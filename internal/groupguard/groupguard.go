@@ -15,6 +15,7 @@
 package groupguard
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -313,6 +315,48 @@ func ReadStatus(r io.Reader) Status {
 		return Status{Reported: true, NotRun: true, Why: rest}
 	}
 	return Status{}
+}
+
+// Watch is the owner's end of a guard's status pipe. Set its OnExit as the
+// guard's runner.Spec.OnExit: it reads the guard's report as soon as the
+// guard has exited, and when there is none (the guard was killed) the
+// command's group, which nothing watches any more, is killed then rather
+// than after the command's output has been drained.
+type Watch struct {
+	mu    sync.Mutex
+	r     *bufio.Reader
+	first string // what First read, part of the report
+	grace time.Duration
+	// Status is the guard's report, GroupAlive that its group could not be
+	// confirmed gone within grace: both set once OnExit has run.
+	Status     Status
+	GroupAlive bool
+}
+
+// NewWatch watches the read end of a status pipe; grace bounds the wait
+// for a dead guard's group to be gone.
+func NewWatch(r io.Reader, grace time.Duration) *Watch {
+	return &Watch{r: bufio.NewReader(r), grace: grace}
+}
+
+// First reads the guard's first line: StartedLine, "notrun WHY\n", or ""
+// when the guard ended before it said anything.
+func (w *Watch) First() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	line, _ := w.r.ReadString('\n')
+	w.first += line
+	return line
+}
+
+// OnExit reads the rest of the report and kills a dead guard's group.
+func (w *Watch) OnExit(pid int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.Status = ReadStatus(io.MultiReader(strings.NewReader(w.first), w.r))
+	if !w.Status.Reported {
+		w.GroupAlive = !GroupGone(pid, w.grace)
+	}
 }
 
 // GroupGone kills what is left of process group pgid with SIGKILL and

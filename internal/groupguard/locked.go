@@ -54,16 +54,18 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 		return runner.Result{ExitCode: -1, Err: fmt.Errorf("%s not run: status pipe for its group guard: %w", spec.Name, err)}
 	}
 	o.Status = statusW
-	p, err := runner.Start(ctx, Wrap(spec, o))
+	w := NewWatch(status, grace)
+	guarded := Wrap(spec, o)
+	guarded.OnExit = w.OnExit
+	p, err := runner.Start(ctx, guarded)
 	_ = statusW.Close()
 	if err != nil {
 		_ = status.Close()
 		return runner.Result{ExitCode: -1, Err: err}
 	}
 	res := p.Wait()
-	st := ReadStatus(status)
 	_ = status.Close()
-	if !st.Reported && !GroupGone(p.Pid(), grace) {
+	if !w.Status.Reported && w.GroupAlive {
 		// The guard died on its own (killed by someone): nothing watches
 		// the command's group any more, so it goes now.
 		res.Err = fmt.Errorf("%s: its group guard died and its process group could not be confirmed gone: %w", spec.Name, res.Err)

@@ -85,6 +85,10 @@ type Spec struct {
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
+	// OnExit, when set, is called with the process's pid as soon as it
+	// has exited, before its output is drained: a group guard's owner
+	// learns there whether the guard died and left its command unwatched.
+	OnExit func(pid int)
 	// PipeDrain is how long, after the command exited, we wait on an empty
 	// output pipe that is still open (a background child inherited it)
 	// before we stop delivering its output. What the pipes held is always
@@ -264,6 +268,9 @@ func (p *Process) run(started chan<- error) {
 	}
 	started <- nil
 	_ = p.cmd.Wait()
+	if p.spec.OnExit != nil {
+		p.spec.OnExit(p.cmd.Process.Pid)
+	}
 	close(p.exited)
 }
 
