@@ -24,6 +24,7 @@ type Metrics struct {
 	restores   *prometheus.CounterVec
 	cacheFails prometheus.Counter
 	recordErrs *prometheus.CounterVec
+	keyFile    *prometheus.CounterVec
 }
 
 // NewMetrics registers every metric in a registry of its own.
@@ -53,7 +54,12 @@ func NewMetrics() *Metrics {
 		Help: "Failed writes of the key cache file."})
 	m.recordErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "trust_record_errors_total",
 		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs,
+	m.keyFile = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "signing_key_file_warnings_total",
+		Help: "Loads (start and reload) of a signing key file others may read or replace, by reason: mode (permission bits for group or others) and owner (not this process's user)."}, []string{"reason"})
+	for _, r := range []string{"mode", "owner"} {
+		m.keyFile.WithLabelValues(r)
+	}
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -121,5 +127,11 @@ func (m *Metrics) IncCacheFailure() {
 func (m *Metrics) incRecordError(what string) {
 	if m != nil {
 		m.recordErrs.WithLabelValues(what).Inc()
+	}
+}
+
+func (m *Metrics) incKeyFileWarning(reason string) {
+	if m != nil {
+		m.keyFile.WithLabelValues(reason).Inc()
 	}
 }
