@@ -284,6 +284,9 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			}
 			return err
 		}
+		// One change for the response's events: a burst of publishes
+		// arrives in few responses when the watch falls behind.
+		changes := map[string][]Key{}
 		for _, ev := range wr.Events {
 			host := etcdkey.Host(f.Prefix, string(ev.Kv.Key))
 			if host == "" {
@@ -291,12 +294,15 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			}
 			if ev.Type == mvccpb.DELETE {
 				f.withdraw(host)
-				f.Keys.SetHost(host, nil)
+				changes[host] = nil
 				continue
 			}
 			if f.accept(host, string(ev.Kv.Key), ev.Kv.Value) {
-				f.Keys.SetHost(host, f.good[host])
+				changes[host] = f.good[host]
 			}
+		}
+		if len(changes) > 0 {
+			f.Keys.SetHosts(changes)
 		}
 	}
 	if err := context.Cause(wctx); err != nil {

@@ -82,9 +82,13 @@ func (m *Metrics) incFetch() {
 
 // SetSnapshot records the set served.
 func (m *Metrics) SetSnapshot(s *Snapshot) {
+	m.setKeys(len(s.Keys), s.Time)
+}
+
+func (m *Metrics) setKeys(n int, t time.Time) {
 	if m != nil {
-		m.keys.Set(float64(len(s.Keys)))
-		m.dataTime.Set(float64(s.Time.UnixNano()) / 1e9)
+		m.keys.Set(float64(n))
+		m.dataTime.Set(float64(t.UnixNano()) / 1e9)
 	}
 }
 
