@@ -25,6 +25,7 @@ type Metrics struct {
 	cacheFails prometheus.Counter
 	recordErrs *prometheus.CounterVec
 	keyFile    *prometheus.CounterVec
+	answer     prometheus.Gauge
 }
 
 // NewMetrics registers every metric in a registry of its own.
@@ -59,7 +60,9 @@ func NewMetrics() *Metrics {
 	for _, r := range []string{"mode", "owner"} {
 		m.keyFile.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile,
+	m.answer = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "fetch_keys_response_bytes",
+		Help: "Size of the last FetchKeys answer; kube-apiserver refuses one over 4194304 bytes (gRPC's default receive limit)."})
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile, m.answer,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -137,5 +140,11 @@ func (m *Metrics) incRecordError(what string) {
 func (m *Metrics) incKeyFileWarning(reason string) {
 	if m != nil {
 		m.keyFile.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) setAnswerBytes(n int) {
+	if m != nil {
+		m.answer.Set(float64(n))
 	}
 }
