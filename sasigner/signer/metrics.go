@@ -26,6 +26,7 @@ type Metrics struct {
 	recordErrs *prometheus.CounterVec
 	keyFile    *prometheus.CounterVec
 	answer     prometheus.Gauge
+	weakKeys   prometheus.Counter
 }
 
 // NewMetrics registers every metric in a registry of its own.
@@ -62,7 +63,9 @@ func NewMetrics() *Metrics {
 	}
 	m.answer = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "fetch_keys_response_bytes",
 		Help: "Size of the last FetchKeys answer; kube-apiserver refuses one over 4194304 bytes (gRPC's default receive limit)."})
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile, m.answer,
+	m.weakKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "published_weak_keys_total",
+		Help: "RSA public keys under 2048 bits seen published (each counted and logged once; served, since dropping one would refuse its live tokens)."})
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile, m.answer, m.weakKeys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -146,5 +149,11 @@ func (m *Metrics) incKeyFileWarning(reason string) {
 func (m *Metrics) setAnswerBytes(n int) {
 	if m != nil {
 		m.answer.Set(float64(n))
+	}
+}
+
+func (m *Metrics) incWeakKey() {
+	if m != nil {
+		m.weakKeys.Inc()
 	}
 }
