@@ -35,7 +35,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 		log   []string // in the log; none: nothing logged
 	}{
 		{"leaf + ca.crt", append(slices.Clone(leaf), caPEM...), []string{leafID}, nil,
-			[]string{`host "m1\nforged"`, "block 2 (line", "CA:TRUE", "not served", "key=/keys/m1"}},
+			[]string{`host "m1\nforged"`, "block 2 (line", "CA:TRUE", "not served", `key="/keys/m1"`}},
 		{"ca.crt + leaf", append(slices.Clone(caPEM), leaf...), []string{leafID}, nil, []string{"block 1 (line 1, CERTIFICATE)"}},
 		{"a renewal's two leaves", append(slices.Clone(leaf), renewed...), []string{leafID, renewedID}, nil, nil},
 		{"the CA's bare key beside its leaf", append(slices.Clone(leaf), keytest.PublicPEM(t, caKey.Public())...), []string{leafID}, nil,
@@ -45,7 +45,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, hook := logtest.NewNullLogger()
-			f := &Follower{Log: l, good: map[string][]Key{}, bad: map[string]bool{}}
+			f := &Follower{Log: l, good: map[string][]Key{}, bad: map[string]int64{}}
 			logged := func() string {
 				var b strings.Builder
 				for _, e := range hook.AllEntries() {
@@ -53,7 +53,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 				}
 				return b.String()
 			}
-			ok := f.accept("m1\nforged", "/keys/m1", tc.value)
+			ok := f.accept("m1\nforged", "/keys/m1", tc.value, 1)
 			if tc.err != nil {
 				_, err := ParsePublished("/keys/m1", tc.value)
 				if ok || !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "/keys/m1") {

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
 )
@@ -74,4 +77,80 @@ func (c *Cache) Write(path string) error {
 		return fmt.Errorf("key cache: %w", err)
 	}
 	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// ChangeWriter follows a KeySet's changes (KeySet.OnDiff(w.Changed)) for
+// the command: each change is logged with the key IDs added and removed,
+// never the whole set (thousands of hosts publishing at once logged the
+// set at each event: hundreds of MB); the metrics and the cache file are
+// brought up to date once Quiet has passed after a change, so at most
+// once per Quiet however many changes come meanwhile.
+type ChangeWriter struct {
+	Keys *KeySet
+	// CacheFile is written with the set served at the moment of the write.
+	CacheFile string
+	// Quiet is the wait after a change before the write (0: at once).
+	Quiet   time.Duration
+	Log     logrus.FieldLogger
+	Metrics *Metrics
+
+	mu      sync.Mutex
+	pending *time.Timer
+	// wmu makes writes one at a time, each of the set served then.
+	wmu     sync.Mutex
+	failing bool
+}
+
+// Changed logs c and schedules the write.
+func (w *ChangeWriter) Changed(c Change) {
+	l := w.Log.WithField("keys", c.Keys).WithField("signing", c.Signing)
+	if len(c.Added) > 0 {
+		l = l.WithField("added", c.Added)
+	}
+	if len(c.Removed) > 0 {
+		l = l.WithField("removed", c.Removed)
+	}
+	l.Info("key set changed")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == nil {
+		w.pending = time.AfterFunc(w.Quiet, w.Flush)
+	}
+}
+
+// Flush writes the metrics and the cache now (after the first read of
+// etcd, so that the cache exists after a first start, and when stopping).
+func (w *ChangeWriter) Flush() {
+	w.mu.Lock()
+	if w.pending != nil {
+		w.pending.Stop()
+		w.pending = nil
+	}
+	w.mu.Unlock()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	c := w.Keys.Cache()
+	w.Metrics.setKeys(len(c.IDs), c.Time)
+	if err := c.Write(w.CacheFile); err != nil {
+		w.Metrics.IncCacheFailure()
+		if !w.failing {
+			w.failing = true
+			w.Log.WithError(err).Error("key cache not written: a start while etcd is unreachable would serve an older set")
+		}
+		return
+	}
+	if w.failing {
+		w.failing = false
+		w.Log.WithField("file", w.CacheFile).Info("key cache written again")
+	}
+}
+
+// Close writes a change not yet written.
+func (w *ChangeWriter) Close() {
+	w.mu.Lock()
+	pending := w.pending != nil
+	w.mu.Unlock()
+	if pending {
+		w.Flush()
+	}
 }

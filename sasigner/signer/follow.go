@@ -2,8 +2,11 @@ package signer
 
 import (
 	"context"
+	"crypto/rsa"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,9 +58,13 @@ type Follower struct {
 	// keeps the host's previous keys served, as confd keeps the live
 	// bundle when a render fails its check.
 	good map[string][]Key
-	// bad names the etcd keys whose value is refused now (logged once
-	// when it starts, once when it ends).
-	bad  map[string]bool
+	// bad holds, by etcd key, the revision of the value refused now:
+	// each value refused is logged once (a re-read of the prefix reads it
+	// again), and the end of the refusal once.
+	bad map[string]int64
+	// weak names the RSA keys under 2048 bits seen published (warned
+	// once each).
+	weak map[string]bool
 	down bool
 
 	// mu guards restore, which the probe feeds too.
@@ -80,7 +87,8 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		f.Probe = 5 * time.Second
 	}
 	f.good = f.Keys.Hosts()
-	f.bad = map[string]bool{}
+	f.bad = map[string]int64{}
+	f.weak = map[string]bool{}
 	delay := f.Retry
 	defer func() {
 		if f.client != nil {
@@ -227,7 +235,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 			continue
 		}
 		hosts[host] = true
-		f.accept(host, string(kv.Key), kv.Value)
+		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	for host := range f.good {
 		if !hosts[host] {
@@ -281,6 +289,9 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			}
 			return err
 		}
+		// One change for the response's events: a burst of publishes
+		// arrives in few responses when the watch falls behind.
+		changes := map[string][]Key{}
 		for _, ev := range wr.Events {
 			host := etcdkey.Host(f.Prefix, string(ev.Kv.Key))
 			if host == "" {
@@ -288,12 +299,15 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 			}
 			if ev.Type == mvccpb.DELETE {
 				f.withdraw(host)
-				f.Keys.SetHost(host, nil)
+				changes[host] = nil
 				continue
 			}
-			if f.accept(host, string(ev.Kv.Key), ev.Kv.Value) {
-				f.Keys.SetHost(host, f.good[host])
+			if f.accept(host, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision) {
+				changes[host] = f.good[host]
 			}
+		}
+		if len(changes) > 0 {
+			f.Keys.SetHosts(changes)
 		}
 	}
 	if err := context.Cause(wctx); err != nil {
@@ -331,15 +345,17 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// accept checks one published value; it reports whether the host's keys
-// changed.
-func (f *Follower) accept(host, key string, value []byte) bool {
-	keys, err := parsePublished(key, value, host, f.Log)
+// accept checks one published value (of revision rev); it reports whether
+// the host's keys changed. The etcd key is quoted wherever it is logged:
+// anyone who may publish may put a newline in it, and the text log
+// format prints fields raw.
+func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
+	keys, err := parsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
 		f.Metrics.incRejected()
-		if !f.bad[key] {
-			f.bad[key] = true
-			l := f.Log.WithField("key", key).WithError(err)
+		if f.bad[key] != rev {
+			f.bad[key] = rev
+			l := f.Log.WithField("key", strconv.Quote(key)).WithError(err)
 			if prev := f.good[host]; len(prev) > 0 {
 				l.WithField("kept", len(prev)).Error("published value refused: serving the host's previous keys")
 			} else {
@@ -348,12 +364,34 @@ func (f *Follower) accept(host, key string, value []byte) bool {
 		}
 		return false
 	}
-	if f.bad[key] {
+	if _, ok := f.bad[key]; ok {
 		delete(f.bad, key)
-		f.Log.WithField("key", key).Info("published value accepted again")
+		f.Log.WithField("key", strconv.Quote(key)).Info("published value accepted again")
+	}
+	for _, k := range keys {
+		f.checkWeak(key, k)
 	}
 	f.good[host] = keys
 	return true
+}
+
+// checkWeak warns, once per key, of an RSA key under 2048 bits: the
+// signer refuses to sign with one, but serves it, since dropping a key
+// at once would refuse the tokens it signed; retire it instead.
+func (f *Follower) checkWeak(key string, k Key) {
+	if f.weak[k.ID] {
+		return
+	}
+	pub, err := x509.ParsePKIXPublicKey(k.DER)
+	if err != nil {
+		return
+	}
+	if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 {
+		f.weak[k.ID] = true
+		f.Metrics.incWeakKey()
+		f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
+			Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
+	}
 }
 
 func (f *Follower) withdraw(host string) {

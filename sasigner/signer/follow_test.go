@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
+	"github.com/keysync/confd/internal/logfmt"
 )
 
 type follow struct {
@@ -177,5 +179,54 @@ func TestStartWithEtcdDown(t *testing.T) {
 	s := ks.Snapshot()
 	if !slices.Equal(s.IDs(), cache.IDs) || !s.Time.Equal(cache.Time) {
 		t.Fatalf("serving %v at %s while etcd is down, want the cached %v at %s", s.IDs(), s.Time, cache.IDs, cache.Time)
+	}
+}
+
+// TestFollowLogs: in the text log format, which prints fields raw, an
+// etcd key with a newline stays on its line; a private key published over
+// a value already refused is logged, not only counted; an RSA key under
+// 2048 bits is served, warned once and counted once.
+func TestFollowLogs(t *testing.T) {
+	e := etcdtest.Start(t)
+	sk := mustSigningKey(t, keytest.EC(t))
+	text := &syncBuffer{}
+	log := logrus.New()
+	log.SetFormatter(&logfmt.ConfdFormatter{Tag: "kube-apiserver-sa-signer", Hostname: "m1", PID: 1})
+	log.SetOutput(io.MultiWriter(testWriter{t}, text))
+	f := startFollower(t, e.Endpoint, NewKeySet(nil, sk), func(fl *Follower) { fl.Log = log })
+	<-f.synced
+
+	forged := "/keys/evil\n2026-01-01T00:00:00Z m1 kube-apiserver-sa-signer[1]: INFO forged"
+	e.Put(t, forged, "garbage")
+	e.Put(t, "/keys/h2", "garbage")
+	k := keytest.EC(t)
+	sec1, _ := x509.MarshalECPrivateKey(k)
+	e.Put(t, "/keys/h2", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1})))
+	weak := keytest.RSA(t, 1024)
+	e.Put(t, "/keys/h3", string(keytest.PublicPEM(t, &weak.PublicKey)))
+	f.waitFor(t, "h3's RSA-1024 key served", has(keytest.KeyID(t, &weak.PublicKey)))
+	e.Put(t, "/keys/h4", string(keytest.PublicPEM(t, &weak.PublicKey))) // the same key again
+	// Seen after every put above: the watch delivers in order.
+	last := keytest.EC(t)
+	e.Put(t, "/keys/h5", string(keytest.PublicPEM(t, &last.PublicKey)))
+	f.waitFor(t, "h5", has(keytest.KeyID(t, &last.PublicKey)))
+
+	out := text.String()
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "2026-01-01T00:00:00Z") {
+			t.Errorf("a forged line in the log: %q", line)
+		}
+	}
+	if !strings.Contains(out, "private key must never be published") {
+		t.Errorf("the private key published over a refused value is not logged:\n%s", out)
+	}
+	if !strings.Contains(out, `key="/keys/evil\n2026`) {
+		t.Errorf("the key with a newline is not quoted:\n%s", out)
+	}
+	if n := strings.Count(out, "under 2048 bits"); n != 1 {
+		t.Errorf("RSA-1024 key warned %d times, want once:\n%s", n, out)
+	}
+	if n := metricValue(t, f.metrics, "kube_apiserver_sa_signer_published_weak_keys_total", "", ""); n != 1 {
+		t.Errorf("published_weak_keys_total %v, want 1", n)
 	}
 }

@@ -45,3 +45,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// metricValue reads a counter or gauge from m's registry: the series whose
+// label is label=value, or the unlabelled one when label is "" (0 if
+// absent).
+func metricValue(t testing.TB, m *Metrics, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			match := label == "" && len(mt.GetLabel()) == 0
+			for _, l := range mt.GetLabel() {
+				match = match || (l.GetName() == label && l.GetValue() == value)
+			}
+			if !match {
+				continue
+			}
+			if g := mt.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return mt.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

@@ -132,17 +132,48 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 // KeySet holds what FetchKeys serves: the keys every host published, each
 // host's last good value, and the local signing key(s), and publishes a new
 // Snapshot when the set of key IDs changes.
+//
+// A change costs what it changes, not the set: each key ID served is
+// counted (hosts and signing keys may share one), a host's change moves
+// the counts of its keys only, and the sorted snapshot is built when
+// asked for (FetchKeys, the cache), once after any number of changes.
+// With thousands of hosts publishing at once, rebuilding the whole set at
+// every watch event made convergence quadratic (issue 34).
 type KeySet struct {
 	mu    sync.Mutex
 	hosts map[string][]Key
+	// refs counts, by key ID, the hosts and signing keys serving it.
+	refs map[string]*keyRef
 	// signer signs (nil: none may yet, see Service.Sign); it and extra
 	// are served.
 	signer *SigningKey
 	extra  []*SigningKey
-	cur    *Snapshot
-	now    func() time.Time
-	// onChange is called, outside mu, with every new snapshot.
+	// cur is the snapshot last built; stale says refs or the signer
+	// changed since, and changed is when the IDs last did (the time of
+	// the next snapshot, if its IDs differ from cur's).
+	cur     *Snapshot
+	stale   bool
+	changed time.Time
+	now     func() time.Time
+	// onChange is called, outside mu, with every new snapshot; onDiff
+	// with every change of the IDs or of the signing key.
 	onChange func(*Snapshot)
+	onDiff   func(Change)
+}
+
+type keyRef struct {
+	key Key
+	n   int
+}
+
+// Change is one change of the set served: the key IDs added and removed
+// (sorted), and what is served after it.
+type Change struct {
+	Added, Removed []string
+	// Signing is the ID of the key Sign uses ("" while none may).
+	Signing string
+	// Keys is how many key IDs are served.
+	Keys int
 }
 
 // NewKeySet starts a set that signs with signer (nil: not yet) and serves
@@ -152,15 +183,25 @@ func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *
 		now = time.Now
 	}
 	ks := &KeySet{hosts: map[string][]Key{}, signer: signer, extra: extra, now: now}
-	ks.cur = ks.build(nil)
+	ks.recount()
+	ks.cur = ks.build(nil, now().UTC())
 	return ks
 }
 
 // OnChange sets the function called with each new snapshot (once a change
-// is published, in order).
+// is published, in order). It builds a snapshot at every change: a caller
+// that needs only what changed uses OnDiff.
 func (ks *KeySet) OnChange(f func(*Snapshot)) {
 	ks.mu.Lock()
 	ks.onChange = f
+	ks.mu.Unlock()
+}
+
+// OnDiff sets the function called, outside the lock and in order, with
+// each change of the key IDs served or of the signing key.
+func (ks *KeySet) OnDiff(f func(Change)) {
+	ks.mu.Lock()
+	ks.onDiff = f
 	ks.mu.Unlock()
 }
 
@@ -168,6 +209,14 @@ func (ks *KeySet) OnChange(f func(*Snapshot)) {
 func (ks *KeySet) Snapshot() *Snapshot {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
+	return ks.snapshotLocked()
+}
+
+func (ks *KeySet) snapshotLocked() *Snapshot {
+	if ks.stale {
+		ks.cur = ks.build(ks.cur, ks.changed)
+		ks.stale = false
+	}
 	return ks.cur
 }
 
@@ -198,74 +247,193 @@ func (ks *KeySet) Restore(hosts map[string][]Key, ids []string, at time.Time) {
 	for h, k := range hosts {
 		ks.hosts[h] = slices.Clone(k)
 	}
+	ks.recount()
 	prev := &Snapshot{Time: at}
 	for _, id := range ids {
 		prev.Keys = append(prev.Keys, Key{ID: id})
 	}
-	ks.cur = ks.build(prev)
+	ks.cur, ks.stale = ks.build(prev, ks.now().UTC()), false
 	ks.mu.Unlock()
+}
+
+// recount counts the keys of hosts and signing keys from scratch. Called
+// with mu held.
+func (ks *KeySet) recount() {
+	ks.refs = map[string]*keyRef{}
+	for _, keys := range ks.hosts {
+		for _, k := range keys {
+			ks.ref(k, nil)
+		}
+	}
+	for _, k := range ks.signingKeys() {
+		ks.ref(k, nil)
+	}
+}
+
+func (ks *KeySet) signingKeys() []Key {
+	var out []Key
+	for _, s := range append([]*SigningKey{ks.signer}, ks.extra...) {
+		if s != nil {
+			out = append(out, Key{ID: s.KeyID, DER: s.PublicDER})
+		}
+	}
+	return out
 }
 
 // Replace sets every host's keys at once (a full read of the prefix).
 // Hosts absent from hosts are dropped: their key was withdrawn.
 func (ks *KeySet) Replace(hosts map[string][]Key) {
-	ks.update(func() {
-		ks.hosts = map[string][]Key{}
+	ks.update(func(d diff) {
+		for h := range ks.hosts {
+			if _, ok := hosts[h]; !ok {
+				ks.setHost(h, nil, d)
+			}
+		}
 		for h, k := range hosts {
-			ks.hosts[h] = slices.Clone(k)
+			ks.setHost(h, k, d)
 		}
 	})
 }
 
 // SetHost sets one host's keys; nil or empty removes the host.
 func (ks *KeySet) SetHost(host string, keys []Key) {
-	ks.update(func() {
-		if len(keys) == 0 {
-			delete(ks.hosts, host)
-			return
+	ks.update(func(d diff) { ks.setHost(host, keys, d) })
+}
+
+// SetHosts sets the keys of each host named (nil or empty removes it) in
+// one change: a watch response's events.
+func (ks *KeySet) SetHosts(hosts map[string][]Key) {
+	ks.update(func(d diff) {
+		for h, k := range hosts {
+			ks.setHost(h, k, d)
 		}
-		ks.hosts[host] = slices.Clone(keys)
 	})
 }
 
 // SetSigning makes signer sign (nil: none) and serves it and extra.
 func (ks *KeySet) SetSigning(signer *SigningKey, extra ...*SigningKey) {
-	ks.update(func() { ks.signer, ks.extra = signer, extra })
+	ks.update(func(d diff) {
+		for _, k := range ks.signingKeys() {
+			ks.unref(k.ID, d)
+		}
+		ks.signer, ks.extra = signer, extra
+		for _, k := range ks.signingKeys() {
+			ks.ref(k, d)
+		}
+	})
 }
 
-func (ks *KeySet) update(f func()) {
+// setHost replaces host's keys, moving the counts of its old and new keys
+// only. Called with mu held.
+func (ks *KeySet) setHost(host string, keys []Key, d diff) {
+	old := ks.hosts[host]
+	if len(keys) == 0 {
+		if old == nil {
+			return
+		}
+		delete(ks.hosts, host)
+	} else {
+		if sameIDs(old, keys) {
+			return
+		}
+		ks.hosts[host] = slices.Clone(keys)
+	}
+	for _, k := range old {
+		ks.unref(k.ID, d)
+	}
+	for _, k := range keys {
+		ks.ref(k, d)
+	}
+}
+
+// diff records, for each key ID an update touched, whether it was served
+// before the update.
+type diff map[string]bool
+
+func (d diff) touch(id string, served bool) {
+	if d == nil {
+		return
+	}
+	if _, ok := d[id]; !ok {
+		d[id] = served
+	}
+}
+
+func (ks *KeySet) ref(k Key, d diff) {
+	r := ks.refs[k.ID]
+	d.touch(k.ID, r != nil)
+	if r == nil {
+		ks.refs[k.ID] = &keyRef{key: k, n: 1}
+		return
+	}
+	r.n++
+}
+
+func (ks *KeySet) unref(id string, d diff) {
+	r := ks.refs[id]
+	if r == nil {
+		return
+	}
+	d.touch(id, true)
+	if r.n--; r.n == 0 {
+		delete(ks.refs, id)
+	}
+}
+
+func (ks *KeySet) update(f func(diff)) {
 	ks.mu.Lock()
-	f()
-	next := ks.build(ks.cur)
-	changed := next != ks.cur
-	ks.cur = next
-	cb := ks.onChange
-	ks.mu.Unlock()
+	d := diff{}
+	signing := ks.signingID()
+	f(d)
+	var c Change
+	for id, was := range d {
+		switch _, now := ks.refs[id]; {
+		case now && !was:
+			c.Added = append(c.Added, id)
+		case was && !now:
+			c.Removed = append(c.Removed, id)
+		}
+	}
+	c.Signing, c.Keys = ks.signingID(), len(ks.refs)
+	changed := len(c.Added)+len(c.Removed) > 0 || c.Signing != signing
+	if len(c.Added)+len(c.Removed) > 0 {
+		ks.changed = ks.now().UTC()
+	}
+	ks.stale = ks.stale || changed
+	var next *Snapshot
+	cb, dcb := ks.onChange, ks.onDiff
 	if changed && cb != nil {
+		prev := ks.cur
+		if next = ks.snapshotLocked(); next == prev {
+			next = nil
+		}
+	}
+	ks.mu.Unlock()
+	if next != nil {
 		cb(next)
 	}
+	if changed && dcb != nil {
+		sort.Strings(c.Added)
+		sort.Strings(c.Removed)
+		dcb(c)
+	}
 }
 
-// build computes the snapshot from hosts and signing keys; it returns prev
-// itself when nothing served changed. Called with mu held.
-func (ks *KeySet) build(prev *Snapshot) *Snapshot {
-	byID := map[string]Key{}
-	for _, keys := range ks.hosts {
-		for _, k := range keys {
-			byID[k.ID] = k
-		}
+func (ks *KeySet) signingID() string {
+	if ks.signer == nil {
+		return ""
 	}
-	for _, s := range append([]*SigningKey{ks.signer}, ks.extra...) {
-		if s != nil {
-			byID[s.KeyID] = Key{ID: s.KeyID, DER: s.PublicDER}
-		}
-	}
-	next := &Snapshot{Keys: make([]Key, 0, len(byID))}
-	if ks.signer != nil {
-		next.Signing = ks.signer.KeyID
-	}
-	for _, k := range byID {
-		next.Keys = append(next.Keys, k)
+	return ks.signer.KeyID
+}
+
+// build computes the snapshot from the counted keys; it returns prev
+// itself when nothing served changed, and keeps prev's time when the IDs
+// are prev's. at is the time of a snapshot with other IDs. Called with mu
+// held.
+func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
+	next := &Snapshot{Keys: make([]Key, 0, len(ks.refs)), Signing: ks.signingID()}
+	for _, r := range ks.refs {
+		next.Keys = append(next.Keys, r.key)
 	}
 	sort.Slice(next.Keys, func(i, j int) bool { return next.Keys[i].ID < next.Keys[j].ID })
 	if prev != nil && sameIDs(prev.Keys, next.Keys) {
@@ -275,7 +443,7 @@ func (ks *KeySet) build(prev *Snapshot) *Snapshot {
 		next.Time = prev.Time
 		return next
 	}
-	next.Time = ks.now().UTC()
+	next.Time = at
 	return next
 }
 
@@ -320,5 +488,5 @@ func (ks *KeySet) Cache() *Cache {
 	for h, k := range ks.hosts {
 		hosts[h] = slices.Clone(k)
 	}
-	return NewCache(ks.cur, hosts)
+	return NewCache(ks.snapshotLocked(), hosts)
 }

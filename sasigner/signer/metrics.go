@@ -24,6 +24,9 @@ type Metrics struct {
 	restores   *prometheus.CounterVec
 	cacheFails prometheus.Counter
 	recordErrs *prometheus.CounterVec
+	keyFile    *prometheus.CounterVec
+	answer     prometheus.Gauge
+	weakKeys   prometheus.Counter
 }
 
 // NewMetrics registers every metric in a registry of its own.
@@ -53,7 +56,16 @@ func NewMetrics() *Metrics {
 		Help: "Failed writes of the key cache file."})
 	m.recordErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "trust_record_errors_total",
 		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
-	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs,
+	m.keyFile = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "signing_key_file_warnings_total",
+		Help: "Loads (start and reload) of a signing key file others may read or replace, by reason: mode (permission bits for group or others) and owner (not this process's user)."}, []string{"reason"})
+	for _, r := range []string{"mode", "owner"} {
+		m.keyFile.WithLabelValues(r)
+	}
+	m.answer = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "fetch_keys_response_bytes",
+		Help: "Size of the last FetchKeys answer; kube-apiserver refuses one over 4194304 bytes (gRPC's default receive limit)."})
+	m.weakKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "published_weak_keys_total",
+		Help: "RSA public keys under 2048 bits seen published (each counted and logged once; served, since dropping one would refuse its live tokens)."})
+	m.Registry.MustRegister(m.signs, m.signTime, m.fetches, m.keys, m.dataTime, m.etcdUp, m.rejected, m.restarts, m.restores, m.cacheFails, m.recordErrs, m.keyFile, m.answer, m.weakKeys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,9 +88,13 @@ func (m *Metrics) incFetch() {
 
 // SetSnapshot records the set served.
 func (m *Metrics) SetSnapshot(s *Snapshot) {
+	m.setKeys(len(s.Keys), s.Time)
+}
+
+func (m *Metrics) setKeys(n int, t time.Time) {
 	if m != nil {
-		m.keys.Set(float64(len(s.Keys)))
-		m.dataTime.Set(float64(s.Time.UnixNano()) / 1e9)
+		m.keys.Set(float64(n))
+		m.dataTime.Set(float64(t.UnixNano()) / 1e9)
 	}
 }
 
@@ -121,5 +137,23 @@ func (m *Metrics) IncCacheFailure() {
 func (m *Metrics) incRecordError(what string) {
 	if m != nil {
 		m.recordErrs.WithLabelValues(what).Inc()
+	}
+}
+
+func (m *Metrics) incKeyFileWarning(reason string) {
+	if m != nil {
+		m.keyFile.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) setAnswerBytes(n int) {
+	if m != nil {
+		m.answer.Set(float64(n))
+	}
+}
+
+func (m *Metrics) incWeakKey() {
+	if m != nil {
+		m.weakKeys.Inc()
 	}
 }

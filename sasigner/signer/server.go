@@ -7,12 +7,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 )
@@ -34,6 +36,9 @@ type Service struct {
 	// Fetched, if set, is called with every snapshot FetchKeys served (the
 	// trust barrier records what its apiserver fetched).
 	Fetched func(*Snapshot)
+
+	// oversize is the last snapshot whose answer was logged as too large.
+	oversize atomic.Pointer[Snapshot]
 }
 
 // Sign signs the apiserver's claims with the current signing key.
@@ -60,10 +65,24 @@ func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*e
 	return &externaljwtv1.SignJWTResponse{Header: header, Signature: sig}, nil
 }
 
+// MaxFetchKeysAnswer is the largest FetchKeys answer kube-apiserver takes:
+// its client keeps gRPC's default receive limit (4 MiB), about 12,000
+// RSA-2048 or 30,000 P-256 keys (TestFetchKeysAnswerSize).
+const MaxFetchKeysAnswer = 4 << 20
+
 // FetchKeys serves the current key set from memory.
 func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
 	snap := s.Keys.Snapshot()
 	s.Metrics.incFetch()
+	resp := s.answer(snap)
+	s.checkSize(snap, resp)
+	if s.Fetched != nil {
+		s.Fetched(snap)
+	}
+	return resp, nil
+}
+
+func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 	resp := &externaljwtv1.FetchKeysResponse{
 		Keys:               make([]*externaljwtv1.Key, len(snap.Keys)),
 		DataTimestamp:      timestamppb.New(snap.Time),
@@ -75,10 +94,22 @@ func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*
 		// token signed with an excluded key).
 		resp.Keys[i] = &externaljwtv1.Key{KeyId: k.ID, Key: k.DER}
 	}
-	if s.Fetched != nil {
-		s.Fetched(snap)
+	return resp
+}
+
+// checkSize records the answer's size, and logs an answer over
+// MaxFetchKeysAnswer once per snapshot: the apiserver refuses it and keeps
+// the keys it fetched before, so no key change reaches it.
+func (s *Service) checkSize(snap *Snapshot, resp *externaljwtv1.FetchKeysResponse) {
+	n := proto.Size(resp)
+	s.Metrics.setAnswerBytes(n)
+	if n <= MaxFetchKeysAnswer {
+		return
 	}
-	return resp, nil
+	if s.oversize.Swap(snap) != snap {
+		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
+			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
+	}
 }
 
 // Metadata tells the apiserver the longest token lifetime we sign.

@@ -1,0 +1,192 @@
+package signer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// KeyManager switches the signing key: a new key is served at once (so
+// this host's apiserver fetches it) but signs only once every recorded
+// host's apiserver has fetched it (the trust barrier); until then, and if
+// that does not happen within the barrier's timeout, the previous key
+// signs.
+//
+// A switch waiting for the barrier is a switch to what the key file held
+// when it started. When the file holds the signing key again (rotate-key
+// --rollback during the barrier, or a hand edit put back), the switch is
+// cancelled: passing the barrier later would otherwise sign with a key the
+// file no longer holds.
+type KeyManager struct {
+	Keys *KeySet
+	// Barrier is nil to switch at once (--trust-timeout 0).
+	Barrier *Barrier
+	Log     logrus.FieldLogger
+	Metrics *Metrics
+	// File is the signing key file (--signing-key).
+	File string
+
+	mu sync.Mutex
+	// pending is the key waiting for the barrier (nil: none), cancel ends
+	// its wait and gen tells a wait superseded or cancelled from the
+	// current one.
+	pending *SigningKey
+	cancel  context.CancelFunc
+	gen     uint64
+	wg      sync.WaitGroup
+}
+
+// Load reads File (LoadSigningKey) and warns, logged and counted, when the
+// file is open to group or others or owned by another user than this
+// process's: anyone who can read it can sign tokens every apiserver of the
+// fleet accepts. It is called at start and at every reload, so that a
+// warning stays visible until the file is fixed.
+func (m *KeyManager) Load() (*SigningKey, error) {
+	k, err := LoadSigningKey(m.File)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range KeyFileProblems(m.File) {
+		m.Metrics.incKeyFileWarning(p.Reason)
+		m.Log.WithField("file", fmt.Sprintf("%q", m.File)).WithField("kid", k.KeyID).Warn("signing key file: " + p.Text)
+	}
+	return k, nil
+}
+
+// KeyFileProblem is one reason a private key file is open to others.
+type KeyFileProblem struct {
+	// Reason is the metric label: mode or owner.
+	Reason string
+	Text   string
+}
+
+// KeyFileProblems stats path (following links, as the key is read) and
+// returns why others than this process's user may read or replace it:
+// permission bits for group or others, or another owner. A file that
+// cannot be stat'ed gives none: reading it is what fails then.
+func KeyFileProblems(path string) []KeyFileProblem {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	var out []KeyFileProblem
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		out = append(out, KeyFileProblem{"mode", fmt.Sprintf("mode %04o: group or others may read it (want 0600 or 0400)", perm)})
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		out = append(out, KeyFileProblem{"owner", fmt.Sprintf("owned by uid %d, not by this process's uid %d: that user can replace the signing key", st.Uid, os.Geteuid())})
+	}
+	return out
+}
+
+// Reload re-reads File; a file that fails to load leaves the current key
+// signing. ctx bounds a barrier wait it starts.
+func (m *KeyManager) Reload(ctx context.Context, why string) {
+	k, err := m.Load()
+	if err != nil {
+		m.Log.WithError(err).Errorf("%s: signing key not reloaded; still signing with the current key", why)
+		return
+	}
+	m.mu.Lock()
+	cur := m.Keys.Signer()
+	if cur != nil && cur.KeyID == k.KeyID {
+		if p := m.pending; p != nil {
+			m.stopLocked()
+			// The pending key never signed: nothing needs it served.
+			m.Keys.SetSigning(cur)
+			m.mu.Unlock()
+			m.Log.WithField("kid", cur.KeyID).WithField("cancelled", p.KeyID).
+				Warnf("%s: the key file holds the signing key again: switch to %s cancelled before it signed; still signing with %s", why, p.KeyID, cur.KeyID)
+			return
+		}
+		m.mu.Unlock()
+		m.Log.WithField("kid", k.KeyID).Infof("%s: signing key unchanged", why)
+		return
+	}
+	if m.Barrier == nil {
+		m.stopLocked()
+		m.Keys.SetSigning(k)
+		m.mu.Unlock()
+		m.Log.WithField("kid", k.KeyID).Infof("%s: signing with the new key", why)
+		return
+	}
+	m.mu.Unlock()
+	m.Log.WithField("kid", k.KeyID).Infof("%s: new signing key served; it signs once every recorded host's apiserver fetched it", why)
+	m.Promote(ctx, cur, k, false)
+}
+
+// stopLocked cancels the wait in progress, if any. Called with mu held.
+func (m *KeyManager) stopLocked() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.pending, m.cancel = nil, nil
+	m.gen++
+}
+
+// Promote serves next beside prev (prev keeps signing; nil: none signs)
+// and waits, in the background, for the barrier; newHost says next is
+// this host's first key. A later Promote, or a Reload that finds the file
+// holding prev again, cancels the wait.
+func (m *KeyManager) Promote(ctx context.Context, prev, next *SigningKey, newHost bool) {
+	m.mu.Lock()
+	m.stopLocked()
+	wctx, cancel := context.WithCancel(ctx)
+	m.pending, m.cancel = next, cancel
+	gen := m.gen
+	m.Keys.SetSigning(prev, next)
+	m.mu.Unlock()
+	m.wg.Go(func() {
+		defer cancel()
+		start := time.Now()
+		err := m.Barrier.Wait(wctx, next.KeyID)
+		l := m.Log.WithField("kid", next.KeyID).WithField("waited", time.Since(start).Round(time.Millisecond).String())
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		// Checked under mu: a Reload cancelling this wait as the barrier
+		// passed must not be undone by the switch below.
+		if gen != m.gen {
+			return // superseded or cancelled
+		}
+		m.pending, m.cancel = nil, nil
+		switch {
+		case err == nil && newHost:
+			m.Keys.SetSigning(next)
+			l.Info("every recorded host's apiserver fetched this host's key: signing")
+		case err == nil:
+			m.Keys.SetSigning(next)
+			l.Info("every recorded host's apiserver fetched the new key: signing with it")
+		case wctx.Err() != nil:
+			// Stopping.
+		case prev == nil && newHost:
+			// A new master has no previous key: signing nothing forever
+			// because a recorded host is gone would take it out of service.
+			m.Keys.SetSigning(next)
+			l.WithError(err).Error("trust barrier timed out for this host's first key: signing with it anyway; the hosts named may refuse its tokens")
+		case errors.Is(err, context.Canceled):
+		default:
+			l.WithError(err).Error("trust barrier timed out: still signing with the previous key (send SIGHUP to try again)")
+		}
+	})
+}
+
+// Pending returns the key waiting for the barrier; nil when none is.
+func (m *KeyManager) Pending() *SigningKey {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pending
+}
+
+// Wait cancels the wait in progress and returns once it has ended.
+func (m *KeyManager) Wait() {
+	m.mu.Lock()
+	m.stopLocked()
+	m.mu.Unlock()
+	m.wg.Wait()
+}
