@@ -33,8 +33,10 @@ func validateKeyFlags(o *options) []error {
 	if etcdkey.Dir(o.keysPrefix) == etcdkey.Dir(o.trustPrefix) {
 		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", o.keysPrefix))
 	}
-	if strings.Contains(o.trustHostName, "/") {
-		errs = append(errs, usagef("--host %q: must not contain /", o.trustHostName))
+	if o.trustHostName != "" {
+		if err := etcdkey.ValidHost(o.trustHostName); err != nil {
+			errs = append(errs, usagef("--host: %v", err))
+		}
 	}
 	if o.trustTimeout < 0 {
 		errs = append(errs, usagef("--trust-timeout %s: must not be negative", o.trustTimeout))

@@ -8,11 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/version"
@@ -63,35 +61,6 @@ func stopGRPC(g interface {
 	case <-time.After(d):
 		g.Stop()
 		<-done
-	}
-}
-
-// cacheWriter writes the cache file, one write at a time, always of the
-// set served at the moment of the write (so writes racing each other still
-// leave the newest set on disk).
-type cacheWriter struct {
-	mu      sync.Mutex
-	path    string
-	keys    *signer.KeySet
-	log     logrus.FieldLogger
-	metrics *signer.Metrics
-	failing bool
-}
-
-func (w *cacheWriter) write() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.keys.Cache().Write(w.path); err != nil {
-		w.metrics.IncCacheFailure()
-		if !w.failing {
-			w.failing = true
-			w.log.WithError(err).Error("key cache not written: a start while etcd is unreachable would serve an older set")
-		}
-		return
-	}
-	if w.failing {
-		w.failing = false
-		w.log.WithField("file", w.path).Info("key cache written again")
 	}
 }
 

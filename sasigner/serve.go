@@ -18,7 +18,9 @@ import (
 )
 
 func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Signal) error {
-	key, err := signer.LoadSigningKey(o.signingKey)
+	m := signer.NewMetrics()
+	km := &signer.KeyManager{Log: log, Metrics: m, File: o.signingKey}
+	key, err := km.Load()
 	if err != nil {
 		return err
 	}
@@ -27,7 +29,9 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		h, _ := os.Hostname()
 		host = fqdn.Lookup(ctx, log, h)
 	}
-	m := signer.NewMetrics()
+	if err := etcdkey.ValidHost(host); err != nil {
+		return fmt.Errorf("--host: %w", err)
+	}
 	cache, err := signer.ReadCache(o.cacheFile)
 	if err != nil {
 		// A damaged cache is not a reason to stay down: etcd is the source;
@@ -49,12 +53,9 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		ks.Restore(cache.Hosts, cache.IDs, cache.Time)
 		log.WithField("keys", len(ks.Snapshot().Keys)).WithField("since", cache.Time.Format(time.RFC3339)).Info("key set restored from the cache")
 	}
-	cw := &cacheWriter{path: o.cacheFile, keys: ks, log: log, metrics: m}
-	ks.OnChange(func(s *signer.Snapshot) {
-		m.SetSnapshot(s)
-		log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
-		cw.write()
-	})
+	cw := &signer.ChangeWriter{Keys: ks, CacheFile: o.cacheFile, Quiet: time.Second, Log: log, Metrics: m}
+	ks.OnDiff(cw.Changed)
+	defer cw.Close()
 	m.SetSnapshot(ks.Snapshot())
 	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).WithField("host", host).Info("signing key loaded")
 
@@ -74,9 +75,9 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	}
 	svc := &signer.Service{Keys: ks, RefreshHint: o.refreshHint, MaxTokenExpiration: o.maxTokenExpiration, Log: log, Metrics: m, Fetched: rec.Fetched}
 	g := signer.NewGRPCServer(svc)
-	km := &keyManager{ctx: ctx, ks: ks, log: log, file: o.signingKey}
+	km.Keys = ks
 	if o.trustTimeout > 0 {
-		km.barrier = &signer.Barrier{Client: etcd.get, Prefix: etcdkey.Dir(o.trustPrefix), Timeout: o.trustTimeout, Log: log}
+		km.Barrier = &signer.Barrier{Client: etcd.get, Prefix: etcdkey.Dir(o.trustPrefix), Timeout: o.trustTimeout, Log: log}
 	}
 
 	var wg sync.WaitGroup
@@ -100,19 +101,19 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 			log.WithField("keys", len(ks.Snapshot().Keys)).WithField("prefix", f.Prefix).Info("published keys read from etcd; watching")
 			// The first read may leave the set as restored: the cache is
 			// still written once, so that it exists after a first start.
-			cw.write()
+			cw.Flush()
 		})
 	})
 	if !trusted {
 		log.WithField("kid", key.KeyID).Warn("signing key not known to have passed the trust barrier: no token is signed until every recorded host's apiserver fetched it")
-		km.promote(nil, key, true)
+		km.Promote(ctx, nil, key, true)
 	}
 	if o.metricsAddr != "" {
 		srv, err := metricsServer(ctx, o.metricsAddr, m)
 		if err != nil {
 			cancel()
 			g.Stop()
-			km.wait()
+			km.Wait()
 			wg.Wait()
 			etcd.close()
 			return err
@@ -138,17 +139,17 @@ loop:
 			break loop
 		case <-hup:
 			watch.changed() // the reload reads the file as it is now
-			km.reload("SIGHUP")
+			km.Reload(ctx, "SIGHUP")
 		case <-tick.C:
 			if watch.changed() {
-				km.reload("file change")
+				km.Reload(ctx, "file change")
 			}
 		}
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	cancel()
 	stopGRPC(g, 5*time.Second)
-	km.wait()
+	km.Wait()
 	wg.Wait()
 	etcd.close()
 	return runErr

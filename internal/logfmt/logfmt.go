@@ -112,9 +112,6 @@ func NewChild(w io.Writer, level, format string) (*logrus.Logger, error) {
 	return l, nil
 }
 
-// Redacting wraps f so that every record it formats is redacted.
-func Redacting(f logrus.Formatter) logrus.Formatter { return redacting{f} }
-
 // Printable is s as a log message shows a command's output line: as it is
 // when every character is printable (no control character, no invalid
 // UTF-8), else quoted, so that one line stays one record and cannot forge

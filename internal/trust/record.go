@@ -141,16 +141,6 @@ func FileKeyIDs(path string) ([]string, error) {
 	return keyIDs(f)
 }
 
-// PEMKeyIDs is FileKeyIDs for PEM bytes (for example a value in etcd); name
-// is used in errors.
-func PEMKeyIDs(name string, data []byte) ([]string, error) {
-	f, err := pemcheck.Parse(name, data)
-	if err != nil {
-		return nil, err
-	}
-	return keyIDs(f)
-}
-
 func keyIDs(f *pemcheck.File) ([]string, error) {
 	out, err := loadedKeyIDs(f)
 	if err != nil {

@@ -92,7 +92,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	return r, nil
 }
 
-// publishedKeyIDs is PEMKeyIDs for a host's published value as the bundle
+// publishedKeyIDs is the key IDs of a host's published value as the bundle
 // template and the signer read it: a certificate authority's key is not
 // served (issue 34), so it is not published either, or every host would
 // look stale for not trusting it; it is named in a warning instead, as is
