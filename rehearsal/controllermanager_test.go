@@ -253,14 +253,19 @@ func (p *legacyProbe) finish(t *testing.T) {
 func (f *fleet) controllerManager(t *testing.T) {
 	kcm := toolbin.Kube(t, "kube-controller-manager")
 	f.ensureServiceAccount(t)
+	step := stepLogger(t)
 	for i, h := range f.hosts[:2] {
 		h.installControllerManager(t, kcm)
 		if err := h.systemd.restartControllerManager(); err != nil {
 			t.Fatalf("%s: start kube-controller-manager: %v", h.name, err)
 		}
+		step("%s: kube-controller-manager started", h.name)
 		f.awaitControllerManager(t, h)
-		f.controllerManagerRotation(t, h, fmt.Sprintf("legacy-%d", i+1))
+		step("%s: kube-controller-manager healthy", h.name)
+		f.controllerManagerRotation(t, h, fmt.Sprintf("legacy-%d", i+1), step)
 		h.systemd.stopControllerManager()
+		step("%s: kube-controller-manager stopped", h.name)
+		f.logStopTimes(t)
 		if t.Failed() {
 			t.Logf("%s kube-controller-manager log (last 6 KiB):\n%s", h.name, tail(string(h.read("/var/log/kube-controller-manager.log")), 6000))
 			return
@@ -268,11 +273,25 @@ func (f *fleet) controllerManager(t *testing.T) {
 	}
 }
 
-func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) {
+// stepLogger logs each step of a long scenario with the time since the
+// previous step and since the first, to show where the time goes.
+func stepLogger(t *testing.T) func(format string, args ...any) {
+	start := time.Now()
+	last := start
+	return func(format string, args ...any) {
+		t.Helper()
+		now := time.Now()
+		t.Logf("step +%s (at %s): %s", now.Sub(last).Round(100*time.Millisecond), now.Sub(start).Round(100*time.Millisecond), fmt.Sprintf(format, args...))
+		last = now
+	}
+}
+
+func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string, step func(string, ...any)) {
 	t.Helper()
 	old := h.signingKid(t)
 	f.legacySecret(t, h, secret, false)
 	tok := f.legacyToken(t, h, secret)
+	step("%s: Secret %s filled", h.name, secret)
 	if got := tokenKid(tok); got != old {
 		t.Fatalf("%s's kube-controller-manager signed Secret %s with %s, want %s (its sa.key)", h.name, secret, got, old)
 	}
@@ -280,6 +299,7 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 	cmBefore := h.systemd.cm.restartCount()
 	code, out := h.rotateKey(t, "--timeout", "4m", "--grace", "20s",
 		"--controller-manager-flags-file", h.Path(cmFlagsFile), "--controller-manager-health-url", h.cmHealthURL())
+	step("%s: rotate-key exited %d; its output:\n%s", h.name, code, tail(out, 8000))
 	if code != 0 {
 		probe.finish(t)
 		t.Fatalf("%s: rotate-key: exit %d\n%s", h.name, code, tail(out, 6000))
@@ -292,6 +312,7 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 		t.Errorf("%s: rotate-key restarted kube-controller-manager %d times, want once:\n%s", h.name, n, tail(out, 4000))
 	}
 	f.awaitConverged(t, 4*time.Minute)
+	step("%s: converged after rotate-key", h.name)
 	if rec := f.trustRecord(t, h); rec.ControllerManagerSigning != next {
 		t.Errorf("%s's trust record names the controller-manager's key %q, want %s", h.name, rec.ControllerManagerSigning, next)
 	}
@@ -300,12 +321,14 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 		t.Fatalf("%s: rotation state %+v, want installed", h.name, st)
 	}
 	time.Sleep(time.Until(st.RetireAfter) + 100*time.Millisecond) // the grace period is wall-clock time
+	step("%s: RetireAfter %s passed", h.name, st.RetireAfter.Format(time.RFC3339Nano))
 	probe.finish(t)
 	kc := h.Path("/etc/kubernetes/admin.conf")
 	retire := func() (int, string) {
 		return h.helper(t, "retire-keys", "--signing-key", h.Path("/etc/kubernetes/pki/sa.key"), "--public-key", h.Path("/etc/kubernetes/pki/sa.pub"), "--kubeconfig", kc)
 	}
 	code, out = retire()
+	step("%s: refused retire-keys exited %d", h.name, code)
 	if code != 3 || !strings.Contains(out, "default/"+secret) || strings.Contains(out, tok) {
 		t.Fatalf("%s: retire-keys while Secret %s holds %s: exit %d, want 3 naming it (never its token):\n%s", h.name, secret, old, code, tail(out, 4000))
 	}
@@ -317,19 +340,39 @@ func (f *fleet) controllerManagerRotation(t *testing.T, h *host, secret string) 
 	f.legacySecret(t, h, secret, true)
 	f.legacySecret(t, h, secret, false)
 	tok = f.legacyToken(t, h, secret)
+	step("%s: Secret %s re-created and filled", h.name, secret)
 	if got := tokenKid(tok); got != next {
 		t.Fatalf("re-created Secret %s carries %s, want the new key %s", secret, got, next)
 	}
-	if code, out := retire(); code != 0 {
+	code, out = retire()
+	step("%s: retire-keys exited %d; its output:\n%s", h.name, code, tail(out, 4000))
+	if code != 0 {
 		t.Fatalf("%s: retire-keys after the Secret was re-created: exit %d\n%s", h.name, code, tail(out, 4000))
 	}
 	f.awaitConverged(t, 4*time.Minute) // old kid gone from every bundle and JWKS
+	step("%s: converged after retire-keys", h.name)
 	for _, v := range f.hosts {
 		if !f.review(t, v, tok) {
 			t.Errorf("%s refused the re-created legacy token (kid %s)", v.name, next)
 		}
 	}
 	f.legacySecret(t, h, secret, true)
+}
+
+// logStopTimes logs how long each apiserver took to stop at each restart
+// so far (the stand-in systemd's "stop took" lines in its log): a stop
+// waiting on a client's watches shows as about a minute.
+func (f *fleet) logStopTimes(t *testing.T) {
+	t.Helper()
+	for _, v := range f.hosts {
+		var took []string
+		for _, l := range strings.Split(string(v.read("/var/log/kube-apiserver.log")), "\n") {
+			if _, d, ok := strings.Cut(l, " systemd: stop took "); ok {
+				took = append(took, d)
+			}
+		}
+		t.Logf("%s: apiserver stops took %s", v.name, strings.Join(took, ", "))
+	}
 }
 
 // cmRecord is the part of a trust record this scenario reads.

@@ -232,6 +232,15 @@ ExecStart=/usr/local/bin/kube-apiserver $KUBE_APISERVER_ARGS $KUBE_APISERVER_SA_
 
 // writeAPIServerEnv writes the apiserver's base flags with the given etcd
 // URL (the examples' address is moved to the fleet's etcd).
+//
+// --shutdown-watch-termination-grace-period: without it (the default, 0)
+// kube-apiserver ends no watch when it is stopped, so net/http's graceful
+// Shutdown waits out its timeout (--request-timeout, 1 min) whenever a
+// client holds one open: the kube-controller-manager's informers did, and
+// every stop of its apiserver took the stand-in systemd's whole 60 s
+// before SIGKILL. With it the apiserver closes active watches once it
+// stops accepting requests (their clients re-watch elsewhere) and waits
+// at most this long for them to drain, as an HA site sets it.
 func (h *host) writeAPIServerEnv(etcdURL string) {
 	args := strings.Join([]string{
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(h.port), "--advertise-address=127.0.0.1",
@@ -244,6 +253,7 @@ func (h *host) writeAPIServerEnv(etcdURL string) {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/12",
 		"--endpoint-reconciler-type=none", "--cert-dir=/var/lib/kubernetes/pki",
+		"--shutdown-watch-termination-grace-period=10s",
 	}, " ")
 	h.write("/etc/kubernetes/apiserver.env", h.Rewrite(`KUBE_APISERVER_ARGS="`+args+`"`+"\n"), 0o644)
 }

@@ -143,13 +143,16 @@ func (s *systemd) restart(hook func(string)) error {
 	defer s.job.Unlock()
 	h := s.h
 	h.f.tl.stopping(h.name)
+	stopAt := time.Now()
 	s.stop(syscall.SIGTERM)
+	stopped := time.Now()
 	hook("stopped")
 	u, env, argv, logf, err := h.unitExec("kube-apiserver.service")
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
+	fmt.Fprintf(logf, "==== %s systemd: stop took %s\n", stopped.Format(time.RFC3339Nano), stopped.Sub(stopAt).Round(time.Millisecond))
 	// ExecStartPre= (the shipped wait-trusted drop-in among them) runs
 	// first, in the start job, with the unit's environment; one that fails
 	// without a leading "-" fails the start and leaves the unit down.
