@@ -76,7 +76,11 @@ func (r *restarter) restart(ctx context.Context) int {
 		defer c.Close()
 		cli = c
 	}
-	holds := &hold.Store{C: cli, HoldKey: o.holdKeyOrDefault(), Host: a.host}
+	// Restart intents name the host as its published key and trust
+	// record do (--host, else hostname -f): the name `forget-host` takes,
+	// and one that differs between hosts even where their kernel host
+	// names do not.
+	holds := &hold.Store{C: cli, HoldKey: o.holdKeyOrDefault(), Host: a.trustHost(ctx)}
 	if o.dryRun {
 		if code := r.runPreflight(ctx); code != exitOK {
 			return code
@@ -316,7 +320,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(a.etcdErr(err)).Error("dry run: read the lock")
 		return exitError
 	}
-	h, err := hold.Active(qctx, cli, o.holdKeyOrDefault(), a.host)
+	h, err := hold.Active(qctx, cli, o.holdKeyOrDefault(), a.trustHost(ctx))
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("dry run: read the hold")
 		return exitError

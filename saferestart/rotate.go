@@ -199,7 +199,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	if !o.ignoreHold && !o.abort {
 		hctx, cancel := a.opCtx(ctx)
 		// Another host's orphaned restart intent counts, as for restart.
-		rec, err := hold.Active(hctx, cli, o.holdKeyOrDefault(), a.host)
+		rec, err := hold.Active(hctx, cli, o.holdKeyOrDefault(), host)
 		cancel()
 		if err != nil {
 			log.WithError(a.etcdErr(err)).Error("rotate-key: cannot read the hold")

@@ -374,7 +374,7 @@ func (r *Restarter) clearIntent(ctx context.Context, log logrus.FieldLogger) {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
 	defer cancel()
 	if err := r.holds.ClearIntent(ictx); err != nil {
-		log.WithError(err).Errorf("cannot remove this host's restart intent: once its lock lease is gone, other hosts take it as a hold naming %s, until this host's next successful restart or `unhold`", r.cfg.Host)
+		log.WithError(err).Error("cannot remove this host's restart intent: once its lock lease is gone, other hosts take it as a hold naming this host, until its next successful restart or `unhold`")
 	}
 }
 
