@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -196,9 +197,42 @@ func (f *fleet) holdAndUnhold(t *testing.T) {
 // helperKilled SIGKILLs one host's helper while its restart command runs
 // (the apiserver is stopped, not yet started). The command must die with
 // the helper; the fleet converges without two apiservers down at once.
+// The restart goes on in systemd, and the helper's restart intent outlives
+// it (issue 34 point 5): until the victim's retry succeeds, another host's
+// restart exits 4 naming the victim, where it used to restart as soon as
+// the victim's lock lease expired, while the victim's apiserver might
+// still be down.
 func (f *fleet) helperKilled(t *testing.T) {
-	victim := f.hosts[1]
-	outcome := victim.killHelperAtNextRestart("the helper's SIGKILL")
+	victim, other := f.hosts[1], f.hosts[0]
+	// The other host's restart queues behind the victim's lock before the
+	// kill, so that it takes the lock once the dead helper's lease expires,
+	// ahead of the victim's retry (confd's, queued after the kill): it
+	// must meet the orphaned intent.
+	blocked := &process{name: other.name + " kube-apiserver-safe-restart restart", out: newLogBuf(), done: make(chan struct{})}
+	blocked.cmd = exec.Command(other.Path("/usr/local/bin/kube-apiserver-safe-restart"), other.withConfig(append([]string{"restart"}, other.restartFlags(t)...))...)
+	blocked.cmd.Env, blocked.cmd.Stdout, blocked.cmd.Stderr = other.helperEnv(t), blocked.out, blocked.out
+	blocked.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	defer func() {
+		if blocked.cmd.Process != nil {
+			select {
+			case <-blocked.done:
+			default:
+				_ = syscall.Kill(-blocked.cmd.Process.Pid, syscall.SIGKILL)
+				<-blocked.done
+			}
+		}
+	}()
+	outcome := victim.killHelperAtNextRestart("the helper's SIGKILL", func() string {
+		if err := blocked.cmd.Start(); err != nil {
+			close(blocked.done)
+			return fmt.Sprintf("start %s: %v", blocked.name, err)
+		}
+		go func() { blocked.err = blocked.cmd.Wait(); close(blocked.done) }()
+		if !blocked.out.waitFor("waiting for the lock", blocked.done, 2*time.Minute) {
+			return fmt.Sprintf("%s never queued for the lock:\n%s", blocked.name, tail(blocked.out.String(), 4000))
+		}
+		return ""
+	})
 	f.put(t, keyPrefix+"m6.fleet.test", string(newSAKey(t).public))
 	select {
 	case msg := <-outcome:
@@ -208,17 +242,31 @@ func (f *fleet) helperKilled(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("the victim's restart never came")
 	}
+	select {
+	case <-blocked.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("%s still runs 3 minutes after the victim's SIGKILL:\n%s", blocked.name, tail(blocked.out.String(), 4000))
+	}
+	out := blocked.out.String()
+	if code := exitCode(blocked.err); code != 4 || !strings.Contains(out, "host "+victim.name) || !strings.Contains(out, "died mid-restart") {
+		t.Errorf("%s after %s's helper was killed: exit %d, want 4 naming %s:\n%s", blocked.name, victim.name, code, victim.name, tail(out, 4000))
+	}
 	f.awaitConverged(t, 5*time.Minute)
 	if rec, ok := f.hold(t); ok {
 		t.Errorf("hold after a killed helper's retry succeeded: %s", rec)
 		f.recover(t)
 	}
+	if left := f.etcdKeys(t, holdKey+"/intent/"); len(left) != 0 {
+		t.Errorf("restart intents left after the fleet converged: %v", left)
+	}
 }
 
 // killHelperAtNextRestart SIGKILLs the helper behind h's next restart once
-// systemd has stopped the old apiserver; the channel then says "" if the
-// helper's systemctl exited within 15 s, or what went wrong.
-func (h *host) killHelperAtNextRestart(what string) <-chan string {
+// systemd has stopped the old apiserver, after before (if any) returned ""
+// (else what it returns is the outcome, and no helper is killed); the
+// channel then says "" if the helper's systemctl exited within 15 s, or
+// what went wrong.
+func (h *host) killHelperAtNextRestart(what string, before func() string) <-chan string {
 	outcome := make(chan string, 1)
 	h.systemd.onNextRestart(func(phase string, caller int, conn net.Conn) {
 		if phase != "stopped" {
@@ -228,6 +276,12 @@ func (h *host) killHelperAtNextRestart(what string) <-chan string {
 		if err != nil {
 			outcome <- err.Error()
 			return
+		}
+		if before != nil {
+			if msg := before(); msg != "" {
+				outcome <- msg
+				return
+			}
 		}
 		_ = syscall.Kill(helper, syscall.SIGKILL)
 		outcome <- awaitHangUp(conn, 15*time.Second, what)

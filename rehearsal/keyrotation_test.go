@@ -256,7 +256,7 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	// During the restart itself: the helper dies once the old apiserver is
 	// stopped; its restart command must not outlive it, and the re-run
 	// restarts again under the lock.
-	outcome := m1.killHelperAtNextRestart("rotate-key's SIGKILL")
+	outcome := m1.killHelperAtNextRestart("rotate-key's SIGKILL", nil)
 	if code, out := m1.rotateKey(t, "--timeout", "4m", "--grace", "40s"); code == 0 {
 		t.Fatalf("rotate-key killed during the restart exited 0:\n%s", tail(out, 4000))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/fleet"
+	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
@@ -331,6 +332,13 @@ func validate(o *options) error {
 	// oldest key: every restarter would wait behind it forever.
 	if o.lockName != "" && strings.HasPrefix(o.holdKeyOrDefault(), lock.Prefix(o.lockName)) {
 		errs = append(errs, usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", o.holdKeyOrDefault(), lock.Prefix(o.lockName)))
+	}
+	// The same goes for the restart intents under it (--hold-key equal to
+	// --lock-name puts them in the mutex queue), and for the participants'
+	// info, which the queue listing reads by prefix too.
+	if ip := hold.IntentPrefix(o.holdKeyOrDefault()); o.lockName != "" &&
+		(strings.HasPrefix(ip, lock.Prefix(o.lockName)) || strings.HasPrefix(ip, lock.InfoPrefix(o.lockName))) {
+		errs = append(errs, usagef("--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", o.holdKeyOrDefault(), ip, lock.Prefix(o.lockName), lock.InfoPrefix(o.lockName)))
 	}
 	errs = append(errs, validateKeyFlags(o)...)
 	errs = append(errs, validateFleetFlags(o)...)

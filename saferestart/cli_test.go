@@ -77,6 +77,10 @@ func TestUsageErrors(t *testing.T) {
 		{"--health-settle", "2m", "--health-timeout", "1m"},
 		{"--hold-key", "kube-apiserver-restart/h"}, // inside the lock's prefix
 		{"--lock-name", "l", "--hold-key", "l/x", "status"},
+		// The restart intents, under --hold-key/intent/, would be in the
+		// lock's prefix, or its info prefix.
+		{"--lock-name", "l", "--hold-key", "l", "status"},
+		{"--lock-name", "l", "--hold-key", "l-info", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
 		var ue *usageError

@@ -125,10 +125,23 @@ func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
 	}
 	if prev == nil {
 		fmt.Fprintf(a.stdout, "no hold at %s\n", key)
-		return exitOK
+	} else {
+		a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+		fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
 	}
-	a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
-	fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
+	// A helper killed mid-restart left an intent that holds like a hold
+	// (hold.Intent); unhold is the operator's word that its apiserver is
+	// fine. Live intents are restarts under way: they clear themselves.
+	gone, err := hold.ClearOrphans(hctx, cli, key)
+	for _, in := range gone {
+		r := in.AsHold()
+		a.log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
+		fmt.Fprintf(a.stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("unhold: restart intents")
+		return exitError
+	}
 	return exitOK
 }
 

@@ -75,7 +75,11 @@ func (r *restarter) restart(ctx context.Context) int {
 		defer c.Close()
 		cli = c
 	}
-	holds := &etcdHolds{cli: cli, key: o.holdKeyOrDefault()}
+	// Restart intents name the host as its published key and trust
+	// record do (--host, else hostname -f): the name `forget-host` takes,
+	// and one that differs between hosts even where their kernel host
+	// names do not.
+	holds := &hold.Store{C: cli, HoldKey: o.holdKeyOrDefault(), Host: a.trustHost(ctx)}
 	if o.dryRun {
 		if code := r.runPreflight(ctx); code != exitOK {
 			return code
@@ -162,6 +166,9 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 
 // etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.
 type etcdSession struct{ *lock.Session }
+
+// LeaseID is the session's lease as the restart intent records it.
+func (s etcdSession) LeaseID() int64 { return int64(s.Session.Lease()) }
 
 func (s etcdSession) Lock(ctx context.Context) error {
 	err := s.Session.Lock(ctx)
@@ -276,21 +283,6 @@ func (g *healthGate) Wait(ctx context.Context) error {
 	return &restart.GateError{Err: err, Final: final}
 }
 
-// etcdHolds is the hold record in etcd.
-type etcdHolds struct {
-	cli *clientv3.Client
-	key string
-}
-
-func (h *etcdHolds) Key() string { return h.key }
-func (h *etcdHolds) Get(ctx context.Context) (*hold.Record, error) {
-	return hold.Get(ctx, h.cli, h.key)
-}
-func (h *etcdHolds) Add(ctx context.Context, r hold.Record) error {
-	_, err := hold.Add(ctx, h.cli, h.key, r)
-	return err
-}
-
 // worstCase is the longest a restart with these flags can take.
 func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
 
@@ -327,7 +319,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(a.etcdErr(err)).Error("dry run: read the lock")
 		return exitError
 	}
-	h, err := hold.Get(qctx, cli, o.holdKeyOrDefault())
+	h, err := hold.Active(qctx, cli, o.holdKeyOrDefault(), a.trustHost(ctx))
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("dry run: read the hold")
 		return exitError

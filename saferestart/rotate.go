@@ -200,7 +200,8 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	// abort restarts nothing.
 	if !o.ignoreHold && !o.abort {
 		hctx, cancel := a.opCtx(ctx)
-		rec, err := hold.Get(hctx, cli, o.holdKeyOrDefault())
+		// Another host's orphaned restart intent counts, as for restart.
+		rec, err := hold.Active(hctx, cli, o.holdKeyOrDefault(), host)
 		cancel()
 		if err != nil {
 			log.WithError(a.etcdErr(err)).Error("rotate-key: cannot read the hold")

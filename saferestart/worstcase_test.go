@@ -22,6 +22,7 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 		op + // hold check
 		op + 15*time.Minute + // trust gate: read, then --trust-timeout
 		2*op + // etcd session, hold check under the lock
+		2*op + // restart intent write and delete
 		10*time.Minute + // --lock-timeout
 		2*(3*time.Minute+killGrace) + // 2 × (--restart-timeout + kill grace)
 		2*(3*time.Minute+op) + // 2 × (--health-timeout + its backstop)
@@ -29,8 +30,8 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 		op + // trust record
 		30*time.Second + op + // hold write, retried
 		2*op // unlock, revoke
-	if got := o.worstCase(); got != want || want != 40*time.Minute+17*time.Second {
-		t.Fatalf("worst case %s, want %s (40m17s)", got, want)
+	if got := o.worstCase(); got != want || want != 40*time.Minute+27*time.Second {
+		t.Fatalf("worst case %s, want %s (40m27s)", got, want)
 	}
 	// --host skips hostname -f; --trust-timeout 0 turns the gate off; no gate.
 	o, _, err = parseArgs([]string{"--dry-run", "--host", "m1", "--trust-timeout", "0", "--health-url", ""}, env(nil))

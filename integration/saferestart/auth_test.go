@@ -111,13 +111,13 @@ func TestDryRunWorstCase(t *testing.T) {
 		t.Fatalf("%v\n%s", err, p.stdout)
 	}
 	// Defaults: dial 2s, preflight 3×30s, hostname -f 5s, probe 5s, etcd 3×5s,
-	// trust gate 5s + 15m, lock 10m, 2×(restart 3m + grace 5s + health 3m
+	// trust gate 5s + 15m, lock 10m, restart intent 2×5s, 2×(restart 3m + grace 5s + health 3m
 	// + 5s), retry 5s, trust record 5s, hold 30s+5s, release 10s.
-	if plan.WorstCaseSeconds != 2417 || plan.WorstCase != "40m17s" {
-		t.Fatalf("worst case %+v, want 2417 s", plan)
+	if plan.WorstCaseSeconds != 2427 || plan.WorstCase != "40m27s" {
+		t.Fatalf("worst case %+v, want 2427 s", plan)
 	}
 	text := runBin(t, env(s), "--lock-name", "dry", "--dry-run", "--lock-timeout", "1m", "--trust-timeout", "0", "--host", "m1")
-	if !strings.Contains(text.stdout.String(), "worst case: 16m7s (967 seconds)") ||
+	if !strings.Contains(text.stdout.String(), "worst case: 16m17s (977 seconds)") ||
 		!strings.Contains(text.stdout.String(), "     60s  lock wait (--lock-timeout)") {
 		t.Fatalf("text dry run:\n%s", text.stdout)
 	}

@@ -105,7 +105,7 @@ func testHelperKilled(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
 	dir := t.TempDir()
 	g := newGate(t, dir, "killed")
 	childFile := filepath.Join(dir, "child")
-	a := bin(t, env(s), lockArgs("killed", "--", "sh", "-c", fmt.Sprintf("sleep 300 & echo $! > %q; %s", childFile, g.script()))...)
+	a := bin(t, env(s), lockArgs("killed", "--host", "victim", "--ttl", "2", "--", "sh", "-c", fmt.Sprintf("sleep 300 & echo $! > %q; %s", childFile, g.script()))...)
 	pid := g.awaitReady(t)
 	data, err := os.ReadFile(childFile)
 	if err != nil {
@@ -119,6 +119,32 @@ func testHelperKilled(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
 	a.wait(t)
 	awaitGone(t, pid)
 	awaitGone(t, child)
+
+	// Its restart intent outlives it (issue 34 point 5): once its lock
+	// lease is gone (TTL 2 s), another host's run queues, takes the lock and
+	// refuses, naming the victim, running nothing; status shows the line
+	// held. The victim's retry is not stopped by its own intent, and its
+	// success clears it.
+	ran := filepath.Join(dir, "other-ran")
+	other := runBin(t, env(s), lockArgs("killed", "--host", "other", "--", "touch", ran)...)
+	if other.code != codeHold || !strings.Contains(other.stderr.String(), "host victim") || !strings.Contains(other.stderr.String(), "died mid-restart") {
+		t.Fatalf("other host after the victim's SIGKILL: exit %d, want %d naming the victim\n%s", other.code, codeHold, other.stderr)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the other host ran its restart command under the orphaned intent")
+	}
+	if st := runBin(t, env(s), "--lock-name", "killed", "status"); st.code != codeOK || !strings.Contains(st.stdout.String(), "hold:    ACTIVE") || !strings.Contains(st.stdout.String(), "intent:  victim ORPHANED") {
+		t.Fatalf("status: exit %d\n%s%s", st.code, st.stdout, st.stderr)
+	}
+	if retry := runBin(t, env(s), lockArgs("killed", "--host", "victim", "--", "true")...); retry.code != codeOK {
+		t.Fatalf("the victim's retry: exit %d, want %d\n%s", retry.code, codeOK, retry.stderr)
+	}
+	if again := runBin(t, env(s), lockArgs("killed", "--host", "other", "--", "touch", ran)...); again.code != codeOK {
+		t.Fatalf("other host after the victim's retry: exit %d\n%s", again.code, again.stderr)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatalf("the other host's restart did not run: %v", err)
+	}
 }
 
 // SIGHUP and SIGQUIT are handled like SIGTERM: the running command is let

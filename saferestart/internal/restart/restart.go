@@ -52,6 +52,9 @@ type Session interface {
 	// Margin is how long before the lease can expire on the server Done
 	// closes: the time the command has to be stopped in.
 	Margin() time.Duration
+	// LeaseID is the session's lease, recorded in the intent: the intent
+	// is live as long as the lease is.
+	LeaseID() int64
 }
 
 // ErrLost is what a Session's Lock wraps when the lease was lost.
@@ -123,9 +126,18 @@ func (e *GateError) Unwrap() error { return e.Err }
 
 // Holds reads and writes the hold record. Add never overwrites one.
 type Holds interface {
+	// Get returns what stops the line: the hold, or another host's
+	// orphaned restart intent taken as one (hold.Store).
 	Get(ctx context.Context) (*hold.Record, error)
 	Add(ctx context.Context, r hold.Record) error
 	Key() string
+	// SetIntent records, with no lease, that this host's restart is about
+	// to run: if this process dies before it sees the end, the record
+	// outlives its lock lease and holds the other hosts.
+	SetIntent(ctx context.Context, in hold.Intent) error
+	// ClearIntent removes this host's intent: the restart's end was seen
+	// (ready, or its failure is a hold now), or nothing ran.
+	ClearIntent(ctx context.Context) error
 }
 
 // Config is what one run does.
@@ -291,12 +303,22 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if r.cfg.Locked != nil {
 		succeeded = r.cfg.Locked(ctx, sess.Key())
 	}
+	if err := r.setIntent(ctx, sess); err != nil {
+		// Without the intent, this helper's death mid-restart would free
+		// the lock with no hold: run nothing.
+		log.WithError(err).Error("cannot record the restart intent: releasing the lock, nothing was run")
+		r.release(ctx, sess, log)
+		return Error
+	}
 	out := r.attempts(ctx, force, sess, log)
 	switch {
 	case out.code == OK:
 		if succeeded != nil {
 			succeeded(ctx)
 		}
+		// Cleared while the lease still lives, so that no other host ever
+		// sees it orphaned.
+		r.clearIntent(ctx, log)
 		if err := sess.Release(context.WithoutCancel(ctx)); err != nil {
 			log.WithError(err).Warn("restart done, but releasing the lock failed (the lease expires within its TTL)")
 		} else {
@@ -308,23 +330,51 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		// the command ran, this apiserver's state is unknown, and the next
 		// host must not restart its own: stop the line.
 		sess.Abandon()
-		if out.ran {
-			r.writeHold(ctx, force, out, log)
+		if !out.ran || r.writeHold(ctx, force, out, log) {
+			r.clearIntent(ctx, log)
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
 		return LeaseLost
 	case out.ran && out.groupAlive:
-		r.writeHold(ctx, force, out, log)
+		if r.writeHold(ctx, force, out, log) {
+			r.clearIntent(ctx, log)
+		}
 		sess.Abandon()
 		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
 		return out.code
 	case out.ran:
-		r.writeHold(ctx, force, out, log)
+		if r.writeHold(ctx, force, out, log) {
+			r.clearIntent(ctx, log)
+		}
 		r.release(ctx, sess, log)
 		return out.code
 	default:
+		r.clearIntent(ctx, log)
 		r.release(ctx, sess, log)
 		return out.code
+	}
+}
+
+// setIntent records this host's restart as under way, before the command
+// starts (see hold.Intent).
+func (r *Restarter) setIntent(ctx context.Context, sess Session) error {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	defer cancel()
+	return r.holds.SetIntent(ictx, hold.Intent{
+		Host: r.cfg.Host, PID: r.cfg.PID, Lease: sess.LeaseID(), LockKey: sess.Key(),
+		Started: time.Now(), What: runner.Quote(r.cfg.Argv),
+	})
+}
+
+// clearIntent removes this host's intent once the restart's end is known
+// and recorded: ready, a hold written, or nothing ran. A failed restart
+// whose hold could not be written keeps it: once its lease is gone it is
+// the hold the others see.
+func (r *Restarter) clearIntent(ctx context.Context, log logrus.FieldLogger) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	defer cancel()
+	if err := r.holds.ClearIntent(ictx); err != nil {
+		log.WithError(err).Error("cannot remove this host's restart intent: once its lock lease is gone, other hosts take it as a hold naming this host, until its next successful restart or `unhold`")
 	}
 }
 
@@ -378,7 +428,7 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 // least HoldRetry while etcd is unreachable (unless forced): a hold that
 // is not written lets the next host restart while this apiserver may be
 // down.
-func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) {
+func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) bool {
 	reason := out.failure
 	if reason == "" {
 		reason = fmt.Sprintf("exit code %d", out.code)
@@ -394,19 +444,19 @@ func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out re
 				log.Warnf("hold written after %d tries: etcd is reachable again", try)
 			}
 			log.WithField("hold_key", r.holds.Key()).Errorf("hold written: every host refuses to restart until `unhold`: %s", reason)
-			return
+			return true
 		}
 		if try == 1 {
 			log.WithError(err).Errorf("cannot write the hold; retrying for %s", r.cfg.HoldRetry)
 		}
 		if time.Now().After(deadline) {
-			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are NOT stopped; reason was: %s", r.cfg.HoldRetry, reason)
-			return
+			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", r.cfg.HoldRetry, reason)
+			return false
 		}
 		select {
 		case <-force:
-			log.WithError(err).Errorf("forced exit: the hold was NOT written: other hosts are NOT stopped; reason was: %s", reason)
-			return
+			log.WithError(err).Errorf("forced exit: the hold was NOT written: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", reason)
+			return false
 		case <-time.After(min(time.Second, time.Until(deadline))):
 		}
 	}
@@ -661,6 +711,7 @@ func Waits(d Durations) []Wait {
 		{"fleet check: wait for the other apiservers (--fleet-timeout)", d.FleetTimeout, 1},
 		{"etcd session and the hold check under the lock", d.OpTimeout, 2},
 		{"lock wait (--lock-timeout)", d.LockTimeout, 1},
+		{"restart intent write and delete", d.OpTimeout, 2},
 		{"restart command (--restart-timeout) and its kill grace", d.RestartTimeout + d.KillGrace, n},
 		{"kubelet back-off before the new container starts (static pod)", d.KubeletBackoff, n},
 		{"health gate (--health-timeout and its backstop)", d.HealthTimeout, n},

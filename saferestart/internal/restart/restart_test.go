@@ -15,6 +15,7 @@ import (
 
 // fakeSession is a lock session whose loss the test triggers.
 type fakeSession struct {
+	lease     int64
 	mu        sync.Mutex
 	lockErr   func(ctx context.Context) error
 	done      chan struct{}
@@ -55,6 +56,7 @@ func (s *fakeSession) Lost() bool {
 func (s *fakeSession) Key() string           { return "lock/1" }
 func (s *fakeSession) Env() []string         { return []string{"ETCD_LOCK_KEY=lock/1"} }
 func (s *fakeSession) Margin() time.Duration { return 500 * time.Millisecond }
+func (s *fakeSession) LeaseID() int64        { return s.lease }
 
 type fakeLocker struct {
 	sess   *fakeSession
@@ -89,9 +91,15 @@ type fakeRunner struct {
 	env     []string
 	// startErr, when set, is Start's error on run n (nil: it starts).
 	startErr func(n int) error
+	// before, when set, runs as Start is called (what must be true before
+	// any command starts).
+	before func()
 }
 
 func (r *fakeRunner) Start(argv, env []string) (Process, error) {
+	if r.before != nil {
+		r.before()
+	}
 	if r.startErr != nil {
 		if err := r.startErr(len(r.procs) + 1); err != nil {
 			return nil, err
@@ -122,6 +130,23 @@ type fakeHolds struct {
 	gets     int
 	failAdds int // Add fails this many times first (etcd away)
 	adds     []hold.Record
+	// intent is this host's restart intent, nil once cleared.
+	intent  *hold.Intent
+	intents int // SetIntent calls
+}
+
+func (h *fakeHolds) SetIntent(_ context.Context, in hold.Intent) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.intents++
+	h.intent = &in
+	return nil
+}
+func (h *fakeHolds) ClearIntent(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.intent = nil
+	return nil
 }
 
 func (h *fakeHolds) Key() string { return "lock-hold" }
@@ -314,6 +339,15 @@ func TestRun(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(f)
 			}
+			// Every command starts with this host's intent recorded.
+			var noIntent []string
+			f.runner.before = func() {
+				f.holds.mu.Lock()
+				defer f.holds.mu.Unlock()
+				if f.holds.intent == nil || f.holds.intent.Host != "m1" || f.holds.intent.What != "restart" {
+					noIntent = append(noIntent, fmt.Sprintf("command started with intent %+v", f.holds.intent))
+				}
+			}
 			if f.retryDelay == 0 {
 				f.retryDelay = time.Millisecond
 			}
@@ -362,6 +396,17 @@ func TestRun(t *testing.T) {
 			if n := len(f.runner.procs); n > 0 && !strings.Contains(strings.Join(f.runner.env, " "), "ETCD_LOCK_KEY=lock/1") {
 				t.Errorf("command env lacks the lock key: %q", f.runner.env)
 			}
+			for _, e := range noIntent {
+				t.Error(e)
+			}
+			// Every run here sees its end (ready, a hold written, or
+			// nothing ran): none leaves its intent behind.
+			if f.holds.intent != nil {
+				t.Errorf("intent left behind: %+v", f.holds.intent)
+			}
+			if f.holds.intents == 0 && f.locker.opened > 0 && w.starts > 0 {
+				t.Error("a command ran with no intent written")
+			}
 		})
 	}
 }
@@ -391,9 +436,9 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 func TestWorstCase(t *testing.T) {
 	d := Durations{Attempts: 2, LockTimeout: 10 * time.Minute, RestartTimeout: 3 * time.Minute, KillGrace: 5 * time.Second,
 		HealthTimeout: 3 * time.Minute, RetryDelay: 5 * time.Second, OpTimeout: 5 * time.Second, PreflightTimeout: 30 * time.Second}
-	// 90s preflight + 5s probe + 5s hold + 10s session and hold + 10m + 2×(6m5s) + 5s
+	// 90s preflight + 5s probe + 5s hold + 10s session and hold + 10m + 10s intent + 2×(6m5s) + 5s
 	// + 5s trust record + 30s+5s hold + 10s release
-	want := 90*time.Second + 5*time.Second + 5*time.Second + 10*time.Second + 10*time.Minute + 2*(6*time.Minute+5*time.Second) +
+	want := 90*time.Second + 5*time.Second + 5*time.Second + 10*time.Second + 10*time.Minute + 10*time.Second + 2*(6*time.Minute+5*time.Second) +
 		5*time.Second + 5*time.Second + 35*time.Second + 10*time.Second
 	if got := WorstCase(d); got != want {
 		t.Fatalf("WorstCase = %s, want %s", got, want)

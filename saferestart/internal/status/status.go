@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"time"
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
@@ -22,11 +21,16 @@ type Report struct {
 	Holder   *lock.Entry  `json:"holder"`
 	Waiters  []lock.Entry `json:"waiters"`
 	HoldKey  string       `json:"hold_key"`
-	Hold     *hold.Record `json:"hold"`
+	// Hold is what stops the line: the hold record, and every orphaned
+	// restart intent as a hold (hold.Active); nil: restarts are allowed.
+	Hold *hold.Record `json:"hold"`
+	// Intents are the restart intents under the hold key, live (a restart
+	// under way) or orphaned (its helper died: counted in Hold).
+	Intents []hold.Intent `json:"intents"`
 }
 
-// Collect reads the lock queue and the hold.
-func Collect(ctx context.Context, kv clientv3.KV, lockName, holdKey string) (*Report, error) {
+// Collect reads the lock queue, the hold and the restart intents.
+func Collect(ctx context.Context, kv hold.Client, lockName, holdKey string) (*Report, error) {
 	entries, rev, err := lock.Queue(ctx, kv, lockName)
 	if err != nil {
 		return nil, err
@@ -36,7 +40,12 @@ func Collect(ctx context.Context, kv clientv3.KV, lockName, holdKey string) (*Re
 		r.Holder = &entries[0]
 		r.Waiters = append(r.Waiters, entries[1:]...)
 	}
-	if r.Hold, err = hold.Get(ctx, kv, holdKey); err != nil {
+	// Every host's orphan counts: status speaks for the fleet, for which
+	// the line is stopped (only the owner's own retry may go on).
+	if r.Hold, err = hold.Active(ctx, kv, holdKey, ""); err != nil {
+		return nil, err
+	}
+	if r.Intents, err = hold.Intents(ctx, kv, holdKey); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -72,6 +81,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "hold:    ACTIVE (%s): %s\n", r.HoldKey, r.Hold)
 		b.WriteString("         restarts are refused until `kube-apiserver-safe-restart unhold`\n")
+	}
+	for _, in := range r.Intents {
+		state := "live (restart under way)"
+		if in.Orphaned {
+			state = "ORPHANED (its helper died mid-restart: holds every other host until its next successful restart or `unhold`)"
+		}
+		fmt.Fprintf(&b, "intent:  %s %s, started %s: %s\n", in.Host, state, in.Started.UTC().Format(time.RFC3339), in.What)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
