@@ -70,7 +70,8 @@ func (r *File) Plan(ctx context.Context, store Getter) (Plan, error) {
 		return Plan{}, fmt.Errorf("%s: read keys: %w", r.File, err)
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
-	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring)); err != nil {
+	warn := func(msg string) { r.s.Logger().WithField("resource", r.File).Warn(msg) }
+	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring), template.WithWarnings(warn)); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	if err := r.compare(&p); err != nil {

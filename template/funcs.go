@@ -42,6 +42,7 @@ type binding struct {
 	store   *kvstore.Index
 	keyring *Keyring
 	seen    func(string) // told every decrypted value; may be nil
+	warn    func(string) // told what publicKeys leaves out; may be nil
 	// readOnlyGets: nothing the template can call writes to a list gets
 	// returns, so gets may hand out the store's own pairs (see sharesGets).
 	readOnlyGets bool
@@ -54,6 +55,7 @@ func funcMap(b *binding) texttemplate.FuncMap {
 	m := maps.Clone(storelessFuncs)
 	// memkv (store.FuncMap in confd).
 	m["exists"] = func(key string) bool { return b.store.Exists(key) }
+	m["publicKeys"] = func(values ...any) ([]PublicKey, error) { return publicKeysWarning(b.warn, values...) }
 	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
 	m["lsdir"] = func(filePath string) []string { return b.store.ListDir(filePath) }
 	m["get"] = func(key string) (memkv.KVPair, error) { return b.store.Get(key) }

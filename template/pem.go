@@ -186,11 +186,13 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // ca.crt` published as one value) is dropped and the rest of the value
 // kept: kube-apiserver trusts every key in the bundle, so the CA's key there
 // would let whoever holds the CA's private key mint tokens every apiserver
-// accepts (issue 34). Templates have no logger, so the drop is silent here;
-// kube-apiserver-sa-signer, which reads the same values, logs it, and
+// accepts. The drop is told to the render's WithWarnings (confd logs it);
+// kube-apiserver-sa-signer, which reads the same values, logs it too, and
 // publish-key refuses such a file. A value left with no key is an error,
 // as a value with nothing but a private key is.
-func publicKeys(values ...any) ([]PublicKey, error) {
+func publicKeys(values ...any) ([]PublicKey, error) { return publicKeysWarning(nil, values...) }
+
+func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
 	type named struct{ name, value string }
 	var all []named
 	var add func(v any) error
@@ -242,7 +244,10 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 			continue
 		}
 		for _, b := range f.Blocks {
-			if ca[b.Index] {
+			if reason, ok := ca[b.Index]; ok {
+				if warn != nil {
+					warn(fmt.Sprintf("publicKeys: %s %s: a certificate authority's key (%s): left out of the render, since every apiserver would trust tokens its holder signs; publish the leaf certificate alone", n.name, b, reason))
+				}
 				continue
 			}
 			// A certificate counts as its public key: kube-apiserver takes
@@ -289,19 +294,19 @@ func publicKeys(values ...any) ([]PublicKey, error) {
 // authority's key, to drop, and an error when nothing else would be left.
 // A private key is never in the set: it stays an error of its own, never
 // dropped in silence.
-func caBlocks(f *pemcheck.File) (map[int]bool, error) {
+func caBlocks(f *pemcheck.File) (map[int]string, error) {
 	cas := f.CAs()
 	if len(cas) == 0 {
 		return nil, nil
 	}
-	out := map[int]bool{}
+	out := map[int]string{}
 	for _, ca := range cas {
 		if ca.Block.Kind != pemcheck.PrivateKey {
-			out[ca.Block.Index] = true
+			out[ca.Block.Index] = ca.Reason
 		}
 	}
 	for _, b := range f.Blocks {
-		if b.Public != nil && !out[b.Index] {
+		if _, isCA := out[b.Index]; b.Public != nil && !isCA {
 			return out, nil
 		}
 	}

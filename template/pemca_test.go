@@ -4,6 +4,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -68,5 +70,28 @@ func TestPublicKeysDropsCA(t *testing.T) {
 	_, err = publicKeys(string(leafPEM) + string(keytest.SEC1PEM(t, caKey)))
 	if !errors.Is(err, pemcheck.ErrPrivateKey) {
 		t.Fatalf("CA's private key beside its leaf: %v", err)
+	}
+}
+
+// A render tells WithWarnings which value's block publicKeys left out, so
+// that confd logs it: the bundle silently lacking a key a value holds would
+// hide the misconfiguration from whoever published it.
+func TestPublicKeysWarnsOfDroppedCA(t *testing.T) {
+	caKey, leafKey := keytest.EC(t), keytest.EC(t)
+	caPEM, ca := keytest.IssuedCertPEM(t, caKey.Public(), x509.Certificate{Subject: pkix.Name{CommonName: "ca"},
+		BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageCertSign}, nil, caKey)
+	leafPEM, _ := keytest.IssuedCertPEM(t, leafKey.Public(), x509.Certificate{Subject: pkix.Name{CommonName: "m1"}}, ca, caKey)
+	src := filepath.Join(t.TempDir(), "bundle.tmpl")
+	if err := os.WriteFile(src, []byte(`{{range publicKeys (gets "/sa/*")}}{{.}}{{end}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	out, err := Render(src, map[string]string{"/sa/m1": string(leafPEM) + string(caPEM)}, WithWarnings(func(m string) { warnings = append(warnings, m) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "BEGIN PUBLIC KEY") || len(warnings) != 1 ||
+		!strings.Contains(warnings[0], "/sa/m1 block 2 (line") || !strings.Contains(warnings[0], "certificate authority") {
+		t.Fatalf("rendered %q, warnings %q: want the leaf's key and one warning naming /sa/m1's block 2", out, warnings)
 	}
 }

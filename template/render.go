@@ -51,7 +51,7 @@ func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Opt
 	// The crypt functions decrypt with this render's keyring and remember
 	// what they decrypted.
 	var decrypted []string
-	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }, readOnlyGets: p.readOnlyGets}
+	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }, warn: o.warn, readOnlyGets: p.readOnlyGets}
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
