@@ -41,6 +41,8 @@ type Settings struct {
 	// DestLockTimeout is how long a pass waits for another process's pass
 	// over the same destination; zero means DefaultDestLockTimeout.
 	DestLockTimeout time.Duration
+	// LockDir holds the destinations' locks; empty means DefaultLockDir.
+	LockDir string
 	// Writer and Runner carry out plans; nil means FileWriter and runner.Run.
 	Writer Writer
 	Runner Runner
@@ -71,6 +73,13 @@ func (s *Settings) destLockTimeout() time.Duration {
 		return DefaultDestLockTimeout
 	}
 	return s.DestLockTimeout
+}
+
+func (s *Settings) lockDir() string {
+	if s.LockDir == "" {
+		return DefaultLockDir
+	}
+	return s.LockDir
 }
 
 func (s *Settings) writer() Writer {

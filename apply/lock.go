@@ -2,6 +2,8 @@ package apply
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/keysync/confd/internal/lockdir"
 )
 
 // DefaultDestLockTimeout is how long a pass waits for another confd's pass
@@ -23,10 +27,44 @@ const DefaultDestLockTimeout = time.Minute
 // timeout, and a blocked flock cannot be interrupted.
 const lockPoll = 20 * time.Millisecond
 
-// lockPath is the lock of dest: one per destination, whatever confdir or
-// resource writes it, so that every confd process on the host agrees.
-func lockPath(dest string) string {
-	return filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".confd-lock")
+// DefaultLockDir is where the destinations' locks are (-lock-dir): one
+// directory for every confd on the host, whatever its confdir or unit, so
+// that they all agree on each destination's lock. Not beside the
+// destination: a directory that Puppet purges (or that holds only what an
+// operator put there) must stay as confd 0.16 left it.
+const DefaultLockDir = "/run/confd/locks"
+
+// errNoDestDir says dest's directory does not exist: nothing to lock, nor
+// to write.
+var errNoDestDir = errors.New("no destination directory")
+
+// lockPath is the lock of dest in lockDir, which it creates if missing:
+// one per destination, whatever confdir or resource writes it, so that
+// every confd process on the host agrees. The name is the SHA-256 of the
+// destination's path with its directory's symlinks resolved (two spellings
+// of one file share a lock, as they shared the lock file beside it), then
+// its base name for a reader of the directory.
+func lockPath(lockDir, dest string) (string, error) {
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return "", err
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", errNoDestDir
+	}
+	if err != nil {
+		return "", fmt.Errorf("lock of %s: %w", dest, err)
+	}
+	if err := lockdir.Ensure(lockDir); err != nil {
+		return "", fmt.Errorf("lock directory (-lock-dir, confd.toml lock_dir): %w", err)
+	}
+	base := filepath.Base(abs)
+	sum := sha256.Sum256([]byte(filepath.Join(dir, base)))
+	if len(base) > 64 { // the name stays far below NAME_MAX
+		base = base[:64]
+	}
+	return filepath.Join(lockDir, hex.EncodeToString(sum[:16])+"-"+base+".lock"), nil
 }
 
 // destLock is a held lock of one destination.
@@ -50,23 +88,27 @@ func (e *LockedError) Error() string {
 
 // lockDest takes dest's lock, waiting up to wait (0: not at all), until
 // ctx ends or until stop closes (confd is stopping: a pass not begun is
-// not begun for a lock either). The lock file holds the last holder's PID,
-// for the error of those who wait in vain. It stays beside the destination
-// (a dot file, like the owed-reload record): removing it on release made
-// the close free its inode, a journal commit that cost a changed pass
-// about 1 ms on ext4; a crashed holder's lock is free all the same (flock
-// dies with its process).
+// not begun for a lock either). The lock file, in lockDir, holds the last
+// holder's PID, for the error of those who wait in vain. It stays after
+// release: removing it made the close free its inode, a journal commit
+// that cost a changed pass about 1 ms on ext4; a crashed holder's lock is
+// free all the same (flock dies with its process).
 // Without dest's directory there is nothing to lock, nor to write: the
 // pass goes on unlocked and says what is wrong where it needs the
-// directory (a nil lock unlocks nothing).
-func lockDest(ctx context.Context, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*destLock, error) {
-	p := lockPath(dest)
+// directory (a nil lock unlocks nothing). A lock directory that cannot be
+// used fails the pass: going on unlocked would let two confds write one
+// destination at once.
+func lockDest(ctx context.Context, lockDir, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*destLock, error) {
+	p, err := lockPath(lockDir, dest)
+	if errors.Is(err, errNoDestDir) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	for try := 0; ; try++ {
 		l, err := tryLock(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
 		if l != nil && try > 0 {
 			log.Infof("Got the lock of %s after %s; going on with this pass", dest, time.Since(start).Round(time.Millisecond))
 		}
@@ -92,7 +134,7 @@ func lockDest(ctx context.Context, dest string, wait time.Duration, stop <-chan 
 // tryLock returns nil, nil when another process holds the lock.
 func tryLock(p string) (*destLock, error) {
 	for {
-		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("lock file: %w", err)
 		}

@@ -19,7 +19,7 @@ import (
 // stage files alone. Once free, a pass runs and releases it.
 func TestDestLockOneWriterPerDestination(t *testing.T) {
 	f := newFixture(t, "")
-	held, err := tryLock(lockPath(f.dest))
+	held, err := tryLock(f.lockPath())
 	if err != nil || held == nil {
 		t.Fatalf("tryLock = %v, %v", held, err)
 	}
@@ -38,7 +38,7 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 	if err := os.WriteFile(stage, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if removed, errs := RemoveStaleStageFiles([]*resource.Resource{r.Resource}); len(removed) != 0 || len(errs) != 0 {
+	if removed, errs := RemoveStaleStageFiles([]*resource.Resource{r.Resource}, f.s.LockDir); len(removed) != 0 || len(errs) != 0 {
 		t.Errorf("cleanup under another's lock removed %v (%v)", removed, errs)
 	}
 
@@ -49,13 +49,13 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 	f.s.Noop = false
 
 	held.unlock()
-	if removed, _ := RemoveStaleStageFiles([]*resource.Resource{r.Resource}); len(removed) != 1 {
+	if removed, _ := RemoveStaleStageFiles([]*resource.Resource{r.Resource}, f.s.LockDir); len(removed) != 1 {
 		t.Errorf("cleanup of a free destination removed %v, want the stage file", removed)
 	}
 	if _, err := r.Process(context.Background(), f.store); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := tryLock(lockPath(f.dest)); l == nil || err != nil {
+	if l, err := tryLock(f.lockPath()); l == nil || err != nil {
 		t.Errorf("the lock is still held after the pass: %v", err)
 	} else {
 		l.unlock()
@@ -66,7 +66,7 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 // first SIGTERM closes Settings.Stop), however long -dest-lock-timeout is.
 func TestDestLockWaitEndsWhenConfdStops(t *testing.T) {
 	f := newFixture(t, "")
-	held, err := tryLock(lockPath(f.dest))
+	held, err := tryLock(f.lockPath())
 	if err != nil || held == nil {
 		t.Fatalf("tryLock = %v, %v", held, err)
 	}
@@ -89,11 +89,114 @@ func TestDestLockWaitEndsWhenConfdStops(t *testing.T) {
 // that writes pays (removing the file on release made it ~1 ms on ext4).
 func BenchmarkLockUnlock(b *testing.B) {
 	dest := filepath.Join(b.TempDir(), "d")
+	lockDir := filepath.Join(b.TempDir(), "locks")
 	for i := 0; i < b.N; i++ {
-		l, err := lockDest(context.Background(), dest, time.Second, nil, nil)
+		l, err := lockDest(context.Background(), lockDir, dest, time.Second, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		l.unlock()
 	}
+}
+
+// lockPath is the fixture's destination's lock.
+func (f *fixture) lockPath() string {
+	f.t.Helper()
+	p, err := lockPath(f.s.LockDir, f.dest)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// A pass leaves nothing beside its destination (issue 33: a directory that
+// Puppet purges stays as confd 0.16 left it): the lock is in the lock
+// directory, made 0700, one file named after the destination.
+func TestDestLockNothingBesideTheDestination(t *testing.T) {
+	f := newFixture(t, "")
+	if _, err := f.load().Process(context.Background(), f.store); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, filepath.Dir(f.dest)); len(names) != 1 || names[0] != "app.conf" {
+		t.Errorf("beside the destination after a pass: %v, want only app.conf", names)
+	}
+	if names := dirNames(t, f.s.LockDir); len(names) != 1 || !strings.HasSuffix(names[0], "-app.conf.lock") {
+		t.Errorf("lock directory holds %v, want one <hash>-app.conf.lock", names)
+	}
+	if fi, err := os.Stat(f.s.LockDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("lock directory: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+}
+
+// Two confds that name one destination differently (another confdir, a
+// symlinked directory, a relative path) share its lock; two destinations
+// with one base name do not.
+func TestDestLockKeyedByTheDestinationsPath(t *testing.T) {
+	locks := filepath.Join(t.TempDir(), "locks")
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	rel, err := filepath.Rel(wd, filepath.Join(real, "a.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := lockPath(locks, filepath.Join(real, "a.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dest := range []string{filepath.Join(link, "a.conf"), rel, real + "//./a.conf"} {
+		if got, err := lockPath(locks, dest); got != want || err != nil {
+			t.Errorf("lockPath(%s) = %s, %v; want %s", dest, got, err, want)
+		}
+	}
+	if other, _ := lockPath(locks, filepath.Join(t.TempDir(), "a.conf")); other == want {
+		t.Errorf("two destinations share the lock %s", want)
+	}
+}
+
+// A lock directory that cannot be used fails the pass, naming the
+// directory and -lock-dir, and writes nothing: confd never falls back to
+// an unlocked pass or to a lock beside the destination.
+func TestDestLockUnusableLockDirFailsThePass(t *testing.T) {
+	for name, prepare := range map[string]func(dir string) error{
+		"a symlink": func(dir string) error { return os.Symlink(t.TempDir(), dir) },
+		"writable by others": func(dir string) error {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(dir, 0o777)
+		},
+		"a file": func(dir string) error { return os.WriteFile(dir, nil, 0o600) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, "")
+			f.s.LockDir = filepath.Join(t.TempDir(), "locks")
+			if err := prepare(f.s.LockDir); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.load().Process(context.Background(), f.store)
+			if err == nil || !strings.Contains(err.Error(), f.s.LockDir) || !strings.Contains(err.Error(), "-lock-dir") {
+				t.Fatalf("pass with lock directory %s: %v; want an error naming it and -lock-dir", name, err)
+			}
+			if names := dirNames(t, filepath.Dir(f.dest)); len(names) != 0 {
+				t.Errorf("written without the lock: %v", names)
+			}
+		})
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -56,7 +56,7 @@ func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	defer p.Release()
 	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
 		log := r.s.Logger().WithField("resource", r.File)
-		l, err := lockDest(ctx, r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
+		l, err := lockDest(ctx, r.s.lockDir(), r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
 		if err != nil {
 			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
 		}

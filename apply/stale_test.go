@@ -44,7 +44,7 @@ func TestRemoveStaleStageFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	removed, errs := RemoveStaleStageFiles(rs)
+	removed, errs := RemoveStaleStageFiles(rs, filepath.Join(t.TempDir(), "locks"))
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}

@@ -79,8 +79,11 @@ type StaleStageFile struct {
 // the daemon's stage file while its check_cmd reads it). Each directory is
 // listed once, whatever the number of resources writing into it: one
 // listing per resource made a start-up with 1,000 files in one directory
-// read a million entries.
-func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) {
+// read a million entries. lockDir holds the locks (empty: DefaultLockDir).
+func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStageFile, []error) {
+	if lockDir == "" {
+		lockDir = DefaultLockDir
+	}
 	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
@@ -120,7 +123,12 @@ func RemoveStaleStageFiles(rs []*resource.Resource) ([]StaleStageFile, []error) 
 			}
 			l, tried := locks[r.Dest]
 			if !tried {
-				if l, err = tryLock(lockPath(r.Dest)); err != nil {
+				var p string
+				if p, err = lockPath(lockDir, r.Dest); err == nil {
+					l, err = tryLock(p)
+				}
+				// errNoDestDir only if dir went since it was listed.
+				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", r.File, err))
 				}
 				locks[r.Dest] = l

@@ -144,4 +144,46 @@ func TestOnetimeBesideDaemonWaitsForTheDestination(t *testing.T) {
 			t.Errorf("logged %q\ndaemon:\n%s\n-onetime:\n%s", bad, dlog, olog)
 		}
 	}
+	// The lock shared by the two confdirs is not beside the destination
+	// (in -lock-dir's default, /run/confd/locks).
+	if names := dirNames(t, daemonDir.Out); len(names) != 1 || names[0] != "l" {
+		t.Errorf("beside the destination: %v, want only l", names)
+	}
+}
+
+// TestLockDirLeavesTheDestinationsDirectoryAlone: a pass with -lock-dir
+// (a confd of its own user, say) keeps its lock there, the file named
+// after the destination, and leaves only the destination in its directory:
+// a directory that Puppet purges stays as confd 0.16 left it.
+func TestLockDirLeavesTheDestinationsDirectoryAlone(t *testing.T) {
+	s := etcdtest.Start(t)
+	s.Put(t, "/l/v", "one")
+	c := newConfdir(t)
+	dest := c.resource("l", "[template]\nsrc = \"l.tmpl\"\ndest = \"DEST\"\nkeys = [\"/l\"]\n", "{{getv \"/l/v\"}}\n")
+	locks := filepath.Join(t.TempDir(), "confd", "locks")
+	if r := confd(t, nil, append(nodeArgs(t, s), "-onetime", "-confdir", c.Dir, "-lock-dir", locks)...); r.code != 0 {
+		t.Fatalf("-onetime: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, dest); got != "one\n" {
+		t.Errorf("dest = %q", got)
+	}
+	if names := dirNames(t, c.Out); len(names) != 1 || names[0] != "l" {
+		t.Errorf("beside the destination: %v, want only l", names)
+	}
+	if names := dirNames(t, locks); len(names) != 1 || !strings.HasSuffix(names[0], "-l.lock") {
+		t.Errorf("-lock-dir holds %v, want one <hash>-l.lock", names)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

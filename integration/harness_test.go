@@ -86,8 +86,7 @@ func (c *confdir) stageFiles() []string {
 	var out []string
 	entries, _ := os.ReadDir(c.Out)
 	for _, e := range entries {
-		// A destination's lock file stays beside it (docs/write-path.md).
-		if strings.HasPrefix(e.Name(), ".") && !strings.HasSuffix(e.Name(), ".confd-lock") {
+		if strings.HasPrefix(e.Name(), ".") {
 			out = append(out, e.Name())
 		}
 	}

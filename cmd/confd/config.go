@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -52,6 +53,7 @@ var fileKeys = map[string]string{
 	"reload_cmd_timeout":  "reload-cmd-timeout",
 	"command_grace":       "command-grace",
 	"dest_lock_timeout":   "dest-lock-timeout",
+	"lock_dir":            "lock-dir",
 	"dial_timeout":        "dial-timeout",
 	"request_timeout":     "request-timeout",
 	"wait":                "wait",
@@ -229,6 +231,11 @@ func validate(c *Config) error {
 		if d.Seconds() <= 0 {
 			return fmt.Errorf("%s must be positive", name)
 		}
+	}
+	// A relative one would be another directory for each working
+	// directory: confds would not share a destination's lock.
+	if !filepath.IsAbs(c.LockDir) {
+		return fmt.Errorf("-lock-dir %q must be an absolute path", c.LockDir)
 	}
 	if c.MaxCommands < 1 {
 		return fmt.Errorf("-max-commands %d must be at least 1", c.MaxCommands)

@@ -333,6 +333,7 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 			ReloadTimeout: c.ReloadCmdTimeout, Log: l.log},
 		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
 		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
+		LockDir:         c.LockDir,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
 		Renderer: &l.renderer, Runner: l.runner,
 	}
@@ -367,7 +368,7 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			}
 			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
 			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
-			l.cfg.DestLockTimeout = c.DestLockTimeout
+			l.cfg.DestLockTimeout, l.cfg.LockDir = c.DestLockTimeout, c.LockDir
 		}
 	}
 	procs, _ := l.load(l.settings(l.cfg))
@@ -390,7 +391,7 @@ func (l *resourceLoader) load(s *apply.Settings) ([]daemon.Processor, int) {
 
 // removeStaleStageFiles clears what a killed confd left beside each dest.
 func (l *resourceLoader) removeStaleStageFiles() {
-	removed, errs := apply.RemoveStaleStageFiles(l.current)
+	removed, errs := apply.RemoveStaleStageFiles(l.current, l.cfg.LockDir)
 	for _, f := range removed {
 		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/keysync/confd/internal/lockdir"
 	"github.com/keysync/confd/internal/runner"
 )
 
@@ -75,16 +76,9 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 
 // lock opens and flocks the command's lock file, waiting for ctx.
 func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
-	if err := os.MkdirAll(r.LockDir, 0o700); err != nil {
-		return nil, fmt.Errorf("command lock directory: %w", err)
-	}
 	// Not a directory of someone else's: they could hold our locks.
-	fi, err := os.Lstat(r.LockDir)
-	if err != nil {
+	if err := lockdir.Ensure(r.LockDir); err != nil {
 		return nil, fmt.Errorf("command lock directory: %w", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("command lock directory %s: not a directory of ours that only we can write", r.LockDir)
 	}
 	// Keyed by what the command runs for (confd's CONFD_RESOURCE: the
 	// resource file, under its confdir) and the command line: the same
