@@ -14,6 +14,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/version"
 )
 
 // parseArgs is the command line without the daemon, for tests.
@@ -151,7 +152,10 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{[]string{"--help"}, exitOK, "--signing-key", ""},
 		{[]string{"-h"}, exitOK, "Usage:", ""},
-		{[]string{"--version"}, exitOK, progName + " ", ""},
+		{[]string{"--version"}, exitOK, version.Text(progName), ""},
+		{[]string{"version"}, exitOK, version.Text(progName), ""},
+		{[]string{"--socket", "relative", "--version"}, exitOK, version.Text(progName), ""},
+		{[]string{"version", "x"}, exitUsage, "", `unknown command "x" for "` + progName + ` version"`},
 		{[]string{"--sockett", "/x"}, exitUsage, "", "unknown flag: --sockett; did you mean --socket?\nRun '" + progName + " --help' for usage."},
 		{[]string{"serve"}, exitUsage, "", `unexpected argument "serve"`},
 	} {
