@@ -2,8 +2,18 @@
 # commands the README promises work on a fresh machine with Go installed.
 GO      ?= go
 BENCH_RUNS ?= 5
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/keysync/confd/internal/version.Version=$(VERSION)
+# The version, the commit and its date that --version prints, from git
+# (scripts/version.sh says which forms and why they sort as dpkg sorts);
+# DATE is SOURCE_DATE_EPOCH when set, so that a rebuild is byte for byte
+# the same. Each is computed once (:=), and may be given on the command line.
+VERSION ?= $(shell scripts/version.sh version)
+COMMIT  ?= $(shell scripts/version.sh commit)
+DATE    ?= $(shell scripts/version.sh date)
+VERSION := $(VERSION)
+COMMIT  := $(COMMIT)
+DATE    := $(DATE)
+VERSION_PKG := github.com/keysync/confd/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(DATE)
 # The etcd servers the tests run on, built by `make etcd` into
 # .tools/etcd-VERSION/; the default one is on ETCD_BIN_DIR for every test.
 # ETCD_DEFAULT is internal/toolbin's EtcdDefault too (a test checks it), so
@@ -20,7 +30,7 @@ DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check lint bench bench-smoke demo install clean
+.PHONY: all build print-version etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check lint bench bench-smoke demo install clean
 
 all: build
 
@@ -32,6 +42,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/confd ./cmd/confd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-safe-restart ./cmd/kube-apiserver-safe-restart
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kube-apiserver-sa-signer ./cmd/kube-apiserver-sa-signer
+
+# What `make build` stamps, one per line (the version first).
+print-version:
+	@echo $(VERSION)
+	@echo $(COMMIT)
+	@echo $(DATE)
 
 # Pinned etcd servers and etcdctl, built from the Go module proxy, one
 # directory per version.

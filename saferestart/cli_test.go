@@ -167,10 +167,15 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	}
 }
 
+// version and --version (wherever it is before --, whatever else the line
+// says) print the version, the commit and its date.
 func TestVersion(t *testing.T) {
-	var out bytes.Buffer
-	if code := run(context.Background(), nil, []string{"version"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), version.Version) {
-		t.Fatalf("version: %d %q", code, out.String())
+	want := progName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"--endpoints", "x", "status", "--version"}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), nil, args, &out, &errb); code != exitOK || out.String() != want {
+			t.Errorf("%q: %d %q %q, want %q", args, code, out.String(), errb.String(), want)
+		}
 	}
 }
 

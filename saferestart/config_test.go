@@ -203,6 +203,22 @@ func TestEveryFlagIsAKey(t *testing.T) {
 	})
 }
 
+// The signer's keys in the shared file are skipped, not refused:
+// metrics-addr once made every safe-restart command exit 2 with "unknown
+// key" on a signer host, whose one file carries it.
+func TestConfigSignerKeysSkipped(t *testing.T) {
+	path := writeConfig(t, "metrics-addr = \"127.0.0.1:9731\"\nsocket = \"/run/x/signer.sock\"\nlock-name = \"/l\"\n")
+	for _, sub := range []string{"restart", "status", "config"} {
+		o, fs, err := parseArgs([]string{sub, "--config=" + path}, env(nil))
+		if err != nil {
+			t.Fatalf("%s: %v", sub, err)
+		}
+		if o.lockName != "/l" || fs.Lookup("metrics-addr") != nil {
+			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, o.lockName, fs.Lookup("metrics-addr"))
+		}
+	}
+}
+
 // An unknown flag gets what was probably meant; --help goes to stdout,
 // exit 0, nothing on stderr.
 func TestUnknownFlagAndHelp(t *testing.T) {

@@ -58,7 +58,7 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 func (a *app) run(ctx context.Context) int {
 	switch a.o.sub {
 	case cmdVersion:
-		fmt.Fprintf(a.stdout, "%s %s\n", progName, version.Version)
+		fmt.Fprint(a.stdout, version.Text(progName))
 		return exitOK
 	case cmdCheck:
 		return a.check(ctx)

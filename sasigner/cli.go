@@ -50,7 +50,6 @@ type options struct {
 	host               string
 	metricsAddr        string
 	cmFlagsFiles       []string
-	version            bool
 
 	gid int // resolved --socket-group, -1 when not given
 }
@@ -92,11 +91,7 @@ func newCommand(p *cli.Program, o *options, serve func(*options) int) *cobra.Com
 	fs.StringVar(&o.host, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f)")
 	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable): the trust record names the key its --service-account-private-key-file holds, so that retire-keys does not retire a key it still signs with")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (off when empty)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if o.version {
-			return cli.Exit(serve(o))
-		}
 		if err := p.Resolve(cmd, &o.Common, &o.Etcd, nil); err != nil {
 			return err
 		}
@@ -105,6 +100,9 @@ func newCommand(p *cli.Program, o *options, serve func(*options) int) *cobra.Com
 		}
 		return cli.Exit(serve(o))
 	}
+	// --version is the root's (cli.Program.Root); `version` as
+	// kube-apiserver-safe-restart has it.
+	cmd.AddCommand(p.VersionCommand())
 	return cmd
 }
 

@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/version"
 )
 
 // parseArgs is the command line without the daemon, for tests.
@@ -90,6 +93,7 @@ refresh-hint = "20s"
 health-url = "https://127.0.0.1:6443/readyz"
 trust-timeout = "5m"
 controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-manager.yaml"]
+metrics-addr = "127.0.0.1:9731"
 `
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -100,7 +104,8 @@ controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-mana
 	}
 	if !slices.Equal(o.Endpoints, []string{"https://10.0.0.1:2379"}) || o.socket != "/run/x/signer.sock" ||
 		o.refreshHint != 20*time.Second || o.trustTimeout != time.Minute ||
-		!slices.Equal(o.cmFlagsFiles, []string{"/etc/kubernetes/manifests/kube-controller-manager.yaml"}) {
+		!slices.Equal(o.cmFlagsFiles, []string{"/etc/kubernetes/manifests/kube-controller-manager.yaml"}) ||
+		o.metricsAddr != "127.0.0.1:9731" {
 		t.Errorf("from the file: %+v", o)
 	}
 	if err := os.WriteFile(path, []byte("sockett = \"/x\"\n"), 0o600); err != nil {
@@ -109,6 +114,31 @@ controller-manager-flags-file = ["/etc/kubernetes/manifests/kube-controller-mana
 	if _, _, err := parseArgs([]string{"--config=" + path}, envOf(nil)); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("unknown key: %v, want an error naming %s", err, path)
 	}
+}
+
+// Every long flag is a key of the shared file (or a command-line choice),
+// of the kind its flag parses, as kube-apiserver-safe-restart's are: the
+// unit and the file then say each setting once.
+func TestEveryFlagIsAKey(t *testing.T) {
+	_, cmd, err := parseArgs(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]config.Kind{"string": config.String, "stringSlice": config.List, "stringArray": config.List,
+		"duration": config.Duration, "int": config.Int, "bool": config.Bool}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if slices.Contains(config.CommandLineOnly, f.Name) {
+			return
+		}
+		k, ok := config.Lookup(f.Name)
+		if !ok {
+			t.Errorf("--%s is not in config.Keys", f.Name)
+			return
+		}
+		if kinds[f.Value.Type()] != k.Kind {
+			t.Errorf("--%s is a %s flag, config.Keys says %s", f.Name, f.Value.Type(), k.Kind)
+		}
+	})
 }
 
 // The command line's outcomes, through the shared scaffolding: help and
@@ -122,7 +152,10 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{[]string{"--help"}, exitOK, "--signing-key", ""},
 		{[]string{"-h"}, exitOK, "Usage:", ""},
-		{[]string{"--version"}, exitOK, progName + " ", ""},
+		{[]string{"--version"}, exitOK, version.Text(progName), ""},
+		{[]string{"version"}, exitOK, version.Text(progName), ""},
+		{[]string{"--socket", "relative", "--version"}, exitOK, version.Text(progName), ""},
+		{[]string{"version", "x"}, exitUsage, "", `unknown command "x" for "` + progName + ` version"`},
 		{[]string{"--sockett", "/x"}, exitUsage, "", "unknown flag: --sockett; did you mean --socket?\nRun '" + progName + " --help' for usage."},
 		{[]string{"serve"}, exitUsage, "", `unexpected argument "serve"`},
 	} {

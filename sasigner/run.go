@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keysync/confd/internal/cli"
-	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/sasigner/signer"
 )
 
@@ -30,10 +29,6 @@ func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal
 	p := &cli.Program{Name: progName, Stdout: stdout, Stderr: stderr, LookupEnv: env, DefaultConfig: defaultConfig}
 	o := &options{gid: -1}
 	cmd := newCommand(p, o, func(o *options) int {
-		if o.version {
-			fmt.Fprintf(stdout, "%s %s\n", progName, version.Version)
-			return exitOK
-		}
 		log, err := o.Logger(stderr, os.Getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", progName, err)

@@ -274,7 +274,9 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return nil, nil, 2
 	}
 	if c.PrintVersion {
-		fmt.Fprintf(stdout, "confd %s (compatible with confd 0.16)\n", version.Version)
+		// The first line as it always was (scripts read it), then the
+		// commit and its date.
+		fmt.Fprintf(stdout, "confd %s (compatible with confd 0.16)\n%s", version.Version, version.Details())
 		return nil, nil, 0
 	}
 	// A first logger for config-file warnings; the configured one replaces it.

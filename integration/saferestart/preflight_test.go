@@ -151,10 +151,11 @@ func TestCheckSubcommand(t *testing.T) {
 	}
 }
 
-// The Makefile stamps internal/version.Version; `version` must print that stamp.
+// The Makefile stamps internal/version.Version; `version` must print that
+// stamp on its first line (the commit and its date follow).
 func TestVersionPrintsTheStamp(t *testing.T) {
 	p := runBin(t, env(nil), "version")
-	if p.code != codeOK || strings.TrimSpace(p.stdout.String()) != "kube-apiserver-safe-restart "+stampedVersion {
+	if first, _, _ := strings.Cut(p.stdout.String(), "\n"); p.code != codeOK || first != "kube-apiserver-safe-restart "+stampedVersion {
 		t.Fatalf("version: exit %d, %q", p.code, p.stdout.String())
 	}
 }

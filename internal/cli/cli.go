@@ -24,6 +24,7 @@ import (
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/logfmt"
 	"github.com/keysync/confd/internal/suggest"
+	"github.com/keysync/confd/internal/version"
 )
 
 // Exit codes every helper shares; a command's own start at 3.
@@ -95,7 +96,24 @@ func (p *Program) Root(c *Common, use, short, long string) *cobra.Command {
 	fs.StringVar(&c.ConfigPath, "config", p.DefaultConfig, "TOML file whose keys are the long flag names, shared by both helpers (read only when present if not given; '' reads none); a flag beats ETCDCTL_* beats the file")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text (confd's format) or json (logs go to stderr)")
+	// --version is cobra's: it prints before anything is resolved, so a
+	// broken configuration file does not hide which build this is. Ours,
+	// declared first, so that cobra adds no -v.
+	root.Version = version.Version
+	root.SetVersionTemplate(version.Text(p.Name))
+	root.Flags().Bool("version", false, "print the version, the commit and its date, and exit")
 	return root
+}
+
+// VersionCommand is the `version` subcommand: what --version prints.
+func (p *Program) VersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use: "version", Short: "print the version, the commit and its date", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := io.WriteString(p.Stdout, version.Text(p.Name))
+			return err
+		},
+	}
 }
 
 // Resolve completes a parsed command's flags: the configuration file's
@@ -259,6 +277,16 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 		})
 	}
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) { takesValue["--"+f.Name] = true })
+	// --version is the root's, wherever it is on the line and whatever
+	// else it says: there is one version for every subcommand.
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--version" {
+			return []string{a}, nil
+		}
+	}
 	help := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]

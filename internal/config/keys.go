@@ -47,7 +47,7 @@ type Key struct {
 // Keys is every key any of the binaries reads: one list, so that one file
 // serves all of them. A binary ignores the keys it has no flag for, and
 // each subcommand those it does not use. Command-line-only choices
-// (--help, --config, --dry-run, hold's --reason, rotate-key's --abort and
+// (--help, --version, --config, --dry-run, hold's --reason, rotate-key's --abort and
 // --rollback) are not keys.
 var Keys = []Key{
 	// etcd, as etcdctl takes it (ETCDCTL_* beats the file).
@@ -132,6 +132,9 @@ var Keys = []Key{
 	{Name: "max-token-expiration", Kind: Duration},
 	{Name: "refresh-hint", Kind: Duration},
 	{Name: "cache-file", Kind: String},
+	// The signer's; kube-apiserver-safe-restart has no such flag and so
+	// skips it, as any other binary's key.
+	{Name: "metrics-addr", Kind: String},
 
 	// Output and logs.
 	{Name: "output", Kind: String},
@@ -140,7 +143,7 @@ var Keys = []Key{
 }
 
 // CommandLineOnly are flags that are no keys: choices for one run.
-var CommandLineOnly = []string{"help", "config", "dry-run", "reason", "abort", "rollback"}
+var CommandLineOnly = []string{"help", "version", "config", "dry-run", "reason", "abort", "rollback"}
 
 // Lookup finds a key by name.
 func Lookup(name string) (Key, bool) {

@@ -1,9 +1,72 @@
 // Package version holds the release version of the module's three
-// binaries. The Makefile stamps it with -ldflags "-X
-// github.com/keysync/confd/internal/version.Version=...", so confd,
+// binaries, the commit they were built from and that commit's date. The
+// Makefile stamps them with -ldflags "-X
+// github.com/keysync/confd/internal/version.Version=..." (and Commit,
+// Date; scripts/version.sh computes them), so confd,
 // kube-apiserver-safe-restart and kube-apiserver-sa-signer built together
-// report the same version.
+// report the same version. Date is the commit's, or SOURCE_DATE_EPOCH's,
+// never the build's: the same commit builds the same bytes.
 package version
 
-// Version is the release version; "dev" when built without the Makefile.
+import (
+	"runtime/debug"
+	"time"
+)
+
+// Version is the release version: the tag without its v, or
+// 0.0.0~git<YYYYMMDD>.<hash> between tags; "dev" when built without the
+// Makefile.
 var Version = "dev"
+
+// Commit is the full commit hash and Date its date, RFC 3339 in UTC. Built
+// without the Makefile, they are what `go build` recorded of the checkout
+// (vcs.revision, vcs.time), or "unknown" (go test, a source tarball).
+var (
+	Commit = ""
+	Date   = ""
+)
+
+func init() {
+	// -X can only set a string to a constant, so the fallback is filled
+	// in here, and only where the Makefile set nothing.
+	rev, at, modified := "", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if Commit == "" {
+		Commit = "unknown"
+		if rev != "" {
+			Commit = rev
+			if modified {
+				Commit += "+dirty"
+			}
+		}
+	}
+	if Date == "" {
+		Date = "unknown"
+		if t, err := time.Parse(time.RFC3339, at); err == nil {
+			Date = t.UTC().Format(time.RFC3339)
+		}
+	}
+}
+
+// Details is what --version prints after its first line: the commit and
+// its date, one per line.
+func Details() string {
+	return "commit: " + Commit + "\ndate: " + Date + "\n"
+}
+
+// Text is what a helper's --version and version print: name and version on
+// the first line (what a script reads), then Details.
+func Text(name string) string {
+	return name + " " + Version + "\n" + Details()
+}
