@@ -77,7 +77,7 @@ func (s *Settings) destLockTimeout() time.Duration {
 
 func (s *Settings) lockDir() string {
 	if s.LockDir == "" {
-		return DefaultLockDir
+		return DefaultLockDir()
 	}
 	return s.LockDir
 }

@@ -28,11 +28,18 @@ const DefaultDestLockTimeout = time.Minute
 const lockPoll = 20 * time.Millisecond
 
 // DefaultLockDir is where the destinations' locks are (-lock-dir): one
-// directory for every confd on the host, whatever its confdir or unit, so
-// that they all agree on each destination's lock. Not beside the
+// directory for every confd of a user on the host, whatever its confdir or
+// unit, so that they all agree on each destination's lock. Not beside the
 // destination: a directory that Puppet purges (or that holds only what an
-// operator put there) must stay as confd 0.16 left it.
-const DefaultLockDir = "/run/confd/locks"
+// operator put there) must stay as confd 0.16 left it. root's is
+// /run/confd/locks; another user's is $TMPDIR/confd-UID-locks, where it
+// may create it (as its command locks, $TMPDIR/confd-UID-commands).
+func DefaultLockDir() string {
+	if uid := os.Geteuid(); uid != 0 {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("confd-%d-locks", uid))
+	}
+	return "/run/confd/locks"
+}
 
 // errNoDestDir says dest's directory does not exist: nothing to lock, nor
 // to write.

@@ -82,7 +82,7 @@ type StaleStageFile struct {
 // read a million entries. lockDir holds the locks (empty: DefaultLockDir).
 func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStageFile, []error) {
 	if lockDir == "" {
-		lockDir = DefaultLockDir
+		lockDir = DefaultLockDir()
 	}
 	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/apply"
 )
 
 // -dest-lock-timeout: both flag spellings, confd.toml's dest_lock_timeout,
@@ -37,8 +39,8 @@ func TestDestLockTimeoutFlagAndFileKey(t *testing.T) {
 	}
 }
 
-// -lock-dir: both flag spellings, confd.toml's lock_dir, a default of
-// /run/confd/locks, and a relative directory refused naming the flag (each
+// -lock-dir: both flag spellings, confd.toml's lock_dir, the default
+// (root's /run/confd/locks), and a relative directory refused naming the flag (each
 // working directory would be another lock directory).
 func TestLockDirFlagAndFileKey(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "confd.toml")
@@ -49,7 +51,7 @@ func TestLockDirFlagAndFileKey(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-backend", "env"}, "/run/confd/locks"},
+		{[]string{"-backend", "env"}, apply.DefaultLockDir()},
 		{[]string{"-config-file", cfg}, "/run/user/1000/confd/locks"},
 		{[]string{"-config-file", cfg, "-lock-dir", "/var/lib/confd/locks"}, "/var/lib/confd/locks"},
 		{[]string{"-config-file", cfg, "--lock-dir=/tmp/l"}, "/tmp/l"},

@@ -96,7 +96,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.ReloadCmdTimeout, "reload-cmd-timeout", resource.DefaultReloadTimeout, "default timeout of reload_cmd; a resource's reload_cmd_timeout overrides it")
 	fs.DurationVar(&c.CommandGrace, "command-grace", 10*time.Second, "how long check_cmd and reload_cmd get between SIGTERM (at their timeout, or when a -onetime confd is stopped) and SIGKILL")
 	fs.DurationVar(&c.DestLockTimeout, "dest-lock-timeout", apply.DefaultDestLockTimeout, "how long a pass waits for another confd's pass over the same destination file before it fails naming that confd's PID")
-	fs.StringVar(&c.LockDir, "lock-dir", apply.DefaultLockDir, "the directory of the destinations' lock files (created 0700); every confd that writes the same destination must use the same one. A confd not run as root needs one of its own user, e.g. $XDG_RUNTIME_DIR/confd/locks")
+	fs.StringVar(&c.LockDir, "lock-dir", apply.DefaultLockDir(), "the directory of the destinations' lock files (created 0700); every confd that writes the same destination must use the same one (default for root /run/confd/locks, for another user $TMPDIR/confd-UID-locks)")
 	fs.DurationVar(&c.Store.DialTimeout, "dial-timeout", connect.DefaultDialTimeout, "how long to wait for the backend to answer at start")
 	fs.DurationVar(&c.Store.RequestTimeout, "request-timeout", connect.DefaultRequestTimeout, "deadline of each backend read")
 	fs.DurationVar(&c.Store.WatchStallTimeout, "watch-stall-timeout", connect.DefaultWatchStallTimeout, "-watch: reconnect (and re-read) when etcd answers nothing, progress requests included, for this long; long enough for a defrag of a large etcd (a lost connection is noticed at once)")
