@@ -134,8 +134,14 @@ func TestUnreachableEtcdWritesNothing(t *testing.T) {
 	c := newConfdir(t)
 	dest := c.resource("app", "[template]\nsrc = \"app.tmpl\"\ndest = \"DEST\"\nkeys = [\"/a\"]\n", `{{getv "/a" "x"}}`)
 	endpoint := etcdtest.UnusedEndpoint(t)
+	// An empty confd.toml: a resource file given as one (as this test
+	// did) is now refused for its [template] table before etcd is dialled.
+	cfg := filepath.Join(t.TempDir(), "confd.toml")
+	if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r := confd(t, nil, "-onetime", "-backend", "etcdv3", "-node", endpoint, "-confdir", c.Dir, "-dial-timeout", "1s",
-		"-config-file", filepath.Join(c.Dir, "conf.d", "app.toml"))
+		"-config-file", cfg)
 	if r.code == 0 {
 		t.Fatalf("exit 0 with etcd unreachable:\n%s", r.stderr)
 	}

@@ -41,3 +41,42 @@ func TestCheckWarnsAboutADuplicateKey(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// A bundle without this host's own key (--require-key names its sa.key or
+// sa.pub, as the shipped check_cmd does) says how the key gets there: it is
+// published, then confd renders again. Another required key keeps the
+// plain message, which names its key ID only.
+func TestCheckOwnKeyMissingSaysPublish(t *testing.T) {
+	dir := t.TempDir()
+	own, other := keytest.EC(t), keytest.EC(t)
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bundle := write("sa-bundle.pem", keytest.PublicPEM(t, &other.PublicKey))
+	saKey := write("sa.key", keytest.PKCS8PEM(t, own))
+	peer := write("peer.pub", keytest.PublicPEM(t, &own.PublicKey))
+	kid := keytest.KeyID(t, &own.PublicKey)
+	const publish = "is not in the bundle: publish it (`kube-apiserver-safe-restart publish-key`, as sa-key-publish.service runs it) and let confd render again"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "--public-only", "--signing-key", saKey, "--require-key", saKey, bundle},
+			"this host's own key " + kid + " (--require-key " + saKey + ") " + publish},
+		{[]string{"check", "--public-only", "--require-key", peer, bundle},
+			"key ID " + kid + " of --require-key " + peer},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), nil, tc.args, &out, &errb)
+		if code != exitPreflight || !bytes.Contains(errb.Bytes(), []byte(tc.want)) {
+			t.Errorf("%v: exit %d (want %d), stderr lacks %q:\n%s", tc.args, code, exitPreflight, tc.want, errb.String())
+		}
+		if tc.args[2] == "--require-key" && bytes.Contains(errb.Bytes(), []byte("publish it")) {
+			t.Errorf("%v: another host's key is not this host's to publish:\n%s", tc.args, errb.String())
+		}
+	}
+}

@@ -25,7 +25,14 @@ func (a *app) check(ctx context.Context) int {
 	defer cancel()
 	var errs []error
 	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys, Now: time.Now(), Warn: a.checkWarning}))
+		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{
+			PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys,
+			// This host's own key, missing, is fixed by publishing it: for
+			// these paths (the defaults publish-key reads, or the key given
+			// by --signing-key) the error says so.
+			OwnKeys: []string{defaultSigningKey, defaultPublicKey, a.o.signingKey},
+			Now:     time.Now(), Warn: a.checkWarning,
+		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.

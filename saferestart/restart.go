@@ -159,9 +159,22 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 	defer cancel()
 	q, _, err := lock.Queue(qctx, l.cli, l.cfg.Name)
 	if err != nil || len(q) == 0 {
-		return "(unknown)"
+		return restart.HolderUnknown
 	}
-	return q[0].String()
+	// The key and lease alone do not say what to do about a holder whose
+	// host is gone: wait for its lease, which etcd says how long is left.
+	_ = lock.FillTTL(qctx, l.cli, &q[0])
+	return holderLine(q[0])
+}
+
+// holderLine is the holder as a waiting or timed-out restart logs it:
+// who, when its lock frees itself if its host is gone, where to look.
+func holderLine(e lock.Entry) string {
+	line := e.String()
+	if a := e.Advice(); a != "" {
+		line += "; " + a
+	}
+	return line + "; `kube-apiserver-safe-restart status` shows the queue"
 }
 
 // etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.

@@ -48,12 +48,15 @@ func New(ctx context.Context, cfg backends.Config) (backends.StoreClient, error)
 			name = "etcd"
 		}
 		c, err := etcdv3.New(ctx, etcdv3.Config{
-			Backend:        name,
-			Nodes:          cfg.Nodes,
-			Scheme:         cfg.Scheme,
-			SRVDomain:      cfg.SRVDomain,
-			SRVRecord:      cfg.SRVRecord,
-			ClientCAKeys:   cfg.ClientCAKeys,
+			Backend:      name,
+			Nodes:        cfg.Nodes,
+			Scheme:       cfg.Scheme,
+			SRVDomain:    cfg.SRVDomain,
+			SRVRecord:    cfg.SRVRecord,
+			ClientCAKeys: cfg.ClientCAKeys,
+			// Only confd connects here: its flag (or confd.toml's key)
+			// is the one to fix when etcd's certificate is not trusted.
+			CAFlag:         "-client-ca-keys (client_cakeys in confd.toml, CONFD_CLIENT_CAKEYS)",
 			ClientCert:     cfg.ClientCert,
 			ClientKey:      cfg.ClientKey,
 			ClientInsecure: cfg.ClientInsecure,

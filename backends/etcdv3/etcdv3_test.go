@@ -236,8 +236,13 @@ func TestTLS(t *testing.T) {
 			Config{ClientCAKeys: s.TLS.CA, ClientCert: s.TLS.UntrustedClientCert, ClientKey: s.TLS.UntrustedClientKey},
 			[]string{"TLS", "client certificate"}},
 		{"no client certificate", Config{ClientCAKeys: s.TLS.CA}, []string{"TLS", "client certificate"}},
-		{"unknown server CA", Config{ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey},
-			[]string{"TLS handshake", "unknown authority"}},
+		// The operator reads which CAs were used and the setting to fix.
+		{"unknown server CA", Config{ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey, CAFlag: "-client-ca-keys"},
+			[]string{"TLS handshake", "unknown authority", "the system roots", "no -client-ca-keys is given", "with -client-ca-keys"}},
+		{"wrong CA file", Config{ClientCAKeys: s.TLS.UntrustedClientCert, ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey, CAFlag: "--cacert"},
+			[]string{"TLS handshake", "unknown authority", "CA file " + s.TLS.UntrustedClientCert + ", given by --cacert", "with --cacert"}},
+		{"wrong CA file, no flag named", Config{ClientCAKeys: s.TLS.UntrustedClientCert, ClientCert: s.TLS.ClientCert, ClientKey: s.TLS.ClientKey},
+			[]string{"unknown authority", "CA file " + s.TLS.UntrustedClientCert, "the CA file setting"}},
 		{"plain http to TLS server", Config{Nodes: []string{"http://" + hostPort}}, []string{"TLS"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func TestCheckConfigContactsNoStore(t *testing.T) {
 	// confd.toml's own problems are reported with their lines.
 	writeFiles(t, dir, map[string]string{"confd.toml": "backend = \"etcdv3\"\ncolour = \"blue\"\ninterval = \"often\"\nauth_token = \"x\"\n"})
 	code, out, errs := runConfd("-check-config", "-config-file", cfg, "-confdir", dir, "-resource", "good")
-	for _, w := range []string{cfg + `:2: unknown key "colour"`, cfg + `:3: key "interval"`, cfg + `:4: key "auth_token" is used by no backend`} {
+	for _, w := range []string{cfg + `:2: unknown key "colour": not a confd.toml key`, cfg + `:3: key "interval"`, cfg + `:4: key "auth_token" is used by no backend`} {
 		if !strings.Contains(out, w) {
 			t.Errorf("report lacks %q:\n%s%s", w, out, errs)
 		}
@@ -179,5 +179,52 @@ func TestTemplateAuthorsPageListsEveryFunction(t *testing.T) {
 		if !strings.Contains(page, "`"+flag+"`") {
 			t.Errorf("the template author's page lacks %s", flag)
 		}
+	}
+}
+
+// The template author's page shows -check-config on a copy of
+// examples/confd with three typos, and the run that stops at confd.toml's:
+// the page must say what confd prints (issue 33 found it did not).
+func TestTemplateAuthorsPageSampleOutput(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "template-authors.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "broken")
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join("..", "..", "examples", "confd"))); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(name, old, new string) {
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(old)) {
+			t.Fatalf("%s lacks %q (%v): update the page's sample with the example", name, old, err)
+		}
+		if err := os.WriteFile(p, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFiles(t, dir, map[string]string{"confd.toml": "backend = \"etcdv3\"\nwatchh = true\n"})
+	edit("conf.d/20-sa-bundle.toml", "\ncheck_cmd_timeout", "\ncheck_cmd_tmeout")
+	edit("templates/apiserver-sa.env.tmpl", "{{join ", "{{joinn ")
+	cfg := filepath.Join(dir, "confd.toml")
+	asOnPage := func(s string) string { return strings.ReplaceAll(s, dir+string(filepath.Separator), "broken/") }
+	code, out, errs := runConfd("-check-config", "-confdir", dir, "-config-file", cfg)
+	if code != 1 {
+		t.Errorf("-check-config: exit %d, want 1:\n%s%s", code, out, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(asOnPage(out)), "\n")
+	if len(lines) != 4 {
+		t.Errorf("-check-config printed %d lines, want 3 problems and the count:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !bytes.Contains(page, []byte("\n"+l+"\n")) {
+			t.Errorf("the page lacks the line confd prints:\n%s", l)
+		}
+	}
+	code, _, errs = runConfd("-onetime", "-confdir", dir, "-config-file", cfg)
+	_, msg, _ := strings.Cut(strings.TrimSpace(asOnPage(errs)), "ERROR ")
+	if code != 2 || msg == "" || strings.Contains(msg, "\n") || !bytes.Contains(page, []byte(": ERROR "+msg+"\n")) {
+		t.Errorf("-onetime: exit %d (want 2), the page lacks the one error confd logs:\n%s", code, errs)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/backends"
+	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/redact"
+	"github.com/keysync/confd/internal/suggest"
 
 	"github.com/keysync/confd/internal/runner"
 )
@@ -139,24 +141,60 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 	for k := range raw {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	lines := config.KeyLines(src)
+	// File order, as a person reads the file.
+	sort.Slice(keys, func(i, j int) bool {
+		if lines[keys[i]] != lines[keys[j]] {
+			return lines[keys[i]] < lines[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	where := func(k string) string {
+		if l := lines[k]; l > 0 {
+			return fmt.Sprintf("%s:%d", path, l)
+		}
+		return path
+	}
+	// An unknown key is an error, every one reported: a misspelt
+	// "intervall" or "client_certs" ignored with a warning left confd
+	// running on a default nobody chose (confd 0.16 ignored them silently).
+	var unknown []error
 	for _, k := range keys {
 		name, known := fileKeys[canonicalKey(k)]
 		switch {
 		case otherBackendKeys[k]:
-			log.Warnf("%s: key %q is used by no backend this confd supports; ignored", path, k)
+			log.Warnf("%s: key %q is used by no backend this confd supports; ignored", where(k), k)
 			continue
 		case !known:
-			log.Warnf("%s: unknown key %q ignored", path, k)
+			unknown = append(unknown, fmt.Errorf("%s: %w", where(k), unknownKey(k, raw[k])))
 			continue
 		case onCommandLine[name] || fromEnv[name]:
 			continue
 		}
 		if err := setFromTOML(fset, name, raw[k]); err != nil {
-			return fmt.Errorf("%s: key %q: %w", path, k, err)
+			return fmt.Errorf("%s: key %q: %w", where(k), k, err)
 		}
 	}
-	return nil
+	return errors.Join(unknown...)
+}
+
+// unknownKey is the error for a confd.toml key confd does not read, with
+// the key probably meant, as the helpers' configuration file has it.
+func unknownKey(k string, v interface{}) error {
+	if _, table := v.(map[string]interface{}); table {
+		return fmt.Errorf("unknown key %q (confd.toml is flat: keys are settings, no [tables]; docs/operations.md lists them)", k)
+	}
+	names := make([]string, 0, len(fileKeys))
+	for n := range fileKeys {
+		names = append(names, n)
+	}
+	// Sorted: suggest.Closest breaks ties by order, and a hint must not
+	// change from one run to the next.
+	sort.Strings(names)
+	if m := suggest.Closest(k, names); m != "" {
+		return fmt.Errorf("unknown key %q; did you mean %q?", k, m)
+	}
+	return fmt.Errorf("unknown key %q: not a confd.toml key (docs/operations.md lists them)", k)
 }
 
 func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
@@ -268,7 +306,7 @@ func checkFileKey(k string, v interface{}) error {
 	case otherBackendKeys[k]:
 		return fmt.Errorf("key %q is used by no backend this confd supports (ignored)", k)
 	case !known:
-		return fmt.Errorf("unknown key %q", k)
+		return unknownKey(k, v)
 	}
 	fset := newFlagSet(&Config{}, io.Discard)
 	if err := setFromTOML(fset, name, v); err != nil {

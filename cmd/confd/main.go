@@ -290,7 +290,16 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		log.SetOutput(io.Discard)
 	}
 	if err := applyFileAndEnv(fset, c, getenv, log); err != nil && !c.CheckConfig {
-		log.Error(err.Error())
+		// One log line per problem (every unknown key is reported), each
+		// with its own level and time, as grep and journalctl expect.
+		var joined interface{ Unwrap() []error }
+		if errors.As(err, &joined) {
+			for _, e := range joined.Unwrap() {
+				log.Error(e.Error())
+			}
+		} else {
+			log.Error(err.Error())
+		}
 		return nil, nil, 2
 	}
 	if log, err = logfmt.New(stderr, c.LogLevel, c.LogFormat); err != nil {

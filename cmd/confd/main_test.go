@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,36 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 	}
 }
 
+// A misspelt confd.toml key stops confd (exit 2) with the file, the line
+// and the key probably meant, every such key reported: as a warning it left
+// confd running on a default nobody chose.
+func TestConfigUnknownKeyIsError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "confd.toml")
+	body := "backend = \"env\"\nintervall = 5\nclient-certs = \"/x\"\ncolour = \"blue\"\ntable = \"dynamo\"\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	_, log, code := configure([]string{"-config-file", file, "-onetime"}, &out, &errb, envOf(nil))
+	if log != nil || code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", code, errb.String())
+	}
+	for _, w := range []string{
+		file + `:2: unknown key "intervall"; did you mean "interval"?`,
+		file + `:3: unknown key "client-certs"; did you mean "client_cert"?`,
+		file + `:4: unknown key "colour": not a confd.toml key`,
+		// Another backend's key is no typo: still a warning.
+		`key "table" is used by no backend`,
+	} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errb.String())
+		}
+	}
+	if n := strings.Count(errb.String(), "ERROR"); n != 3 {
+		t.Errorf("%d ERROR lines, want one per unknown key:\n%s", n, errb.String())
+	}
+}
+
 func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "confd.toml")
@@ -95,7 +126,6 @@ password = "file-secret"
 log-level = "debug"
 sync-only = true
 table = "dynamo"
-colour = "blue"
 `
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
@@ -124,7 +154,7 @@ colour = "blue"
 	if c.Interval != 30 || !c.SyncOnly || c.Store.Password != "file-secret" {
 		t.Errorf("interval %d sync-only %v password set %v", c.Interval, c.SyncOnly, c.Store.Password != "")
 	}
-	for _, w := range []string{`key "table" is used by no backend`, `unknown key "colour"`, file} {
+	for _, w := range []string{`key "table" is used by no backend`, file} {
 		if !strings.Contains(errb.String(), w) {
 			t.Errorf("warnings lack %q:\n%s", w, errb.String())
 		}
@@ -291,6 +321,38 @@ func TestExamplesWaitAndOrder(t *testing.T) {
 		}
 		if w, ok := rs[i].Quiescence(); !ok || w.Min != 2*time.Second || w.Max != 10*time.Second {
 			t.Errorf("%s: wait %v, %v; want 2s:10s", want, w, ok)
+		}
+	}
+}
+
+// The confd.toml files shipped in examples/ (the Puppet template rendered
+// with placeholder values) have only keys confd reads: since an unknown key
+// stops confd, an example with one would stop every host that copied it.
+func TestShippedConfdTomlKeysKnown(t *testing.T) {
+	epp, err := os.ReadFile("../../examples/puppet/confd.toml.epp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The parameter line goes; each <%= ... %> becomes a string (it sits
+	// inside quotes) or, for the node list, one quoted node.
+	rendered := regexp.MustCompile(`(?m)^<%-.*-%>\n`).ReplaceAll(epp, nil)
+	rendered = regexp.MustCompile(`\[<%=.*?%>\]`).ReplaceAll(rendered, []byte(`["https://127.0.0.1:2379"]`))
+	rendered = regexp.MustCompile(`<%=.*?%>`).ReplaceAll(rendered, []byte(`/etc/x`))
+	dir := t.TempDir()
+	files := map[string][]byte{"puppet": rendered}
+	if files["confd"], err = os.ReadFile("../../examples/confd/confd.toml"); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		path := filepath.Join(dir, name+".toml")
+		if err := os.WriteFile(path, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		if _, log, code := configure([]string{"-config-file", path, "-onetime"}, &out, &errb, envOf(nil)); log == nil {
+			t.Errorf("%s: exit %d:\n%s\n%s", name, code, errb.String(), body)
+		} else if errb.Len() > 0 {
+			t.Errorf("%s: warnings:\n%s", name, errb.String())
 		}
 	}
 }

@@ -124,3 +124,35 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Fatalf("exit %d stderr %s", code, errb.String())
 	}
 }
+
+// CAFrom names where --cacert's value came from, for the etcd client's
+// "unknown authority": the setting to fix is the one the operator used.
+func TestCAFrom(t *testing.T) {
+	path := t.TempDir() + "/c.toml"
+	if err := os.WriteFile(path, []byte("cacert = \"/file/ca.crt\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"status"}, nil, "--cacert"},
+		{[]string{"status", "--cacert", "/flag/ca.crt"}, map[string]string{"ETCDCTL_CACERT": "/env/ca.crt"}, "--cacert"},
+		{[]string{"status"}, map[string]string{"ETCDCTL_CACERT": "/env/ca.crt"}, "ETCDCTL_CACERT"},
+		{[]string{"status", "--config", path}, nil, "--cacert (" + path + ":1)"},
+	} {
+		var out, errb bytes.Buffer
+		p := &Program{Name: "prog", Stdout: &out, Stderr: &errb, LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }}
+		var ran []string
+		e := &Etcd{}
+		root := tree(p, &Common{}, e, &ran)
+		args, _ := Dispatch(root, tc.args, "run")
+		if code := p.Execute(root, args); code != 7 || e.CAFrom != tc.want || e.caFlag() != tc.want {
+			t.Errorf("%q %v: exit %d CAFrom %q, want %q; stderr %s", tc.args, tc.env, code, e.CAFrom, tc.want, errb.String())
+		}
+	}
+	if got := (&Etcd{}).caFlag(); got != "--cacert" {
+		t.Errorf("unresolved Etcd: %q", got)
+	}
+}

@@ -26,6 +26,9 @@ type Etcd struct {
 	CommandTimeout time.Duration
 	// From names where Endpoints came from, for etcd errors.
 	From string
+	// CAFrom names the setting CACert came from (--cacert, ETCDCTL_CACERT
+	// or the file's line), for an etcd certificate the CA does not verify.
+	CAFrom string
 }
 
 func (e *Etcd) targets() etcdflags.Targets {
@@ -59,6 +62,13 @@ func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, 
 	if err != nil {
 		return Usagef("%v", err)
 	}
+	e.CAFrom = "--cacert"
+	switch o := c.Origin["cacert"]; {
+	case strings.HasPrefix(o, "env "):
+		e.CAFrom = strings.TrimPrefix(o, "env ")
+	case o != "" && o != "flag":
+		e.CAFrom = "--cacert (" + o + ")"
+	}
 	split, err := etcdflags.SplitUser(&e.User, &e.Password)
 	if split {
 		c.Origin["password"] = c.Origin["user"]
@@ -91,9 +101,17 @@ func (e *Etcd) Validate() []error {
 // (refused, unknown authority, bad credentials) within --dial-timeout.
 func (e *Etcd) Client(ctx context.Context) (*clientv3.Client, error) {
 	return etcdclient.New(ctx, etcdclient.Config{
-		Nodes: e.Endpoints, ClientCAKeys: e.CACert, ClientCert: e.Cert, ClientKey: e.Key,
+		Nodes: e.Endpoints, ClientCAKeys: e.CACert, CAFlag: e.caFlag(), ClientCert: e.Cert, ClientKey: e.Key,
 		Username: e.User, Password: e.Password, DialTimeout: e.DialTimeout, RequestTimeout: e.CommandTimeout,
 	})
+}
+
+// caFlag is CAFrom, or --cacert for an Etcd not filled by Resolve.
+func (e *Etcd) caFlag() string {
+	if e.CAFrom == "" {
+		return "--cacert"
+	}
+	return e.CAFrom
 }
 
 // ConnectFailed is the message of a failed connection to etcd.

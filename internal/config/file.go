@@ -198,6 +198,10 @@ var keyAt = regexp.MustCompile(`^\s*(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\s*=
 // tableAt matches a table header, [name] or [[name]].
 var tableAt = regexp.MustCompile(`^\s*\[+\s*"?([^\]"]+)"?\s*\]`)
 
+// KeyLines is keyLines for confd's confd.toml, which is read with its own
+// keys but reports an unknown one with its line, as Parse does.
+func KeyLines(data []byte) map[string]int { return keyLines(data) }
+
 // keyLines maps each top-level key (and table header) to the line that
 // defines it. BurntSushi/toml keeps key positions to itself, so the lines
 // are found by reading the file: a flat file of "name = value" lines is

@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	case errors.Is(err, context.DeadlineExceeded) || clientv3.IsConnCanceled(err) || IsUnavailable(err):
 		dctx, cancel := context.WithTimeout(ctx, diagBudget)
 		defer cancel()
-		if cause := diagnose(dctx, eps, tc); cause != nil {
+		if cause := diagnose(dctx, cfg, eps, tc); cause != nil {
 			return nil, fmt.Errorf("etcd %s: no connection within %s: %w", where, cfg.DialTimeout, cause)
 		}
 		return nil, fmt.Errorf("etcd %s: no answer within %s (endpoints accept connections; cluster unhealthy?): %w", where, cfg.DialTimeout, err)

@@ -31,7 +31,13 @@ type Config struct {
 	SRVRecord string // full name, e.g. _etcd-client._tcp.example.com
 	// ClientCAKeys is a PEM file of the CAs that sign the server
 	// certificate; without it the system roots are used.
-	ClientCAKeys   string
+	ClientCAKeys string
+	// CAFlag names the setting that gives ClientCAKeys in the caller's
+	// own words (confd's -client-ca-keys, the helpers' --cacert): a
+	// server certificate the CA does not verify is then reported with the
+	// file in use and the setting to fix, not the bare x509 error. Empty
+	// means "the CA file setting".
+	CAFlag         string
 	ClientCert     string
 	ClientKey      string
 	ClientInsecure bool // skip verification of the server certificate
@@ -58,6 +64,14 @@ const (
 // SRVResolver is the part of *net.Resolver used for SRV discovery.
 type SRVResolver interface {
 	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
+}
+
+// caSetting is CAFlag, or a neutral name for callers that set none.
+func (cfg Config) caSetting() string {
+	if cfg.CAFlag != "" {
+		return cfg.CAFlag
+	}
+	return "the CA file setting"
 }
 
 func (cfg Config) wantsTLS() bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -18,14 +19,14 @@ import (
 // refuses a client certificate after a TLS 1.3 handshake). It connects to
 // each endpoint itself, speaking just enough TLS and HTTP/2 to get a verdict,
 // and returns nil when every endpoint looks fine.
-func diagnose(ctx context.Context, eps []string, tc *tls.Config) error {
+func diagnose(ctx context.Context, cfg Config, eps []string, tc *tls.Config) error {
 	errs := make([]error, len(eps))
 	var wg sync.WaitGroup
 	for i, ep := range eps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := probe(ctx, ep, tc); err != nil {
+			if err := probe(ctx, cfg, ep, tc); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", ep, err)
 			}
 		}()
@@ -60,7 +61,7 @@ func (e endpointErrors) Unwrap() []error { return e }
 // an etcd server answers it with its own SETTINGS frame.
 var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
 
-func probe(ctx context.Context, ep string, tc *tls.Config) error {
+func probe(ctx context.Context, cfg Config, ep string, tc *tls.Config) error {
 	u, err := url.Parse(ep)
 	if err != nil {
 		return err
@@ -85,6 +86,10 @@ func probe(ctx context.Context, ep string, tc *tls.Config) error {
 			if errors.Is(err, io.EOF) {
 				return fmt.Errorf("TLS handshake failed, server closed the connection (does it serve plain http?): %w", err)
 			}
+			var unknownCA x509.UnknownAuthorityError
+			if errors.As(err, &unknownCA) {
+				return fmt.Errorf("TLS handshake failed: %w (%s)", err, untrustedServer(cfg))
+			}
 			return fmt.Errorf("TLS handshake failed: %w", err)
 		}
 		conn = t
@@ -107,6 +112,18 @@ func probe(ctx context.Context, ep string, tc *tls.Config) error {
 	default:
 		return refused(u.Scheme, err)
 	}
+}
+
+// untrustedServer says which CAs refused etcd's server certificate and
+// which setting gives the right one: "unknown authority" alone leaves the
+// operator to guess whether a CA file was read at all, and which.
+func untrustedServer(cfg Config) string {
+	if cfg.ClientCAKeys == "" {
+		return fmt.Sprintf("checked against the system roots, as no %s is given: give the CA that signs etcd's server certificate with %s (kubeadm's is /etc/kubernetes/pki/etcd/ca.crt)",
+			cfg.caSetting(), cfg.caSetting())
+	}
+	return fmt.Sprintf("checked against CA file %s, given by %s: it does not hold the CA that signs etcd's server certificate; give that CA's file with %s (kubeadm's is /etc/kubernetes/pki/etcd/ca.crt)",
+		cfg.ClientCAKeys, cfg.caSetting(), cfg.caSetting())
 }
 
 // refused explains a connection the server closed after accepting it.

@@ -166,7 +166,7 @@ func Diagnose(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return diagnose(ctx, eps, tc)
+	return diagnose(ctx, cfg, eps, tc)
 }
 
 // reloadingCreds are gRPC transport credentials that take a fresh TLS

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,7 +92,12 @@ type CheckOptions struct {
 	// whose public keys every checked file must hold, as kube-apiserver
 	// loads them: a bundle without this host's own key must not go live.
 	RequireKeys []string
-	Now         time.Time
+	// OwnKeys are the paths that hold this host's own service-account key
+	// (its sa.key or sa.pub): when one of RequireKeys is among them and
+	// missing, the error says how the key gets into the bundle (it is
+	// published, then confd renders again), not just its key ID.
+	OwnKeys []string
+	Now     time.Time
 	// Warn, if set, is told of what is worth fixing but refuses nothing,
 	// each naming the file and the block: an RSA key under 2048 bits
 	// (pemcheck.ErrWeakKey). Such a key is already published where check
@@ -125,7 +132,7 @@ func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 				o.Allow = pemcheck.PublicKey | pemcheck.PrivateKey
 			}
 			c.add("", f.Check(o))
-			c.add("", c.requireKeys(f, opts.RequireKeys))
+			c.add("", c.requireKeys(f, opts.RequireKeys, opts.OwnKeys))
 			warn(opts.Warn, f)
 		}
 	}
@@ -145,7 +152,7 @@ func warn(w func(error), f *pemcheck.File) {
 // requireKeys checks that f holds, as loaded keys, the public half of every
 // key in the files required. Only key IDs (hashes of public keys) are ever
 // named: a required file may be this host's private key.
-func (c *checker) requireKeys(f *pemcheck.File, required []string) error {
+func (c *checker) requireKeys(f *pemcheck.File, required, own []string) error {
 	have := map[string]bool{}
 	for _, k := range f.APIServerKeys() {
 		if id, err := pemcheck.KeyID(k.Public); err == nil {
@@ -163,8 +170,14 @@ func (c *checker) requireKeys(f *pemcheck.File, required []string) error {
 			errs = append(errs, fmt.Errorf("--require-key %s: %w", r, err))
 			continue
 		}
+		isOwn := slices.ContainsFunc(own, func(o string) bool { return o != "" && filepath.Clean(o) == filepath.Clean(r) })
 		for _, id := range ids {
-			if !have[id] {
+			switch {
+			case have[id]:
+			case isOwn:
+				errs = append(errs, fmt.Errorf("%s: %w: this host's own key %s (--require-key %s) is not in the bundle: publish it (`kube-apiserver-safe-restart publish-key`, as sa-key-publish.service runs it) and let confd render again",
+					f.Name, ErrRequiredKeyMissing, id, r))
+			default:
 				errs = append(errs, fmt.Errorf("%s: %w: key ID %s of --require-key %s", f.Name, ErrRequiredKeyMissing, id, r))
 			}
 		}

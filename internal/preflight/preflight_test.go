@@ -262,6 +262,7 @@ func TestCheckFiles(t *testing.T) {
 		paths []string
 		opts  CheckOptions
 		errs  []error
+		msg   string // in the error, when set
 	}{
 		{name: "public bundle", paths: []string{p.path("sa.pub")}, opts: CheckOptions{PublicOnly: true}},
 		{name: "private key refused", paths: []string{withPrivate}, opts: CheckOptions{PublicOnly: true}, errs: []error{pemcheck.ErrPrivateKey}},
@@ -278,6 +279,9 @@ func TestCheckFiles(t *testing.T) {
 			opts: CheckOptions{PublicOnly: true, RequireKeys: []string{p.path("sa.key")}}},
 		{name: "own key required, by public key", paths: []string{p.path("sa.pub")},
 			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", keytest.PublicPEM(t, &k.PublicKey), []byte{})}}, errs: []error{ErrRequiredKeyMissing}},
+		{name: "own key missing, named as this host's", paths: []string{p.path("sa.pub")},
+			opts: CheckOptions{RequireKeys: []string{p.write(t, "self.pub", keytest.PublicPEM(t, &k.PublicKey), []byte{})}, OwnKeys: []string{"/etc/kubernetes/pki/sa.key", p.dir + "/./self.pub"}},
+			errs: []error{ErrRequiredKeyMissing}, msg: "this host's own key " + keytest.KeyID(t, &k.PublicKey) + " (--require-key " + p.path("self.pub") + ") is not in the bundle: publish it (`kube-apiserver-safe-restart publish-key`"},
 		{name: "certificate allowed", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true}},
 		{name: "certificate refused with KeysOnly", paths: []string{p.path("apiserver.crt")}, opts: CheckOptions{PublicOnly: true, KeysOnly: true},
 			errs: []error{pemcheck.ErrKind}},
@@ -299,6 +303,9 @@ func TestCheckFiles(t *testing.T) {
 				if !errors.Is(err, want) {
 					t.Errorf("error does not wrap %v: %v", want, err)
 				}
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error lacks %q: %v", tc.msg, err)
 			}
 		})
 	}

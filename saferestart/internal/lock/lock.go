@@ -393,12 +393,52 @@ type Entry struct {
 	CreateRevision int64  `json:"create_revision"`
 	// Info is nil for participants that publish none (etcdctl lock).
 	Info *Info `json:"info,omitempty"`
+	// TTL is the seconds its lease has left, as etcd answered FillTTL; 0
+	// when not asked or not known. A holder on a dead host keeps the lock
+	// until then, and that is the operator's question.
+	TTL int64 `json:"ttl_seconds,omitempty"`
+}
+
+// FillTTL asks etcd how long e's lease has left and records it in e.TTL.
+// An error, or a lease already gone, leaves TTL 0: the caller reports
+// the entry without it.
+func FillTTL(ctx context.Context, l clientv3.Lease, e *Entry) error {
+	id, err := strconv.ParseInt(e.Lease, 16, 64)
+	if err != nil || id == 0 {
+		return fmt.Errorf("entry %s has no lease", e.Key)
+	}
+	resp, err := l.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return fmt.Errorf("lease %s of %s: %w", e.Lease, e.Key, err)
+	}
+	if resp.TTL > 0 {
+		e.TTL = resp.TTL
+	}
+	return nil
+}
+
+// Advice says, for the holder of the lock, when it frees itself should its
+// host be gone: the key and lease alone left the operator to work out that
+// nothing needs deleting, only waiting. "" when TTL is not known.
+func (e Entry) Advice() string {
+	if e.TTL <= 0 {
+		return ""
+	}
+	who := "its holder"
+	if e.Info != nil && e.Info.Host != "" {
+		who = "host " + e.Info.Host
+	}
+	return fmt.Sprintf("its lease expires in %ds; if %s is gone, the lock frees itself then", e.TTL, who)
 }
 
 // String describes the entry on one line.
 func (e Entry) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (lease %s, created at revision %d)", e.Key, e.Lease, e.CreateRevision)
+	fmt.Fprintf(&b, "%s (lease %s", e.Key, e.Lease)
+	if e.TTL > 0 {
+		fmt.Fprintf(&b, ", %ds left", e.TTL)
+	}
+	fmt.Fprintf(&b, ", created at revision %d)", e.CreateRevision)
 	if e.Info == nil {
 		b.WriteString(": no holder info (etcdctl lock or another client)")
 		return b.String()

@@ -64,11 +64,47 @@ func TestLock(t *testing.T) {
 		"LostLeaseIsNotReleased":          testLostLeaseIsNotReleased,
 		"LeaseLostWhileWaiting":           testLeaseLostWhileWaiting,
 		"DeletedKeyIsLost":                testDeletedKeyIsLost,
+		"HolderTTLAndAdvice":              testHolderTTLAndAdvice,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f(t, cli)
 		})
+	}
+}
+
+// The holder's entry tells how long its lease has left and that a dead
+// host's lock frees itself then: key and lease alone said neither.
+func testHolderTTLAndAdvice(t *testing.T, cli *clientv3.Client) {
+	sess := open(t, cli, "ttl", 7)
+	if err := sess.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	q, _, err := Queue(ctxT(t), cli, "ttl")
+	if err != nil || len(q) != 1 {
+		t.Fatalf("queue = %+v, %v", q, err)
+	}
+	if q[0].Advice() != "" {
+		t.Errorf("advice without a TTL asked: %q", q[0].Advice())
+	}
+	if err := FillTTL(ctxT(t), cli, &q[0]); err != nil || q[0].TTL < 1 || q[0].TTL > 5 {
+		t.Fatalf("TTL %d (lease TTL 5), %v", q[0].TTL, err)
+	}
+	want := fmt.Sprintf("its lease expires in %ds; if host host-7 is gone, the lock frees itself then", q[0].TTL)
+	if got := q[0].Advice(); got != want {
+		t.Errorf("advice %q, want %q", got, want)
+	}
+	if got := q[0].String(); !strings.Contains(got, fmt.Sprintf("lease %s, %ds left,", sess.LeaseHex(), q[0].TTL)) {
+		t.Errorf("entry %q lacks the TTL left", got)
+	}
+	if err := sess.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A lease gone by the time it is asked about: no TTL, no advice.
+	gone := q[0]
+	gone.TTL = 0
+	if err := FillTTL(ctxT(t), cli, &gone); err != nil || gone.TTL != 0 || gone.Advice() != "" {
+		t.Errorf("revoked lease: TTL %d advice %q, %v", gone.TTL, gone.Advice(), err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -81,8 +82,13 @@ var ErrNotStarted = errors.New("restart command could not start")
 // Locker opens sessions and describes the current holder.
 type Locker interface {
 	Open(ctx context.Context) (Session, error)
+	// Holder describes the holder on one line, starting with its lock
+	// key and a space; HolderUnknown when it cannot be read.
 	Holder(ctx context.Context) string
 }
+
+// HolderUnknown is Holder's answer when the holder cannot be read.
+const HolderUnknown = "(unknown)"
 
 // Process is a started command.
 type Process interface {
@@ -177,6 +183,40 @@ type Config struct {
 	// it is ready, on condition that the lock key still exists.)
 	Locked func(ctx context.Context, lockKey string) func(ctx context.Context)
 	Log    logrus.FieldLogger
+	// HolderNoteAfter is how long the lock is waited for before the log
+	// names who holds it (0: DefaultHolderNoteAfter): "waiting for the
+	// lock" alone left the operator of a host that waits on a dead one
+	// to find out who, and for how long, by hand.
+	HolderNoteAfter time.Duration
+}
+
+// DefaultHolderNoteAfter lets an uncontended lock be taken without a
+// look at the queue; a wait longer than this is another host restarting.
+const DefaultHolderNoteAfter = 5 * time.Second
+
+// noteHolder logs, once the lock has been waited for HolderNoteAfter,
+// who holds it (with its lease's time left and what to do, as the Locker
+// words it). It runs within the lock wait (ctx), so the worst case is
+// unchanged; the channel closes when it is done.
+func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.FieldLogger) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(r.cfg.HolderNoteAfter)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h := r.locker.Holder(ctx)
+		// Not when the wait ended meanwhile (the holder read may be us).
+		if ctx.Err() != nil || h == "" || h == HolderUnknown || strings.HasPrefix(h, ownKey+" ") {
+			return
+		}
+		log.WithField("holder", h).Infof("still waiting for the lock: held by %s", h)
+	}()
+	return done
 }
 
 // MinHoldRetry is the least time a hold write is retried.
@@ -208,6 +248,9 @@ func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
 	}
 	if cfg.PreflightTimeout <= 0 {
 		cfg.PreflightTimeout = 30 * time.Second
+	}
+	if cfg.HolderNoteAfter <= 0 {
+		cfg.HolderNoteAfter = DefaultHolderNoteAfter
 	}
 	if cfg.Log == nil {
 		l := logrus.New()
@@ -262,8 +305,10 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	log = log.WithField("key", sess.Key())
 	log.WithField("timeout", r.cfg.LockTimeout).Info("waiting for the lock")
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.LockTimeout)
+	noted := r.noteHolder(lctx, sess.Key(), log)
 	err = sess.Lock(lctx)
 	cancel()
+	<-noted
 	switch {
 	case err == nil && ctx.Err() != nil:
 		log.Warn("interrupted just as the lock was acquired: releasing it, nothing was run")

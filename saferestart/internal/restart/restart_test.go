@@ -1,6 +1,7 @@
 package restart
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 )
@@ -507,5 +510,57 @@ func TestEndedCommandNotTerminated(t *testing.T) {
 		if out.code != LeaseLost || !strings.Contains(out.failure, "exit 1") {
 			t.Fatalf("run %d: %+v, want the lock loss with the command's failure", i, out)
 		}
+	}
+}
+
+// holderLocker answers Holder with the lock's holder, as the etcd locker
+// words it.
+type holderLocker struct {
+	fakeLocker
+	holder string
+}
+
+func (l *holderLocker) Holder(context.Context) string { return l.holder }
+
+// A wait for the lock longer than HolderNoteAfter logs who holds it, with
+// what the Locker says about its lease; a wait that ends first, or a
+// holder that is this session, logs nothing.
+func TestWaitNamesHolder(t *testing.T) {
+	const held = "lock/0 (lease 0, 42s left, created at revision 2): host m2 pid 9; its lease expires in 42s; if host m2 is gone, the lock frees itself then; `kube-apiserver-safe-restart status` shows the queue"
+	for _, tc := range []struct {
+		name   string
+		wait   time.Duration
+		holder string
+		want   bool
+	}{
+		{"long wait", 300 * time.Millisecond, held, true},
+		{"short wait", 0, held, false},
+		{"holder is this session", 300 * time.Millisecond, "lock/1 (lease 1, ...)", false},
+		{"holder unknown", 300 * time.Millisecond, HolderUnknown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sess := newSession()
+			sess.lockErr = func(ctx context.Context) error {
+				select {
+				case <-time.After(tc.wait):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			var out bytes.Buffer
+			log := logrus.New()
+			log.SetOutput(&out)
+			cfg := Config{Argv: []string{"restart"}, LockTimeout: time.Minute, Host: "m1", LockName: "lock",
+				Log: log, HolderNoteAfter: 100 * time.Millisecond}
+			l := &holderLocker{fakeLocker: fakeLocker{sess: sess}, holder: tc.holder}
+			code := New(cfg, l, &fakeRunner{onStart: ok}, &fakeGate{wait: ready}, &fakeHolds{}).Run(context.Background(), make(chan struct{}))
+			if code != OK {
+				t.Fatalf("code %d:\n%s", code, out.String())
+			}
+			if got := strings.Contains(out.String(), "still waiting for the lock: held by "+tc.holder); got != tc.want {
+				t.Errorf("holder logged %v, want %v:\n%s", got, tc.want, out.String())
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
 )
 
 // A helper killed mid-restart left its intent: status shows the line held,
@@ -58,5 +60,29 @@ func TestCollectIntents(t *testing.T) {
 	_ = r.WriteJSON(&b)
 	if !strings.Contains(b.String(), `"orphaned": true`) || !strings.Contains(b.String(), `"host": "m2"`) {
 		t.Errorf("json:\n%s", b.String())
+	}
+}
+
+// Collect asks etcd how long the holder's lease has left, so that status
+// says when the lock of a host that died frees itself.
+func TestCollectHolderTTL(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	ctx := context.Background()
+	l, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder as etcdctl lock leaves it: a key on its lease, no info.
+	if _, err := cli.Put(ctx, lock.Prefix("l")+strconv.FormatInt(int64(l.ID), 16), "", clientv3.WithLease(l.ID)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Collect(ctx, cli, "l", "l-hold")
+	if err != nil || r.Holder == nil || r.Holder.TTL < 1 || r.Holder.TTL > 60 {
+		t.Fatalf("holder %+v (lease TTL 60), %v", r.Holder, err)
+	}
+	var b bytes.Buffer
+	_ = r.WriteText(&b)
+	if !strings.Contains(b.String(), "if its holder is gone, the lock frees itself then") {
+		t.Errorf("status lacks the advice:\n%s", b.String())
 	}
 }

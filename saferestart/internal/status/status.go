@@ -39,6 +39,9 @@ func Collect(ctx context.Context, kv hold.Client, lockName, holdKey string) (*Re
 	if len(entries) > 0 {
 		r.Holder = &entries[0]
 		r.Waiters = append(r.Waiters, entries[1:]...)
+		// How long a holder on a dead host keeps the line: best effort, a
+		// report without it is still the report.
+		_ = lock.FillTTL(ctx, kv, r.Holder)
 	}
 	// Every host's orphan counts: status speaks for the fleet, for which
 	// the line is stopped (only the owner's own retry may go on).
@@ -67,6 +70,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("holder:  none\n")
 	} else {
 		fmt.Fprintf(&b, "holder:  %s\n", r.Holder)
+		if a := r.Holder.Advice(); a != "" {
+			fmt.Fprintf(&b, "         %s\n", a)
+		}
 	}
 	if len(r.Waiters) == 0 {
 		b.WriteString("waiters: none\n")

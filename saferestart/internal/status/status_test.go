@@ -27,8 +27,19 @@ func TestWriteTextAndJSON(t *testing.T) {
 	if err := r.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(b.String(), "expires") {
+		t.Errorf("advice without a TTL known:\n%s", b.String())
+	}
+	// With the TTL etcd reported, the holder's line says when a dead
+	// host's lock frees itself.
+	r.Holder.TTL = 42
+	b.Reset()
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
-		"holder:  l/1a (lease 1a, created at revision 3): host m1 pid 11 started 2030-01-01T00:00:00Z holding since 2030-01-01T00:01:00Z",
+		"holder:  l/1a (lease 1a, 42s left, created at revision 3): host m1 pid 11 started 2030-01-01T00:00:00Z holding since 2030-01-01T00:01:00Z\n" +
+			"         its lease expires in 42s; if host m1 is gone, the lock frees itself then\n",
 		"waiters: 2", "1. l/2b (lease 2b, created at revision 4): no holder info", "2. l/3c", "host m3 pid 33",
 		"hold:    ACTIVE (l-hold): host m2 at 2030-01-01T00:00:00Z: health gate: 401 > bad",
 	} {
@@ -41,7 +52,7 @@ func TestWriteTextAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back.Holder.Info.PID != 11 || len(back.Waiters) != 2 || back.Waiters[0].Info != nil || back.Hold.Reason != r.Hold.Reason {
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back.Holder.Info.PID != 11 || len(back.Waiters) != 2 || back.Waiters[0].Info != nil || back.Hold.Reason != r.Hold.Reason || back.Holder.TTL != 42 {
 		t.Fatalf("json round trip: %v\n%s", err, b.String())
 	}
 	if !strings.Contains(b.String(), "401 > bad") {
