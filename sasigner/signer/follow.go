@@ -90,6 +90,16 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 	f.bad = map[string]int64{}
 	f.weak = map[string]bool{}
 	delay := f.Retry
+	// backOff marks etcd down and waits, twice as long each time up to
+	// eight retries' worth, before the next connect or read.
+	backOff := func(err error) {
+		f.setDown(err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 8*f.Retry)
+	}
 	defer func() {
 		if f.client != nil {
 			_ = f.client.Close()
@@ -99,24 +109,14 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		if f.client == nil {
 			c, err := f.Connect(ctx)
 			if err != nil {
-				f.setDown(err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(delay):
-				}
-				delay = min(2*delay, 8*f.Retry)
+				backOff(err)
 				continue
 			}
 			f.client = c
 		}
 		rev, err := f.list(ctx)
 		if err != nil {
-			f.setDown(err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 8*f.Retry)
+			backOff(err)
 			continue
 		}
 		f.setUp()
