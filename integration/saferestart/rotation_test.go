@@ -417,14 +417,17 @@ func TestRotateKeyDryRunAndOneAtATime(t *testing.T) {
 		t.Fatalf("dry run wrote a rotation state: %s", v)
 	}
 
-	// Killed right after generating.
+	// Killed right after generating. m2 goes down first: SIGKILL lands some
+	// time after the log line, and a rotation that got as far as publishing
+	// before it died would otherwise let m2 trust the next key, so the run
+	// below would never wait.
+	m2.setDown(true)
 	r := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
 	r.stderr.waitFor(t, "next key pair ready")
 	r.signal(t, syscall.SIGKILL)
 	r.wait(t)
 
 	// One waits (m2 down), a second is refused while it runs.
-	m2.setDown(true)
 	first := bin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
 	first.stderr.waitFor(t, "waiting until every host's apiserver trusts the next key")
 	second := runBin(t, f.env, f.rotateArgs(m1, "--timeout", "25s")...)
