@@ -105,13 +105,11 @@ func FromFiles(host string, keyFiles []string, signingKey string, now time.Time)
 			return r, fmt.Errorf("trust record: %w", err)
 		}
 		sum.Write(data)
-		// Exactly the keys kube-apiserver's reader takes from these bytes,
-		// by the same rules check and preflight use.
-		for _, k := range pemcheck.APIServerKeys(data) {
-			kid, err := pemcheck.KeyID(k.Public)
-			if err != nil {
-				return r, fmt.Errorf("trust record: %s line %d: %w", path, k.Line, err)
-			}
+		kids, err := apiServerKeyIDs(path, data)
+		if err != nil {
+			return r, fmt.Errorf("trust record: %w", err)
+		}
+		for _, kid := range kids {
 			if !slices.Contains(r.Trusted, kid) {
 				r.Trusted = append(r.Trusted, kid)
 			}
@@ -129,6 +127,33 @@ func FromFiles(host string, keyFiles []string, signingKey string, now time.Time)
 		r.Signing = kids[0]
 	}
 	return r, nil
+}
+
+// BundleKeyIDs returns the key IDs of the keys kube-apiserver loads from a
+// --service-account-key-file (a bundle), in file order: the keys a trust
+// record written from it would list.
+func BundleKeyIDs(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return apiServerKeyIDs(path, data)
+}
+
+// apiServerKeyIDs is exactly the keys kube-apiserver's reader takes from
+// data, by the same rules check and preflight use, without duplicates.
+func apiServerKeyIDs(path string, data []byte) ([]string, error) {
+	var out []string
+	for _, k := range pemcheck.APIServerKeys(data) {
+		kid, err := pemcheck.KeyID(k.Public)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, k.Line, err)
+		}
+		if !slices.Contains(out, kid) {
+			out = append(out, kid)
+		}
+	}
+	return out, nil
 }
 
 // FileKeyIDs returns the key IDs of the keys in a PEM file: a public key's,

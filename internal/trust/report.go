@@ -35,9 +35,14 @@ type Host struct {
 	Record *Record `json:"record"`
 	// Missing lists published key IDs (of any host) its record lacks.
 	Missing []string `json:"missing"`
+	// Unpublished lists the keys its record says its apiserver (or
+	// kube-apiserver-sa-signer) or kube-controller-manager signs with that
+	// no host publishes: every bundle rendered now drops them, and the
+	// tokens signed with them are refused (see SigningKeys).
+	Unpublished []string `json:"unpublished_signing_keys"`
 	// Stale: the host publishes keys but has no record, or its record lacks
 	// a key that is published now (its apiserver was last restarted before
-	// that key appeared).
+	// that key appeared), or it signs with a key no host publishes.
 	Stale bool `json:"stale"`
 }
 
@@ -183,10 +188,86 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 				row.Missing = append(row.Missing, kid)
 			}
 		}
-		row.Stale = publishes && (row.Record == nil || len(row.Missing) > 0)
+		row.Unpublished = []string{}
+		for _, k := range signingKeys(row) {
+			if !slices.Contains(r.Published, k.Kid) && !slices.Contains(row.Unpublished, k.Kid) {
+				row.Unpublished = append(row.Unpublished, k.Kid)
+			}
+		}
+		row.Stale = publishes && (row.Record == nil || len(row.Missing) > 0) || len(row.Unpublished) > 0
 		r.Hosts = append(r.Hosts, row)
 	}
 	return r
+}
+
+// SigningKey is a key that a host's trust record says something there
+// signs tokens with.
+type SigningKey struct {
+	Host string `json:"host"`
+	Kid  string `json:"kid"`
+	// Signer is "kube-apiserver", "kube-apiserver-sa-signer" (a record in
+	// signer mode) or "kube-controller-manager".
+	Signer string `json:"signer"`
+}
+
+// SigningKeys returns every key a trust record says a host's apiserver,
+// signer or kube-controller-manager signs with, by host: a bundle that
+// lacks one makes every apiserver loading it refuse their tokens.
+//
+// A host whose published keys are all unknown to its own record is left
+// out: its key pair was replaced (a reimaged host, whose old private key is
+// gone with the apiserver and controller-manager that signed with it), and
+// the record describes processes that no longer run. Its new apiserver waits
+// in the trust gate until every host trusts the new key, which a bundle
+// that kept requiring the old one would never let happen. A host that
+// publishes nothing (its value deleted), a value that does not parse, or a
+// key its record already trusts (a key withdrawn by hand after a rotation)
+// is no such replacement, and its keys stay required.
+func (r *Report) SigningKeys() []SigningKey {
+	var out []SigningKey
+	for _, h := range r.Hosts {
+		out = append(out, signingKeys(h)...)
+	}
+	return out
+}
+
+// signingKeys is SigningKeys for one row (Publishes and PublishError set).
+func signingKeys(h Host) []SigningKey {
+	rec := h.Record
+	if rec == nil || rec.Unparseable != "" {
+		return nil
+	}
+	replaced := len(h.Publishes) > 0 && h.PublishError == "" &&
+		!slices.ContainsFunc(h.Publishes, rec.Trusts)
+	if replaced {
+		return nil
+	}
+	var out []SigningKey
+	add := func(kid, signer string) {
+		if kid != "" {
+			out = append(out, SigningKey{Host: h.Host, Kid: kid, Signer: signer})
+		}
+	}
+	if rec.Mode() == "signer" {
+		add(rec.Signing, SignerSource)
+	} else {
+		add(rec.Signing, "kube-apiserver")
+	}
+	add(rec.ControllerManagerSigning, "kube-controller-manager")
+	return out
+}
+
+// SigningKeysNotIn returns the keys of SigningKeys that are not among kids
+// (the key IDs a bundle holds), in host order: the keys such a bundle would
+// silently drop.
+func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
+	var out []SigningKey
+	for _, k := range r.SigningKeys() {
+		if !slices.Contains(kids, k.Kid) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Among names the hosts that must trust a key.
@@ -329,6 +410,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			state = "bad published value: " + h.PublishError
 		case h.Stale && h.Record == nil:
 			state = "STALE: no trust record"
+		case len(h.Unpublished) > 0:
+			state = fmt.Sprintf("STALE: signs with %s, which no host publishes (bundles drop it: republish it, or delete this host's trust record if nothing there signs with it any more)", strings.Join(h.Unpublished, ", "))
 		case h.Stale:
 			state = fmt.Sprintf("STALE: does not trust %s", strings.Join(h.Missing, ", "))
 		case len(h.Publishes) == 0:
