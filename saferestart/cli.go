@@ -131,11 +131,12 @@ type options struct {
 	ignoreLegacyTokens bool
 
 	// subcommands
-	reason      string
-	publicOnly  bool
-	keysOnly    bool
-	requireKeys []string
-	output      string
+	reason             string
+	publicOnly         bool
+	keysOnly           bool
+	requireKeys        []string
+	requireSigningKeys bool
+	output             string
 }
 
 // usageError is a command-line mistake (exit 2).
@@ -252,6 +253,7 @@ func checkFlags(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.publicOnly, "public-only", false, "check: refuse private keys (the files must hold public material only)")
 	fs.BoolVar(&o.keysOnly, "keys-only", false, "check: refuse certificates (every block must be a key, as a published service-account key is)")
 	fs.StringArrayVar(&o.requireKeys, "require-key", nil, "check: the public half of this key file (public or private key PEM) must be loaded from every FILE (repeatable)")
+	fs.BoolVar(&o.requireSigningKeys, "require-signing-keys", false, "check: read the trust records (--trust-prefix) and the published keys (--keys-prefix) from etcd and refuse (exit 3) a FILE that lacks a key a host's apiserver, kube-apiserver-sa-signer or kube-controller-manager signs with; etcd not answering refuses too (exit 1)")
 }
 
 func waitTrustedFlags(o *options, fs *pflag.FlagSet) {
@@ -278,8 +280,11 @@ func retireKeysFlags(o *options, fs *pflag.FlagSet) {
 type lookupEnv func(string) (string, bool)
 
 func validate(o *options) error {
-	if o.sub == cmdCheck || o.sub == cmdVersion {
+	switch o.sub {
+	case cmdVersion:
 		return nil
+	case cmdCheck:
+		return joinUsage(validateCheck(o))
 	}
 	var errs []error
 	positive := map[string]time.Duration{
@@ -354,6 +359,11 @@ func validate(o *options) error {
 	if o.output != "text" && o.output != "json" {
 		errs = append(errs, usagef("--output %q: want text or json", o.output))
 	}
+	return joinUsage(errs)
+}
+
+// joinUsage is one usage error of all of errs, nil when there are none.
+func joinUsage(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}

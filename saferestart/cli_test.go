@@ -63,7 +63,7 @@ func TestUsageErrors(t *testing.T) {
 		{"hold"},                             // no reason
 		{"status", "--reason", "x"},          // flag of another subcommand
 		{"check"},                            // no files
-		{"check", "--endpoints", "x", "f"},   // etcd flags mean nothing to check
+		{"check", "--require-signing-keys"},  // no bundle to hold the keys
 		{"--ttl", "0"},                       // bad values
 		{"--attempts", "0"},                  //
 		{"--lock-timeout", "0s"},             //

@@ -34,9 +34,13 @@ func (o *options) commands() []command {
 		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
 		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
-		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs,
-			short: "validate PEM files or an apiserver flags file (confd's check_cmd); no etcd",
-			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags}},
+		// check talks to etcd only with --require-signing-keys; it takes the
+		// etcd flags so that it reads them from --config as every other
+		// command does.
+		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs, etcd: true,
+			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
+			long:  checkHelp,
+			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags, keysPrefixFlag, trustPrefixFlag}},
 		{name: cmdVersion, short: "print the version"},
 		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, outputFlag}},
@@ -87,8 +91,11 @@ func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command 
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
 			o.sub, o.flags = c.name, cmd.Flags()
+			// check reads etcdctl's environment only when it talks to
+			// etcd: a plain file check must not fail on an unrelated
+			// ETCDCTL_* (fileUse keeps --require-signing-keys off the file).
 			var e *cli.Etcd
-			if c.etcd {
+			if c.etcd && (c.name != cmdCheck || o.requireSigningKeys) {
 				e = &o.Etcd
 			}
 			if c.args == nil && len(args) > 0 {
@@ -115,7 +122,9 @@ func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command 
 // fileUse says which of the file's keys a command reads: all it has flags
 // for, but check reads the restart's preflight inputs only when its
 // command line names nothing to check (then it checks what the restart
-// would preflight).
+// would preflight), and never require-signing-keys: the check_cmd that
+// wants etcd says so itself, and a file shared by every command must not
+// make each plain file check depend on etcd.
 func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 	if o.sub != cmdCheck {
 		return nil
@@ -123,6 +132,9 @@ func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 	fs := cmd.Flags()
 	given := len(args) > 0 || fs.Changed("preflight-file") || fs.Changed("preflight-flags-file")
 	return func(name string) bool {
+		if name == "require-signing-keys" {
+			return false
+		}
 		return !given || (name != "preflight-file" && name != "preflight-flags-file")
 	}
 }
@@ -160,8 +172,19 @@ func checkArgs(o *options, _ *cobra.Command, args []string) error {
 	if len(o.requireKeys) > 0 && len(o.argv) == 0 {
 		return usagef("--require-key applies to bundle FILEs, and none was given")
 	}
+	if o.requireSigningKeys && len(o.argv) == 0 {
+		return usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+	}
 	return nil
 }
+
+const checkHelp = `Exit 0 when every FILE is valid, 3 otherwise, one line per problem on stderr.
+--require-signing-keys also reads every host's trust record from etcd and
+refuses a FILE that lacks a key a host's apiserver, kube-apiserver-sa-signer
+or kube-controller-manager signs with (naming the host and the key ID), and
+refuses when etcd does not answer (exit 1): as confd's check_cmd, no bundle
+goes live that would make the apiservers refuse live tokens. Without it,
+check reads no etcd.`
 
 // etcdHelp is the help of every command that talks to etcd.
 const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
@@ -186,7 +209,7 @@ from restarting (a "hold" in etcd) when a restart fails.
   %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
-  %[1]s check [--public-only] [--keys-only] [--require-key K] [FILE...] [--preflight-flags-file F [--signing-key K]]
+  %[1]s check [--public-only] [--keys-only] [--require-key K] [--require-signing-keys] [FILE...] [--preflight-flags-file F [--signing-key K]]
   %[1]s COMMAND --help                 the flags of COMMAND (--lock-name, --health-url, --preflight-file: restart --help)
 
 Flags may come before the command (--endpoints X status).

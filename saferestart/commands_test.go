@@ -63,8 +63,10 @@ var oldFlagScope = map[string][]string{
 	"public-only":     {cmdCheck},
 	"require-key":     {cmdCheck},
 	"keys-only":       {cmdCheck},
-	"output":          {cmdStatus, cmdRestart, cmdTrust},
-	"log-level":       allSubcommands, "log-format": allSubcommands, "help": allSubcommands,
+	// New since the table was frozen (issue 31).
+	"require-signing-keys": {cmdCheck},
+	"output":               {cmdStatus, cmdRestart, cmdTrust},
+	"log-level":            allSubcommands, "log-format": allSubcommands, "help": allSubcommands,
 	"restart-mode": oldRestarting, "cri-endpoint": oldRestarting, "static-pod-stop-timeout": oldRestarting,
 	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": oldRestarting, "min-live-apiservers": oldRestarting, "fleet-timeout": oldRestarting,
 }
@@ -82,8 +84,18 @@ var narrowed = map[string][]string{
 	"controller-manager-health-cacert": {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
 }
 
+// widened are the flags a command takes beyond the old table: check reads
+// the trust records with --require-signing-keys (issue 31), so it takes the
+// etcd flags and the prefixes; --require-signing-keys is new.
+var widened = map[string][]string{
+	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
+	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
+	"keys-prefix": {cmdCheck}, "trust-prefix": {cmdCheck},
+}
+
 // Each command takes exactly the flags the old scope table gave it (but
-// the controller-manager's, narrowed to the commands that read them): no
+// the controller-manager's, narrowed to the commands that read them, and
+// the widened ones above): no
 // command line that worked stops working, and no flag name changed.
 func TestFlagsPerCommandAsBefore(t *testing.T) {
 	all := map[string]bool{}
@@ -96,9 +108,9 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 		}
 	}
 	// 58 flags (--help among them, which cobra adds to each command at
-	// its run) and the 8 etcd flags, as before.
-	if len(all) != 58-1+8 {
-		t.Errorf("%d flags in all, want 65", len(all))
+	// its run) and the 8 etcd flags, as before, and --require-signing-keys.
+	if len(all) != 58-1+8+1 {
+		t.Errorf("%d flags in all, want 66", len(all))
 	}
 	for flag := range all {
 		for _, sub := range allSubcommands {
@@ -110,6 +122,9 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 			}
 			if n, ok := narrowed[flag]; ok {
 				want = slices.Contains(n, sub)
+			}
+			if w, ok := widened[flag]; ok && slices.Contains(w, sub) {
+				want = true
 			}
 			if got := perCommand[sub][flag]; got != want {
 				t.Errorf("%s --%s: taken %v, want %v", sub, flag, got, want)
@@ -126,7 +141,7 @@ func TestHelpPerCommand(t *testing.T) {
 		has, hasNot []string
 	}{
 		{[]string{"status", "--help"}, []string{"--lock-name", "--output", "--endpoints", "--config", "--log-format", "ETCDCTL_ENDPOINTS"}, []string{"--health-url", "--reason", "--grace"}},
-		{[]string{"check", "-h"}, []string{"--public-only", "--preflight-flags-file", "--signing-key", "--config"}, []string{"--endpoints", "--lock-name"}},
+		{[]string{"check", "-h"}, []string{"--public-only", "--preflight-flags-file", "--signing-key", "--config", "--require-signing-keys", "--endpoints", "--trust-prefix"}, []string{"--lock-name"}},
 		{[]string{"--endpoints", "x", "rotate-key", "--help"}, []string{"--grace", "--health-url", "--ttl", "--abort"}, []string{"--reason", "--exclude-host"}},
 		{[]string{"help", "hold"}, []string{"--reason", "--host"}, []string{"--ttl"}},
 		{[]string{"--help"}, []string{"rotate-key", "wait-trusted", "completion", "Exit codes:"}, []string{"--health-url string"}},

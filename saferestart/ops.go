@@ -19,7 +19,9 @@ import (
 )
 
 // check validates files for confd's check_cmd: exit 0 valid, exitPreflight
-// with the reason on stderr otherwise. It needs no etcd.
+// with the reason on stderr otherwise. It needs etcd only with
+// --require-signing-keys, and then exits exitError when etcd does not
+// answer: the bundle is refused either way.
 func (a *app) check(ctx context.Context) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -39,16 +41,27 @@ func (a *app) check(ctx context.Context) int {
 	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
 		errs = append(errs, preflight.Run(cctx, a.o.preflightInput(a.checkWarning)))
 	}
+	var etcdErr error
+	if a.o.requireSigningKeys {
+		var missing []error
+		missing, etcdErr = a.signingKeysMissing(cctx, a.o.argv)
+		errs = append(errs, missing...)
+	}
 	for _, w := range duplicateKeys(a.o.argv) {
 		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
 	}
+	code := exitOK
 	if err := errors.Join(errs...); err != nil {
 		for _, e := range splitErrors(err) {
 			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
 		}
-		return exitPreflight
+		code = exitPreflight
 	}
-	return exitOK
+	if etcdErr != nil {
+		fmt.Fprintf(a.stderr, "%s check: refused: %v\n", progName, etcdErr)
+		code = exitError
+	}
+	return code
 }
 
 // duplicateKeys names every key that a bundle file holds more than once,

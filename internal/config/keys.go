@@ -125,6 +125,7 @@ var Keys = []Key{
 	{Name: "public-only", Kind: Bool},
 	{Name: "keys-only", Kind: Bool},
 	{Name: "require-key", Kind: List},
+	{Name: "require-signing-keys", Kind: Bool},
 
 	// The external signer (kube-apiserver-sa-signer).
 	{Name: "socket", Kind: String},
