@@ -15,8 +15,10 @@ import (
 )
 
 // exampleConfdir copies examples/confd as the demo does: destinations
-// under out, the real check, and a reload_cmd that records each run.
-func exampleConfdir(t *testing.T) (dir, out, reloads string) {
+// under out, the real check, and a reload_cmd that records each run. The
+// check reads the trust records from the etcd at endpoint, named in
+// out/safe-restart.toml as /etc/kubernetes/safe-restart.toml names it.
+func exampleConfdir(t *testing.T, endpoint string) (dir, out, reloads string) {
 	t.Helper()
 	dir, out = t.TempDir(), t.TempDir()
 	reloads = filepath.Join(t.TempDir(), "reloads")
@@ -43,6 +45,9 @@ func exampleConfdir(t *testing.T) (dir, out, reloads string) {
 	if err := os.MkdirAll(filepath.Join(out, "pki"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(out, "safe-restart.toml"), []byte("endpoints = [\""+endpoint+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return dir, out, reloads
 }
 
@@ -51,7 +56,7 @@ func exampleConfdir(t *testing.T) (dir, out, reloads string) {
 // against a real etcd and the example resource, template and check).
 func TestExampleBundleRepublishRestartsNothing(t *testing.T) {
 	s := etcdtest.Start(t)
-	dir, out, reloads := exampleConfdir(t)
+	dir, out, reloads := exampleConfdir(t, s.Endpoint)
 	k1, _ := rsa.GenerateKey(rand.Reader, 2048)
 	k2, _ := rsa.GenerateKey(rand.Reader, 2048)
 	enc := func(typ string, der []byte) string {
@@ -109,8 +114,8 @@ func TestExampleBundleRepublishRestartsNothing(t *testing.T) {
 // The shipped binary checks and renders the example confdir with no etcd
 // reachable.
 func TestCheckConfigAndValidateWithoutEtcd(t *testing.T) {
-	dir, out, _ := exampleConfdir(t)
 	node := etcdtest.UnusedEndpoint(t)
+	dir, out, _ := exampleConfdir(t, node)
 	empty := filepath.Join(t.TempDir(), "confd.toml")
 	if err := os.WriteFile(empty, []byte("nodes = [\""+node+"\"]\n"), 0o600); err != nil {
 		t.Fatal(err)

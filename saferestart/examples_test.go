@@ -183,6 +183,9 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 		}
 		return waits + o.CommandTimeout + o.timeout, true // read the trust records, then wait
 	case cmdCheck:
+		if o.requireSigningKeys {
+			return waits + o.CommandTimeout, true // connect, read the trust records
+		}
 		return 0, true // reads local files: no wait
 	case cmdRetireKeys:
 		if o.trustHostName == "" {
