@@ -95,7 +95,8 @@ func (f *fleet) badKeys(t *testing.T) {
 // ownKeyMissing: one master's key disappears from etcd. Its own check
 // refuses the bundle that lacks it (its apiserver would refuse the tokens
 // it signs), so its live bundle stays and it does not restart; the others
-// drop the key. Running its publisher again brings the fleet back.
+// refuse it too, for its trust record (deleted-live-key). Running its
+// publisher again brings the fleet back.
 func (f *fleet) ownKeyMissing(t *testing.T) {
 	h := f.hosts[2]
 	live := h.read("/etc/kubernetes/pki/sa-bundle.pem")
@@ -117,6 +118,66 @@ func (f *fleet) ownKeyMissing(t *testing.T) {
 	}
 	f.awaitConverged(t, 5*time.Minute)
 	f.assertAllTokensAccepted(t)
+}
+
+// deletedLiveKey: a live master's key deleted from etcd with the client, as
+// an `etcdctl del` by mistake would (issue 31.3). Its trust record says its
+// apiserver signs with that key, so every host's check_cmd refuses the
+// bundle without it, naming the master and the key: no apiserver's bundle
+// drops it, nothing restarts. The key is put back at the end (the
+// publisher healing it is a later task) and the fleet is converged again.
+func (f *fleet) deletedLiveKey(t *testing.T) {
+	victim := f.hosts[1]
+	key := keyPrefix + victim.name
+	value, ok := f.etcdKeys(t, key)[key]
+	if !ok {
+		t.Fatalf("%s publishes no key at %s", victim.name, key)
+	}
+	live := map[string][]byte{}
+	refused := map[string]int{}
+	naming := func(h *host) int {
+		return h.confd.out.count("check_cmd failed", "sa-bundle.pem", victim.name, victim.sa.kid)
+	}
+	for _, h := range f.hosts {
+		live[h.name] = h.read("/etc/kubernetes/pki/sa-bundle.pem")
+		refused[h.name] = naming(h)
+	}
+	before := f.restarts()
+	dropped := func() string {
+		for _, h := range f.hosts {
+			if string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != string(live[h.name]) {
+				return h.name + ": live bundle changed"
+			}
+		}
+		if fmt.Sprint(f.restarts()) != fmt.Sprint(before) {
+			return fmt.Sprintf("restarts %v -> %v", before, f.restarts())
+		}
+		return ""
+	}
+	f.del(t, key)
+	// Two refusals naming the key after the delete: at most one check can
+	// have started before it, so the second saw the bundle without it.
+	f.await(t, 2*time.Minute, "a bundle without "+victim.name+"'s key refused on every host", func() bool {
+		if dropped() != "" {
+			return true
+		}
+		for _, h := range f.hosts {
+			if naming(h) < refused[h.name]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	if why := dropped(); why != "" {
+		t.Errorf("%s's live signing key %s dropped: %s", victim.name, victim.sa.kid, why)
+	}
+	f.put(t, key, value)
+	f.awaitConverged(t, 5*time.Minute)
+	if t.Failed() {
+		f.recover(t)
+	} else if why := dropped(); why != "" {
+		t.Errorf("after restoring the key: %s", why)
+	}
 }
 
 // recover puts the fleet back after a scenario failed: no hold, converged.

@@ -26,6 +26,7 @@ func TestRehearsal(t *testing.T) {
 		{"rotate", (*fleet).rotate},
 		{"bad-keys", (*fleet).badKeys},
 		{"own-key-missing", (*fleet).ownKeyMissing},
+		{"deleted-live-key", (*fleet).deletedLiveKey},
 		{"hold", (*fleet).holdAndUnhold},
 		{"wrong-health-ca", (*fleet).wrongHealthCA},
 		{"sigkill-helper", (*fleet).helperKilled},
