@@ -67,6 +67,11 @@ backend = "etcdv3"
 nodes   = ["$endpoint"]
 confdir = "$work/confd"
 TOML
+# /etc/kubernetes/safe-restart.toml as the bundle's check_cmd reads it: the
+# etcd that holds the trust records (none yet here: no apiserver restarted).
+cat > "$work/out/safe-restart.toml" <<TOML
+endpoints = ["$endpoint"]
+TOML
 confd() { "$bin/confd" -config-file "$work/confd/confd.toml" "$@"; }
 
 echo "== confd -onetime"
