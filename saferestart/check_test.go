@@ -5,8 +5,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 )
 
@@ -78,5 +80,34 @@ func TestCheckOwnKeyMissingSaysPublish(t *testing.T) {
 		if tc.args[2] == "--require-key" && bytes.Contains(errb.Bytes(), []byte("publish it")) {
 			t.Errorf("%v: another host's key is not this host's to publish:\n%s", tc.args, errb.String())
 		}
+	}
+}
+
+// check --require-signing-keys cannot tell whether the bundle drops a live
+// signing key when etcd does not answer: it refuses, naming the endpoint
+// and where it came from (here the --config file, as the shipped check_cmd
+// reads it). Without the flag, and with require-signing-keys in the file
+// (read from the command line only), the same check reads no etcd.
+func TestCheckRequireSigningKeysEtcdDown(t *testing.T) {
+	k := keytest.EC(t)
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "sa-bundle.pem")
+	if err := os.WriteFile(bundle, keytest.PublicPEM(t, &k.PublicKey), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dead := etcdtest.UnusedEndpoint(t)
+	conf := filepath.Join(dir, "safe-restart.toml")
+	if err := os.WriteFile(conf, []byte("endpoints = [\""+dead+"\"]\ndial-timeout = \"300ms\"\nrequire-signing-keys = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), nil, []string{"check", "--config", conf, "--public-only", "--require-signing-keys", bundle}, &out, &errb)
+	if code != exitError || !strings.Contains(errb.String(), "etcd did not answer") || !strings.Contains(errb.String(), dead) ||
+		!strings.Contains(errb.String(), conf) {
+		t.Fatalf("etcd down: exit %d, want %d naming etcd, %s and %s\n%s", code, exitError, dead, conf, errb.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), nil, []string{"check", "--config", conf, "--public-only", bundle}, &out, &errb); code != exitOK || errb.Len() != 0 {
+		t.Fatalf("without --require-signing-keys: exit %d\n%s", code, errb.String())
 	}
 }

@@ -183,8 +183,10 @@ const checkHelp = `Exit 0 when every FILE is valid, 3 otherwise, one line per pr
 refuses a FILE that lacks a key a host's apiserver, kube-apiserver-sa-signer
 or kube-controller-manager signs with (naming the host and the key ID), and
 refuses when etcd does not answer (exit 1): as confd's check_cmd, no bundle
-goes live that would make the apiservers refuse live tokens. Without it,
-check reads no etcd.`
+goes live that would make the apiservers refuse live tokens. The etcd
+settings come from the flags, ETCDCTL_* and --config as for every command;
+--require-signing-keys itself only from the command line. Without it, check
+reads no etcd and ignores ETCDCTL_*.`
 
 // etcdHelp is the help of every command that talks to etcd.
 const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and

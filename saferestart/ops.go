@@ -58,7 +58,7 @@ func (a *app) check(ctx context.Context) int {
 		code = exitPreflight
 	}
 	if etcdErr != nil {
-		fmt.Fprintf(a.stderr, "%s check: refused: %v\n", progName, etcdErr)
+		fmt.Fprintf(a.stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", progName, etcdErr)
 		code = exitError
 	}
 	return code
