@@ -24,7 +24,7 @@ type command struct {
 // commands are the subcommands; restart is the default.
 func (o *options) commands() []command {
 	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
@@ -46,7 +46,7 @@ func (o *options) commands() []command {
 				rotationPrefixFlag, ttlFlag}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
-			flags: append(restarting, publicKeyFlag, timeoutFlag, rotationPrefixFlag, graceFlag, rotateKeyFlags)},
+			flags: append(restarting, publicKeyFlag, timeoutFlag, graceFlag, rotateKeyFlags)},
 		{name: cmdRetireKeys, etcd: true, short: "drop the previous public key once its --grace is over (for a systemd timer)",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
 				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
@@ -56,7 +56,7 @@ func (o *options) commands() []command {
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				rotationPrefixFlag, graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
+				graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
 	}
 }
 
