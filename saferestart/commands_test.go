@@ -86,7 +86,7 @@ var narrowed = map[string][]string{
 // every command that reads the rotation records (wait-trusted writes its
 // waiting record there), --ttl by wait-trusted for that record's lease.
 var widened = map[string][]string{
-	"rotation-prefix": {cmdWaitTrusted, cmdRestart},
+	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust},
 	"ttl":             {cmdWaitTrusted},
 }
 

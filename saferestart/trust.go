@@ -2,6 +2,7 @@ package saferestart
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -162,10 +163,33 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(a.etcdErr(err)).Error("trust")
 		return exitError
 	}
+	// The hosts whose apiserver waits for a key to be trusted: the ones a
+	// stale host keeps down.
+	recs, err := rotation.List(tctx, cli, a.o.rotationPrefix)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("trust: waiting records")
+		return exitError
+	}
+	waiting := []rotation.Waiting{}
+	for _, h := range recs {
+		if h.Waiting != nil {
+			waiting = append(waiting, *h.Waiting)
+		}
+	}
 	if a.o.output == "json" {
-		err = rep.WriteJSON(a.stdout)
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(struct {
+			*trust.Report
+			Waiting []rotation.Waiting `json:"waiting"`
+		}{rep, waiting})
 	} else {
 		err = rep.WriteText(a.stdout)
+		for _, w := range waiting {
+			if err == nil {
+				_, err = fmt.Fprintf(a.stdout, "waiting: %s\n", w)
+			}
+		}
 	}
 	if err != nil {
 		a.log.WithError(err).Error("write trust report")
