@@ -29,7 +29,7 @@ var exitCodeDocs = []struct {
 	{exitUsage, "usage error: bad flags or arguments"},
 	{exitPreflight, "preflight failed, the restart command cannot start, or the health gate's TLS/credentials were refused by the running apiserver: nothing restarted, no hold; `check`: a file is invalid; rotate-key: its key files or the rotation's state do not allow it (--abort after the install, --rollback before it or once retired)"},
 	{exitHold, "a hold is active: restarts are refused until `unhold`; `status` exits 4 while one is (after printing the report)"},
-	{exitLockTimeout, "lock not acquired within --lock-timeout; key not trusted by every host in time (hosts named); another rotation of this host runs"},
+	{exitLockTimeout, "lock not acquired within --lock-timeout; key not trusted by every host in time (hosts named; wait-trusted: or etcd never answered); the fleet check found too few live apiservers; another rotation of this host runs"},
 	{exitRestart, "restart command failed or timed out (a hold was written)"},
 	{exitHealth, "health gate failed: not ready in time, or 401/403 (a hold was written)"},
 	{exitLeaseLost, "session lease lost (or lock key deleted) while waiting or holding: command terminated, lock not released by us; a hold is written if the command had started"},
