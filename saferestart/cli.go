@@ -168,7 +168,7 @@ func cmFlags(o *options, fs *pflag.FlagSet) {
 
 // restartFlags: how restart and rotate-key restart kube-apiserver.
 func restartFlags(o *options, fs *pflag.FlagSet) {
-	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl)")
+	ttlFlag(o, fs)
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", 10*time.Minute, "give up waiting for the lock after this long")
 	fs.BoolVar(&o.ignoreHold, "ignore-hold", false, "restart even while a hold is active")
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", 3*time.Minute, "kill the restart command's process group after this long")
@@ -190,6 +190,13 @@ func restartFlags(o *options, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
 	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
+}
+
+// ttlFlag: the lease of what a command keeps in etcd while it runs (the
+// lock's session; wait-trusted's waiting record), gone this long after the
+// process dies.
+func ttlFlag(o *options, fs *pflag.FlagSet) {
+	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl); wait-trusted: of its waiting record")
 }
 
 // preflightFlags: the files checked before the lock (restart,
@@ -232,7 +239,7 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
@@ -290,15 +297,15 @@ func validate(o *options) error {
 	positive := map[string]time.Duration{
 		"--dial-timeout": o.DialTimeout, "--command-timeout": o.CommandTimeout,
 	}
+	if (slices.Contains(restarting, o.sub) || o.sub == cmdWaitTrusted) && o.ttl < 1 {
+		errs = append(errs, usagef("--ttl %d: must be at least 1 second", o.ttl))
+	}
 	if slices.Contains(restarting, o.sub) {
 		positive["--lock-timeout"] = o.lockTimeout
 		positive["--restart-timeout"] = o.restartTimeout
 		if o.healthURL != "" {
 			positive["--health-timeout"] = o.healthTimeout
 			positive["--health-interval"] = o.healthInterval
-		}
-		if o.ttl < 1 {
-			errs = append(errs, usagef("--ttl %d: must be at least 1 second", o.ttl))
 		}
 		if o.attempts < 1 {
 			errs = append(errs, usagef("--attempts %d: must be at least 1", o.attempts))

@@ -24,13 +24,13 @@ type command struct {
 // commands are the subcommands; restart is the default.
 func (o *options) commands() []command {
 	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
 			long:  restartHelp, flags: append(restarting, outputFlag)},
-		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO) and hold",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, outputFlag}},
+		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold and each host's rotation; exit 4 while a hold is active",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, rotationPrefixFlag, outputFlag}},
 		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
 		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
@@ -43,13 +43,14 @@ func (o *options) commands() []command {
 			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags, keysPrefixFlag, trustPrefixFlag}},
 		{name: cmdVersion, short: "print the version"},
 		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, outputFlag}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, outputFlag}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
 			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags}},
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags,
+				rotationPrefixFlag, ttlFlag}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
-			flags: append(restarting, publicKeyFlag, timeoutFlag, rotationPrefixFlag, graceFlag, rotateKeyFlags)},
+			flags: append(restarting, publicKeyFlag, timeoutFlag, graceFlag, rotateKeyFlags)},
 		{name: cmdRetireKeys, etcd: true, short: "drop the previous public key once its --grace is over (for a systemd timer)",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
 				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
@@ -59,7 +60,7 @@ func (o *options) commands() []command {
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				rotationPrefixFlag, graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
+				graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags)},
 	}
 }
 
@@ -208,7 +209,7 @@ restarts, holds the lock until the apiserver is ready, and stops every host
 from restarting (a "hold" in etcd) when a restart fails.
 
   %[1]s [flags] [-- COMMAND ARGS...]   restart (default command: %[2]s)
-  %[1]s status [--output json]         show lock holder, waiters (FIFO) and hold
+  %[1]s status [--output json]         show lock holder, waiters (FIFO), hold and rotations (exit 4: hold active)
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
   %[1]s check [--public-only] [--keys-only] [--require-key K] [--require-signing-keys] [FILE...] [--preflight-flags-file F [--signing-key K]]

@@ -86,17 +86,21 @@ var narrowed = map[string][]string{
 
 // widened are the flags a command takes beyond the old table: check reads
 // the trust records with --require-signing-keys (issue 31), so it takes the
-// etcd flags and the prefixes; --require-signing-keys is new.
+// etcd flags and the prefixes; --rotation-prefix by every command that
+// reads the rotation records (wait-trusted writes its waiting record
+// there); --ttl by wait-trusted for that record's lease.
 var widened = map[string][]string{
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
 	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
 	"keys-prefix": {cmdCheck}, "trust-prefix": {cmdCheck},
+	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust},
+	"ttl":             {cmdWaitTrusted},
 }
 
 // Each command takes exactly the flags the old scope table gave it (but
 // the controller-manager's, narrowed to the commands that read them, and
-// the widened ones above): no
-// command line that worked stops working, and no flag name changed.
+// the widened ones): no command line that worked stops working, and no
+// flag name changed.
 func TestFlagsPerCommandAsBefore(t *testing.T) {
 	all := map[string]bool{}
 	perCommand := map[string]map[string]bool{}
@@ -123,9 +127,7 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 			if n, ok := narrowed[flag]; ok {
 				want = slices.Contains(n, sub)
 			}
-			if w, ok := widened[flag]; ok && slices.Contains(w, sub) {
-				want = true
-			}
+			want = want || slices.Contains(widened[flag], sub)
 			if got := perCommand[sub][flag]; got != want {
 				t.Errorf("%s --%s: taken %v, want %v", sub, flag, got, want)
 			}

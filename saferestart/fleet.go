@@ -3,6 +3,7 @@ package saferestart
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -11,6 +12,7 @@ import (
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/restart"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 // fleetInterval is the pause between reads of the Leases while the fleet
@@ -29,11 +31,13 @@ type fleetCheck struct {
 	// expected names the hosts whose apiserver must be live besides those
 	// the Leases show (fleet.Config.Expected).
 	expected func(ctx context.Context) ([]string, error)
+	// waiting names the hosts left out (fleet.Config.Waiting).
+	waiting func(ctx context.Context) ([]string, error)
 }
 
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
-func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
+func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
 	a := r.a
 	o := a.o
 	if o.kubeconfig == "" {
@@ -55,7 +59,35 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 		}
 		return rep.Publishers(rep.Unrecorded()), nil
 	}
-	return &fleetCheck{leases: leases, log: log, expected: expected, cfg: fleet.Config{
+	// A master whose apiserver waits (wait-trusted's waiting record) for
+	// keys this restart makes this apiserver trust is down until this
+	// restart: counting it would refuse the one restart that brings it
+	// back (a reimaged master's new key).
+	waiting := func(ctx context.Context) ([]string, error) {
+		rctx, cancel := a.opCtx(ctx)
+		defer cancel()
+		recs, err := rotation.List(rctx, cli, o.rotationPrefix)
+		if err != nil {
+			return nil, a.etcdErr(err)
+		}
+		var out []string
+		var will []string
+		for _, h := range recs {
+			if h.Waiting == nil || h.Host == host {
+				continue
+			}
+			if will == nil {
+				will = trusted(ctx)
+			}
+			if len(h.Waiting.Keys) > 0 && !slices.ContainsFunc(h.Waiting.Keys, func(k string) bool { return !slices.Contains(will, k) }) {
+				out = append(out, h.Host)
+			} else {
+				log.Infof("fleet check: %s: this restart does not make this apiserver trust every key it waits for, so it still counts", h.Waiting)
+			}
+		}
+		return out, nil
+	}
+	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
 		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
 		Interval: fleetInterval, OpTimeout: o.CommandTimeout, Log: log,
 	}}, nil
@@ -78,6 +110,11 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 			c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
 		}
 		c.cfg.Expected = exp
+		w, err := c.waiting(ctx)
+		if err != nil {
+			c.log.WithError(err).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)
+		}
+		c.cfg.Waiting = w
 	}
 	if wait {
 		s, err = fleet.Wait(ctx, c.leases, c.cfg)

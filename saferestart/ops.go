@@ -97,10 +97,11 @@ func duplicateKeys(files []string) []string {
 	return out
 }
 
+// status is the `status` subcommand: exit 4 while a hold is active.
 func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
 	sctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
 	defer cancel()
-	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault())
+	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault(), a.o.rotationPrefix)
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("status")
 		return exitError
@@ -113,6 +114,11 @@ func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
 	if err != nil {
 		a.log.WithError(err).Error("write status")
 		return exitError
+	}
+	// A script or monitoring check tells "the line is stopped" from
+	// "all clear" by the code, as restart's refusal does (4).
+	if r.Hold != nil {
+		return exitHold
 	}
 	return exitOK
 }

@@ -101,7 +101,12 @@ func (r *restarter) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log)
+	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log, func(ctx context.Context) []string {
+		if snap := r.trustSnapshot(ctx, log); snap != nil {
+			return snap.Trusted
+		}
+		return []string{}
+	})
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return exitPreflight

@@ -71,7 +71,7 @@ func (a *app) run(ctx context.Context) int {
 	case cmdTrust:
 		return a.withClient(ctx, a.showTrust)
 	case cmdWaitTrusted:
-		return a.withClient(ctx, a.waitTrusted)
+		return a.waitTrusted(ctx)
 	case cmdRotateKey:
 		return a.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 			return (&keyRotation{a: a, cli: cli}).rotateKey(ctx, cli)

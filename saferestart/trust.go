@@ -2,6 +2,7 @@ package saferestart
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 // trustHost is --host, or this host's FQDN, asked once per run.
@@ -161,10 +163,33 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithError(a.etcdErr(err)).Error("trust")
 		return exitError
 	}
+	// The hosts whose apiserver waits for a key to be trusted: the ones a
+	// stale host keeps down.
+	recs, err := rotation.List(tctx, cli, a.o.rotationPrefix)
+	if err != nil {
+		a.log.WithError(a.etcdErr(err)).Error("trust: waiting records")
+		return exitError
+	}
+	waiting := []rotation.Waiting{}
+	for _, h := range recs {
+		if h.Waiting != nil {
+			waiting = append(waiting, *h.Waiting)
+		}
+	}
 	if a.o.output == "json" {
-		err = rep.WriteJSON(a.stdout)
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(struct {
+			*trust.Report
+			Waiting []rotation.Waiting `json:"waiting"`
+		}{rep, waiting})
 	} else {
 		err = rep.WriteText(a.stdout)
+		for _, w := range waiting {
+			if err == nil {
+				_, err = fmt.Fprintf(a.stdout, "waiting: %s\n", w)
+			}
+		}
 	}
 	if err != nil {
 		a.log.WithError(err).Error("write trust report")
@@ -177,45 +202,60 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 	return exitOK
 }
 
-// waitTrusted is the `wait-trusted` subcommand.
-func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
+// waitTrusted is the `wait-trusted` subcommand. It runs before
+// kube-apiserver starts (ExecStartPre, or sa-signing-key.service on
+// kubeadm), often at boot, when etcd may not answer yet (a whole site
+// powered up at once): it keeps trying etcd until --timeout rather than
+// failing fast, which under systemd's Restart= would soon hit the unit's
+// start limit and leave the apiserver down for good.
+func (a *app) waitTrusted(ctx context.Context) int {
 	kids, err := trust.FileKeyIDs(a.o.publicKey)
 	if err != nil {
 		a.log.WithError(err).Error("wait-trusted: --public-key")
 		return exitPreflight
 	}
+	host := a.trustHost(ctx)
 	exclude := a.o.excludeHosts
+	skipSigning := ""
 	if a.o.ifNewKey {
 		// The restart's own trust gate, for a start that no helper gated
 		// (boot): a key this host already signed with was trusted when it
 		// began to, and waiting for it here could wait on hosts that need
 		// the restart lock a helper holds while systemd runs this.
-		host := a.trustHost(ctx)
 		exclude = append(append([]string(nil), exclude...), host)
-		rctx, cancel := a.opCtx(ctx)
-		rep, err := trust.Collect(rctx, cli, a.prefixes())
-		cancel()
+		skipSigning = host
+	}
+	var cli *clientv3.Client
+	defer func() {
+		if cli != nil {
+			_ = cli.Close()
+		}
+	}()
+	connect := func(ctx context.Context) (*clientv3.Client, error) {
+		c, err := a.etcdClient(ctx)
 		if err != nil {
-			a.log.WithError(a.etcdErr(err)).Error("wait-trusted: cannot read key trust")
-			return exitError
+			return nil, a.etcdErr(err)
 		}
-		own := rep.RecordOf(host)
-		if own != nil && slices.Contains(kids, own.Signing) {
-			kids = slices.DeleteFunc(kids, func(k string) bool { return k == own.Signing })
-			a.log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
-		}
-		if len(kids) == 0 {
-			fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
-			return exitOK
-		}
+		cli = c
+		return c, nil
 	}
 	log := a.log.WithField("keys", strings.Join(kids, ","))
+	rec := &waitingRecord{a: a, host: host, since: time.Now().UTC(), log: log}
+	defer rec.withdraw()
 	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded, OpTimeout: a.o.CommandTimeout, Log: log})
+	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded,
+		SkipSigningOf: skipSigning, OpTimeout: a.o.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
+		if own := rep.RecordOf(host); a.o.ifNewKey && own != nil && slices.Contains(kids, own.Signing) {
+			log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
+			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
+				fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
+				return exitOK
+			}
+		}
 		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
 			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", a.o.keysPrefix)
 		} else {
@@ -226,6 +266,10 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 	case interrupted(ctx):
 		log.Warn("wait-trusted interrupted")
 		return exitInterrupted
+	case errors.As(err, &nt) && rep == nil:
+		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", a.o.timeout, a.o.Endpoints, strings.Join(kids, ", "))
+		fmt.Fprintf(a.stdout, "etcd did not answer: key %s not known to be trusted\n", strings.Join(kids, ", "))
+		return exitLockTimeout
 	case errors.As(err, &nt):
 		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), a.o.timeout, strings.Join(nt.Hosts, ", "))
 		fmt.Fprintf(a.stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
@@ -234,6 +278,59 @@ func (a *app) waitTrusted(ctx context.Context, cli *clientv3.Client) int {
 		log.WithError(err).Error("wait-trusted")
 		return exitError
 	}
+}
+
+// waitingRecord keeps this host's waiting record (rotation.Waiting) for as
+// long as wait-trusted waits: the fleet check of the restart that would
+// trust this host's key reads it, and lets that restart go although this
+// host's apiserver is not serving (it waits for exactly that restart).
+type waitingRecord struct {
+	a     *app
+	host  string
+	since time.Time
+	log   logrus.FieldLogger
+	ann   *rotation.Announcement
+	keys  []string
+}
+
+// announce is trust.WaitOptions.Announce: it writes the record when there
+// is none, its lease was lost, or the keys waited for changed.
+func (w *waitingRecord) announce(ctx context.Context, cli *clientv3.Client, keys []string) (<-chan struct{}, error) {
+	if w.ann != nil {
+		select {
+		case <-w.ann.Lost():
+			w.log.Warnf("waiting record %s lost with its lease: writing it again", w.ann.Key())
+			w.ann = nil
+		default:
+			if slices.Equal(keys, w.keys) {
+				return w.ann.Lost(), nil
+			}
+			w.withdraw()
+		}
+	}
+	actx, cancel := w.a.opCtx(ctx)
+	defer cancel()
+	ann, err := rotation.Announce(actx, cli, w.a.o.rotationPrefix, w.a.o.ttl,
+		rotation.Waiting{Host: w.host, Keys: keys, Since: w.since, PID: os.Getpid()})
+	if err != nil {
+		return nil, err
+	}
+	w.ann, w.keys = ann, keys
+	w.log.Infof("waiting record %s written (bound to a %ds lease: it goes when this process does)", ann.Key(), w.a.o.ttl)
+	return ann.Lost(), nil
+}
+
+// withdraw removes the record, if any.
+func (w *waitingRecord) withdraw() {
+	if w.ann == nil {
+		return
+	}
+	if err := w.ann.Withdraw(); err != nil {
+		w.log.WithError(err).Warn("waiting record not removed")
+	} else {
+		w.log.Debugf("waiting record %s removed", w.ann.Key())
+	}
+	w.ann = nil
 }
 
 // interrupted reports whether ctx ended by a signal (canceled), not by a

@@ -133,7 +133,7 @@ func testHelperKilled(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("the other host ran its restart command under the orphaned intent")
 	}
-	if st := runBin(t, env(s), "--lock-name", "killed", "status"); st.code != codeOK || !strings.Contains(st.stdout.String(), "hold:    ACTIVE") || !strings.Contains(st.stdout.String(), "intent:  victim ORPHANED") {
+	if st := runBin(t, env(s), "--lock-name", "killed", "status"); st.code != codeHold || !strings.Contains(st.stdout.String(), "hold:    ACTIVE") || !strings.Contains(st.stdout.String(), "intent:  victim ORPHANED") {
 		t.Fatalf("status: exit %d\n%s%s", st.code, st.stdout, st.stderr)
 	}
 	if retry := runBin(t, env(s), lockArgs("killed", "--host", "victim", "--", "true")...); retry.code != codeOK {

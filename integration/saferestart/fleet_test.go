@@ -148,6 +148,40 @@ func TestFleetCheck(t *testing.T) {
 		}
 		noHold(t, "fleet-graceful")
 	})
+	t.Run("reimaged master waits for this restart: not counted", func(t *testing.T) {
+		// The kubeadm reimage deadlock: m3 came back with a new key, has
+		// no identity Lease (its apiserver waits in wait-trusted for this
+		// restart to trust that key) but still publishes and records
+		// trust. Its waiting record lets the restart that trusts the key
+		// go; one waiting for a key this restart does not load does not.
+		newKey := keytest.EC(t)
+		newPub := keytest.PublicPEM(t, newKey.Public())
+		bundle := writeFile(t, filepath.Join(t.TempDir(), "bundle.pem"), newPub)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		for key, val := range map[string]string{
+			"/reimage/keys/m3.example.com":  string(newPub),
+			"/reimage/trust/m3.example.com": `{"host":"m3.example.com","trusted":[],"bundle_sha256":"","time":"2026-12-02T10:00:00Z"}`,
+			"/reimage/rotation/m3.example.com/waiting": `{"host":"m3.example.com","keys":["` + keytest.KeyID(t, newKey.Public()) +
+				`"],"since":"2026-12-02T10:00:00Z","pid":42}`,
+		} {
+			if _, err := cli.Put(ctx, key, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		onlyTwo := map[string]time.Duration{"m1": time.Second, "m2": 3 * time.Second, "m3": 20 * time.Minute}
+		prefixes := []string{"--keys-prefix", "/reimage/keys", "--trust-prefix", "/reimage/trust", "--rotation-prefix", "/reimage/rotation", "--fleet-timeout", "100ms"}
+		p, marker, _ := run(t, "fleet-reimage", func(int32) map[string]time.Duration { return onlyTwo }, append(prefixes, "--preflight-file", bundle)...)
+		if p.code != codeOK || !restarted(marker) || !strings.Contains(p.stderr.String(), "waiting for this restart to trust their key: m3.example.com") {
+			t.Fatalf("exit %d, restarted %v:\n%s", p.code, restarted(marker), p.stderr)
+		}
+		other := writeFile(t, filepath.Join(t.TempDir(), "other.pem"), keytest.PublicPEM(t, keytest.EC(t).Public()))
+		p, marker, _ = run(t, "fleet-reimage", func(int32) map[string]time.Duration { return onlyTwo }, append(prefixes, "--preflight-file", other)...)
+		if p.code != codeLockTimeout || restarted(marker) || !strings.Contains(p.stderr.String(), "m3 (renewed 20m0s ago)") {
+			t.Fatalf("a restart that does not trust m3's key: exit %d (want %d), restarted %v:\n%s", p.code, codeLockTimeout, restarted(marker), p.stderr)
+		}
+		noHold(t, "fleet-reimage")
+	})
 	t.Run("explicit minimum", func(t *testing.T) {
 		p, marker, _ := run(t, "fleet-min", func(int32) map[string]time.Duration { return m3down }, "--min-live-apiservers", "1")
 		if p.code != codeOK || !restarted(marker) {

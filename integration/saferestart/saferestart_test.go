@@ -471,8 +471,8 @@ func testStatus(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
 	}
 
 	p := runBin(t, env(s), "status", "--lock-name", "status", "--output", "json")
-	if p.code != codeOK {
-		t.Fatalf("status exit %d: %s", p.code, p.stderr)
+	if p.code != codeHold {
+		t.Fatalf("status exit %d under a hold, want %d: %s", p.code, codeHold, p.stderr)
 	}
 	type info struct {
 		Host     string     `json:"host"`
@@ -508,6 +508,9 @@ func testStatus(t *testing.T, s *etcdtest.Server, cli *clientv3.Client) {
 	}
 
 	text := runBin(t, env(s), "status", "--lock-name", "status")
+	if text.code != codeHold {
+		t.Errorf("status exit %d under a hold, want %d", text.code, codeHold)
+	}
 	for _, want := range []string{"holder:  status/", fmt.Sprintf("pid %d", holder.cmd.Process.Pid), "waiters: 2",
 		"1. status/", "2. status/", "no holder info", "hold:    ACTIVE", "maintenance window"} {
 		if !strings.Contains(text.stdout.String(), want) {

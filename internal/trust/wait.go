@@ -40,30 +40,50 @@ type WaitOptions struct {
 	// tool): they load the bundle when they first start, and waiting for
 	// them would never end.
 	SkipUnrecorded bool
+	// SkipSigningOf names a host whose trust record's signing key is not
+	// waited for: a key that host already signed with at its last recorded
+	// restart was trusted when it began to (wait-trusted --if-new-key).
+	// Read from every report, so that it holds when etcd answers late.
+	SkipSigningOf string
 	// OpTimeout bounds each etcd read (default 5s).
 	OpTimeout time.Duration
-	// RetryDelay is the pause before reading again after etcd failed
-	// (default 1s). Otherwise Wait is woken by etcd watch events only.
-	RetryDelay time.Duration
+	// RetryDelay is the first pause before reading again after etcd failed
+	// (default 1s); it doubles with each failure in a row, up to
+	// MaxRetryDelay (default 15s), so that a wait that outlives an etcd
+	// outage (a site's power cut) neither hammers it nor wakes late.
+	// Otherwise Wait is woken by etcd watch events only.
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
 	// Client, when Wait is given no client, returns it; its failure is
 	// retried as a failed read is (a caller may start before etcd answers).
 	Client func(context.Context) (*clientv3.Client, error)
-	Log    logrus.FieldLogger
+	// Announce, when set, is called after every read that leaves hosts to
+	// wait for, with the keys still waited for: it makes sure the caller's
+	// record of the wait exists, and returns a channel closed when that
+	// record is lost (Wait then reads and calls it again). Its failure is
+	// retried as a failed read is.
+	Announce func(ctx context.Context, cli *clientv3.Client, keys []string) (<-chan struct{}, error)
+	Log      logrus.FieldLogger
 }
 
 // Wait returns once every host among o.Among (by default every host that
 // publishes keys under the keys prefix), except those excluded, has a trust
 // record listing every one of o.Keys. It reads at one revision and then
 // sleeps on a watch of the prefixes read, so it wakes on the record that
-// completes the set, not on a timer. When ctx ends first it returns a
-// *NotTrustedError naming the hosts still missing. The report it returns is
-// the last one read (nil if none could be).
+// completes the set, not on a timer. While etcd does not answer it keeps
+// trying, backing off, and logs when the outage starts and when it ends.
+// When ctx ends first it returns a *NotTrustedError naming the hosts still
+// missing. The report it returns is the last one read (nil if none could
+// be).
 func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 5 * time.Second
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = time.Second
+	}
+	if o.MaxRetryDelay < o.RetryDelay {
+		o.MaxRetryDelay = max(15*time.Second, o.RetryDelay)
 	}
 	log := o.Log
 	if log == nil {
@@ -73,7 +93,8 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 	}
 	var last *Report
 	var lastMissing []string
-	etcdDown := false
+	var downSince time.Time // zero while etcd answers
+	delay := o.RetryDelay
 	fail := func(err error) (*Report, error) {
 		hosts := lastMissing
 		if last == nil {
@@ -83,6 +104,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 	}
 	for {
 		var rep *Report
+		var lost <-chan struct{}
 		var err error
 		if cli == nil {
 			cli, err = o.Client(ctx)
@@ -90,45 +112,67 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 		if err == nil {
 			rep, err = o.collect(ctx, cli)
 		}
+		keys := o.Keys
+		var missing []string
+		if err == nil {
+			keys = o.waitedFor(rep)
+			exclude := o.Exclude
+			if o.SkipUnrecorded {
+				exclude = append(slices.Clone(exclude), rep.Unrecorded()...)
+			}
+			missing = rep.NotTrustingAmong(o.Among, keys, exclude)
+			if len(missing) > 0 && o.Announce != nil {
+				lost, err = o.Announce(ctx, cli, keys)
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return fail(ctx.Err())
 			}
-			if !etcdDown {
-				log.WithError(err).Warn("cannot read key trust from etcd: retrying until the wait ends")
-				etcdDown = true
+			if downSince.IsZero() {
+				log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", o.MaxRetryDelay)
+				downSince = time.Now()
 			}
-			t := time.NewTimer(o.RetryDelay)
+			t := time.NewTimer(delay)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return fail(ctx.Err())
 			case <-t.C:
 			}
+			delay = min(2*delay, o.MaxRetryDelay)
 			continue
 		}
-		if etcdDown {
-			log.Info("key trust readable from etcd again")
-			etcdDown = false
+		if !downSince.IsZero() {
+			log.Infof("etcd answers again, after %s", time.Since(downSince).Round(time.Second))
+			downSince, delay = time.Time{}, o.RetryDelay
 		}
 		last = rep
-		exclude := o.Exclude
-		if o.SkipUnrecorded {
-			exclude = append(slices.Clone(exclude), rep.Unrecorded()...)
-		}
-		missing := rep.NotTrustingAmong(o.Among, o.Keys, exclude)
 		if len(missing) == 0 {
 			return rep, nil
 		}
 		if !slices.Equal(missing, lastMissing) {
-			log.WithFields(logrus.Fields{"keys": strings.Join(o.Keys, ","), "hosts": strings.Join(missing, ",")}).
-				Infof("waiting for %s to trust key %s", strings.Join(missing, ", "), strings.Join(o.Keys, ", "))
+			log.WithFields(logrus.Fields{"keys": strings.Join(keys, ","), "hosts": strings.Join(missing, ",")}).
+				Infof("waiting for %s to trust key %s", strings.Join(missing, ", "), strings.Join(keys, ", "))
 			lastMissing = missing
 		}
-		if err := o.waitChange(ctx, cli, rep.Revision); err != nil && ctx.Err() != nil {
+		if err := o.waitChange(ctx, cli, rep.Revision, lost); err != nil && ctx.Err() != nil {
 			return fail(ctx.Err())
 		}
 	}
+}
+
+// waitedFor is o.Keys without the key o.SkipSigningOf signed with at its
+// last recorded restart.
+func (o *WaitOptions) waitedFor(rep *Report) []string {
+	if o.SkipSigningOf == "" {
+		return o.Keys
+	}
+	own := rep.RecordOf(o.SkipSigningOf)
+	if own == nil || own.Signing == "" {
+		return o.Keys
+	}
+	return slices.DeleteFunc(slices.Clone(o.Keys), func(k string) bool { return k == own.Signing })
 }
 
 // collect reads the report the wait looks at, within o.OpTimeout.
@@ -142,8 +186,8 @@ func (o *WaitOptions) collect(ctx context.Context, cli *clientv3.Client) (*Repor
 }
 
 // waitChange returns at the first change under a prefix read after rev,
-// or when a watch fails (the caller then reads again).
-func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev int64) error {
+// when lost closes, or when a watch fails (the caller then reads again).
+func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev int64, lost <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var keys clientv3.WatchChan // nil, never ready, when the keys are not read
@@ -158,6 +202,8 @@ func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev 
 		return ctx.Err()
 	case resp, ok = <-keys:
 	case resp, ok = <-trust:
+	case <-lost:
+		return nil
 	}
 	if !ok {
 		return errors.New("watch closed")

@@ -61,6 +61,12 @@ type Config struct {
 	// lose it. A Lease matches an expected host when its hostname label
 	// equals the name or the name's first label.
 	Expected []string
+	// Waiting are hosts whose apiserver is not serving because it waits
+	// (wait-trusted) for this host's restart to trust its key: neither
+	// their Lease nor Expected counts them, for refusing that restart
+	// would keep both down for good (a reimaged kubeadm master). Matched
+	// as Expected is.
+	Waiting []string
 	// Timeout bounds Wait.
 	Timeout time.Duration
 	// Interval is the pause between reads while Wait waits.
@@ -83,6 +89,8 @@ type Status struct {
 	Missing []string
 	// Want is how many other hosts must be live.
 	Want int
+	// Waiting are the hosts left out as Config.Waiting says.
+	Waiting []string
 }
 
 // OK is whether enough other apiservers are live.
@@ -95,6 +103,9 @@ func (s Status) String() string {
 	}
 	if len(s.Missing) > 0 {
 		msg += "; not live: " + strings.Join(s.Missing, ", ")
+	}
+	if len(s.Waiting) > 0 {
+		msg += "; not counted, waiting for this restart to trust their key: " + strings.Join(s.Waiting, ", ")
 	}
 	return msg
 }
@@ -204,6 +215,8 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 	short, _, _ := strings.Cut(cfg.Host, ".")
 	newest := map[string]time.Time{}
 	self := map[string]bool{}
+	var s Status
+	waiting := map[string]bool{}
 	for _, l := range items {
 		host := l.Labels[HostnameLabel]
 		if host == "" {
@@ -211,6 +224,10 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		}
 		if host == cfg.Host || host == short {
 			self[host] = true
+			continue
+		}
+		if w := matching(cfg.Waiting, host); w != "" {
+			waiting[w] = true
 			continue
 		}
 		var t time.Time
@@ -224,11 +241,14 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 			newest[host] = t
 		}
 	}
-	var s Status
 	seen := 0
 	expected := map[string]bool{}
 	for _, e := range cfg.Expected {
 		if e == cfg.Host || e == "" {
+			continue
+		}
+		if w := matching(cfg.Waiting, e); w != "" {
+			waiting[w] = true
 			continue
 		}
 		first, _, _ := strings.Cut(e, ".")
@@ -259,6 +279,10 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 	for h := range self {
 		s.Self = append(s.Self, h)
 	}
+	for h := range waiting {
+		s.Waiting = append(s.Waiting, h)
+	}
+	sort.Strings(s.Waiting)
 	sort.Strings(s.Self)
 	sort.Strings(s.Live)
 	sort.Strings(s.Missing)
@@ -267,6 +291,20 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		s.Want = cfg.MinLive
 	}
 	return s
+}
+
+// matching returns the name among names that host (a Lease's hostname
+// label, or a full name) is: equal, or one of them is the other's first
+// label. "" when none is.
+func matching(names []string, host string) string {
+	hostFirst, _, _ := strings.Cut(host, ".")
+	for _, n := range names {
+		first, _, _ := strings.Cut(n, ".")
+		if n != "" && (n == host || first == host || n == hostFirst) {
+			return n
+		}
+	}
+	return ""
 }
 
 // Wait reads the Leases until enough other apiservers are live, for up to

@@ -208,3 +208,39 @@ func TestRESTConfig(t *testing.T) {
 		t.Errorf("missing kubeconfig: %v", err)
 	}
 }
+
+// The kubeadm reimage deadlock: m2 came back with a new key and its
+// apiserver waits (wait-trusted) for m1's restart to trust that key, so m2
+// has no live Lease and still records trust. Counting it would refuse
+// m1's restart for good; a host that waits is left out (and said so),
+// whether its old Lease is still there or not.
+func TestCheckWaitingHostDoesNotRefuse(t *testing.T) {
+	for name, items := range map[string][]*coordinationv1.Lease{
+		"old Lease":  {lease("a1", "m1", time.Second), lease("a2", "m2", 20*time.Minute), lease("a3", "m3", time.Second)},
+		"Lease gone": {lease("a1", "m1", time.Second), lease("a3", "m3", time.Second)},
+	} {
+		var objs []runtime.Object
+		for _, l := range items {
+			objs = append(objs, l)
+		}
+		leases := fake.NewClientset(objs...).CoordinationV1().Leases(Namespace)
+		c := cfg("m1.example.com", AllOthers)
+		c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com"}
+		s, err := Check(context.Background(), leases, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.OK() {
+			t.Fatalf("%s: without the waiting record m2 must be missing: %s", name, s)
+		}
+		c.Waiting = []string{"m2.example.com"}
+		s, err = Check(context.Background(), leases, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.OK() || s.Want != 1 || strings.Join(s.Live, ",") != "m3" || len(s.Missing) != 0 || strings.Join(s.Waiting, ",") != "m2.example.com" ||
+			!strings.Contains(s.String(), "waiting for this restart to trust their key: m2.example.com") {
+			t.Errorf("%s: m2 waits for this restart: got %s (want %d)", name, s, s.Want)
+		}
+	}
+}

@@ -32,7 +32,7 @@ func TestCollectIntents(t *testing.T) {
 		return int64(l.ID)
 	}
 	put("m3")
-	r, err := Collect(ctx, cli, "l", "l-hold")
+	r, err := Collect(ctx, cli, "l", "l-hold", "/rot")
 	if err != nil || r.Hold != nil || len(r.Intents) != 1 || r.Intents[0].Orphaned {
 		t.Fatalf("live intent: %+v %v", r, err)
 	}
@@ -45,7 +45,7 @@ func TestCollectIntents(t *testing.T) {
 	if _, err := cli.Revoke(ctx, clientv3.LeaseID(put("m2"))); err != nil {
 		t.Fatal(err)
 	}
-	r, err = Collect(ctx, cli, "l", "l-hold")
+	r, err = Collect(ctx, cli, "l", "l-hold", "/rot")
 	if err != nil || r.Hold == nil || r.Hold.Host != "m2" || len(r.Intents) != 2 {
 		t.Fatalf("orphaned intent: %+v %v", r, err)
 	}
@@ -76,7 +76,7 @@ func TestCollectHolderTTL(t *testing.T) {
 	if _, err := cli.Put(ctx, lock.Prefix("l")+strconv.FormatInt(int64(l.ID), 16), "", clientv3.WithLease(l.ID)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Collect(ctx, cli, "l", "l-hold")
+	r, err := Collect(ctx, cli, "l", "l-hold", "/rot")
 	if err != nil || r.Holder == nil || r.Holder.TTL < 1 || r.Holder.TTL > 60 {
 		t.Fatalf("holder %+v (lease TTL 60), %v", r.Holder, err)
 	}

@@ -1,5 +1,7 @@
 // Package status gathers what operators ask about: who holds the restart
-// lock, who waits (in FIFO order), and whether a hold stops the line.
+// lock, who waits (in FIFO order), whether a hold stops the line, and where
+// each host's key rotation stands (and whether its apiserver waits for a
+// key to be trusted).
 package status
 
 import (
@@ -12,6 +14,7 @@ import (
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 // Report is the state of one lock and its hold key.
@@ -27,10 +30,17 @@ type Report struct {
 	// Intents are the restart intents under the hold key, live (a restart
 	// under way) or orphaned (its helper died: counted in Hold).
 	Intents []hold.Intent `json:"intents"`
+	// RotationPrefix is where Rotations were read.
+	RotationPrefix string `json:"rotation_prefix"`
+	// Rotations are the hosts that have rotation records: the phase of
+	// their last rotation, whether one runs, whether their apiserver
+	// waits (wait-trusted) for a key to be trusted.
+	Rotations []rotation.HostRecords `json:"rotations"`
 }
 
-// Collect reads the lock queue, the hold and the restart intents.
-func Collect(ctx context.Context, kv hold.Client, lockName, holdKey string) (*Report, error) {
+// Collect reads the lock queue, the hold, the restart intents and the
+// rotation records under rotationPrefix.
+func Collect(ctx context.Context, kv hold.Client, lockName, holdKey, rotationPrefix string) (*Report, error) {
 	entries, rev, err := lock.Queue(ctx, kv, lockName)
 	if err != nil {
 		return nil, err
@@ -49,6 +59,10 @@ func Collect(ctx context.Context, kv hold.Client, lockName, holdKey string) (*Re
 		return nil, err
 	}
 	if r.Intents, err = hold.Intents(ctx, kv, holdKey); err != nil {
+		return nil, err
+	}
+	r.RotationPrefix = rotationPrefix
+	if r.Rotations, err = rotation.List(ctx, kv, rotationPrefix); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -95,6 +109,40 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "intent:  %s %s, started %s: %s\n", in.Host, state, in.Started.UTC().Format(time.RFC3339), in.What)
 	}
+	if len(r.Rotations) == 0 {
+		fmt.Fprintf(&b, "rotations: none (%s)\n", r.RotationPrefix)
+	} else {
+		fmt.Fprintf(&b, "rotations: (%s)\n", r.RotationPrefix)
+	}
+	for _, h := range r.Rotations {
+		fmt.Fprintf(&b, "  %s: %s\n", h.Host, rotationText(h))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rotationText is one host's rotation records in a line.
+func rotationText(h rotation.HostRecords) string {
+	var parts []string
+	switch {
+	case h.StateError != "":
+		parts = append(parts, "state UNREADABLE: "+h.StateError)
+	case h.State != nil:
+		st := h.State
+		p := fmt.Sprintf("phase %s (next %s, previous %s, updated %s", st.Phase, st.Next, st.Previous, st.Updated.UTC().Format(time.RFC3339))
+		if st.Phase == rotation.PhaseInstalled && !st.RetireAfter.IsZero() {
+			p += ", previous key retired after " + st.RetireAfter.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, p+")")
+	default:
+		parts = append(parts, "no rotation recorded")
+	}
+	if h.Rotating {
+		parts = append(parts, "a rotate-key or retire-keys runs now")
+	}
+	if h.Waiting != nil {
+		parts = append(parts, fmt.Sprintf("its apiserver WAITS for key %s to be trusted (wait-trusted since %s, pid %d)",
+			strings.Join(h.Waiting.Keys, ", "), h.Waiting.Since.UTC().Format(time.RFC3339), h.Waiting.PID))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 func TestWriteTextAndJSON(t *testing.T) {
@@ -63,5 +64,47 @@ func TestWriteTextAndJSON(t *testing.T) {
 	_ = empty.WriteText(&b)
 	if !strings.Contains(b.String(), "holder:  none") || !strings.Contains(b.String(), "waiters: none") || !strings.Contains(b.String(), "hold:    none") {
 		t.Errorf("empty report:\n%s", b.String())
+	}
+}
+
+// status shows each host's rotation phase, a running rotation, and an
+// apiserver that waits for its key to be trusted (README: "status shows
+// the lock, holds and rotations").
+func TestWriteRotations(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &Report{Lock: "l", HoldKey: "l-hold", Waiters: []lock.Entry{}, RotationPrefix: "/rot", Rotations: []rotation.HostRecords{
+		{Host: "m1", State: &rotation.State{Host: "m1", Phase: rotation.PhaseInstalled, Next: "K2", Previous: "K1", Updated: at, RetireAfter: at.Add(time.Hour)}},
+		{Host: "m2", Waiting: &rotation.Waiting{Host: "m2", Keys: []string{"K9"}, Since: at, PID: 7}},
+		{Host: "m3", State: &rotation.State{Host: "m3", Phase: rotation.PhasePublished, Next: "K4", Previous: "K3", Updated: at}, Rotating: true},
+		{Host: "m4", StateError: "/rot/m4/state is not a rotation record"},
+	}}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"rotations: (/rot)\n",
+		"  m1: phase installed (next K2, previous K1, updated 2030-01-01T00:00:00Z, previous key retired after 2030-01-01T01:00:00Z)\n",
+		"  m2: no rotation recorded; its apiserver WAITS for key K9 to be trusted (wait-trusted since 2030-01-01T00:00:00Z, pid 7)\n",
+		"  m3: phase published (next K4, previous K3, updated 2030-01-01T00:00:00Z); a rotate-key or retire-keys runs now\n",
+		"  m4: state UNREADABLE: /rot/m4/state is not a rotation record\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Rotations) != 4 || back.Rotations[0].State.Phase != rotation.PhaseInstalled ||
+		back.Rotations[1].Waiting.Keys[0] != "K9" || !back.Rotations[2].Rotating {
+		t.Fatalf("json round trip: %v\n%s", err, b.String())
+	}
+	b.Reset()
+	_ = (&Report{Lock: "l", HoldKey: "l-hold", RotationPrefix: "/rot"}).WriteText(&b)
+	if !strings.Contains(b.String(), "rotations: none (/rot)") {
+		t.Errorf("no rotations:\n%s", b.String())
 	}
 }
