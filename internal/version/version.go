@@ -14,7 +14,7 @@ import (
 )
 
 // Version is the release version: the tag without its v, or
-// 0.0.0~git<YYYYMMDD>.<hash> between tags; "dev" when built without the
+// 0.0.0~git<YYYYMMDDhhmmss>.<hash> before any tag; "dev" when built without the
 // Makefile.
 var Version = "dev"
 
