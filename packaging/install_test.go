@@ -244,6 +244,17 @@ func checkModes(t *testing.T, root string) {
 	}
 }
 
+// examples/kubeadm/confd is copied whole to a kubeadm master's /etc/confd,
+// so it holds its own confd.toml and bundle template: they must stay
+// examples/confd's, which the rehearsal runs.
+func TestKubeadmConfdirCopiesAreTheExamples(t *testing.T) {
+	for _, rel := range []string{"confd.toml", "templates/sa-bundle.pem.tmpl"} {
+		if got, want := example(t, "kubeadm/confd/"+rel), example(t, "confd/"+rel); got != want {
+			t.Errorf("examples/kubeadm/confd/%s differs from examples/confd/%s: copy it", rel, rel)
+		}
+	}
+}
+
 // A KIND that is neither is refused, naming both.
 func TestInstallUnknownKind(t *testing.T) {
 	cmd := exec.Command("make", "-s", "install-files", "KIND=static-pod", "BIN="+fakeBin(t), "DESTDIR="+t.TempDir())
