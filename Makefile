@@ -161,7 +161,8 @@ lint: $(STATICCHECK) $(DEADCODE)
 # Every unit and integration test once, under the race detector (the lock,
 # watch and command code is concurrent, and a race found here costs less
 # than one found on a master), then the full fleet rehearsal. Integration
-# tests start real etcd servers on 127.0.0.1 and drive the built binaries.
+# tests start real etcd servers on 127.0.0.1 and drive the built binaries;
+# packaging's TestDist runs make dist for amd64 with nfpm (about 20 s warm).
 test: etcd kube-apiserver kube-controller-manager nfpm build fmt-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) rehearsal
