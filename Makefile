@@ -30,7 +30,7 @@ DESTDIR    ?=
 SYSTEMDDIR ?= /etc/systemd/system
 INSTALL    ?= install
 
-.PHONY: all build print-version etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check lint bench bench-smoke demo install clean
+.PHONY: all build print-version etcd kube-apiserver kube-controller-manager test unit integration integration-all rehearsal rehearsal-core-all race vet fmt-check lint bench bench-smoke demo install install-files dist nfpm clean
 
 all: build
 
@@ -63,24 +63,65 @@ kube-apiserver:
 kube-controller-manager:
 	KUBE_CMD=kube-controller-manager ./scripts/build-kube-apiserver.sh
 
-# The binaries into $(DESTDIR)$(PREFIX)/bin, the systemd units into
-# $(DESTDIR)$(SYSTEMDDIR), and the example confdir (conf.d, templates,
-# confd.toml) and safe-restart.toml into $(DESTDIR)$(PREFIX)/share/keysync,
-# to copy from: /etc/confd and /etc/kubernetes are the site's and never
-# written. Every /usr/local/bin path in them is pointed at $(PREFIX)/bin.
-SHAREDIR = $(PREFIX)/share/keysync
+# The binaries into $(DESTDIR)$(PREFIX)/bin, one kind of master's systemd
+# units (KIND=binary: kube-apiserver as a systemd unit; KIND=kubeadm: as a
+# static pod) into $(DESTDIR)$(SYSTEMDDIR), and every example, both kinds'
+# units and the kube-apiserver.service.d drop-ins included, into
+# $(DESTDIR)$(DOCDIR)/examples, to copy from. Nothing is armed: no unit is
+# enabled, no drop-in is on systemd's unit path, and /etc/confd and
+# /etc/kubernetes are the site's and never written (scripts/install.sh
+# says why each file goes where it goes). install-files installs what
+# $(BIN) holds without building, as make dist does for each architecture.
+KIND   ?= binary
+DOCDIR ?= $(PREFIX)/share/doc/keysync
+BIN    ?= bin
 install: build
-	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSTEMDDIR) $(DESTDIR)$(SYSTEMDDIR)/kube-apiserver.service.d
-	$(INSTALL) -d $(DESTDIR)$(SHAREDIR)/confd/conf.d $(DESTDIR)$(SHAREDIR)/confd/templates
-	$(INSTALL) -m 0755 bin/confd bin/kube-apiserver-safe-restart bin/kube-apiserver-sa-signer $(DESTDIR)$(PREFIX)/bin/
-	for u in examples/systemd/*.service examples/systemd/*.path examples/systemd/*.timer examples/systemd/*.service.d/*.conf; do \
-		d="$(DESTDIR)$(SYSTEMDDIR)/$${u#examples/systemd/}"; \
-		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$u" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
-	done
-	for f in examples/confd/confd.toml examples/confd/conf.d/*.toml examples/confd/templates/*.tmpl examples/safe-restart.toml; do \
-		case "$$f" in examples/confd/*) d="$(DESTDIR)$(SHAREDIR)/confd/$${f#examples/confd/}";; *) d="$(DESTDIR)$(SHAREDIR)/$${f#examples/}";; esac; \
-		sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "$$f" >"$$d.tmp" && chmod 0644 "$$d.tmp" && mv "$$d.tmp" "$$d" || exit 1; \
-	done
+	@$(MAKE) --no-print-directory install-files
+install-files:
+	KIND=$(KIND) BIN=$(BIN) DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) SYSTEMDDIR=$(SYSTEMDDIR) DOCDIR=$(DOCDIR) scripts/install.sh
+
+# Release artifacts in $(DIST) (dist/): the three static binaries for each of
+# DIST_ARCHES (dist/NAME-linux-ARCH), a .deb and an .rpm per architecture,
+# and SHA256SUMS of them all. Each package is what `make install-files
+# KIND=binary PREFIX=/usr SYSTEMDDIR=/usr/lib/systemd/system` stages for
+# that architecture, packaged by nfpm (packaging/nfpm.yaml): units not
+# enabled, drop-ins and kubeadm units under /usr/share/doc/keysync/examples.
+# Reproducible: the binaries are stamped with the commit's date and every
+# file's time is SOURCE_DATE_EPOCH (the commit's when unset), so a rebuild
+# of a commit gives the same SHA256SUMS. nfpm is a pinned tool built from
+# the Go module proxy into .tools/bin, as staticcheck is, not a module
+# dependency: nothing of it can reach the shipped binaries.
+NFPM_VERSION ?= v2.48.0
+NFPM        := .tools/bin/nfpm@$(NFPM_VERSION)
+DIST_ARCHES ?= amd64 arm64
+DIST_CMDS   := confd kube-apiserver-safe-restart kube-apiserver-sa-signer
+DIST        ?= dist
+
+.tools/bin/nfpm@%:
+	GOFLAGS=-mod=mod GOBIN=$(CURDIR)/.tools/bin/.install-nfpm $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$*
+	mv .tools/bin/.install-nfpm/nfpm $@ && rmdir .tools/bin/.install-nfpm
+
+nfpm: $(NFPM)
+
+dist: $(NFPM)
+	rm -rf $(DIST)
+	@set -e; epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}; \
+	for arch in $(DIST_ARCHES); do \
+		stage=$(DIST)/.build/$$arch; \
+		for b in $(DIST_CMDS); do \
+			echo "build $$stage/bin/$$b (linux/$$arch)"; \
+			CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$stage/bin/$$b ./cmd/$$b; \
+			cp $$stage/bin/$$b $(DIST)/$$b-linux-$$arch; \
+		done; \
+		$(MAKE) --no-print-directory install-files KIND=binary BIN=$$stage/bin DESTDIR=$(abspath $(DIST))/.build/$$arch/root \
+			PREFIX=/usr SYSTEMDDIR=/usr/lib/systemd/system DOCDIR=/usr/share/doc/keysync; \
+		find $$stage/root $(DIST)/*-linux-$$arch -exec touch -h -d @$$epoch {} +; \
+		for p in deb rpm; do \
+			SOURCE_DATE_EPOCH=$$epoch VERSION=$(VERSION) ARCH=$$arch STAGE=$$stage/root $(NFPM) package -f packaging/nfpm.yaml -p $$p -t $(DIST)/; \
+		done; \
+	done; \
+	rm -rf $(DIST)/.build; \
+	cd $(DIST) && sha256sum $$(ls) >SHA256SUMS && cat SHA256SUMS
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -120,8 +161,9 @@ lint: $(STATICCHECK) $(DEADCODE)
 # Every unit and integration test once, under the race detector (the lock,
 # watch and command code is concurrent, and a race found here costs less
 # than one found on a master), then the full fleet rehearsal. Integration
-# tests start real etcd servers on 127.0.0.1 and drive the built binaries.
-test: etcd kube-apiserver kube-controller-manager build fmt-check vet
+# tests start real etcd servers on 127.0.0.1 and drive the built binaries;
+# packaging's TestDist runs make dist for amd64 with nfpm (about 20 s warm).
+test: etcd kube-apiserver kube-controller-manager nfpm build fmt-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) rehearsal
 
@@ -180,7 +222,7 @@ integration-all: etcd kube-apiserver
 	fi
 
 # The same suite as make test's first step, without the rehearsal.
-race: etcd kube-apiserver
+race: etcd kube-apiserver nfpm
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # The performance harness: its own etcd, every target's scenario several

@@ -1,93 +1,12 @@
 package rehearsal
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/keysync/confd/internal/etcdtest"
 )
-
-// `make install` puts both binaries under $(DESTDIR)$(PREFIX)/bin, every
-// unit under $(DESTDIR)$(SYSTEMDDIR) and the example confdir and
-// safe-restart.toml under $(DESTDIR)$(PREFIX)/share/keysync, every
-// /usr/local/bin path in them pointed at PREFIX; it writes nothing to
-// /etc/confd or /etc/kubernetes, and no installed file names /usr/local/bin.
-func TestMakeInstall(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Fatalf("make: %v", err)
-	}
-	dest := t.TempDir()
-	cmd := exec.Command("make", "install", "DESTDIR="+dest, "PREFIX=/usr")
-	cmd.Dir = etcdtest.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make install: %v\n%s", err, out)
-	}
-	for _, b := range []string{"confd", "kube-apiserver-safe-restart"} {
-		fi, err := os.Stat(filepath.Join(dest, "usr/bin", b))
-		if err != nil || fi.Mode()&0o111 == 0 {
-			t.Errorf("%s not installed as an executable: %v", b, err)
-		}
-	}
-	ex := filepath.Join(etcdtest.RepoRoot(), "examples")
-	want := map[string]string{} // installed path -> example path
-	for pattern, dir := range map[string]string{
-		"systemd/*.*": "etc/systemd/system", "systemd/*.service.d/*.conf": "etc/systemd/system",
-		"confd/confd.toml": "usr/share/keysync/confd", "confd/conf.d/*.toml": "usr/share/keysync/confd",
-		"confd/templates/*.tmpl": "usr/share/keysync/confd", "safe-restart.toml": "usr/share/keysync",
-	} {
-		matches, _ := filepath.Glob(filepath.Join(ex, pattern))
-		if len(matches) == 0 {
-			t.Fatalf("no example matches %s", pattern)
-		}
-		for _, m := range matches {
-			if fi, err := os.Stat(m); err != nil || fi.IsDir() {
-				continue
-			}
-			rel, _ := filepath.Rel(ex, m)
-			base := strings.SplitN(filepath.ToSlash(rel), "/", 2)
-			inst := filepath.Join(dest, dir, rel)
-			if base[0] == "systemd" || base[0] == "confd" {
-				inst = filepath.Join(dest, dir, base[1])
-			}
-			want[inst] = m
-		}
-	}
-	for inst, src := range want {
-		got, err := os.ReadFile(inst)
-		if err != nil {
-			t.Errorf("%s not installed: %v", src, err)
-			continue
-		}
-		orig, _ := os.ReadFile(src)
-		if w := strings.ReplaceAll(string(orig), "/usr/local/bin/", "/usr/bin/"); string(got) != w {
-			t.Errorf("%s installed as:\n%s\nwant:\n%s", inst, got, w)
-		}
-	}
-	err := filepath.WalkDir(dest, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dest, p)
-		if strings.HasPrefix(rel, "etc/confd") || strings.HasPrefix(rel, "etc/kubernetes") {
-			t.Errorf("make install wrote %s: the site's configuration is never written", rel)
-		}
-		if strings.HasPrefix(rel, "usr/bin/") {
-			return nil // the binaries
-		}
-		if data, _ := os.ReadFile(p); strings.Contains(string(data), "/usr/local/bin") {
-			t.Errorf("installed %s still names /usr/local/bin", rel)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // Nothing in the examples needs etcdctl, and every command of
 // kube-apiserver-safe-restart in them reads the one configuration file

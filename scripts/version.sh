@@ -2,8 +2,10 @@
 # Prints what the Makefile stamps into internal/version:
 #   version.sh version   the tag without its v (git describe --tags --match 'v[0-9]*':
 #                        'v*' would take a tag such as validated-candidate),
-#                        with +N.gHASH past it; with no tag 0.0.0~gitYYYYMMDD.HASH
-#                        (the commit's date, UTC); +dirty with uncommitted changes
+#                        a pre-release's - as ~ (v1.2.0-rc1 -> 1.2.0~rc1), with
+#                        +N.gHASH past it; with no tag 0.0.0~gitYYYYMMDDhhmmss.HASH
+#                        (the commit's date and time, UTC); +dirty with
+#                        uncommitted changes
 #   version.sh commit    the full commit hash
 #   version.sh date      SOURCE_DATE_EPOCH, else the commit's committer date,
 #                        RFC 3339 in UTC
@@ -11,8 +13,11 @@
 #
 # Every form sorts as dpkg and apt sort versions (dpkg --compare-versions):
 # ~ sorts before anything, so a snapshot 0.0.0~git... is older than any
-# 0.0.0 or later release, and snapshots sort by date (two of one day by
-# hash, i.e. not in order). The markers after a version use +, which
+# 0.0.0 or later release, and snapshots sort by their commit's time, to
+# the second (a date alone would sort two of one day by hash). A
+# pre-release tag's - becomes ~ so that 1.2.0~rc1 < 1.2.0, as semver has
+# it; kept, 1.2.0-rc1 would be 1.2.0 with packaging revision rc1, after
+# 1.2.0. The markers after a version use +, which
 # sorts after the version it follows: 1.2.3 < 1.2.3+4.gHASH < 1.2.4, and a
 # dirty build sorts after the clean build of its commit. git describe's
 # own - (1.2.3-4-gHASH, -dirty) would not do: in a Debian version the last
@@ -35,10 +40,13 @@ version)
 		dirty=+dirty
 	fi
 	if v=$(git describe --tags --match 'v[0-9]*' 2>/dev/null); then
-		# v1.2.3 -> 1.2.3; v1.2.3-4-gabc1234 -> 1.2.3+4.gabc1234
-		echo "$v" | sed -e 's/^v//' -e 's/-\([0-9][0-9]*\)-\(g[0-9a-f]*\)$/+\1.\2/' -e "s/\$/$dirty/"
+		# v1.2.3 -> 1.2.3; v1.2.3-4-gabc1234 -> 1.2.3+4.gabc1234;
+		# v1.2.3-rc.1-4-gabc1234 -> 1.2.3~rc.1+4.gabc1234 (no - is left:
+		# a pre-release's first becomes ~, any later one .)
+		echo "$v" | sed -e 's/^v//' -e 's/-\([0-9][0-9]*\)-\(g[0-9a-f]*\)$/+\1.\2/' \
+			-e 's/-/~/' -e 's/-/./g' -e "s/\$/$dirty/"
 	else
-		echo "0.0.0~git$(stamp "$(git log -1 --format=%ct)" %Y%m%d).$(git rev-parse --short=12 HEAD)$dirty"
+		echo "0.0.0~git$(stamp "$(git log -1 --format=%ct)" %Y%m%d%H%M%S).$(git rev-parse --short=12 HEAD)$dirty"
 	fi
 	;;
 commit)

@@ -103,6 +103,17 @@ func TestCheckConfigContactsNoStore(t *testing.T) {
 	}
 }
 
+// A kubeadm master's confdir is examples/kubeadm/confd alone, copied whole
+// to /etc/confd (docs/kubeadm.md): its confd.toml, resource and template
+// pass -check-config with nothing from examples/confd.
+func TestCheckConfigKubeadmExample(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "kubeadm", "confd")
+	code, out, errs := runConfd("-check-config", "-confdir", dir, "-config-file", filepath.Join(dir, "confd.toml"))
+	if code != 0 || !strings.Contains(out, "OK: 1 resource(s), 1 template(s)") {
+		t.Errorf("confd -check-config -confdir examples/kubeadm/confd: exit %d:\n%s%s", code, out, errs)
+	}
+}
+
 func TestValidateFromMockData(t *testing.T) {
 	node, contacts := deadStore(t)
 	dir, out := mixedConfdir(t, node)

@@ -1,6 +1,7 @@
 // Package toolbin finds the third-party binaries tests run (etcd, etcdctl,
-// kube-apiserver, kube-controller-manager) where `make etcd`,
-// `make kube-apiserver` and `make kube-controller-manager` put them.
+// kube-apiserver, kube-controller-manager, nfpm) where `make etcd`,
+// `make kube-apiserver`, `make kube-controller-manager` and `make nfpm`
+// put them.
 //
 // It never builds them (a test that compiled etcd or Kubernetes would turn
 // a unit-test run into minutes of building) and never takes them from
@@ -133,6 +134,22 @@ func Kube(t testing.TB, name string) string {
 	}
 	if !executable(p) {
 		Missing(t, name+" not built: run `"+k.target+"` (looked for "+p+from+")")
+	}
+	return p
+}
+
+// NfpmVersion is the nfpm release `make dist` packages with; the
+// Makefile's NFPM_VERSION must be the same (a test checks it), so that the
+// packaging test runs the tool make dist runs.
+const NfpmVersion = "v2.48.0"
+
+// Nfpm returns the path of the nfpm `make nfpm` built
+// (.tools/bin/nfpm@NfpmVersion), or ends the test as Missing says.
+func Nfpm(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(), ".tools", "bin", "nfpm@"+NfpmVersion)
+	if !executable(p) {
+		Missing(t, "nfpm not built: run `make nfpm` (looked for "+p+")")
 	}
 	return p
 }

@@ -161,6 +161,18 @@ func TestDefaultAgreesWithMakefile(t *testing.T) {
 	}
 }
 
+// make dist packages with the nfpm the packaging test looks for.
+func TestNfpmAgreesWithMakefile(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join(RepoRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^NFPM_VERSION\s*\?=\s*(\S+)\s*$`).FindSubmatch(mk)
+	if m == nil || string(m[1]) != NfpmVersion {
+		t.Errorf("the Makefile's NFPM_VERSION line is %q, want %s", m, NfpmVersion)
+	}
+}
+
 func TestPatchOrder(t *testing.T) {
 	if patch("/x/etcd-3.6.9") >= patch("/x/etcd-3.6.16") {
 		t.Error("3.6.9 sorts after 3.6.16")

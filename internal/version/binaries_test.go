@@ -15,7 +15,7 @@ func TestBinariesPrintStamp(t *testing.T) {
 		t.Skip("builds the three binaries")
 	}
 	const (
-		v      = "0.0.0~git20240102.0123456789ab+dirty"
+		v      = "0.0.0~git20240102030405.0123456789ab+dirty"
 		commit = "0123456789abcdef0123456789abcdef01234567"
 		date   = "2024-01-02T03:04:05Z"
 	)

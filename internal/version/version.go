@@ -10,12 +10,14 @@ package version
 
 import (
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
 // Version is the release version: the tag without its v, or
-// 0.0.0~git<YYYYMMDD>.<hash> between tags; "dev" when built without the
-// Makefile.
+// 0.0.0~git<YYYYMMDDhhmmss>.<hash> before any tag; built without the
+// Makefile, the module's version without its v (`go install ...@v1.2.3`),
+// else "dev".
 var Version = "dev"
 
 // Commit is the full commit hash and Date its date, RFC 3339 in UTC. Built
@@ -31,6 +33,7 @@ func init() {
 	// in here, and only where the Makefile set nothing.
 	rev, at, modified := "", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
+		Version = moduleVersion(Version, bi.Main)
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -69,4 +72,15 @@ func Details() string {
 // the first line (what a script reads), then Details.
 func Text(name string) string {
 	return name + " " + Version + "\n" + Details()
+}
+
+// moduleVersion is the version a binary built without the Makefile
+// reports: v, unless v is the default and Go recorded the module's version
+// (`go install MODULE/cmd/confd@v1.2.3` builds from the module cache, with
+// no VCS information, so that is all there is to say which release it is).
+func moduleVersion(v string, main debug.Module) string {
+	if v != "dev" || main.Version == "" || main.Version == "(devel)" {
+		return v
+	}
+	return strings.TrimPrefix(main.Version, "v")
 }

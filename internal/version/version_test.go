@@ -25,8 +25,9 @@ func TestDefaults(t *testing.T) {
 
 // The Makefile's version, commit and date (make -s print-version, through
 // scripts/version.sh), in a repository of their own: the snapshot form
-// with no tag, the tag, commits past it, a dirty tree, and each sorted as
-// dpkg sorts package versions.
+// with no tag (two of one day in commit order), the tag, a pre-release
+// tag, commits past each, a dirty tree, and each sorted as dpkg sorts
+// package versions.
 func TestMakefileVersion(t *testing.T) {
 	for _, tool := range []string{"git", "make", "dpkg"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -93,7 +94,7 @@ func TestMakefileVersion(t *testing.T) {
 	const day1 = 1704164645 // 2024-01-02T03:04:05Z
 	c1 := commitAt(day1)
 	got := printVersion()
-	if want := "0.0.0~git20240102." + c1[:12]; got[0] != want || got[1] != c1 || got[2] != "2024-01-02T03:04:05Z" {
+	if want := "0.0.0~git20240102030405." + c1[:12]; got[0] != want || got[1] != c1 || got[2] != "2024-01-02T03:04:05Z" {
 		t.Errorf("no tag: %q, want %s, %s, 2024-01-02T03:04:05Z", got, want, c1)
 	}
 	snap1 := got[0]
@@ -122,10 +123,11 @@ func TestMakefileVersion(t *testing.T) {
 	less(snap1, dirty)
 	run(nil, "git", "checkout", "-q", "Makefile")
 
-	c2 := commitAt(day1 + 86400)
+	// Later the same day: after, whatever the two hashes.
+	c2 := commitAt(day1 + 3600)
 	snap2 := printVersion()[0]
-	if want := "0.0.0~git20240103." + c2[:12]; snap2 != want {
-		t.Errorf("next day: %q, want %s", snap2, want)
+	if want := "0.0.0~git20240102040405." + c2[:12]; snap2 != want {
+		t.Errorf("an hour later: %q, want %s", snap2, want)
 	}
 	less(dirty, snap2)
 	less(snap2, "0.0.1")
@@ -143,4 +145,19 @@ func TestMakefileVersion(t *testing.T) {
 	less("0.1.0", past)
 	less(past, "0.1.1")
 	less(past, "0.2.0~rc1")
+
+	// A pre-release sorts before its release, and so do the commits past
+	// it; no - is left to be read as a packaging revision.
+	run(nil, "git", "tag", "v0.2.0-rc.1")
+	if got := printVersion()[0]; got != "0.2.0~rc.1" {
+		t.Errorf("at v0.2.0-rc.1: %q, want 0.2.0~rc.1", got)
+	}
+	less(past, "0.2.0~rc.1")
+	commitAt(day1 + 3*86400)
+	pastRC := printVersion()[0]
+	if !regexp.MustCompile(`^0\.2\.0~rc\.1\+1\.g[0-9a-f]+$`).MatchString(pastRC) {
+		t.Errorf("one past v0.2.0-rc.1: %q", pastRC)
+	}
+	less("0.2.0~rc.1", pastRC)
+	less(pastRC, "0.2.0")
 }
