@@ -129,9 +129,11 @@ func TestPublishKey(t *testing.T) {
 			t.Errorf("%s: the private key reached the log", name)
 		}
 	}
-	// Only --signing-key: its public half. Both: --public-key wins.
+	// Only --signing-key: its public half; b, which it lacks, stays
+	// published as superseded (a key leaves only by retirement). Both:
+	// --public-key wins.
 	key := e.file(t, "sa.key", a.pkcs8)
-	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != string(a.pkix) {
+	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != want || !strings.Contains(stderr, "superseded key "+b.kid) {
 		t.Fatalf("--signing-key: exit %d value %q\n%s", code, value4, stderr)
 	}
 	if code, value5, _, stderr := e.run(t, "--signing-key", key, "--public-key", pub); code != exitOK || value5 != want {
@@ -212,10 +214,27 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	if code, value, stderr := retire(); code != exitOK || value != string(certB) {
 		t.Fatalf("retire-keys after the grace: exit %d value %q\n%s", code, value, stderr)
 	}
-	// --grace 0: a new key replaces the old at once.
+	// A retired key is never published again: a source of retired keys
+	// only is refused (exit 3), naming the key.
 	e.file(t, "sa.crt", certA1)
-	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != string(certA1) {
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitPreflight || value != string(certB) || !strings.Contains(stderr, a.kid) {
+		t.Fatalf("republish of a retired key: exit %d value %q\n%s", code, value, stderr)
+	}
+	// --grace 0: the replaced key is still superseded, not dropped, and the
+	// next retire-keys retires it.
+	c := newTestKey(t, true)
+	certC := c.certificate(t)
+	e.file(t, "sa.crt", certC)
+	bc := string(certB) + string(certC)
+	if c.kid < b.kid {
+		bc = string(certC) + string(certB)
+	}
+	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != bc {
 		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
+	}
+	e.file(t, "sa.key", c.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != string(certC) {
+		t.Fatalf("retire-keys after --grace 0: exit %d value %q\n%s", code, value, stderr)
 	}
 }
 
