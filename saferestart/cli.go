@@ -231,11 +231,11 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys: etcd prefix of the per-host rotation state")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "rotate-key, retire-keys, publish-key: etcd prefix of the per-host rotation state and key record (PREFIX/HOST/kept)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
-	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
+	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key, publish-key: how long a superseded public key (the previous key, or one the published source no longer holds) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)")
 }
 
 func outputFlag(o *options, fs *pflag.FlagSet) {
@@ -268,7 +268,7 @@ func rotateKeyFlags(o *options, fs *pflag.FlagSet) {
 }
 
 func publishKeyFlags(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; the previous one stays published beside it until retire-keys after --grace")
+	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; a previous one with another key stays published beside it until retire-keys after --grace")
 }
 
 func retireKeysFlags(o *options, fs *pflag.FlagSet) {

@@ -48,6 +48,10 @@ func TestAbortBeforeInstall(t *testing.T) {
 			if data, _ := os.ReadFile(f.files.PublicKey); string(data) != string(f.published) {
 				t.Fatal("sa.pub and the published value differ")
 			}
+			// Nothing signed with it: retired at once, not superseded.
+			if !f.keys.retired[next] || len(f.keys.superseded) != 0 {
+				t.Fatalf("aborted next key %s: retired %v, superseded %v", next, f.keys.retired, f.keys.superseded)
+			}
 			for _, p := range []string{f.files.NextKey(), f.files.NextPub(), f.files.Backup()} {
 				if exists(p) {
 					t.Errorf("%s outlives the aborted rotation", p)
