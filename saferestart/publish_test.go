@@ -277,3 +277,42 @@ func TestPublishKeyRefusesCAsLeavesAndWeakKeys(t *testing.T) {
 		t.Errorf("check of a bundle with a published RSA-1024 key: exit %d, want 0 with a warning:\n%s", code, errb.String())
 	}
 }
+
+// publish-key --public-key on a reimaged host: the lost key stays
+// published as superseded; an operator's edit that drops it is healed by
+// the next publish; once retired, a sa.pub still holding it loses it
+// (logged) and the value never holds it again.
+func TestPublishKeySupersedesAndHeals(t *testing.T) {
+	e := newPublishEnv(t)
+	old, cur := newTestKey(t, true), newTestKey(t, true)
+	both := string(old.pkix) + string(cur.pkix)
+	if cur.kid < old.kid {
+		both = string(cur.pkix) + string(old.pkix)
+	}
+	pub := e.file(t, "sa.pub", old.pkix)
+	if code, _, _, stderr := e.run(t, "--public-key", pub); code != exitOK {
+		t.Fatalf("first publish: exit %d\n%s", code, stderr)
+	}
+	// Reimaged: a new key pair, the old one lost.
+	e.file(t, "sa.pub", cur.pkix)
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both || !strings.Contains(stderr, "superseded key "+old.kid) {
+		t.Fatalf("publish after the reimage: exit %d value %q\n%s", code, value, stderr)
+	}
+	// An operator drops the old key by hand: the next write puts it back.
+	e.srv.Put(t, "/kubernetes/service-account-keys/"+e.host, string(cur.pkix))
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both {
+		t.Fatalf("publish after the edit: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Retired (as retire-keys writes it); sa.pub holds it again beside
+	// the current key: the value leaves it out and sa.pub loses it.
+	rec := `{"host":"` + e.host + `","retired":{"` + old.kid + `":"` + time.Now().UTC().Format(time.RFC3339) + `"}}`
+	e.srv.Put(t, "/kubernetes/service-account-keys-rotation/"+e.host+"/kept", rec)
+	e.file(t, "sa.pub", []byte(both))
+	code, value, _, stderr := e.run(t, "--public-key", pub)
+	if code != exitOK || value != string(cur.pkix) || !strings.Contains(stderr, "retired key(s) ["+old.kid+"] removed from "+pub) {
+		t.Fatalf("publish with a retired key in sa.pub: exit %d value %q\n%s", code, value, stderr)
+	}
+	if data, _ := os.ReadFile(pub); string(data) != string(cur.pkix) {
+		t.Fatalf("sa.pub after the trim:\n%s", data)
+	}
+}
