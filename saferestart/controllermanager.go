@@ -129,25 +129,30 @@ func (r *restarter) controllerManagerSigning() (string, error) {
 }
 
 // retireGates run before retire-keys retires kid, a due superseded key of
-// any host: they refuse (exit 3, naming the hosts) while any host's trust
-// record says its apiserver signs with kid (two hosts may share a key:
-// kubeadm's upload-certs), or its kube-controller-manager does (the legacy
-// token Secrets it creates would be refused once the key is gone), and
-// while a legacy token Secret holds a token signed with it. Records
-// without the controller-manager's key (older helpers, hosts without
-// --controller-manager-flags-file) block nothing.
-func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) int {
+// any host. A key any host's trust record says its apiserver signs with is
+// kept, logged, exit 0: two hosts may share a key (kubeadm's upload-certs),
+// and it is due only once no apiserver signs with it (a reimaged host not
+// restarted yet, the shared key until the last master rotated). Today's
+// refusals stay (exit 3, naming the hosts): while any host's record says
+// its kube-controller-manager signs with kid (the legacy token Secrets it
+// creates would be refused once the key is gone), and while a legacy token
+// Secret holds a token signed with it. Records without the
+// controller-manager's key (older helpers, hosts without
+// --controller-manager-flags-file) block nothing. It reports whether kid
+// may be retired now, and the exit code.
+func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) (bool, int) {
 	if hosts := apiserversSigningWith(recs, kid); len(hosts) > 0 {
-		log.Errorf("retire-keys refused: the apiserver on %s signs with %s (trust record): restart it with its current key first (or rotate-key there)",
-			strings.Join(hosts, ", "), kid)
-		return exitPreflight
+		log.Warnf("key %s is due, but the apiserver on %s signs with it (trust record): kept until no apiserver does",
+			kid, strings.Join(hosts, ", "))
+		return false, exitOK
 	}
 	if hosts := trust.ControllerManagersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Errorf("retire-keys refused: kube-controller-manager on %s signs with %s (trust record), so the legacy token Secrets it creates would be refused once it is retired. Restart it with the new key (rotate-key --controller-manager-flags-file on that host) first",
 			strings.Join(hosts, ", "), kid)
-		return exitPreflight
+		return false, exitPreflight
 	}
-	return k.legacyTokenGate(ctx, kid, log)
+	code := k.legacyTokenGate(ctx, kid, log)
+	return code == exitOK, code
 }
 
 // apiserversSigningWith returns, sorted, the hosts whose trust record says

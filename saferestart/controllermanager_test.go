@@ -231,9 +231,9 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 }
 
 // retire-keys refuses (exit 3, naming host and key) while any host's trust
-// record says its apiserver or its kube-controller-manager signs with the
-// retiring key; records without the controller-manager's key (older
-// helpers) block nothing.
+// record says its kube-controller-manager signs with the retiring key, and
+// keeps it (exit 0) while any host's apiserver does; records without the
+// controller-manager's key (older helpers) block nothing.
 func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
@@ -257,7 +257,8 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log)
+		_, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log)
+		return code
 	}
 	// An older helper's record: no controller-manager key.
 	srv.Put(t, trust.Key(trust.DefaultPrefix, "m3"), `{"host":"m3","trusted":["OLDKID","NEWKID"],"signing":"NEWKID","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
@@ -275,9 +276,13 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
 	}
 	// Another host's apiserver signs with the key (a shared key, or a
-	// reimaged host not restarted yet): refused, naming it.
+	// reimaged host not restarted yet): kept, naming it, not an error.
 	record("m2", "OLDKID", "NEWKID")
-	if code := gates(); code != exitPreflight || !strings.Contains(logs.String(), "apiserver on m2 signs with OLDKID") {
-		t.Fatalf("m2's apiserver signs with the retiring key: exit %d:\n%s", code, logs.String())
+	recs, _, err := trust.List(ctx, cli, trust.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log); ok || code != exitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
+		t.Fatalf("m2's apiserver signs with the retiring key: retire %v exit %d:\n%s", ok, code, logs.String())
 	}
 }

@@ -123,8 +123,11 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 		case slices.Contains(own, kid):
 			klog.Warnf("%s: key %s is due, but %s still signs with it: kept", host, kid, o.signingKey)
 		default:
-			if c := k.retireGates(ctx, kid, recs, klog); c != exitOK {
+			ok, c := k.retireGates(ctx, kid, recs, klog)
+			if c != exitOK {
 				code = c
+			}
+			if !ok {
 				continue
 			}
 			k.plan(klog, "%s: would retire key %s (superseded by %s, due since %s)", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
