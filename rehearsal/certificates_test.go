@@ -152,13 +152,15 @@ func (f *fleet) caCertificates(t *testing.T) {
 	// After the grace, retire-keys (the timer's unit) withdraws the
 	// previous certificate; every master drops its key.
 	var kept struct {
-		Keep map[string]time.Time `json:"keep"`
+		Superseded map[string]struct {
+			RetireAfter time.Time `json:"retire_after"`
+		} `json:"superseded"`
 	}
 	keptKey := "/kubernetes/service-account-keys-rotation/" + m1.name + "/kept"
-	if err := json.Unmarshal([]byte(f.etcdKeys(t, keptKey)[keptKey]), &kept); err != nil || kept.Keep[old].IsZero() {
+	if err := json.Unmarshal([]byte(f.etcdKeys(t, keptKey)[keptKey]), &kept); err != nil || kept.Superseded[old].RetireAfter.IsZero() {
 		t.Fatalf("kept record %v: %+v", err, kept)
 	}
-	time.Sleep(time.Until(kept.Keep[old]) + 100*time.Millisecond) // the grace period is wall-clock time
+	time.Sleep(time.Until(kept.Superseded[old].RetireAfter) + 100*time.Millisecond) // the grace period is wall-clock time
 	if code, out := m1.runUnit(t, "sa-key-retire.service", nil); code != 0 {
 		t.Fatalf("sa-key-retire.service exited %d:\n%s", code, out)
 	}

@@ -372,10 +372,25 @@ func keyKidOfPrivate(t *testing.T, pemData []byte) string {
 // the shipped wait-trusted drop-in running before its apiserver starts.
 // While a client keeps requesting tokens from every master and presenting
 // each to every master, not one is refused; at the moment m2's apiserver
-// starts with the new key, every other master's trust record lists it; the
-// old key leaves every bundle.
+// starts with the new key, every other master's trust record lists it. Its
+// publisher keeps the lost key published as superseded (a short grace from
+// the shipped configuration file), so a token m2 signed before the reimage
+// is accepted by every apiserver, m2's included, once the fleet rendered
+// and restarted; after the grace, retire-keys run from another master (the
+// shipped timer's unit) retires it and every apiserver refuses that token.
 func (f *fleet) reimaged(t *testing.T) {
-	m2 := f.hosts[1]
+	m1, m2 := f.hosts[0], f.hosts[1]
+	anon := httpClient(t, f.ca.pem, nil, nil)
+	var oldToken string
+	f.await(t, time.Minute, "a token signed by m2 before its reimage", func() bool {
+		tok, err := f.tryToken(m2)
+		oldToken = tok
+		return err == nil
+	})
+	old := m2.sa.kid
+	if got := tokenKid(oldToken); got != old {
+		t.Fatalf("m2's token before the reimage carries kid %s, want %s", got, old)
+	}
 	probe := f.startTokenProbe(t)
 	defer probe.finish(t)
 
@@ -384,7 +399,6 @@ func (f *fleet) reimaged(t *testing.T) {
 	f.tl.outOfService(m2.name)
 	m2.stopConfd(t)
 	m2.systemd.stopUnit()
-	old := m2.sa.kid
 	m2.sa = newSAKey(t)
 	m2.write("/etc/kubernetes/pki/sa.key", string(m2.sa.private), 0o600)
 	m2.write("/etc/kubernetes/pki/sa.pub", string(m2.sa.public), 0o644)
@@ -393,6 +407,11 @@ func (f *fleet) reimaged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The site's configuration, as the new image ships it: a grace short
+	// enough for the rehearsal.
+	cfg := string(m2.read(configPath))
+	m2.write(configPath, cfg+"\n# Superseded keys stay published this long.\ngrace = \"40s\"\n", 0o644)
+	defer m2.write(configPath, cfg, 0o644)
 
 	untrusted := make(chan string, 1)
 	m2.systemd.onNextRestart(func(phase string, _ int, _ net.Conn) {
@@ -431,11 +450,40 @@ func (f *fleet) reimaged(t *testing.T) {
 		t.Error("m2 booted without a restart through its systemd")
 	}
 	f.awaitConverged(t, 4*time.Minute)
-	if slices.Contains(f.publishedKids(t), old) {
-		t.Errorf("m2's lost key %s is still published", old)
+	if !slices.Contains(f.publishedKids(t), old) {
+		t.Fatalf("m2's lost key %s was withdrawn by its reimage", old)
 	}
 	f.await(t, time.Minute, "a token signed with m2's new key accepted everywhere", func() bool { return probe.acceptedEverywhere(m2.name, m2.sa.kid) })
 	if !strings.Contains(string(m2.read("/var/log/kube-apiserver.log")), "systemd: ExecStartPre") {
 		t.Error("the wait-trusted drop-in never ran before m2's apiserver")
+	}
+	for _, h := range f.hosts {
+		if code, err := tryReview(anon, h, oldToken); err != nil || code != http.StatusCreated {
+			t.Errorf("%s: the token m2 signed before its reimage: %d %v, want accepted", h.name, code, err)
+		}
+	}
+
+	// After the grace (the record says until when), retire-keys from m1.
+	var rec struct {
+		Superseded map[string]struct {
+			RetireAfter time.Time `json:"retire_after"`
+		} `json:"superseded"`
+	}
+	recKey := "/kubernetes/service-account-keys-rotation/" + m2.name + "/kept"
+	if err := json.Unmarshal([]byte(f.etcdKeys(t, recKey)[recKey]), &rec); err != nil || rec.Superseded[old].RetireAfter.IsZero() {
+		t.Fatalf("m2's key record %v: %+v", err, rec)
+	}
+	time.Sleep(time.Until(rec.Superseded[old].RetireAfter) + 100*time.Millisecond) // the grace period is wall-clock time
+	if code, out := m1.runUnit(t, "sa-key-retire.service", nil); code != 0 || !strings.Contains(out, old) {
+		t.Fatalf("sa-key-retire.service on m1 exited %d (want m2's key %s retired):\n%s", code, old, out)
+	}
+	if slices.Contains(f.publishedKids(t), old) {
+		t.Fatalf("m2's lost key %s still published after retire-keys", old)
+	}
+	f.awaitConverged(t, 4*time.Minute)
+	for _, h := range f.hosts {
+		if code, err := tryReview(anon, h, oldToken); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("%s: the token of m2's retired key: %d %v, want refused (401)", h.name, code, err)
+		}
 	}
 }

@@ -239,11 +239,11 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys; publish-key, rotate-key, retire-keys) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
-	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key: how long the previous public key stays trusted after the new key signs (0: retire-keys may drop it at once)")
+	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key, publish-key: how long a superseded public key (the previous key, or one the published source no longer holds) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)")
 }
 
 func outputFlag(o *options, fs *pflag.FlagSet) {
@@ -277,7 +277,7 @@ func rotateKeyFlags(o *options, fs *pflag.FlagSet) {
 }
 
 func publishKeyFlags(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; the previous one stays published beside it until retire-keys after --grace")
+	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; a previous one with another key stays published beside it until retire-keys after --grace")
 }
 
 func retireKeysFlags(o *options, fs *pflag.FlagSet) {

@@ -4,19 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/health"
 	"github.com/keysync/confd/saferestart/internal/legacytokens"
-	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 // The controller-manager's restart command in systemd mode.
@@ -88,19 +86,19 @@ func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.F
 	return nil
 }
 
-// legacyTokenGate runs before retire-keys withdraws the previous key: with
-// --kubeconfig, it refuses (exit 3, naming namespace/name, never a token)
-// while a legacy token Secret holds a token signed with that key, since
-// every apiserver refuses such tokens once the key is gone. Re-creating the
-// Secret (after kube-controller-manager signs with the new key) clears it.
-func (k *keyRotation) legacyTokenGate(ctx context.Context, st *rotation.State, log logrus.FieldLogger) int {
+// legacyTokenGate runs before retire-keys retires kid: with --kubeconfig,
+// it refuses (exit 3, naming namespace/name, never a token) while a legacy
+// token Secret holds a token signed with that key, since every apiserver
+// refuses such tokens once the key is gone. Re-creating the Secret (after
+// kube-controller-manager signs with the new key) clears it.
+func (k *keyRotation) legacyTokenGate(ctx context.Context, kid string, log logrus.FieldLogger) int {
 	a := k.a
 	o := a.o
 	if o.kubeconfig == "" {
 		return exitOK
 	}
 	if o.ignoreLegacyTokens {
-		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", st.Previous)
+		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", kid)
 		return exitOK
 	}
 	l, err := legacytokens.New(o.kubeconfig, o.CommandTimeout)
@@ -108,17 +106,17 @@ func (k *keyRotation) legacyTokenGate(ctx context.Context, st *rotation.State, l
 		log.WithError(err).Error("retire-keys: legacy token check")
 		return exitPreflight
 	}
-	held, err := l.Holding(ctx, st.Previous)
+	held, err := l.Holding(ctx, kid)
 	if err != nil {
-		log.WithError(err).Errorf("retire-keys: cannot list legacy token Secrets: not retiring %s (pass --ignore-legacy-tokens to retire without looking)", st.Previous)
+		log.WithError(err).Errorf("retire-keys: cannot list legacy token Secrets: not retiring %s (pass --ignore-legacy-tokens to retire without looking)", kid)
 		return exitError
 	}
 	if len(held) > 0 {
 		log.Errorf("retire-keys refused: %d legacy token Secret(s) hold tokens signed with %s, which every apiserver would refuse once it is retired: %s. Re-create them once kube-controller-manager signs with the new key (or pass --ignore-legacy-tokens)",
-			len(held), st.Previous, strings.Join(held, ", "))
+			len(held), kid, strings.Join(held, ", "))
 		return exitPreflight
 	}
-	log.Infof("no legacy token Secret holds a token signed with %s", st.Previous)
+	log.Infof("no legacy token Secret holds a token signed with %s", kid)
 	return exitOK
 }
 
@@ -130,44 +128,42 @@ func (r *restarter) controllerManagerSigning() (string, error) {
 	return kid, err
 }
 
-// controllerManagerGate runs before retire-keys withdraws the previous key:
-// it refuses (exit 3, naming the hosts) while any host's trust record says
-// its kube-controller-manager signs with that key, since every legacy token
-// Secret it (re-)creates would be refused once the key is gone. Records
-// without the controller-manager's key (older helpers, hosts without
-// --controller-manager-flags-file) block nothing.
-func (k *keyRotation) controllerManagerGate(ctx context.Context, cli clientv3.KV, st *rotation.State, log logrus.FieldLogger) int {
-	a := k.a
-	rctx, cancel := a.opCtx(ctx)
-	recs, _, err := trust.List(rctx, cli, a.o.trustPrefix)
-	cancel()
-	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("retire-keys: cannot read the trust records: not retiring %s", st.Previous)
-		return exitError
+// retireGates run before retire-keys retires kid, a due superseded key of
+// any host. A key any host's trust record says its apiserver signs with is
+// kept, logged, exit 0: two hosts may share a key (kubeadm's upload-certs),
+// and it is due only once no apiserver signs with it (a reimaged host not
+// restarted yet, the shared key until the last master rotated). Today's
+// refusals stay (exit 3, naming the hosts): while any host's record says
+// its kube-controller-manager signs with kid (the legacy token Secrets it
+// creates would be refused once the key is gone), and while a legacy token
+// Secret holds a token signed with it. Records without the
+// controller-manager's key (older helpers, hosts without
+// --controller-manager-flags-file) block nothing. It reports whether kid
+// may be retired now, and the exit code.
+func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) (bool, int) {
+	if hosts := apiserversSigningWith(recs, kid); len(hosts) > 0 {
+		log.Warnf("key %s is due, but the apiserver on %s signs with it (trust record): kept until no apiserver does",
+			kid, strings.Join(hosts, ", "))
+		return false, exitOK
 	}
-	if hosts := trust.ControllerManagersSigningWith(recs, st.Previous); len(hosts) > 0 {
+	if hosts := trust.ControllerManagersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Errorf("retire-keys refused: kube-controller-manager on %s signs with %s (trust record), so the legacy token Secrets it creates would be refused once it is retired. Restart it with the new key (rotate-key --controller-manager-flags-file on that host) first",
-			strings.Join(hosts, ", "), st.Previous)
-		return exitPreflight
+			strings.Join(hosts, ", "), kid)
+		return false, exitPreflight
 	}
-	return exitOK
+	code := k.legacyTokenGate(ctx, kid, log)
+	return code == exitOK, code
 }
 
-// retireGates are retire-keys' checks beyond this host's own files.
-func (k *keyRotation) retireGates(ctx context.Context, cli clientv3.KV, r *rotation.Rotator, log logrus.FieldLogger) int {
-	a := k.a
-	st, err := r.Store.Load(ctx)
-	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("retire-keys: read the rotation state")
-		return exitError
+// apiserversSigningWith returns, sorted, the hosts whose trust record says
+// their apiserver signs with kid.
+func apiserversSigningWith(recs map[string]trust.Record, kid string) []string {
+	var hosts []string
+	for h, r := range recs {
+		if kid != "" && r.Signing == kid {
+			hosts = append(hosts, h)
+		}
 	}
-	// Only a rotation past its grace retires a key: before that (or with
-	// nothing installed) retire-keys withdraws nothing, so nothing blocks.
-	if st == nil || st.Phase != rotation.PhaseInstalled || st.Previous == "" || time.Now().Before(st.RetireAfter) {
-		return exitOK
-	}
-	if code := k.controllerManagerGate(ctx, cli, st, log); code != exitOK {
-		return code
-	}
-	return k.legacyTokenGate(ctx, st, log)
+	sort.Strings(hosts)
+	return hosts
 }

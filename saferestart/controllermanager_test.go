@@ -23,7 +23,6 @@ import (
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/trust"
-	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
 // writeKey writes a new private key file.
@@ -159,16 +158,15 @@ func TestLegacyTokenGate(t *testing.T) {
 	if err := os.WriteFile(kc, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	due := &rotation.State{Phase: rotation.PhaseInstalled, Previous: "OLDKID", Next: "NEWKID", RetireAfter: time.Now().Add(-time.Minute)}
 	for _, tt := range []struct {
 		args []string
-		st   *rotation.State
+		kid  string
 		want int
 	}{
-		{[]string{"--kubeconfig", kc}, due, exitPreflight},
-		{[]string{"--kubeconfig", kc, "--ignore-legacy-tokens"}, due, exitOK},
-		{nil, due, exitOK}, // no kubeconfig: not looked at
-		{[]string{"--kubeconfig", kc}, &rotation.State{Phase: rotation.PhaseInstalled, Previous: "OTHER", Next: "NEWKID"}, exitOK},
+		{[]string{"--kubeconfig", kc}, "OLDKID", exitPreflight},
+		{[]string{"--kubeconfig", kc, "--ignore-legacy-tokens"}, "OLDKID", exitOK},
+		{nil, "OLDKID", exitOK}, // no kubeconfig: not looked at
+		{[]string{"--kubeconfig", kc}, "OTHER", exitOK},
 	} {
 		o, _, err := parseArgs(append([]string{"retire-keys"}, tt.args...), env(nil))
 		if err != nil {
@@ -178,7 +176,7 @@ func TestLegacyTokenGate(t *testing.T) {
 		log := logrus.New()
 		log.Out = &logs
 		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		if got := (&keyRotation{a: a}).legacyTokenGate(context.Background(), tt.st, log); got != tt.want {
+		if got := (&keyRotation{a: a}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
 			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
 		}
 		if tt.want == exitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
@@ -233,8 +231,9 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 }
 
 // retire-keys refuses (exit 3, naming host and key) while any host's trust
-// record says its kube-controller-manager signs with the retiring key;
-// records without that field (older helpers) block nothing.
+// record says its kube-controller-manager signs with the retiring key, and
+// keeps it (exit 0) while any host's apiserver does; records without the
+// controller-manager's key (older helpers) block nothing.
 func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
@@ -247,39 +246,43 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	log := logrus.New()
 	log.Out = &logs
 	a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-	r := (&keyRotation{a: a}).rotator(ctx, cli, "m1", log)
-	st := rotation.State{Phase: rotation.PhaseInstalled, Previous: "OLDKID", Next: "NEWKID", RetireAfter: time.Now().Add(-time.Minute)}
-	if err := r.Store.Save(ctx, st); err != nil {
-		t.Fatal(err)
-	}
-	record := func(host, cm string) {
-		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: "NEWKID", ControllerManagerSigning: cm, Time: time.Now()}
+	record := func(host, signing, cm string) {
+		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: signing, ControllerManagerSigning: cm, Time: time.Now()}
 		if err := trust.Put(ctx, cli, trust.DefaultPrefix, "", rec); err != nil {
 			t.Fatal(err)
 		}
 	}
+	gates := func() int {
+		recs, _, err := trust.List(ctx, cli, trust.DefaultPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log)
+		return code
+	}
 	// An older helper's record: no controller-manager key.
 	srv.Put(t, trust.Key(trust.DefaultPrefix, "m3"), `{"host":"m3","trusted":["OLDKID","NEWKID"],"signing":"NEWKID","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
-	record("m1", "NEWKID")
-	record("m2", "OLDKID")
-	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
+	record("m1", "NEWKID", "NEWKID")
+	record("m2", "NEWKID", "OLDKID")
+	if code := gates(); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
 		t.Fatalf("m2's controller-manager signs with the retiring key: exit %d, want %d naming m2 and OLDKID:\n%s", code, exitPreflight, logs.String())
 	}
 	if strings.Contains(logs.String(), "m1,") || strings.Contains(logs.String(), "m3") {
 		t.Errorf("a host named whose controller-manager does not sign with the retiring key:\n%s", logs.String())
 	}
 	logs.Reset()
-	record("m2", "NEWKID")
-	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitOK {
+	record("m2", "NEWKID", "NEWKID")
+	if code := gates(); code != exitOK {
 		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
 	}
-	// Before the grace ends retire-keys withdraws nothing: nothing blocks it.
-	record("m2", "OLDKID")
-	st.RetireAfter = time.Now().Add(time.Hour)
-	if err := r.Store.Save(ctx, st); err != nil {
+	// Another host's apiserver signs with the key (a shared key, or a
+	// reimaged host not restarted yet): kept, naming it, not an error.
+	record("m2", "OLDKID", "NEWKID")
+	recs, _, err := trust.List(ctx, cli, trust.DefaultPrefix)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if code := (&keyRotation{a: a}).retireGates(ctx, cli, r, log); code != exitOK {
-		t.Fatalf("within the grace: exit %d, want %d:\n%s", code, exitOK, logs.String())
+	if ok, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log); ok || code != exitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
+		t.Fatalf("m2's apiserver signs with the retiring key: retire %v exit %d:\n%s", ok, code, logs.String())
 	}
 }

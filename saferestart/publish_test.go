@@ -129,9 +129,11 @@ func TestPublishKey(t *testing.T) {
 			t.Errorf("%s: the private key reached the log", name)
 		}
 	}
-	// Only --signing-key: its public half. Both: --public-key wins.
+	// Only --signing-key: its public half; b, which it lacks, stays
+	// published as superseded (a key leaves only by retirement). Both:
+	// --public-key wins.
 	key := e.file(t, "sa.key", a.pkcs8)
-	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != string(a.pkix) {
+	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != want || !strings.Contains(stderr, "superseded key "+b.kid) {
 		t.Fatalf("--signing-key: exit %d value %q\n%s", code, value4, stderr)
 	}
 	if code, value5, _, stderr := e.run(t, "--signing-key", key, "--public-key", pub); code != exitOK || value5 != want {
@@ -212,10 +214,27 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	if code, value, stderr := retire(); code != exitOK || value != string(certB) {
 		t.Fatalf("retire-keys after the grace: exit %d value %q\n%s", code, value, stderr)
 	}
-	// --grace 0: a new key replaces the old at once.
+	// A retired key is never published again: a source of retired keys
+	// only is refused (exit 3), naming the key.
 	e.file(t, "sa.crt", certA1)
-	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != string(certA1) {
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitPreflight || value != string(certB) || !strings.Contains(stderr, a.kid) {
+		t.Fatalf("republish of a retired key: exit %d value %q\n%s", code, value, stderr)
+	}
+	// --grace 0: the replaced key is still superseded, not dropped, and the
+	// next retire-keys retires it.
+	c := newTestKey(t, true)
+	certC := c.certificate(t)
+	e.file(t, "sa.crt", certC)
+	bc := string(certB) + string(certC)
+	if c.kid < b.kid {
+		bc = string(certC) + string(certB)
+	}
+	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != bc {
 		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
+	}
+	e.file(t, "sa.key", c.pkcs8)
+	if code, value, stderr := retire(); code != exitOK || value != string(certC) {
+		t.Fatalf("retire-keys after --grace 0: exit %d value %q\n%s", code, value, stderr)
 	}
 }
 
@@ -256,5 +275,44 @@ func TestPublishKeyRefusesCAsLeavesAndWeakKeys(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), nil, []string{"check", "--config", "", "--public-only", bundle}, &out, &errb); code != exitOK || !strings.Contains(errb.String(), "warning") || !strings.Contains(errb.String(), "under 2048 bits") {
 		t.Errorf("check of a bundle with a published RSA-1024 key: exit %d, want 0 with a warning:\n%s", code, errb.String())
+	}
+}
+
+// publish-key --public-key on a reimaged host: the lost key stays
+// published as superseded; an operator's edit that drops it is healed by
+// the next publish; once retired, a sa.pub still holding it loses it
+// (logged) and the value never holds it again.
+func TestPublishKeySupersedesAndHeals(t *testing.T) {
+	e := newPublishEnv(t)
+	old, cur := newTestKey(t, true), newTestKey(t, true)
+	both := string(old.pkix) + string(cur.pkix)
+	if cur.kid < old.kid {
+		both = string(cur.pkix) + string(old.pkix)
+	}
+	pub := e.file(t, "sa.pub", old.pkix)
+	if code, _, _, stderr := e.run(t, "--public-key", pub); code != exitOK {
+		t.Fatalf("first publish: exit %d\n%s", code, stderr)
+	}
+	// Reimaged: a new key pair, the old one lost.
+	e.file(t, "sa.pub", cur.pkix)
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both || !strings.Contains(stderr, "superseded key "+old.kid) {
+		t.Fatalf("publish after the reimage: exit %d value %q\n%s", code, value, stderr)
+	}
+	// An operator drops the old key by hand: the next write puts it back.
+	e.srv.Put(t, "/kubernetes/service-account-keys/"+e.host, string(cur.pkix))
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both {
+		t.Fatalf("publish after the edit: exit %d value %q\n%s", code, value, stderr)
+	}
+	// Retired (as retire-keys writes it); sa.pub holds it again beside
+	// the current key: the value leaves it out and sa.pub loses it.
+	rec := `{"host":"` + e.host + `","retired":{"` + old.kid + `":"` + time.Now().UTC().Format(time.RFC3339) + `"}}`
+	e.srv.Put(t, "/kubernetes/service-account-keys-rotation/"+e.host+"/kept", rec)
+	e.file(t, "sa.pub", []byte(both))
+	code, value, _, stderr := e.run(t, "--public-key", pub)
+	if code != exitOK || value != string(cur.pkix) || !strings.Contains(stderr, "retired key(s) ["+old.kid+"] removed from "+pub) {
+		t.Fatalf("publish with a retired key in sa.pub: exit %d value %q\n%s", code, value, stderr)
+	}
+	if data, _ := os.ReadFile(pub); string(data) != string(cur.pkix) {
+		t.Fatalf("sa.pub after the trim:\n%s", data)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdkey"
+	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -134,14 +135,16 @@ func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host st
 		Store:     &rotation.EtcdStore{KV: cli, Prefix: o.rotationPrefix, Host: host},
 		Log:       log,
 		Publish: func(ctx context.Context, value []byte) error {
-			pctx, cancel := a.opCtx(ctx)
-			defer cancel()
-			key := trust.Key(o.keysPrefix, host)
-			if _, err := cli.Put(pctx, key, string(value)); err != nil {
-				return a.etcdErr(fmt.Errorf("publish %s: %w", key, err))
+			items, err := keystate.ParseValue(o.publicKey, value, false)
+			if err != nil {
+				return err
 			}
-			return nil
+			return k.updateKeys(ctx, cli, host, func(cur keystate.State) (keystate.State, error) {
+				next, _, err := cur.Publish(items, cmdRotateKey, time.Now(), o.grace)
+				return next, err
+			})
 		},
+		Keys: &rotationKeys{k: k, cli: cli, host: host},
 		WaitTrusted: func(ctx context.Context, kid string) error {
 			wctx, cancel := context.WithTimeout(ctx, o.timeout)
 			defer cancel()
@@ -153,15 +156,6 @@ func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host st
 			return err
 		},
 		Restarter: k,
-		RunningSigner: func(ctx context.Context) (string, error) {
-			rctx, cancel := a.opCtx(ctx)
-			defer cancel()
-			recs, _, err := trust.List(rctx, cli, o.trustPrefix)
-			if err != nil {
-				return "", a.etcdErr(err)
-			}
-			return recs[host].Signing, nil
-		},
 	}
 }
 
@@ -259,53 +253,55 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	}
 }
 
-// retireKeys is the `retire-keys` subcommand.
-func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
+// updateKeys applies change to host's published key set (one
+// compare-and-swap, retried on conflict).
+func (k *keyRotation) updateKeys(ctx context.Context, cli clientv3.KV, host string, change func(keystate.State) (keystate.State, error)) error {
 	a := k.a
-	host := a.trustHost(ctx)
-	log := a.log.WithField("host", host)
-	r := k.rotator(ctx, cli, host, log)
-	if a.o.dryRun {
-		st, err := r.Store.Load(ctx)
-		if err != nil {
-			log.WithError(a.etcdErr(err)).Error("retire-keys --dry-run")
-			return exitError
-		}
-		switch {
-		case st == nil || st.Phase != rotation.PhaseInstalled:
-			fmt.Fprintln(a.stdout, "dry run: no installed rotation on this host: nothing to retire")
-		case time.Now().Before(st.RetireAfter):
-			fmt.Fprintf(a.stdout, "dry run: previous key %s stays published until %s\n", st.Previous, st.RetireAfter.Format(time.RFC3339))
-		default:
-			fmt.Fprintf(a.stdout, "dry run: would make %s hold only key %s and publish it, dropping %s, and overwrite and remove %s\n", a.o.publicKey, st.Next, st.Previous, rotation.Files{SigningKey: a.o.signingKey}.Backup())
-		}
-		return exitOK
+	uctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	if _, err := a.keyStore(cli).Update(uctx, host, change); err != nil {
+		return a.etcdErr(err)
 	}
-	claim, err := rotation.Acquire(ctx, cli, a.o.rotationPrefix, host, fmt.Sprintf("%s pid %d", a.host, os.Getpid()), a.o.ttl, time.Duration(a.o.ttl+2)*time.Second)
+	return nil
+}
+
+// rotationKeys is the rotation's side of the host's key record
+// (rotation.KeySet).
+type rotationKeys struct {
+	k    *keyRotation
+	cli  clientv3.KV
+	host string
+}
+
+// Withdraw retires kid at once: rotate-key --abort's next key, which
+// nothing ever signed with.
+func (r *rotationKeys) Withdraw(ctx context.Context, kid string) error {
+	return r.k.updateKeys(ctx, r.cli, r.host, func(cur keystate.State) (keystate.State, error) {
+		return cur.Retire([]string{kid}, time.Now())
+	})
+}
+
+// Supersede keeps kid published as superseded until retireAfter (the first
+// time recorded stands) and makes resumed a current key again.
+func (r *rotationKeys) Supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error {
+	by := cmdRotateKey
+	if resumed != "" {
+		by += " --rollback"
+	}
+	return r.k.updateKeys(ctx, r.cli, r.host, func(cur keystate.State) (keystate.State, error) {
+		return cur.Supersede(kid, retireAfter, by, resumed, time.Now())
+	})
+}
+
+// Retired reports whether kid is tombstoned in the host's key record.
+func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
+	a := r.k.a
+	lctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	st, err := a.keyStore(r.cli).Load(lctx, r.host)
 	if err != nil {
-		if errors.Is(err, rotation.ErrBusy) {
-			log.WithError(err).Error("a rotate-key is running for this host: not retiring now")
-			return exitLockTimeout
-		}
-		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot claim the rotation")
-		return exitError
+		return false, a.etcdErr(err)
 	}
-	defer func() { _ = claim.Release() }()
-	if code := k.retireGates(ctx, cli, r, log); code != exitOK {
-		return code
-	}
-	// What publish-key --certificate kept beside a renewed certificate.
-	if err := (&publisher{a: a}).retireKept(ctx, cli, host, log); err != nil {
-		log.WithError(err).Error("retire-keys: kept certificate keys")
-		return exitError
-	}
-	if _, err := r.Retire(ctx); err != nil {
-		if errors.Is(err, rotation.ErrSigning) {
-			log.WithError(err).Error("retire-keys refused")
-			return exitPreflight
-		}
-		log.WithError(err).Error("retire-keys failed")
-		return exitError
-	}
-	return exitOK
+	_, ok := st.Record.Retired[kid]
+	return ok, nil
 }

@@ -125,7 +125,7 @@ class sa_key_sync (
     require     => Service['sa-key-publish.service'],
   }
 
-  # Withdraws a rotated-out service-account key once its grace is over.
+  # Retires superseded service-account keys (any host's) once their grace is over.
   service { 'sa-key-retire.timer':
     ensure  => running,
     enable  => true,

@@ -72,6 +72,13 @@ func (r *Rotator) Abort(ctx context.Context) error {
 	}
 	log := r.Log.WithFields(logrus.Fields{"next": st.Next, "signing": cur})
 	if st.Next != "" {
+		// Nothing signed with the next key: it is retired at once rather
+		// than superseded, and never published again.
+		if r.Keys != nil {
+			if err := r.Keys.Withdraw(ctx, st.Next); err != nil {
+				return fmt.Errorf("withdraw the next key %s: %w", st.Next, err)
+			}
+		}
 		value, err := r.withoutKey(st.Next)
 		if err != nil {
 			return err
@@ -165,6 +172,15 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 	default:
 		return fmt.Errorf("rotation state has unknown phase %q", st.Phase)
 	}
+	if r.Keys != nil {
+		gone, err := r.Keys.Retired(ctx, st.Previous)
+		if err != nil {
+			return err
+		}
+		if gone {
+			return stateErr("the previous key %s was retired (tombstoned by retire-keys, no longer trusted everywhere): rotate again instead", st.Previous)
+		}
+	}
 	log := r.Log.WithFields(logrus.Fields{"previous": st.Previous, "next": st.Next})
 	switch cur {
 	case st.Next:
@@ -201,6 +217,11 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 	now := r.now()
 	back := State{Host: st.Host, Phase: PhaseInstalled, Algorithm: st.Algorithm, Previous: st.Next, Next: st.Previous,
 		Grace: r.Grace.String(), Started: st.Started, Updated: now, Installed: now, RetireAfter: now.Add(r.Grace), RolledBack: true}
+	// The key signing again is current again; the rolled-back one is
+	// superseded with the rollback's retire time.
+	if err := r.supersede(ctx, back.Previous, back.RetireAfter, back.Next); err != nil {
+		return stepErr(StepRecord, err)
+	}
 	if err := r.Store.Save(ctx, back); err != nil {
 		return stepErr(StepRecord, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
@@ -48,6 +47,10 @@ func TestAbortBeforeInstall(t *testing.T) {
 			}
 			if data, _ := os.ReadFile(f.files.PublicKey); string(data) != string(f.published) {
 				t.Fatal("sa.pub and the published value differ")
+			}
+			// Nothing signed with it: retired at once, not superseded.
+			if !f.keys.retired[next] || len(f.keys.superseded) != 0 {
+				t.Fatalf("aborted next key %s: retired %v, superseded %v", next, f.keys.retired, f.keys.superseded)
 			}
 			for _, p := range []string{f.files.NextKey(), f.files.NextPub(), f.files.Backup()} {
 				if exists(p) {
@@ -118,49 +121,22 @@ func TestRollbackThenRetire(t *testing.T) {
 	if got := kidsOf(t, f.published); len(got) != 2 {
 		t.Fatalf("published %v: the rolled-back key must stay published until retire-keys", got)
 	}
-	// Retire after the grace: only the signing key is published, and the
-	// rolled-back private key is gone.
-	r.Now = func() time.Time { return st.RetireAfter.Add(time.Second) }
-	if done, err := r.Retire(ctx); err != nil || !done {
-		t.Fatalf("retire: %v %v", done, err)
+	// The key signing again is current again; the rolled-back one is
+	// superseded until the rollback's retire time.
+	if got, ok := f.keys.superseded[next]; !ok || !got.Equal(st.RetireAfter) || len(f.keys.superseded) != 1 {
+		t.Fatalf("superseded %v after rollback, want only %s until %s", f.keys.superseded, next, st.RetireAfter)
 	}
-	if got := kidsOf(t, f.published); len(got) != 1 || got[0] != prev {
-		t.Fatalf("published %v after retire, want only %s", got, prev)
+	// retire-keys retires it: sa.pub holds only the signing key, and the
+	// rolled-back private key is gone.
+	f.keys.retire(t, f.files, next)
+	if got := kidsOf(t, readFile(t, f.files.PublicKey)); len(got) != 1 || got[0] != prev {
+		t.Fatalf("sa.pub %v after retire, want only %s", got, prev)
 	}
 	if exists(f.files.Backup()) {
 		t.Fatal("sa.key.previous kept after its key was retired")
 	}
 	if err := r.Rollback(ctx); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "was retired") {
 		t.Fatalf("rollback after retire: %v", err)
-	}
-}
-
-// retire-keys removes sa.key.previous once the previous key is retired,
-// and finishes that on a re-run; a temporary left by a killed write goes
-// with it.
-func TestRetireRemovesThePreviousPrivateKey(t *testing.T) {
-	f, r, store := newFleet(t, RSA2048)
-	ctx := context.Background()
-	if err := r.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(filepath.Dir(f.files.PublicKey), "."+filepath.Base(f.files.PublicKey)+".0123456789ab") // as atomicfile.Stage names it
-	if err := os.WriteFile(tmp, []byte("partial"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r.Now = func() time.Time { return store.st.RetireAfter.Add(time.Second) }
-	if done, err := r.Retire(ctx); err != nil || !done {
-		t.Fatalf("retire: %v %v", done, err)
-	}
-	if exists(f.files.Backup()) || exists(tmp) {
-		t.Fatal("sa.key.previous or a temporary outlives the retirement")
-	}
-	// Killed before the backup went: the next retire-keys removes it.
-	if err := os.WriteFile(f.files.Backup(), []byte("not a key"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Retire(ctx); err != nil || exists(f.files.Backup()) {
-		t.Fatalf("re-run: %v, backup still there: %v", err, exists(f.files.Backup()))
 	}
 }
 

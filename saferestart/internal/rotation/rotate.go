@@ -8,9 +8,7 @@ package rotation
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"time"
 
@@ -27,16 +25,17 @@ type Rotator struct {
 	Algorithm string
 	Grace     time.Duration
 	Store     Store
-	// Publish makes value (PEM public keys) this host's published value.
+	// Publish makes value (PEM public keys) this host's current keys in
+	// its published value.
 	Publish func(ctx context.Context, value []byte) error
+	// Keys is the host's key record (superseded and retired keys); nil:
+	// none kept (tests of the step machine alone).
+	Keys KeySet
 	// WaitTrusted returns once every publishing host trusts kid.
 	WaitTrusted func(ctx context.Context, kid string) error
 	// Restarter restarts this host's apiserver through the lock
 	// (preflight, trust record and health gate included).
 	Restarter Restarter
-	// RunningSigner returns the key ID this host's running apiserver signs
-	// with (from its trust record), "" when unknown.
-	RunningSigner func(ctx context.Context) (string, error)
 	// Follow, when set, runs after this apiserver's restart with a new
 	// signing key (kid): the install's, or a rollback's, before the state
 	// records it. It is where the other holders of the signing key (the
@@ -44,6 +43,19 @@ type Rotator struct {
 	Follow func(ctx context.Context, kid string) error
 	Now    func() time.Time
 	Log    logrus.FieldLogger
+}
+
+// KeySet is the host's published key set beyond its current keys: the
+// keys it superseded, published until retire-keys (any master's) retires
+// them after their grace, and the retired ones, never published again.
+type KeySet interface {
+	// Withdraw retires kid at once (abort's next key: nothing signed with it).
+	Withdraw(ctx context.Context, kid string) error
+	// Supersede keeps kid published until retireAfter (a time already
+	// recorded for kid stands) and makes resumed ("" none) current again.
+	Supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error
+	// Retired reports whether kid was retired.
+	Retired(ctx context.Context, kid string) (bool, error)
 }
 
 // Restarter restarts this host's apiserver (or switches its signer).
@@ -100,6 +112,11 @@ func (r *Rotator) Run(ctx context.Context) error {
 		return stepErr("load state", err)
 	}
 	if st != nil && st.Phase == PhaseInstalled {
+		// A rotation installed by an older helper has no record of its
+		// previous key: recorded now, with the rotation's retire time.
+		if err := r.supersede(ctx, st.Previous, st.RetireAfter, ""); err != nil {
+			return stepErr(StepRecord, err)
+		}
 		r.Log.WithFields(logrus.Fields{"next": st.Next, "previous": st.Previous}).
 			Infof("rotation already done: key %s signs since %s; previous key %s is retired by retire-keys after %s",
 				st.Next, st.Installed.Format(time.RFC3339), st.Previous, st.RetireAfter.Format(time.RFC3339))
@@ -176,6 +193,12 @@ func (r *Rotator) Run(ctx context.Context) error {
 		st.Installed = r.now()
 		st.RetireAfter = st.Installed.Add(r.Grace)
 		st.Grace = r.Grace.String()
+		// The previous key stays published as superseded until
+		// RetireAfter, whoever writes the value meanwhile; a re-run after a
+		// crash here keeps the first retire time.
+		if err := r.supersede(ctx, st.Previous, st.RetireAfter, ""); err != nil {
+			return stepErr(StepRecord, err)
+		}
 		if err := save(PhaseInstalled); err != nil {
 			return stepErr(StepRecord, err)
 		}
@@ -291,105 +314,11 @@ func (r *Rotator) install(st *State) error {
 	return nil
 }
 
-// ErrSigning refuses to retire the key the running apiserver signs with.
-var ErrSigning = errors.New("refusing to retire the key this host's apiserver signs with")
-
-// Retire withdraws the previous public key of an installed rotation once
-// its grace period is over: the public key file and the published value
-// then hold only the signing key. It reports whether it retired anything.
-func (r *Rotator) Retire(ctx context.Context) (bool, error) {
-	st, err := r.Store.Load(ctx)
-	if err != nil {
-		return false, err
-	}
-	if st != nil && st.Phase == PhaseRetired {
-		// A retirement killed before the backup went: finish it.
-		if err := r.removeBackup(st.Previous); err != nil {
-			return false, err
-		}
-	}
-	if st == nil || st.Phase != PhaseInstalled {
-		r.Log.Info("no installed rotation on this host: nothing to retire")
-		return false, nil
-	}
-	if now := r.now(); now.Before(st.RetireAfter) {
-		r.Log.WithField("previous", st.Previous).Infof("previous key %s stays trusted until %s (%s left)", st.Previous, st.RetireAfter.Format(time.RFC3339), st.RetireAfter.Sub(now).Round(time.Second))
-		return false, nil
-	}
-	cur, err := signingKeyID(r.Files.SigningKey)
-	if err != nil {
-		return false, err
-	}
-	if cur == st.Previous || cur != st.Next {
-		return false, fmt.Errorf("%w: %s holds key %s, the rotation installed %s", ErrSigning, r.Files.SigningKey, cur, st.Next)
-	}
-	if r.RunningSigner != nil {
-		running, err := r.RunningSigner(ctx)
-		if err != nil {
-			return false, err
-		}
-		if running != st.Next {
-			return false, fmt.Errorf("%w: this host's trust record says its apiserver signs with %q, not %s (restart it first)", ErrSigning, running, st.Next)
-		}
-	}
-	data, err := os.ReadFile(r.Files.PublicKey)
-	if err != nil {
-		return false, err
-	}
-	blocks, err := publicBlocks(r.Files.PublicKey, data)
-	if err != nil {
-		return false, err
-	}
-	var keep []pubBlock
-	for _, b := range blocks {
-		if b.kid == cur {
-			keep = append(keep, b)
-		}
-	}
-	if len(keep) == 0 {
-		return false, fmt.Errorf("%s does not hold the signing key %s: not publishing a value without it", r.Files.PublicKey, cur)
-	}
-	value := joinBlocks(keep)
-	if string(value) != string(data) {
-		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
-			return false, err
-		}
-	}
-	if err := r.Publish(ctx, value); err != nil {
-		return false, err
-	}
-	st.Phase, st.Updated = PhaseRetired, r.now()
-	if err := r.Store.Save(ctx, *st); err != nil {
-		return false, err
-	}
-	if err := r.removeBackup(st.Previous); err != nil {
-		return false, err
-	}
-	r.removeTemporaries()
-	r.Log.WithFields(logrus.Fields{"retired": st.Previous, "signing": cur}).Infof("previous key %s retired: only %s is published now; every apiserver drops it at its next restart", st.Previous, cur)
-	return true, nil
-}
-
-// removeBackup scrubs sa.key.previous once the key it holds is retired
-// (or it no longer holds a key): a private key nothing may sign with again
-// is not kept. It never touches a backup holding the signing key.
-func (r *Rotator) removeBackup(retired string) error {
-	kid, err := signingKeyID(r.Files.Backup())
-	if errors.Is(err, fs.ErrNotExist) {
+func (r *Rotator) supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error {
+	if r.Keys == nil || kid == "" {
 		return nil
 	}
-	if cur, cerr := signingKeyID(r.Files.SigningKey); cerr == nil && err == nil && kid == cur {
-		return fmt.Errorf("%s holds the signing key %s: not removing it", r.Files.Backup(), cur)
-	}
-	if err == nil && kid != retired {
-		r.Log.Warnf("%s holds key %s, not the retired key %s: left as it is", r.Files.Backup(), kid, retired)
-		return nil
-	}
-	if err := scrub(r.Files.Backup(), r.Files.SigningKey); err != nil {
-		return fmt.Errorf("remove the retired private key %s: %w", r.Files.Backup(), err)
-	}
-	r.Log.WithField("file", r.Files.Backup()).Infof("retired private key %s overwritten and removed", retired)
-	return nil
+	return r.Keys.Supersede(ctx, kid, retireAfter, resumed)
 }
 
 // Plan describes what Run would do from the stored state, without doing it.
@@ -421,7 +350,7 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 		mark(at >= 3) + fmt.Sprintf("%s: wait until every publishing host's trust record lists %s", StepWait, next),
 		mark(at >= 4) + fmt.Sprintf("%s: copy %s to %s, rename %s over it (fsync)", StepInstall, r.Files.SigningKey, r.Files.Backup(), r.Files.NextKey()),
 		mark(at >= 4) + fmt.Sprintf("%s: restart this apiserver through the lock", StepRestart),
-		mark(at >= 4) + fmt.Sprintf("%s: the previous public key may be retired %s after the install (retire-keys)", StepRecord, r.Grace),
+		mark(at >= 4) + fmt.Sprintf("%s: keep the previous public key published as superseded until %s after the install (retire-keys, from any master, retires it then)", StepRecord, r.Grace),
 	}
 	switch {
 	case phase == PhaseRollingBack:

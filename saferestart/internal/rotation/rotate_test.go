@@ -15,6 +15,42 @@ import (
 
 type memStore struct{ st *State }
 
+// memKeys is the host's key record as retire-keys and the rotation see it.
+type memKeys struct {
+	superseded map[string]time.Time
+	retired    map[string]bool
+}
+
+func (m *memKeys) Withdraw(_ context.Context, kid string) error { m.retired[kid] = true; return nil }
+
+func (m *memKeys) Supersede(_ context.Context, kid string, retireAfter time.Time, resumed string) error {
+	if resumed != "" {
+		if m.retired[resumed] {
+			return errors.New("retired")
+		}
+		delete(m.superseded, resumed)
+	}
+	if _, ok := m.superseded[kid]; !ok && !m.retired[kid] {
+		m.superseded[kid] = retireAfter
+	}
+	return nil
+}
+
+func (m *memKeys) Retired(_ context.Context, kid string) (bool, error) { return m.retired[kid], nil }
+
+// retire is retire-keys for this host: kid tombstoned, then the owner's
+// files trimmed.
+func (m *memKeys) retire(t *testing.T, files Files, kid string) {
+	t.Helper()
+	delete(m.superseded, kid)
+	m.retired[kid] = true
+	log := logrus.New()
+	log.Out = io.Discard
+	if err := files.TrimRetired(func(k string) bool { return m.retired[k] }, log); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (m *memStore) Load(context.Context) (*State, error) {
 	if m.st == nil {
 		return nil, nil
@@ -35,6 +71,7 @@ type fleet struct {
 	trusted   map[string]bool // key IDs every other host trusts
 	signing   string          // key ID the running apiserver signs with
 	events    []string
+	keys      *memKeys
 	fail      map[string]error // step → error injected once
 }
 
@@ -64,7 +101,8 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{t: t, files: files, published: pub, trusted: map[string]bool{cur: true}, signing: cur, fail: map[string]error{}}
+	f := &fleet{t: t, files: files, published: pub, trusted: map[string]bool{cur: true}, signing: cur, fail: map[string]error{},
+		keys: &memKeys{superseded: map[string]time.Time{}, retired: map[string]bool{}}}
 	store := &memStore{}
 	log := logrus.New()
 	log.Out = io.Discard
@@ -111,7 +149,7 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 			f.events = append(f.events, StepRestart)
 			return nil
 		}),
-		RunningSigner: func(context.Context) (string, error) { return f.signing, nil },
+		Keys: f.keys,
 	}
 	return f, r, store
 }
@@ -174,22 +212,18 @@ func TestRotateThenRetire(t *testing.T) {
 			if err := r.Run(ctx); err != nil || len(f.events) != 0 {
 				t.Fatalf("re-run: %v, events %v", err, f.events)
 			}
-			// Before the grace period is over nothing is retired.
-			if done, err := r.Retire(ctx); err != nil || done {
-				t.Fatalf("retire before grace: %v %v", done, err)
+			// The previous key is superseded until the rotation's retire
+			// time, whatever a re-run does.
+			if got := f.keys.superseded[prev]; !got.Equal(st.RetireAfter) || len(f.keys.superseded) != 1 {
+				t.Fatalf("superseded %v, want %s until %s", f.keys.superseded, prev, st.RetireAfter)
 			}
-			r.Now = func() time.Time { return st.RetireAfter.Add(time.Second) }
-			if done, err := r.Retire(ctx); err != nil || !done {
-				t.Fatalf("retire after grace: %v %v", done, err)
+			// retire-keys (any master) retires it; the owner's files follow.
+			f.keys.retire(t, f.files, prev)
+			if got := kidsOf(t, readFile(t, f.files.PublicKey)); len(got) != 1 || got[0] != st.Next {
+				t.Fatalf("sa.pub after retire %v, want only %s", got, st.Next)
 			}
-			if got := kidsOf(t, f.published); len(got) != 1 || got[0] != st.Next {
-				t.Fatalf("published after retire %v, want only %s", got, st.Next)
-			}
-			if data, _ := os.ReadFile(f.files.PublicKey); string(data) != string(f.published) {
-				t.Fatal("public key file and published value differ")
-			}
-			if store.st.Phase != PhaseRetired {
-				t.Fatalf("phase %s", store.st.Phase)
+			if exists(f.files.Backup()) {
+				t.Fatal("sa.key.previous kept after its key was retired")
 			}
 		})
 	}
@@ -273,22 +307,37 @@ func TestRotateIdempotentFiles(t *testing.T) {
 	}
 }
 
-func TestRetireNeverDropsTheSigningKey(t *testing.T) {
+// The owner's files never lose the signing key: a backup that holds it,
+// or a public key file of retired keys only, is left alone.
+func TestTrimNeverDropsTheSigningKey(t *testing.T) {
 	f, r, store := newFleet(t, RSA2048)
 	ctx := context.Background()
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.Now = func() time.Time { return store.st.RetireAfter.Add(time.Minute) }
-	// The running apiserver still signs with the previous key (restarted by
-	// hand from the backup, say): refuse.
-	f.signing = store.st.Previous
-	if done, err := r.Retire(ctx); !errors.Is(err, ErrSigning) || done {
-		t.Fatalf("retire while the apiserver signs with the previous key: %v %v", done, err)
+	// The backup holds the signing key (restored by hand, say).
+	data := readFile(t, f.files.SigningKey)
+	if err := os.WriteFile(f.files.Backup(), data, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if got := kidsOf(t, f.published); len(got) != 2 {
-		t.Fatal("published value changed")
+	log := logrus.New()
+	log.Out = io.Discard
+	all := func(string) bool { return true }
+	if err := f.files.TrimRetired(all, log); err == nil || !exists(f.files.Backup()) {
+		t.Fatalf("trim with the signing key retired: %v", err)
 	}
+	if got := kidsOf(t, readFile(t, f.files.PublicKey)); len(got) != 2 {
+		t.Fatalf("sa.pub emptied: %v (state %+v)", got, store.st)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func TestPlanShowsSteps(t *testing.T) {

@@ -1,0 +1,136 @@
+package keystate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdkey"
+)
+
+// DefaultAttempts bounds Update's compare-and-swap retries.
+const DefaultAttempts = 5
+
+// Store reads and writes hosts' values and records.
+type Store struct {
+	KV           clientv3.KV
+	KeysPrefix   string // KEYS-PREFIX: values at KEYS-PREFIX/HOST
+	RecordPrefix string // records at RECORD-PREFIX/HOST/kept, beside the rotation state
+	Attempts     int    // compare-and-swap attempts; 0: DefaultAttempts
+}
+
+// ValueKey is host's published value.
+func (s *Store) ValueKey(host string) string { return etcdkey.Join(s.KeysPrefix, host) }
+
+// RecordKey is host's key record.
+func (s *Store) RecordKey(host string) string { return etcdkey.Join(s.RecordPrefix, host, "kept") }
+
+// Load reads host's value and record at one revision.
+func (s *Store) Load(ctx context.Context, host string) (State, error) {
+	vk, rk := s.ValueKey(host), s.RecordKey(host)
+	resp, err := s.KV.Txn(ctx).Then(clientv3.OpGet(vk), clientv3.OpGet(rk)).Commit()
+	if err != nil {
+		return State{}, fmt.Errorf("read %s and %s: %w", vk, rk, err)
+	}
+	st := State{Host: host}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		st.value, st.valueRev = kvs[0].Value, kvs[0].ModRevision
+		if st.Items, st.ValueErr = ParseValue(vk, st.value, true); st.ValueErr != nil {
+			st.Items = nil
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		st.recordRaw, st.recordRev = kvs[0].Value, kvs[0].ModRevision
+	}
+	if st.Record, err = parseRecord(rk, host, st.recordRaw, st.Items); err != nil {
+		return State{}, err
+	}
+	return st, nil
+}
+
+// Hosts lists, sorted, every host with anything under RECORD-PREFIX (a key
+// record, a rotation state): the hosts whose keys retire-keys looks at,
+// whether or not they still run anything.
+func (s *Store) Hosts(ctx context.Context) ([]string, error) {
+	dir := etcdkey.Dir(s.RecordPrefix)
+	resp, err := s.KV.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var hosts []string
+	for _, kv := range resp.Kvs {
+		h, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), dir), "/")
+		if h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	slices.Sort(hosts)
+	return hosts, nil
+}
+
+// Result is what Update wrote.
+type Result struct {
+	State
+	Wrote    bool  // anything written
+	Revision int64 // the write's revision
+}
+
+// Value is the value as stored (its canonical bytes when nothing changed).
+func (r Result) Value() []byte { return r.value }
+
+// Update reads host's state, applies change, and writes the new value and
+// record in one transaction that succeeds only if neither changed since
+// the read; on a conflict it reads and applies change again, up to
+// Attempts times. Nothing is written when nothing changed: an unchanged
+// republish makes no revision (and no restart).
+func (s *Store) Update(ctx context.Context, host string, change func(State) (State, error)) (Result, error) {
+	attempts := s.Attempts
+	if attempts <= 0 {
+		attempts = DefaultAttempts
+	}
+	vk, rk := s.ValueKey(host), s.RecordKey(host)
+	for attempt := 1; attempt <= attempts; attempt++ {
+		cur, err := s.Load(ctx, host)
+		if err != nil {
+			return Result{}, err
+		}
+		next, err := change(cur)
+		if err != nil {
+			return Result{State: cur}, err
+		}
+		var ops []clientv3.Op
+		value := Join(next.Items)
+		if cur.ValueErr != nil || !bytes.Equal(value, Join(cur.Items)) {
+			ops = append(ops, clientv3.OpPut(vk, string(value)))
+		} else {
+			value = cur.value
+		}
+		rec, err := json.Marshal(next.Record)
+		if err != nil {
+			return Result{State: cur}, err
+		}
+		if !bytes.Equal(rec, cur.recordRaw) && !(len(cur.recordRaw) == 0 && next.Record.empty()) {
+			ops = append(ops, clientv3.OpPut(rk, string(rec)))
+		}
+		next.value, next.valueRev, next.recordRev = value, cur.valueRev, cur.recordRev
+		if len(ops) == 0 {
+			return Result{State: next}, nil
+		}
+		tr, err := s.KV.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(vk), "=", cur.valueRev),
+			clientv3.Compare(clientv3.ModRevision(rk), "=", cur.recordRev),
+		).Then(ops...).Commit()
+		if err != nil {
+			return Result{State: cur}, fmt.Errorf("write %s and %s: %w", vk, rk, err)
+		}
+		if tr.Succeeded {
+			return Result{State: next, Wrote: true, Revision: tr.Header.Revision}, nil
+		}
+	}
+	return Result{}, fmt.Errorf("%s and %s kept changing under us (%d attempts): nothing written; run the command again", vk, rk, attempts)
+}

@@ -1,0 +1,226 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/rotation"
+)
+
+// retireKeys is the `retire-keys` subcommand: every due superseded key of
+// every host with a record under --rotation-prefix is retired, whichever
+// master runs it (a reimaged host has no local state for its old key; a
+// removed host runs nothing). Each host is claimed as rotate-key claims it,
+// so that runs on several masters at once retire each key once: a host
+// another run holds is skipped. Then this host's own files lose the keys
+// retired so far.
+func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
+	a := k.a
+	o := a.o
+	self := a.trustHost(ctx)
+	log := a.log.WithField("host", self)
+	store := a.keyStore(cli)
+	lctx, cancel := a.opCtx(ctx)
+	hosts, err := store.Hosts(lctx)
+	var recs map[string]trust.Record
+	if err == nil {
+		recs, _, err = trust.List(lctx, cli, o.trustPrefix)
+	}
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot read the key records and trust records: nothing retired")
+		return exitError
+	}
+	if o.dryRun {
+		fmt.Fprintln(a.stdout, "dry run: nothing retired, written or removed")
+	}
+	code, retired := exitOK, 0
+	for _, h := range hosts {
+		c, n := k.retireHost(ctx, cli, store, h, recs)
+		retired += n
+		if c != exitOK && (code == exitOK || code == exitPreflight) {
+			code = c
+		}
+	}
+	if retired == 0 && code == exitOK && !o.dryRun {
+		log.Info("no superseded key is due on any host: nothing to retire")
+	}
+	if !o.dryRun {
+		k.trimOwnFiles(ctx, store, self, log)
+	}
+	return code
+}
+
+// retireHost retires host's due superseded keys, and reports the exit code
+// and how many keys it retired.
+func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, store *keystate.Store, host string, recs map[string]trust.Record) (int, int) {
+	a := k.a
+	o := a.o
+	log := a.log.WithField("host", host)
+	if !o.dryRun {
+		claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.host, os.Getpid()), o.ttl, 0)
+		if errors.Is(err, rotation.ErrBusy) {
+			log.WithError(err).Infof("%s is being rotated or retired by another run: skipped, its run retires its keys", host)
+			return exitOK, 0
+		}
+		if err != nil {
+			log.WithError(a.etcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
+			return exitError, 0
+		}
+		defer func() { _ = claim.Release() }()
+	}
+	rs := &rotation.EtcdStore{KV: cli, Prefix: o.rotationPrefix, Host: host}
+	lctx, cancel := a.opCtx(ctx)
+	st, err := rs.Load(lctx)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		return exitError, 0
+	}
+	// Upgrade in place: a rotation installed by an older helper recorded
+	// its previous key's retire time in its state only.
+	legacy := st != nil && st.Phase == rotation.PhaseInstalled && st.Previous != ""
+	if legacy && !o.dryRun {
+		if err := k.updateKeys(ctx, cli, host, func(cur keystate.State) (keystate.State, error) {
+			return cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now())
+		}); err != nil {
+			log.WithError(err).Errorf("retire-keys: cannot record %s's previous key %s as superseded: skipped", host, st.Previous)
+			return exitError, 0
+		}
+	}
+	lctx, cancel = a.opCtx(ctx)
+	cur, err := store.Load(lctx, host)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		return exitError, 0
+	}
+	if legacy && o.dryRun {
+		if cur, err = cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now()); err != nil {
+			log.WithError(err).Errorf("retire-keys: %s skipped", host)
+			return exitError, 0
+		}
+	}
+	now := time.Now()
+	own := k.ownSigning(host)
+	code := exitOK
+	var due []string
+	for _, kid := range sortedKeys(cur.Record.Superseded) {
+		s := cur.Record.Superseded[kid]
+		klog := log.WithField("superseded", kid)
+		switch {
+		case now.Before(s.RetireAfter):
+			k.plan(klog, "%s: key %s (superseded by %s) stays published until %s", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
+		case slices.Contains(own, kid):
+			klog.Warnf("%s: key %s is due, but %s still signs with it: kept", host, kid, o.signingKey)
+		default:
+			ok, c := k.retireGates(ctx, kid, recs, klog)
+			if c != exitOK {
+				code = c
+			}
+			if !ok {
+				continue
+			}
+			k.plan(klog, "%s: would retire key %s (superseded by %s, due since %s)", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
+			due = append(due, kid)
+		}
+	}
+	if o.dryRun {
+		return code, 0
+	}
+	if len(due) == 0 {
+		return k.markRotationRetired(ctx, rs, st, cur.Record, log, code), 0
+	}
+	var res keystate.Result
+	uctx, cancel := a.opCtx(ctx)
+	res, err = store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+		// Only what is still superseded: a key made current again
+		// meanwhile (a rollback) is not retired.
+		var still []string
+		for _, kid := range due {
+			if _, ok := cur.Record.Superseded[kid]; ok {
+				still = append(still, kid)
+			}
+		}
+		return cur.Retire(still, time.Now())
+	})
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
+		return exitError, 0
+	}
+	n := 0
+	for _, kid := range due {
+		if _, ok := res.Record.Retired[kid]; ok {
+			n++
+			log.WithField("retired", kid).Infof("%s: key %s retired: no longer published; every apiserver drops it at its next restart", host, kid)
+		}
+	}
+	return k.markRotationRetired(ctx, rs, st, res.Record, log, code), n
+}
+
+// markRotationRetired records a host's installed rotation as retired once
+// its previous key is: rotate-key --rollback then refuses, and a new
+// rotate-key starts afresh.
+func (k *keyRotation) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
+	a := k.a
+	if st == nil || st.Phase != rotation.PhaseInstalled || rec.Retired[st.Previous].IsZero() {
+		return code
+	}
+	st.Phase, st.Updated = rotation.PhaseRetired, time.Now().UTC()
+	sctx, cancel := a.opCtx(ctx)
+	err := rs.Save(sctx, *st)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
+		return exitError
+	}
+	return code
+}
+
+// plan logs a line, and prints it under --dry-run.
+func (k *keyRotation) plan(log logrus.FieldLogger, format string, args ...any) {
+	if k.a.o.dryRun {
+		fmt.Fprintf(k.a.stdout, format+"\n", args...)
+		return
+	}
+	log.Infof(format, args...)
+}
+
+// ownSigning is the key ID in --signing-key when host is this host: a key
+// this apiserver signs with is never retired, whatever its trust record
+// says yet.
+func (k *keyRotation) ownSigning(host string) []string {
+	a := k.a
+	if host != a.trustHost(context.Background()) || a.o.signingKey == "" {
+		return nil
+	}
+	ids, err := trust.FileKeyIDs(a.o.signingKey)
+	if err != nil {
+		return nil
+	}
+	return ids
+}
+
+// trimOwnFiles removes the keys retired (by this run or any other) from
+// this host's --public-key and --signing-key's backup.
+func (k *keyRotation) trimOwnFiles(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
+	a := k.a
+	lctx, cancel := a.opCtx(ctx)
+	cur, err := store.Load(lctx, self)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		return
+	}
+	(&publisher{a: a}).trimOwnFiles(cur.Record, log)
+}
