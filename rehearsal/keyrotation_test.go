@@ -382,6 +382,7 @@ func (f *fleet) reimaged(t *testing.T) {
 	m1, m2 := f.hosts[0], f.hosts[1]
 	anon := httpClient(t, f.ca.pem, nil, nil)
 	var oldToken string
+	f.ensureServiceAccount(t) // as the probe does: the scenario may run right after fresh
 	f.await(t, time.Minute, "a token signed by m2 before its reimage", func() bool {
 		tok, err := f.tryToken(m2)
 		oldToken = tok
