@@ -45,6 +45,8 @@ func TestRealAPIServerMetricsParse(t *testing.T) {
 		t.Fatalf("the parser refuses the real /metrics text: %v", err)
 	}
 	declared := bytes.Contains(body, []byte("# TYPE "+staletokens.CounterMetric+" counter"))
+	// The parser's testdata (internal/staletokens/testdata) is an excerpt
+	// of this text: STALETOKENS_DUMP=FILE writes it whole.
 	if p := os.Getenv("STALETOKENS_DUMP"); p != "" {
 		_ = os.WriteFile(p, body, 0o644)
 	}
