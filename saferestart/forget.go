@@ -89,15 +89,15 @@ func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
 	if code := a.forgetEvidence(ctx, cli, host, log); code != exitOK {
 		return code
 	}
+	p, err := a.readForgetPlan(ctx, cli, host, time.Now())
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
+		return exitError
+	}
+	if p.empty() {
+		return a.forgetUnknown(host, log)
+	}
 	if o.dryRun {
-		p, err := a.readForgetPlan(ctx, cli, host, time.Now())
-		if err != nil {
-			log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
-			return exitError
-		}
-		if p.empty() {
-			return a.forgetUnknown(host, log)
-		}
 		fmt.Fprintf(a.stdout, "dry run: nothing written or removed\n")
 		for _, s := range p.steps(a) {
 			fmt.Fprintf(a.stdout, "would %s\n", s)
@@ -116,13 +116,10 @@ func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
 		return exitError
 	}
 	defer func() { _ = claim.Release() }()
-	p, err := a.readForgetPlan(ctx, cli, host, time.Now())
-	if err != nil {
+	// Read again under the claim: what is done is what is logged.
+	if p, err = a.readForgetPlan(ctx, cli, host, time.Now()); err != nil {
 		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
 		return exitError
-	}
-	if p.empty() {
-		return a.forgetUnknown(host, log)
 	}
 	steps := p.steps(a)
 	// The keys first: from then on the host publishes no current key and
