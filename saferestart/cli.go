@@ -214,7 +214,7 @@ func preflightFlags(o *options, fs *pflag.FlagSet) {
 }
 
 func dryRunFlag(o *options, fs *pflag.FlagSet) {
-	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "restart, rotate-key: run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing; retire-keys, forget-host: print what would be retired, written or deleted, and write nothing")
 }
 
 func keysPrefixFlag(o *options, fs *pflag.FlagSet) {
@@ -246,7 +246,7 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys; publish-key, rotate-key, retire-keys) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys, forgotten hosts; publish-key, rotate-key, retire-keys, forget-host), PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust) and PREFIX/HOST/alive (the key publisher's while it runs; forget-host refuses while it exists)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
