@@ -203,7 +203,8 @@ later is a new host of that name. A renamed master is a new host plus
 forget-host of its old name.
 
 Refused (exit 3, nothing done) while --rotation-prefix/HOST/alive exists
-(HOST's key publisher runs), with --kubeconfig while HOST's apiserver's
+(HOST's key publisher runs) or HOST's restart intent is live (its lock
+lease alive: it restarts now), with --kubeconfig while HOST's apiserver's
 identity Lease was renewed in the last 30s, for this host itself (--host),
 and for a HOST etcd knows nothing of. Exit 5 while a rotate-key or
 retire-keys of HOST runs. --dry-run prints what it would do.`

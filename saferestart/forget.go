@@ -204,8 +204,8 @@ func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host str
 }
 
 // forgetEvidence refuses (exit 3) while the host shows signs of running:
-// its publisher's lease-bound alive record, or (--kubeconfig) its
-// apiserver's fresh identity Lease. Forgetting a running master would make
+// its publisher's lease-bound alive record, a restart intent whose lock
+// lease is alive, or (--kubeconfig) its apiserver's fresh identity Lease. Forgetting a running master would make
 // every rotation stop waiting for an apiserver that still serves tokens.
 func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
 	o := a.o
@@ -221,6 +221,22 @@ func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host str
 		log.Errorf("forget-host %s: refused: %s exists (lease %x): the host's key publisher runs; stop it there (systemctl disable --now sa-key-publish), or wait for its lease to expire if the host is dead, then run forget-host again",
 			host, key, resp.Kvs[0].Lease)
 		return exitPreflight
+	}
+	// A restart intent whose lock lease is alive is a restart of HOST
+	// under way now; an orphaned one is what forget-host clears.
+	rctx, cancel = a.opCtx(ctx)
+	intents, err := hold.Intents(rctx, cli, o.holdKeyOrDefault())
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
+		return exitError
+	}
+	for _, in := range intents {
+		if in.Host == host && !in.Orphaned {
+			log.Errorf("forget-host %s: refused: its restart intent %s is live (lock lease %x): %s restarts its apiserver now; run forget-host again once it is shut down",
+				host, in.Key, in.Lease, host)
+			return exitPreflight
+		}
 	}
 	if o.kubeconfig == "" {
 		log.Infof("no --kubeconfig: %s's apiserver identity Lease not checked", host)

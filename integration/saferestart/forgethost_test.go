@@ -3,6 +3,7 @@ package saferestart
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,9 +87,28 @@ func TestForgetHostRefusalsAndDryRun(t *testing.T) {
 	if p := f.forget(t, "m3"); p.code != codePreflight || !strings.Contains(p.stderr.String(), rotPrefix+"/m3/alive exists") {
 		t.Fatalf("forget-host with m3's alive record: exit %d, want 3 naming the record:\n%s", p.code, p.stderr)
 	}
+	// The revoke (deleting the alive record) is the only write so far.
 	if _, err := f.cli.Revoke(ctx, lease.ID); err != nil {
 		t.Fatal(err)
 	}
+	if got := f.revision(t); got != rev+1 {
+		t.Fatalf("revision %d after the refusal, want %d: it wrote", got, rev+1)
+	}
+	// A restart intent on a live lease: m3 restarts now.
+	intentLease, err := f.cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := getKey(t, f.cli, "fh-hold/intent/m3")
+	f.srv.Put(t, "fh-hold/intent/m3", fmt.Sprintf(`{"host":"m3","lease":%d,"started":"2026-01-01T00:00:00Z"}`, intentLease.ID))
+	if p := f.forget(t, "m3"); p.code != codePreflight || !strings.Contains(p.stderr.String(), "restart intent fh-hold/intent/m3 is live") {
+		t.Fatalf("forget-host with m3's live restart intent: exit %d, want 3:\n%s", p.code, p.stderr)
+	}
+	f.srv.Put(t, "fh-hold/intent/m3", orphan)
+	if _, err := f.cli.Revoke(ctx, intentLease.ID); err != nil {
+		t.Fatal(err)
+	}
+	rev = f.revision(t) // the test's own writes of the intent
 	live, _ := leaseServer(t, func(int32) map[string]time.Duration { return map[string]time.Duration{"m1": 0, "m3": time.Second} })
 	if p := f.forget(t, "m3.example.com", "--kubeconfig", live); p.code != codePreflight || !strings.Contains(p.stderr.String(), "identity Lease of apiserver m3") {
 		t.Fatalf("forget-host with m3's identity Lease live: exit %d, want 3 naming the Lease:\n%s", p.code, p.stderr)
@@ -99,9 +119,8 @@ func TestForgetHostRefusalsAndDryRun(t *testing.T) {
 	if p := f.forget(t, "m9"); p.code != codePreflight || !strings.Contains(p.stderr.String(), "check the name") {
 		t.Fatalf("forget-host of an unknown host: exit %d, want 3:\n%s", p.code, p.stderr)
 	}
-	// The revoke was the only write.
-	if got := f.revision(t); got != rev+1 {
-		t.Fatalf("revision %d after the refusals, want %d: a refusal wrote", got, rev+1)
+	if got := f.revision(t); got != rev {
+		t.Fatalf("revision %d after the refusals, want %d: a refusal wrote", got, rev)
 	}
 	dead, _ := leaseServer(t, func(int32) map[string]time.Duration { return map[string]time.Duration{"m1": 0, "m3": 10 * time.Minute} })
 	rev = f.revision(t)
