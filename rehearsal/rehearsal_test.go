@@ -62,12 +62,15 @@ func TestRehearsalControlPlane(t *testing.T) {
 }
 
 // TestRehearsalControllerManager: rotations with a real
-// kube-controller-manager, the longest scenario, on a fleet of its own.
+// kube-controller-manager, the longest scenario, on a fleet of its own;
+// then a master removed for good.
 func TestRehearsalControllerManager(t *testing.T) {
 	t.Parallel()
 	rehearse(t, []scenario{
 		{"fresh", (*fleet).fresh},
 		{"controller-manager", (*fleet).controllerManager},
+		// Last: the fleet has two masters after it.
+		{"forget-host", (*fleet).forgetHost},
 	})
 }
 

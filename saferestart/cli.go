@@ -43,6 +43,8 @@ const (
 	cmdRotateKey   = "rotate-key"
 	cmdRetireKeys  = "retire-keys"
 	cmdPublishKey  = "publish-key"
+	// Removing a master for good (forget.go).
+	cmdForgetHost = "forget-host"
 	// The effective configuration and where each value came from.
 	cmdConfig = "config"
 )
@@ -189,7 +191,7 @@ func restartFlags(o *options, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.healthInterval, "health-interval", time.Second, "pause between health probes")
 	fs.StringArrayVar(&o.jwksKeyFiles, "jwks-key-file", nil, "service-account public key file the apiserver's JWKS must serve once ready (repeatable)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "restart: when this host is about to sign with a new key, wait this long without the lock for every other host to trust it (0: do not wait)")
-	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
+	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", defaultFleetLeaseAge, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
 	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
 }
@@ -211,6 +213,11 @@ func staleTokenFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.apiserverMetricsURL, "apiserver-metrics-url", "", "this host's apiserver's /metrics (e.g. https://127.0.0.1:6443/metrics), sampled every minute for serviceaccount_stale_tokens_total into ROTATION-PREFIX/HOST/stale-tokens, which retire-keys weighs; read with --health-cacert and --health-cert/--health-key or --health-token-file (needs get on the non-resource URL /metrics); empty: not sampled")
 }
 
+// defaultFleetLeaseAge is --fleet-lease-age's default: three of
+// kube-apiserver's 10 s renewals. forget-host takes an apiserver whose Lease
+// is younger as live.
+const defaultFleetLeaseAge = 30 * time.Second
+
 // ttlFlag: the lease of what a command keeps in etcd while it runs (the
 // lock's session; wait-trusted's waiting record), gone this long after the
 // process dies.
@@ -226,7 +233,7 @@ func preflightFlags(o *options, fs *pflag.FlagSet) {
 }
 
 func dryRunFlag(o *options, fs *pflag.FlagSet) {
-	fs.BoolVar(&o.dryRun, "dry-run", false, "run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "restart, rotate-key: run preflight and the hold check, report what would happen and the worst-case duration (for confd's reload_cmd_timeout); lock and run nothing; retire-keys, forget-host: print what would be retired, written or deleted, and write nothing")
 }
 
 func keysPrefixFlag(o *options, fs *pflag.FlagSet) {
@@ -254,15 +261,15 @@ func timeoutFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); empty: neither")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); forget-host: refuse while HOST's apiserver's identity Lease is live (needs list on leases); empty: none of these")
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys; publish-key, rotate-key, retire-keys) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys, forgotten hosts; publish-key, rotate-key, retire-keys, forget-host), PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust) and PREFIX/HOST/alive (the key publisher's while it runs; forget-host refuses while it exists)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
-	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key, publish-key: how long a superseded public key (the previous key, or one the published source no longer holds) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)")
+	fs.DurationVar(&o.grace, "grace", 24*time.Hour, "rotate-key, publish-key, forget-host: how long a superseded public key (the previous key, one the published source no longer holds, or a forgotten host's) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)")
 }
 
 func outputFlag(o *options, fs *pflag.FlagSet) {

@@ -29,8 +29,8 @@ func (o *options) commands() []command {
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
 			long:  restartHelp, flags: append(restarting, outputFlag)},
-		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold and each host's rotation; exit 4 while a hold is active",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, rotationPrefixFlag, outputFlag}},
+		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, rotationPrefixFlag, keysPrefixFlag, outputFlag}},
 		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
 		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
@@ -57,6 +57,9 @@ func (o *options) commands() []command {
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
 				rotationPrefixFlag, graceFlag, publishKeyFlags}},
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
+			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
+			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, hostFlag, graceFlag, kubeconfigFlag}},
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
@@ -189,6 +192,23 @@ settings come from the flags, ETCDCTL_* and --config as for every command;
 --require-signing-keys itself only from the command line. Without it, check
 reads no etcd and ignores ETCDCTL_*.`
 
+const forgetHelp = `HOST's published keys become superseded now, retired by retire-keys after
+--grace (the tokens it signed keep verifying until then; its value goes with
+its last key); its key record (--rotation-prefix/HOST/kept) stays, marked
+forgotten, until then. Its trust record (--trust-prefix/HOST), rotation
+state and waiting record (--rotation-prefix/HOST/state, /waiting) and its
+restart intent (under --hold-key) are deleted: no trust wait, fleet check
+or signer barrier waits for it any more. publish-key under the same name
+later is a new host of that name. A renamed master is a new host plus
+forget-host of its old name.
+
+Refused (exit 3, nothing done) while --rotation-prefix/HOST/alive exists
+(HOST's key publisher runs) or HOST's restart intent is live (its lock
+lease alive: it restarts now), with --kubeconfig while HOST's apiserver's
+identity Lease was renewed in the last 30s, for this host itself (--host),
+and for a HOST etcd knows nothing of. Exit 5 while a rotate-key or
+retire-keys of HOST runs. --dry-run prints what it would do.`
+
 // etcdHelp is the help of every command that talks to etcd.
 const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
 ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
@@ -212,6 +232,7 @@ from restarting (a "hold" in etcd) when a restart fails.
   %[1]s status [--output json]         show lock holder, waiters (FIFO), hold and rotations (exit 4: hold active)
   %[1]s hold --reason TEXT             stop every host from restarting
   %[1]s unhold                         allow restarts again
+  %[1]s forget-host HOST [--dry-run]    remove a master for good (keys retired after --grace)
   %[1]s check [--public-only] [--keys-only] [--require-key K] [--require-signing-keys] [FILE...] [--preflight-flags-file F [--signing-key K]]
   %[1]s COMMAND --help                 the flags of COMMAND (--lock-name, --health-url, --preflight-file: restart --help)
 

@@ -76,7 +76,7 @@ var oldFlagScope = map[string][]string{
 
 var oldRestarting = []string{cmdRestart, cmdRotateKey}
 
-var allSubcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdConfig}
+var allSubcommands = []string{cmdRestart, cmdStatus, cmdHold, cmdUnhold, cmdCheck, cmdVersion, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey, cmdConfig, cmdForgetHost}
 
 // narrowed are the flags that applied to every etcd command but were read
 // by a few: kube-controller-manager's, now flags of those few.
@@ -91,13 +91,16 @@ var narrowed = map[string][]string{
 // the trust records with --require-signing-keys (issue 31), so it takes the
 // etcd flags and the prefixes; --rotation-prefix by every command that
 // reads the rotation records (wait-trusted writes its waiting record
-// there); --ttl by wait-trusted for that record's lease.
+// there); --ttl by wait-trusted for that record's lease; --keys-prefix by
+// status, which shows each host's keys; forget-host (issue 31), new,
+// takes the etcd and lock flags as every etcd command did, and these.
 var widened = map[string][]string{
+	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost},
+	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust, cmdForgetHost}, "host": {cmdForgetHost},
+	"grace": {cmdForgetHost}, "kubeconfig": {cmdForgetHost},
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
 	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
-	"keys-prefix": {cmdCheck}, "trust-prefix": {cmdCheck},
-	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust},
-	"ttl":             {cmdWaitTrusted},
+	"ttl": {cmdWaitTrusted},
 }
 
 // Each command takes exactly the flags the old scope table gave it (but

@@ -29,8 +29,9 @@ type fleetCheck struct {
 	cfg    fleet.Config
 	log    logrus.FieldLogger
 	// expected names the hosts whose apiserver must be live besides those
-	// the Leases show (fleet.Config.Expected).
-	expected func(ctx context.Context) ([]string, error)
+	// the Leases show (fleet.Config.Expected), and those forget-host
+	// removed, whose Leases do not count (fleet.Config.Gone).
+	expected func(ctx context.Context) (expected, gone []string, err error)
 	// waiting names the hosts left out (fleet.Config.Waiting).
 	waiting func(ctx context.Context) ([]string, error)
 }
@@ -50,14 +51,16 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	}
 	// The masters that publish keys and record trust run an apiserver:
 	// each must be live too, even once a graceful stop deleted its Lease.
-	expected := func(ctx context.Context) ([]string, error) {
+	// A master forget-host removed publishes no current key (not
+	// expected) and its lingering Lease is not a member's.
+	expected := func(ctx context.Context) ([]string, []string, error) {
 		rctx, cancel := a.opCtx(ctx)
 		defer cancel()
 		rep, err := trust.Collect(rctx, cli, a.prefixes())
 		if err != nil {
-			return nil, a.etcdErr(err)
+			return nil, nil, a.etcdErr(err)
 		}
-		return rep.Publishers(rep.Unrecorded()), nil
+		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
 	// A master whose apiserver waits (wait-trusted's waiting record) for
 	// keys this restart makes this apiserver trust is down until this
@@ -105,11 +108,11 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		err error
 	)
 	if c.cfg.MinLive < 0 && c.expected != nil {
-		exp, err := c.expected(ctx)
+		exp, gone, err := c.expected(ctx)
 		if err != nil {
 			c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
 		}
-		c.cfg.Expected = exp
+		c.cfg.Expected, c.cfg.Gone = exp, gone
 		w, err := c.waiting(ctx)
 		if err != nil {
 			c.log.WithError(err).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)

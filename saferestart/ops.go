@@ -102,6 +102,9 @@ func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
 	sctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
 	defer cancel()
 	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault(), a.o.rotationPrefix)
+	if err == nil {
+		err = r.AddKeys(sctx, a.keyStore(cli))
+	}
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("status")
 		return exitError

@@ -171,6 +171,10 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 			log.WithField("retired", kid).Infof("%s: key %s retired: no longer published; every apiserver drops it at its next restart", host, kid)
 		}
 	}
+	if !res.Record.Forgotten.IsZero() && len(res.Items) == 0 {
+		log.Infof("%s: gone (forget-host %s) and every key of it retired: its published value is deleted; trust no longer lists it",
+			host, res.Record.Forgotten.UTC().Format(time.RFC3339))
+	}
 	return k.markRotationRetired(ctx, rs, st, res.Record, log, code), n
 }
 

@@ -58,6 +58,10 @@ func validateKeyFlags(o *options) []error {
 		if o.grace < 0 {
 			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
 		}
+	case cmdForgetHost:
+		if o.grace < 0 {
+			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
+		}
 	case cmdRotateKey, cmdRetireKeys:
 		if o.signingKey == "" {
 			o.signingKey = defaultSigningKey

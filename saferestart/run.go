@@ -82,6 +82,8 @@ func (a *app) run(ctx context.Context) int {
 		})
 	case cmdPublishKey:
 		return a.withClient(ctx, (&publisher{a: a}).publishKey)
+	case cmdForgetHost:
+		return a.withClient(ctx, a.forgetHost)
 	case cmdConfig:
 		return a.showConfig(a.stdout, a.o.flags)
 	default:

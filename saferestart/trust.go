@@ -31,7 +31,9 @@ func (a *app) trustHost(ctx context.Context) string {
 }
 
 func (a *app) prefixes() trust.Prefixes {
-	return trust.Prefixes{Keys: a.o.keysPrefix, Trust: a.o.trustPrefix}
+	// The rotation prefix holds the key records: which published keys are
+	// superseded and which hosts forget-host removed (not waited for).
+	return trust.Prefixes{Keys: a.o.keysPrefix, Trust: a.o.trustPrefix, Rotation: a.o.rotationPrefix}
 }
 
 // trustSnapshot computes the trust record of the apiserver about to be
@@ -181,13 +183,19 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
 			*trust.Report
-			Waiting []rotation.Waiting `json:"waiting"`
-		}{rep, waiting})
+			Waiting   []rotation.Waiting     `json:"waiting"`
+			Rotations []rotation.HostRecords `json:"rotations"`
+		}{rep, waiting, recs})
 	} else {
 		err = rep.WriteText(a.stdout)
 		for _, w := range waiting {
 			if err == nil {
 				_, err = fmt.Fprintf(a.stdout, "waiting: %s\n", w)
+			}
+		}
+		for _, h := range recs {
+			if err == nil && (h.State != nil || h.StateError != "" || h.Rotating) {
+				_, err = fmt.Fprintf(a.stdout, "rotation of %s: %s\n", h.Host, h.Text())
 			}
 		}
 	}

@@ -128,6 +128,13 @@ type Record struct {
 	// Retired are tombstones: key ID -> when it was retired. No writer
 	// puts a retired key into any value again.
 	Retired map[string]time.Time `json:"retired,omitempty"`
+	// Forgotten is when forget-host removed the host from the fleet (zero:
+	// a member). Its keys stay published as superseded until retire-keys
+	// retires them, and then its value goes; the record stays, its
+	// tombstones still refusing the old keys. Trust waits, the fleet check
+	// and the signer's barrier leave a forgotten host out; publish-key under
+	// its name (a new host of the same name) makes it a member again.
+	Forgotten time.Time `json:"forgotten,omitzero"`
 	// Keep is the record publish-key --certificate wrote before this
 	// package (key ID -> retire after, the PEM in the value): read, folded
 	// into Superseded, never written.
@@ -187,7 +194,9 @@ func (r Record) clone() Record {
 }
 
 // empty reports whether the record says nothing worth storing.
-func (r Record) empty() bool { return len(r.Superseded) == 0 && len(r.Retired) == 0 }
+func (r Record) empty() bool {
+	return len(r.Superseded) == 0 && len(r.Retired) == 0 && r.Forgotten.IsZero()
+}
 
 // State is one host's value (as items) and record, read at one revision.
 type State struct {
@@ -305,8 +314,33 @@ func (s State) Publish(source []Item, by string, now time.Time, grace time.Durat
 		}
 		next.Record.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
 	}
+	// Publishing under a forgotten name is a new host of that name.
+	next.Record.Forgotten = time.Time{}
 	next.Items = next.build(keep)
 	return next, dropped, nil
+}
+
+// Forget is forget-host: every current key of the value becomes superseded
+// (since now, retired after now+grace; a key already superseded keeps its
+// time) and the record says the host is gone since now (a second forget
+// keeps the first time). The value keeps every key until retire-keys.
+func (s State) Forget(by string, now time.Time, grace time.Duration) State {
+	next := s
+	next.Record = s.Record.clone()
+	for _, it := range s.Items {
+		if _, gone := next.Record.Retired[it.KID]; gone {
+			continue
+		}
+		if _, ok := next.Record.Superseded[it.KID]; ok {
+			continue
+		}
+		next.Record.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
+	}
+	if next.Record.Forgotten.IsZero() {
+		next.Record.Forgotten = now.UTC()
+	}
+	next.Items = next.build(s.Items)
+	return next
 }
 
 // Supersede records that kid stopped being a current key (rotate-key's
@@ -339,7 +373,8 @@ func (s State) Supersede(kid string, retireAfter time.Time, by, resumed string, 
 
 // Retire tombstones kids: they leave the value and the superseded list,
 // and no writer publishes them again. A value that would hold no key is
-// refused.
+// refused, but a forgotten host's: its value goes with its last key
+// (Store.Update deletes it).
 func (s State) Retire(kids []string, now time.Time) (State, error) {
 	next := s
 	next.Record = s.Record.clone()
@@ -350,7 +385,7 @@ func (s State) Retire(kids []string, now time.Time) (State, error) {
 		}
 	}
 	next.Items = next.build(s.Items)
-	if len(next.Items) == 0 && len(s.Items) > 0 {
+	if len(next.Items) == 0 && len(s.Items) > 0 && s.Record.Forgotten.IsZero() {
 		return s, fmt.Errorf("%s: retiring %s would leave no key published: not retiring (publish the host's current key first)", s.Host, strings.Join(kids, ", "))
 	}
 	return next, nil

@@ -174,3 +174,49 @@ func TestLegacyKeepRecord(t *testing.T) {
 		t.Fatal("unparseable record accepted")
 	}
 }
+
+// forget-host: every current key becomes superseded with now+grace (a key
+// superseded before keeps its time), the host is marked forgotten once,
+// and the value keeps every key until retire-keys.
+func TestForget(t *testing.T) {
+	a, b, _ := keys(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	earlier := now.Add(-time.Hour)
+	cur := state([]Item{a, b}, map[string]Superseded{a.KID: {RetireAfter: earlier, PEM: string(a.PEM)}}, nil)
+	next := cur.Forget("forget-host", now, 2*time.Hour)
+	if !slices.Equal(KIDs(next.Items), []string{a.KID, b.KID}) {
+		t.Fatalf("value %v: a forgotten host's keys stay published until retired", KIDs(next.Items))
+	}
+	if got := next.Record.Superseded[a.KID].RetireAfter; !got.Equal(earlier) {
+		t.Errorf("already superseded key: retire after %s, want %s (never recomputed)", got, earlier)
+	}
+	if got := next.Record.Superseded[b.KID]; !got.RetireAfter.Equal(now.Add(2*time.Hour)) || got.By != "forget-host" || got.PEM != string(b.PEM) {
+		t.Errorf("current key superseded as %+v, want retire after now+grace by forget-host with its PEM", got)
+	}
+	if !next.Record.Forgotten.Equal(now) || !cur.Record.Forgotten.IsZero() {
+		t.Errorf("forgotten %s (before: %s), want %s", next.Record.Forgotten, cur.Record.Forgotten, now)
+	}
+	if again := next.Forget("forget-host", now.Add(time.Hour), time.Hour); !again.Record.Forgotten.Equal(now) || !again.Record.Superseded[b.KID].RetireAfter.Equal(now.Add(2*time.Hour)) {
+		t.Errorf("a second forget changed the first's times: %+v", again.Record)
+	}
+}
+
+// A forgotten host's last key may be retired (its value then goes); any
+// other host's may not. Publishing under a forgotten name un-forgets it.
+func TestForgottenRetireAndRepublish(t *testing.T) {
+	a, b, _ := keys(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	gone := state([]Item{a}, nil, nil).Forget("forget-host", now, 0)
+	next, err := gone.Retire([]string{a.KID}, now)
+	if err != nil || len(next.Items) != 0 || next.Record.Retired[a.KID].IsZero() || next.Record.Forgotten.IsZero() {
+		t.Fatalf("retire a forgotten host's last key: %v, value %v, record %+v", err, KIDs(next.Items), next.Record)
+	}
+	live := state([]Item{a, b}, map[string]Superseded{a.KID: {PEM: string(a.PEM)}, b.KID: {PEM: string(b.PEM)}}, nil)
+	if _, err := live.Retire([]string{a.KID, b.KID}, now); err == nil {
+		t.Fatal("a member's last key retired: its value would be empty")
+	}
+	back, _, err := next.Publish([]Item{b}, "publish-key", now, time.Hour)
+	if err != nil || !back.Record.Forgotten.IsZero() || !slices.Equal(KIDs(back.Items), []string{b.KID}) {
+		t.Fatalf("publish under a forgotten name: %v, forgotten %s, value %v", err, back.Record.Forgotten, KIDs(back.Items))
+	}
+}

@@ -105,9 +105,17 @@ func (s *Store) Update(ctx context.Context, host string, change func(State) (Sta
 		}
 		var ops []clientv3.Op
 		value := Join(next.Items)
-		if cur.ValueErr != nil || !bytes.Equal(value, Join(cur.Items)) {
+		switch {
+		case len(next.Items) == 0 && !next.Record.Forgotten.IsZero():
+			// A forgotten host's last key retired: its value goes, so that
+			// no template renders an empty entry and trust forgets it.
+			if cur.valueRev != 0 {
+				ops = append(ops, clientv3.OpDelete(vk))
+			}
+			value = nil
+		case cur.ValueErr != nil || !bytes.Equal(value, Join(cur.Items)):
 			ops = append(ops, clientv3.OpPut(vk, string(value)))
-		} else {
+		default:
 			value = cur.value
 		}
 		rec, err := json.Marshal(next.Record)

@@ -111,3 +111,51 @@ func TestLoadLegacyRecordAndHosts(t *testing.T) {
 		t.Fatalf("after the upgrade: %v %+v %v", err, got.Record, KIDs(got.Items))
 	}
 }
+
+// Retiring a forgotten host's last key deletes its value and keeps its
+// record (tombstones, forgotten); List shows the host's keys throughout.
+func TestForgottenHostValueGoesWithItsLastKey(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	cli := srv.Client(t)
+	s := &Store{KV: cli, KeysPrefix: "/keys", RecordPrefix: "/rot"}
+	a, b, _ := keys(t)
+	now := time.Now()
+	for host, it := range map[string]Item{"m1": a, "m2": b} {
+		if _, err := cli.Put(ctx, s.ValueKey(host), string(Join([]Item{it}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Update(ctx, "m2", func(cur State) (State, error) { return cur.Forget("forget-host", now, time.Hour), nil }); err != nil {
+		t.Fatal(err)
+	}
+	life, err := s.List(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := life["m1"], life["m2"]
+	if m1.Gone() || !slices.Equal(m1.Current, []string{a.KID}) || len(m1.Superseded) != 0 {
+		t.Errorf("m1: %+v", m1)
+	}
+	if !m2.Gone() || len(m2.Current) != 0 || len(m2.Superseded) != 1 || m2.Superseded[0].KID != b.KID ||
+		!m2.Superseded[0].RetireAfter.Equal(now.Add(time.Hour).UTC()) || !strings.Contains(m2.Text(), "GONE") {
+		t.Errorf("m2 after forget: %+v (%s)", m2, m2.Text())
+	}
+	if _, err := s.Update(ctx, "m2", func(cur State) (State, error) { return cur.Retire([]string{b.KID}, now) }); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, s.ValueKey("m2")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("m2's value after its last key retired: %v %v, want deleted", resp, err)
+	}
+	resp, err := cli.Get(ctx, s.RecordKey("m2"))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("m2's key record: %v %v, want kept", resp, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.Forgotten.IsZero() || rec.Retired[b.KID].IsZero() {
+		t.Fatalf("m2's key record %s: %v", resp.Kvs[0].Value, err)
+	}
+	if life, err = s.List(ctx, 0); err != nil || !life["m2"].Gone() || !strings.Contains(life["m2"].Text(), "every key retired") {
+		t.Fatalf("m2 listed as %+v: %v", life["m2"], err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdkey"
+	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -40,10 +41,16 @@ type Host struct {
 	// no host publishes: every bundle rendered now drops them, and the
 	// tokens signed with them are refused (see SigningKeys).
 	Unpublished []string `json:"unpublished_signing_keys"`
-	// Stale: the host publishes keys but has no record, or its record lacks
-	// a key that is published now (its apiserver was last restarted before
-	// that key appeared), or it signs with a key no host publishes.
+	// Stale: the host publishes current keys but has no record, or its
+	// record lacks a key that is published now (its apiserver was last
+	// restarted before that key appeared), or it signs with a key no host
+	// publishes.
 	Stale bool `json:"stale"`
+	// HostKeys is the host's key lifecycle (Prefixes.Rotation's key
+	// records): current keys, superseded keys with their retire time, and
+	// whether forget-host removed it. Without Prefixes.Rotation, every
+	// published key is current.
+	keystate.HostKeys
 }
 
 // Report is every host's published keys and trust, read at one revision.
@@ -60,6 +67,10 @@ type Report struct {
 type Prefixes struct {
 	Keys  string
 	Trust string
+	// Rotation is where the key records (ROTATION/HOST/kept) say which
+	// published keys are superseded and which hosts forget-host removed;
+	// empty: not read, every published key is current.
+	Rotation string
 }
 
 // Collect reads published keys and trust records at one revision.
@@ -94,7 +105,37 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	for i := range r.Hosts {
 		r.Hosts[i].Warnings = warnings[r.Hosts[i].Host]
 	}
+	if p.Rotation != "" {
+		store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
+		life, err := store.List(ctx, rev)
+		if err != nil {
+			return nil, err
+		}
+		r.withLifecycle(life)
+	}
 	return r, nil
+}
+
+// withLifecycle adds each host's key records: a host whose published keys
+// are all superseded (forget-host removed it) publishes no current key, so
+// it is no longer a publisher that waits, fleet checks and staleness count;
+// its superseded keys stay published, and every other host must still
+// trust them until they are retired.
+func (r *Report) withLifecycle(life map[string]keystate.HostKeys) {
+	for i := range r.Hosts {
+		h := &r.Hosts[i]
+		l, ok := life[h.Host]
+		if !ok {
+			continue
+		}
+		if l.KeysError != "" {
+			// Unreadable record: every published key counts as current,
+			// so that no wait leaves the host out on a guess.
+			l.Current = h.Publishes
+		}
+		h.HostKeys = l
+		h.Stale = h.stale()
+	}
 }
 
 // publishedKeyIDs is the key IDs of a host's published value as the bundle
@@ -182,7 +223,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		if rec, ok := records[h]; ok {
 			row.Record = &rec
 		}
-		_, publishes := published[h]
+		row.HostKeys = keystate.HostKeys{Host: h, Current: row.Publishes, Superseded: []keystate.SupersededKey{}}
 		for _, kid := range r.Published {
 			if !row.Record.Trusts(kid) {
 				row.Missing = append(row.Missing, kid)
@@ -194,7 +235,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 				row.Unpublished = append(row.Unpublished, k.Kid)
 			}
 		}
-		row.Stale = publishes && (row.Record == nil || len(row.Missing) > 0) || len(row.Unpublished) > 0
+		row.Stale = row.stale()
 		r.Hosts = append(r.Hosts, row)
 	}
 	return r
@@ -289,7 +330,12 @@ func (h *Host) in(a Among) bool {
 	if a == Recorded {
 		return h.Record != nil
 	}
-	return len(h.Publishes) > 0 || h.PublishError != ""
+	return !h.Gone() && (len(h.Current) > 0 || h.PublishError != "")
+}
+
+// stale is Host.Stale from the other fields.
+func (h *Host) stale() bool {
+	return h.in(Publishers) && (h.Record == nil || len(h.Missing) > 0) || len(h.Unpublished) > 0
 }
 
 // NotTrusting returns the hosts that publish keys (except those in
@@ -329,6 +375,18 @@ func (r *Report) RecordOf(host string) *Record {
 		}
 	}
 	return nil
+}
+
+// Gone returns the hosts forget-host removed that still have published
+// keys (superseded, until retire-keys) or a trust record, sorted.
+func (r *Report) Gone() []string {
+	var out []string
+	for _, h := range r.Hosts {
+		if h.HostKeys.Gone() {
+			out = append(out, h.Host)
+		}
+	}
+	return out
 }
 
 // Unrecorded returns the hosts that publish keys but have no trust record.
@@ -414,6 +472,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			state = fmt.Sprintf("STALE: signs with %s, which no host publishes (bundles drop it: republish it, or delete this host's trust record if nothing there signs with it any more)", strings.Join(h.Unpublished, ", "))
 		case h.Stale:
 			state = fmt.Sprintf("STALE: does not trust %s", strings.Join(h.Missing, ", "))
+		case h.HostKeys.Gone():
+			state = "GONE: removed by forget-host " + h.Forgotten.UTC().Format(time.RFC3339) + "; its keys stay published until retired"
 		case len(h.Publishes) == 0:
 			state = "publishes no key"
 		}
@@ -433,6 +493,11 @@ func (r *Report) WriteText(w io.Writer) error {
 			note = " (no longer published)"
 		}
 		fmt.Fprintf(&b, "K%d = %s%s\n", i+1, kid, note)
+	}
+	for _, h := range r.Hosts {
+		if len(h.Publishes) > 0 || h.HostKeys.Gone() {
+			fmt.Fprintf(&b, "keys of %s: %s\n", h.Host, h.HostKeys.Text())
+		}
 	}
 	if stale := r.Stale(); len(stale) > 0 {
 		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))

@@ -195,21 +195,37 @@ func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev 
 		keys = cli.Watch(wctx, etcdkey.Dir(o.Prefixes.Keys), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}
 	trust := cli.Watch(wctx, etcdkey.Dir(o.Prefixes.Trust), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	var resp clientv3.WatchResponse
-	var ok bool
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case resp, ok = <-keys:
-	case resp, ok = <-trust:
-	case <-lost:
-		return nil
+	// A key record changing (forget-host removing a host waited for) can
+	// end the wait too; the rotation prefix's other records (this wait's
+	// own waiting record among them) cannot, and do not wake it.
+	var records clientv3.WatchChan
+	if o.Among != Recorded && o.Prefixes.Rotation != "" {
+		records = cli.Watch(wctx, etcdkey.Dir(o.Prefixes.Rotation), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}
-	if !ok {
-		return errors.New("watch closed")
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case resp, ok = <-keys:
+		case resp, ok = <-trust:
+		case resp, ok = <-records:
+			if ok && resp.Err() == nil && !slices.ContainsFunc(resp.Events, isKeyRecord) {
+				continue
+			}
+		case <-lost:
+			return nil
+		}
+		if !ok {
+			return errors.New("watch closed")
+		}
+		return resp.Err()
 	}
-	return resp.Err()
 }
+
+// isKeyRecord reports whether ev is a host's key record (PREFIX/HOST/kept).
+func isKeyRecord(ev *clientv3.Event) bool { return strings.HasSuffix(string(ev.Kv.Key), "/kept") }
 
 type nopWriter struct{}
 

@@ -67,6 +67,10 @@ type Config struct {
 	// would keep both down for good (a reimaged kubeadm master). Matched
 	// as Expected is.
 	Waiting []string
+	// Gone are hosts forget-host removed: their Leases (an apiserver shut
+	// down for good renews nothing, but its Lease lingers for up to
+	// SeenWithin) are not counted. Matched as Expected is.
+	Gone []string
 	// Timeout bounds Wait.
 	Timeout time.Duration
 	// Interval is the pause between reads while Wait waits.
@@ -92,6 +96,10 @@ type Status struct {
 	// Waiting are the hosts left out as Config.Waiting says.
 	Waiting []string
 }
+
+// LiveAs returns the name among s.Live that is host (equal, or one is the
+// other's first label), "" when host's apiserver is not live.
+func (s Status) LiveAs(host string) string { return matching(s.Live, host) }
 
 // OK is whether enough other apiservers are live.
 func (s Status) OK() bool { return len(s.Live) >= s.Want }
@@ -228,6 +236,9 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		}
 		if w := matching(cfg.Waiting, host); w != "" {
 			waiting[w] = true
+			continue
+		}
+		if matching(cfg.Gone, host) != "" {
 			continue
 		}
 		var t time.Time

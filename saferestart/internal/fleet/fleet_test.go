@@ -244,3 +244,22 @@ func TestCheckWaitingHostDoesNotRefuse(t *testing.T) {
 		}
 	}
 }
+
+// A master forget-host removed left its Lease behind (up to SeenWithin):
+// it is no member that must be live, and LiveAs names a live host only.
+func TestCheckGoneHostNotCounted(t *testing.T) {
+	leases := fake.NewClientset(lease("a2", "m2", time.Second), lease("a3", "m3", 5*time.Minute)).CoordinationV1().Leases(Namespace)
+	c := cfg("m1.example.com", AllOthers)
+	s, err := Check(context.Background(), leases, c)
+	if err != nil || s.OK() {
+		t.Fatalf("before: %s %v, want m3 missing", s, err)
+	}
+	c.Gone = []string{"m3.example.com"}
+	s, err = Check(context.Background(), leases, c)
+	if err != nil || !s.OK() || s.Want != 1 || len(s.Missing) != 0 {
+		t.Fatalf("m3 gone: %s %v", s, err)
+	}
+	if s.LiveAs("m2.example.com") != "m2" || s.LiveAs("m3.example.com") != "" {
+		t.Fatalf("LiveAs: %q %q", s.LiveAs("m2.example.com"), s.LiveAs("m3.example.com"))
+	}
+}

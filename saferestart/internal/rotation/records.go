@@ -36,6 +36,11 @@ func (w Waiting) String() string {
 // WaitingKey is host's waiting record's etcd key.
 func WaitingKey(prefix, host string) string { return etcdkey.Join(prefix, host, "waiting") }
 
+// AliveKey is host's alive record: the long-running key publisher keeps
+// it on its lease while it runs, so that forget-host can tell a host that
+// still runs from one that is gone.
+func AliveKey(prefix, host string) string { return etcdkey.Join(prefix, host, "alive") }
+
 // Announcement is a waiting record on its lease.
 type Announcement struct {
 	sess *concurrency.Session
@@ -145,4 +150,30 @@ func List(ctx context.Context, kv clientv3.KV, prefix string) ([]HostRecords, er
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
 	return out, nil
+}
+
+// Text is the host's rotation records in a line.
+func (h HostRecords) Text() string {
+	var parts []string
+	switch {
+	case h.StateError != "":
+		parts = append(parts, "state UNREADABLE: "+h.StateError)
+	case h.State != nil:
+		st := h.State
+		p := fmt.Sprintf("phase %s (next %s, previous %s, updated %s", st.Phase, st.Next, st.Previous, st.Updated.UTC().Format(time.RFC3339))
+		if st.Phase == PhaseInstalled && !st.RetireAfter.IsZero() {
+			p += ", previous key retired after " + st.RetireAfter.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, p+")")
+	default:
+		parts = append(parts, "no rotation recorded")
+	}
+	if h.Rotating {
+		parts = append(parts, "a rotate-key or retire-keys runs now")
+	}
+	if h.Waiting != nil {
+		parts = append(parts, fmt.Sprintf("its apiserver WAITS for key %s to be trusted (wait-trusted since %s, pid %d)",
+			strings.Join(h.Waiting.Keys, ", "), h.Waiting.Since.UTC().Format(time.RFC3339), h.Waiting.PID))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -36,6 +38,26 @@ type Report struct {
 	// their last rotation, whether one runs, whether their apiserver
 	// waits (wait-trusted) for a key to be trusted.
 	Rotations []rotation.HostRecords `json:"rotations"`
+	// KeysPrefix is where Keys were read.
+	KeysPrefix string `json:"keys_prefix,omitempty"`
+	// Keys are each host's current and superseded keys (with their retire
+	// time), and whether forget-host removed it, sorted by host.
+	Keys []keystate.HostKeys `json:"keys"`
+}
+
+// AddKeys reads every host's keys and key record through store.
+func (r *Report) AddKeys(ctx context.Context, store *keystate.Store) error {
+	life, err := store.List(ctx, 0)
+	if err != nil {
+		return err
+	}
+	r.KeysPrefix = store.KeysPrefix
+	r.Keys = make([]keystate.HostKeys, 0, len(life))
+	for _, h := range life {
+		r.Keys = append(r.Keys, h)
+	}
+	slices.SortFunc(r.Keys, func(a, b keystate.HostKeys) int { return strings.Compare(a.Host, b.Host) })
+	return nil
 }
 
 // Collect reads the lock queue, the hold, the restart intents and the
@@ -115,34 +137,18 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "rotations: (%s)\n", r.RotationPrefix)
 	}
 	for _, h := range r.Rotations {
-		fmt.Fprintf(&b, "  %s: %s\n", h.Host, rotationText(h))
+		fmt.Fprintf(&b, "  %s: %s\n", h.Host, h.Text())
+	}
+	if r.KeysPrefix != "" {
+		if len(r.Keys) == 0 {
+			fmt.Fprintf(&b, "keys: none published (%s)\n", r.KeysPrefix)
+		} else {
+			fmt.Fprintf(&b, "keys: (%s)\n", r.KeysPrefix)
+		}
+		for _, h := range r.Keys {
+			fmt.Fprintf(&b, "  %s: %s\n", h.Host, h.Text())
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// rotationText is one host's rotation records in a line.
-func rotationText(h rotation.HostRecords) string {
-	var parts []string
-	switch {
-	case h.StateError != "":
-		parts = append(parts, "state UNREADABLE: "+h.StateError)
-	case h.State != nil:
-		st := h.State
-		p := fmt.Sprintf("phase %s (next %s, previous %s, updated %s", st.Phase, st.Next, st.Previous, st.Updated.UTC().Format(time.RFC3339))
-		if st.Phase == rotation.PhaseInstalled && !st.RetireAfter.IsZero() {
-			p += ", previous key retired after " + st.RetireAfter.UTC().Format(time.RFC3339)
-		}
-		parts = append(parts, p+")")
-	default:
-		parts = append(parts, "no rotation recorded")
-	}
-	if h.Rotating {
-		parts = append(parts, "a rotate-key or retire-keys runs now")
-	}
-	if h.Waiting != nil {
-		parts = append(parts, fmt.Sprintf("its apiserver WAITS for key %s to be trusted (wait-trusted since %s, pid %d)",
-			strings.Join(h.Waiting.Keys, ", "), h.Waiting.Since.UTC().Format(time.RFC3339), h.Waiting.PID))
-	}
-	return strings.Join(parts, "; ")
 }

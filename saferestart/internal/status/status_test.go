@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -106,5 +107,38 @@ func TestWriteRotations(t *testing.T) {
 	_ = (&Report{Lock: "l", HoldKey: "l-hold", RotationPrefix: "/rot"}).WriteText(&b)
 	if !strings.Contains(b.String(), "rotations: none (/rot)") {
 		t.Errorf("no rotations:\n%s", b.String())
+	}
+}
+
+// status shows each host's current and superseded keys with their retire
+// time, and a host forget-host removed as gone (text and JSON).
+func TestWriteKeys(t *testing.T) {
+	gone := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &Report{Lock: "l", HoldKey: "l-hold", RotationPrefix: "/rot", KeysPrefix: "/keys", Keys: []keystate.HostKeys{
+		{Host: "m1", Current: []string{"K2"}, Superseded: []keystate.SupersededKey{{KID: "K1", RetireAfter: gone.Add(time.Hour), By: "rotate-key"}}},
+		{Host: "m3", Current: []string{}, Superseded: []keystate.SupersededKey{{KID: "K3", RetireAfter: gone.Add(24 * time.Hour), By: "forget-host"}}, Forgotten: &gone},
+	}}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"keys: (/keys)",
+		"  m1: current K2; superseded K1 (by rotate-key, retired after 2030-01-01T01:00:00Z)",
+		"  m3: GONE (forget-host 2030-01-01T00:00:00Z); superseded K3 (by forget-host, retired after 2030-01-02T00:00:00Z)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Keys []keystate.HostKeys `json:"keys"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil || len(got.Keys) != 2 || got.Keys[1].Forgotten == nil || got.Keys[0].Superseded[0].KID != "K1" {
+		t.Fatalf("JSON keys %+v: %v\n%s", got.Keys, err, b.String())
 	}
 }

@@ -1,0 +1,266 @@
+package saferestart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/fleet"
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/rotation"
+)
+
+// forgetArgs: forget-host takes the one HOST it removes.
+func forgetArgs(o *options, _ *cobra.Command, args []string) error {
+	if len(args) != 1 || args[0] == "" {
+		return usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
+	}
+	if strings.Contains(args[0], "/") {
+		return usagef("forget-host %q: a host name holds no /", args[0])
+	}
+	o.argv = args
+	return nil
+}
+
+// forgetPlan is what forget-host does to one host, read before it does it.
+type forgetPlan struct {
+	host string
+	// state is the host's keys and record as read.
+	state keystate.State
+	// next is state after Forget: every current key superseded.
+	next keystate.State
+	// present are the records that go (trust record, rotation state,
+	// waiting record, restart intent): etcd key -> what it is.
+	present map[string]string
+}
+
+// empty reports whether etcd holds nothing of the host: a mistyped name.
+func (p *forgetPlan) empty() bool {
+	return len(p.state.Items) == 0 && p.state.ValueErr == nil && len(p.state.Record.Superseded) == 0 &&
+		len(p.state.Record.Retired) == 0 && p.state.Record.Forgotten.IsZero() && len(p.present) == 0
+}
+
+// steps lists, in order, what the plan changes.
+func (p *forgetPlan) steps(a *app) []string {
+	var out []string
+	for _, kid := range sortedKeys(p.next.Record.Superseded) {
+		s := p.next.Record.Superseded[kid]
+		if _, already := p.state.Record.Superseded[kid]; already {
+			out = append(out, fmt.Sprintf("key %s stays superseded (by %s), retired after %s", kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339)))
+			continue
+		}
+		out = append(out, fmt.Sprintf("supersede key %s: published until retire-keys retires it after %s (--grace %s)", kid, s.RetireAfter.UTC().Format(time.RFC3339), a.o.grace))
+	}
+	store := a.keyStore(nil)
+	if p.state.Record.Forgotten.IsZero() {
+		out = append(out, fmt.Sprintf("mark %s forgotten in its key record %s (kept until its keys are retired; its value goes with its last key)", p.host, store.RecordKey(p.host)))
+	}
+	for _, key := range sortedKeys(p.present) {
+		out = append(out, fmt.Sprintf("delete %s %s", p.present[key], key))
+	}
+	return out
+}
+
+// forgetHost is the `forget-host HOST` subcommand: a master removed for
+// good (or renamed: a new host plus forget-host of the old name) stops
+// being one. Its keys become superseded now and stay published until
+// retire-keys retires them after --grace, so the tokens it signed keep
+// verifying meanwhile; its trust record, rotation state, waiting record
+// and restart intent go, so that no trust wait, fleet check or signer
+// barrier waits for it and no orphaned intent holds the line. It refuses
+// while the host shows any sign of running.
+func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
+	o := a.o
+	host := o.argv[0]
+	log := a.log.WithField("forget", host)
+	if self := a.trustHost(ctx); host == self {
+		log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
+		return exitPreflight
+	}
+	if code := a.forgetEvidence(ctx, cli, host, log); code != exitOK {
+		return code
+	}
+	p, err := a.readForgetPlan(ctx, cli, host, time.Now())
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
+		return exitError
+	}
+	if p.empty() {
+		return a.forgetUnknown(host, log)
+	}
+	if o.dryRun {
+		fmt.Fprintf(a.stdout, "dry run: nothing written or removed\n")
+		for _, s := range p.steps(a) {
+			fmt.Fprintf(a.stdout, "would %s\n", s)
+		}
+		return exitOK
+	}
+	// Claimed as rotate-key and retire-keys claim a host: a retire-keys
+	// retiring its keys meanwhile would race the supersede.
+	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.host, os.Getpid()), o.ttl, 0)
+	if errors.Is(err, rotation.ErrBusy) {
+		log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
+		return exitLockTimeout
+	}
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.rotationPrefix)
+		return exitError
+	}
+	defer func() { _ = claim.Release() }()
+	// Read again under the claim: what is done is what is logged.
+	if p, err = a.readForgetPlan(ctx, cli, host, time.Now()); err != nil {
+		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
+		return exitError
+	}
+	steps := p.steps(a)
+	// The keys first: from then on the host publishes no current key and
+	// no wait counts it, whatever else a kill leaves behind (a second run
+	// finishes the rest).
+	uctx, cancel := a.opCtx(ctx)
+	_, err = a.keyStore(cli).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+		return cur.Forget(cmdForgetHost, time.Now(), o.grace), nil
+	})
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+		return exitError
+	}
+	var ops []clientv3.Op
+	intent := hold.IntentKey(o.holdKeyOrDefault(), host)
+	for key := range p.present {
+		if key != intent {
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+	}
+	dctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	if len(ops) > 0 {
+		if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
+			log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
+			return exitError
+		}
+	}
+	if _, ok := p.present[intent]; ok {
+		if _, err := hold.DeleteIntent(dctx, cli, o.holdKeyOrDefault(), host); err != nil {
+			log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
+			return exitError
+		}
+	}
+	for _, s := range steps {
+		log.Info(s)
+	}
+	fmt.Fprintf(a.stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
+	return exitOK
+}
+
+// forgetUnknown refuses a name etcd knows nothing of.
+func (a *app) forgetUnknown(host string, log logrus.FieldLogger) int {
+	o := a.o
+	log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
+		host, o.keysPrefix, o.trustPrefix, o.rotationPrefix)
+	return exitPreflight
+}
+
+// readForgetPlan reads what forget-host would change.
+func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
+	o := a.o
+	rctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	st, err := a.keyStore(cli).Load(rctx, host)
+	if err != nil {
+		return nil, err
+	}
+	p := &forgetPlan{host: host, state: st, next: st.Forget(cmdForgetHost, now, o.grace), present: map[string]string{}}
+	what := map[string]string{
+		trust.Key(o.trustPrefix, host):                                    "trust record",
+		(&rotation.EtcdStore{Prefix: o.rotationPrefix, Host: host}).Key(): "rotation state",
+		rotation.WaitingKey(o.rotationPrefix, host):                       "waiting record",
+		hold.IntentKey(o.holdKeyOrDefault(), host):                        "restart intent",
+	}
+	keys := sortedKeys(what)
+	var gets []clientv3.Op
+	for _, k := range keys {
+		gets = append(gets, clientv3.OpGet(k, clientv3.WithCountOnly()))
+	}
+	resp, err := cli.Txn(rctx).Then(gets...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", strings.Join(keys, ", "), err)
+	}
+	for i, k := range keys {
+		if resp.Responses[i].GetResponseRange().Count > 0 {
+			p.present[k] = what[k]
+		}
+	}
+	return p, nil
+}
+
+// forgetEvidence refuses (exit 3) while the host shows signs of running:
+// its publisher's lease-bound alive record, a restart intent whose lock
+// lease is alive, or (--kubeconfig) its apiserver's fresh identity Lease. Forgetting a running master would make
+// every rotation stop waiting for an apiserver that still serves tokens.
+func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
+	o := a.o
+	key := rotation.AliveKey(o.rotationPrefix, host)
+	rctx, cancel := a.opCtx(ctx)
+	resp, err := cli.Get(rctx, key)
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
+		return exitError
+	}
+	if len(resp.Kvs) > 0 {
+		log.Errorf("forget-host %s: refused: %s exists (lease %x): the host's key publisher runs; stop it there (systemctl disable --now sa-key-publish), or wait for its lease to expire if the host is dead, then run forget-host again",
+			host, key, resp.Kvs[0].Lease)
+		return exitPreflight
+	}
+	// A restart intent whose lock lease is alive is a restart of HOST
+	// under way now; an orphaned one is what forget-host clears.
+	rctx, cancel = a.opCtx(ctx)
+	intents, err := hold.Intents(rctx, cli, o.holdKeyOrDefault())
+	cancel()
+	if err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
+		return exitError
+	}
+	for _, in := range intents {
+		if in.Host == host && !in.Orphaned {
+			log.Errorf("forget-host %s: refused: its restart intent %s is live (lock lease %x): %s restarts its apiserver now; run forget-host again once it is shut down",
+				host, in.Key, in.Lease, host)
+			return exitPreflight
+		}
+	}
+	if o.kubeconfig == "" {
+		log.Infof("no --kubeconfig: %s's apiserver identity Lease not checked", host)
+		return exitOK
+	}
+	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
+	if err != nil {
+		log.WithError(err).Errorf("forget-host %s: nothing done", host)
+		return exitPreflight
+	}
+	s, err := fleet.Check(ctx, leases, fleet.Config{Host: a.trustHost(ctx), LeaseAge: defaultFleetLeaseAge, MinLive: 0, OpTimeout: o.CommandTimeout})
+	switch {
+	case errors.Is(err, fleet.ErrAccess):
+		log.WithError(err).Errorf("forget-host %s: refused: the local apiserver refuses --kubeconfig's credentials (they need list on leases in kube-system)", host)
+		return exitPreflight
+	case err != nil:
+		log.WithError(err).Errorf("forget-host %s: cannot read the apiservers' identity Leases through --kubeconfig %s: nothing done; run it again once the local apiserver answers (or without --kubeconfig, having checked %s is down)", host, o.kubeconfig, host)
+		return exitError
+	}
+	if live := s.LiveAs(host); live != "" {
+		log.Errorf("forget-host %s: refused: the identity Lease of apiserver %s (in %s) was renewed within %s: it is serving; shut it down, then run forget-host again",
+			host, live, fleet.Namespace, defaultFleetLeaseAge)
+		return exitPreflight
+	}
+	log.Infof("%s's apiserver has no live identity Lease (%s)", host, s)
+	return exitOK
+}
