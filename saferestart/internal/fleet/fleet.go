@@ -67,6 +67,12 @@ type Config struct {
 	// would keep both down for good (a reimaged kubeadm master). Matched
 	// as Expected is.
 	Waiting []string
+	// Refresh, when set, gives Expected and Waiting afresh before each of
+	// Wait's reads after the first: a master may start waiting while this
+	// check waits (a reimaged master publishes its new key, which starts
+	// this restart, before its wait-trusted writes the waiting record), and
+	// counting it until Timeout would refuse the restart it waits for.
+	Refresh func(ctx context.Context) (expected, waiting []string)
 	// Timeout bounds Wait.
 	Timeout time.Duration
 	// Interval is the pause between reads while Wait waits.
@@ -337,6 +343,9 @@ func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 		case <-deadline.C:
 			return s, &DegradedError{Status: s, Timeout: cfg.Timeout}
 		case <-tick.C:
+		}
+		if cfg.Refresh != nil {
+			cfg.Expected, cfg.Waiting = cfg.Refresh(ctx)
 		}
 		next, err := Check(ctx, leases, cfg)
 		if err != nil {
