@@ -74,6 +74,9 @@ type fleet struct {
 	// reported holds overlaps already reported, so that each fails
 	// only the scenario in which it happened.
 	reported map[string]bool
+	// superseded is the key reimaged leaves published as superseded, for
+	// retire-timers to retire (nil when none is left).
+	superseded *supersededKey
 }
 
 func newFleet(t *testing.T, n int) *fleet {
@@ -242,8 +245,15 @@ ExecStart=/usr/local/bin/kube-apiserver $KUBE_APISERVER_ARGS $KUBE_APISERVER_SA_
 // stops accepting requests (their clients re-watch elsewhere) and waits
 // at most this long for them to drain, as an HA site sets it.
 func (h *host) writeAPIServerEnv(etcdURL string) {
-	args := strings.Join([]string{
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(h.port), "--advertise-address=127.0.0.1",
+	args := strings.Join(apiserverArgs(h.port, etcdURL), " ")
+	h.write("/etc/kubernetes/apiserver.env", h.Rewrite(`KUBE_APISERVER_ARGS="`+args+`"`+"\n"), 0o644)
+}
+
+// apiserverArgs are the apiserver's flags but its service-account ones, as
+// the examples' paths name them (not rewritten yet).
+func apiserverArgs(port int, etcdURL string) []string {
+	return []string{
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--advertise-address=127.0.0.1",
 		"--etcd-servers=" + etcdURL, "--etcd-prefix=/registry",
 		"--etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt",
 		"--etcd-certfile=/etc/kubernetes/pki/apiserver-etcd-client.crt",
@@ -254,8 +264,7 @@ func (h *host) writeAPIServerEnv(etcdURL string) {
 		"--authorization-mode=RBAC", "--service-cluster-ip-range=10.96.0.0/12",
 		"--endpoint-reconciler-type=none", "--cert-dir=/var/lib/kubernetes/pki",
 		"--shutdown-watch-termination-grace-period=10s",
-	}, " ")
-	h.write("/etc/kubernetes/apiserver.env", h.Rewrite(`KUBE_APISERVER_ARGS="`+args+`"`+"\n"), 0o644)
+	}
 }
 
 func (h *host) write(abs, content string, mode os.FileMode) {
@@ -312,6 +321,46 @@ func (h *host) runUnit(t *testing.T, name string, edit func(argv []string) []str
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 		err = cmd.Run()
 		if code := exitCode(err); code != 0 && !ignore {
+			return code, out.String()
+		}
+	}
+	return 0, out.String()
+}
+
+// oneshot is a oneshot unit's command lines, read in the test's goroutine
+// so that run may be called from any goroutine.
+type oneshot struct {
+	name  string
+	env   []string
+	lines [][]string
+}
+
+func (h *host) oneshot(t *testing.T, name string) *oneshot {
+	t.Helper()
+	u := h.unit(t, name)
+	env, err := u.Env(h.baseEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &oneshot{name: name, env: env}
+	for _, line := range append(append([]string(nil), u.ExecStartPre...), u.ExecStart...) {
+		argv, ignore, err := Command(line, env)
+		if err != nil || ignore {
+			t.Fatalf("%s: %q: %v (a leading - is not expected here)", name, line, err)
+		}
+		o.lines = append(o.lines, argv)
+	}
+	return o
+}
+
+// run runs the lines in order as systemd would and returns the exit code
+// of the first that failed, and the output.
+func (o *oneshot) run() (int, string) {
+	var out bytes.Buffer
+	for _, argv := range o.lines {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = o.env, &out, &out
+		if code := exitCode(cmd.Run()); code != 0 {
 			return code, out.String()
 		}
 	}

@@ -67,6 +67,9 @@ type kubelet struct {
 	mu      sync.Mutex
 	calls   []string
 	stops   atomic.Int64
+	// supervised: supervise runs the container (it starts it again
+	// whenever it exits), not the stop's own restart.
+	supervised atomic.Bool
 }
 
 func startKubelet(t *testing.T, h *host, backOff time.Duration) *kubelet {
@@ -103,6 +106,11 @@ func (k *kubelet) containerID() string {
 	defer s.job.Unlock()
 	if s.cmd == nil {
 		return ""
+	}
+	select {
+	case <-s.exited: // exited (a crash-looping container): not running
+		return ""
+	default:
 	}
 	return fmt.Sprintf("%064x", s.restarts.Load())
 }
@@ -146,6 +154,10 @@ func (k *kubelet) handle(c net.Conn) {
 		}
 		k.stops.Add(1)
 		k.h.systemd.stopUnit()
+		if k.supervised.Load() {
+			fmt.Fprintf(c, "0\n%s\n", args[3])
+			return
+		}
 		go func() {
 			time.Sleep(k.backOff) // the kubelet's restart back-off, not a wait for an outcome
 			if err := k.h.systemd.restart(func(string) {}); err != nil {
@@ -155,6 +167,54 @@ func (k *kubelet) handle(c net.Conn) {
 		fmt.Fprintf(c, "0\n%s\n", args[3])
 	default:
 		fmt.Fprintf(c, "1\ncrictl stand-in: unsupported: %s\n", line)
+	}
+}
+
+// supervise makes k run the apiserver's static pod as the kubelet does on
+// a kubeadm master: whenever its container exits (a crash, crictl stop,
+// a reimaged master's apiserver whose signing key link is not there yet)
+// it starts a new one after a back-off that doubles up to 4× the first
+// while the container keeps exiting. The returned func stops the kubelet
+// (the running container is left as it is).
+func (k *kubelet) supervise() (stop func()) {
+	k.supervised.Store(true)
+	quit, done := make(chan struct{}), make(chan struct{})
+	s := k.h.systemd
+	go func() {
+		defer close(done)
+		backOff := k.backOff
+		var startedAt time.Time
+		for {
+			s.job.Lock()
+			running, exited := s.cmd != nil, s.exited
+			s.job.Unlock()
+			if running {
+				select {
+				case <-exited:
+				case <-quit:
+					return
+				}
+				if !startedAt.IsZero() && time.Since(startedAt) < 30*time.Second {
+					backOff = min(2*backOff, 4*k.backOff)
+				} else {
+					backOff = k.backOff
+				}
+			}
+			select {
+			case <-time.After(backOff): // the kubelet's back-off, not a wait for an outcome
+			case <-quit:
+				return
+			}
+			if err := s.restart(func(string) {}); err != nil {
+				k.h.t.Logf("%s kubelet stand-in: start kube-apiserver: %v", k.h.name, err)
+			}
+			startedAt = time.Now()
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		k.supervised.Store(false)
 	}
 }
 

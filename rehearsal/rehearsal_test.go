@@ -45,18 +45,21 @@ func TestRehearsalKeys(t *testing.T) {
 		{"rotate-abort", (*fleet).rotateAbort},
 		{"rotate-rollback", (*fleet).rotateRollback},
 		{"reimaged", (*fleet).reimaged},
+		{"retire-timers", (*fleet).retireTimers},
 		{"ca-certificates", (*fleet).caCertificates},
 	})
 }
 
-// TestRehearsalControlPlane: identity Leases, static pods and the
-// external signer (last: the fleet stays in signer mode).
+// TestRehearsalControlPlane: identity Leases, static pods, a reimaged
+// kubeadm master and the external signer (last: the fleet stays in signer
+// mode).
 func TestRehearsalControlPlane(t *testing.T) {
 	t.Parallel()
 	rehearse(t, []scenario{
 		{"fresh", (*fleet).fresh},
 		{"fleet-check", (*fleet).fleetCheck},
 		{"static-pod", (*fleet).staticPod},
+		{"kubeadm-reimage", (*fleet).kubeadmReimage},
 		{"signer", (*fleet).signer},
 	})
 }

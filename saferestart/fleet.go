@@ -108,16 +108,22 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		err error
 	)
 	if c.cfg.MinLive < 0 && c.expected != nil {
-		exp, gone, err := c.expected(ctx)
-		if err != nil {
-			c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
+		lists := func(ctx context.Context) (expected, waiting []string) {
+			exp, gone, err := c.expected(ctx)
+			if err != nil {
+				c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
+			}
+			c.cfg.Gone = gone
+			w, err := c.waiting(ctx)
+			if err != nil {
+				c.log.WithError(err).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)
+			}
+			return exp, w
 		}
-		c.cfg.Expected, c.cfg.Gone = exp, gone
-		w, err := c.waiting(ctx)
-		if err != nil {
-			c.log.WithError(err).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)
-		}
-		c.cfg.Waiting = w
+		c.cfg.Expected, c.cfg.Waiting = lists(ctx)
+		// Read again at each look while waiting: a reimaged master's
+		// waiting record may come after its key started this restart.
+		c.cfg.Refresh = lists
 	}
 	if wait {
 		s, err = fleet.Wait(ctx, c.leases, c.cfg)

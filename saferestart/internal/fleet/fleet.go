@@ -71,6 +71,12 @@ type Config struct {
 	// down for good renews nothing, but its Lease lingers for up to
 	// SeenWithin) are not counted. Matched as Expected is.
 	Gone []string
+	// Refresh, when set, gives Expected and Waiting afresh before each of
+	// Wait's reads after the first: a master may start waiting while this
+	// check waits (a reimaged master publishes its new key, which starts
+	// this restart, before its wait-trusted writes the waiting record), and
+	// counting it until Timeout would refuse the restart it waits for.
+	Refresh func(ctx context.Context) (expected, waiting []string)
 	// Timeout bounds Wait.
 	Timeout time.Duration
 	// Interval is the pause between reads while Wait waits.
@@ -348,6 +354,9 @@ func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 		case <-deadline.C:
 			return s, &DegradedError{Status: s, Timeout: cfg.Timeout}
 		case <-tick.C:
+		}
+		if cfg.Refresh != nil {
+			cfg.Expected, cfg.Waiting = cfg.Refresh(ctx)
 		}
 		next, err := Check(ctx, leases, cfg)
 		if err != nil {

@@ -263,3 +263,40 @@ func TestCheckGoneHostNotCounted(t *testing.T) {
 		t.Fatalf("LiveAs: %q %q", s.LiveAs("m2.example.com"), s.LiveAs("m3.example.com"))
 	}
 }
+
+// A master that starts waiting while the check waits is left out at the
+// next read: a reimaged master publishes its new key (which starts this
+// restart) before its wait-trusted writes the waiting record, and waiting
+// for its Lease until Timeout would refuse the restart it waits for.
+func TestWaitRefreshesWaiting(t *testing.T) {
+	cs := fake.NewClientset(lease("a1", "m1", time.Second), lease("a3", "m3", time.Second))
+	// Without the refresh the wait would last the hour: end it after a
+	// few reads, so that the test fails instead of hanging.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var lists atomic.Int32
+	cs.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) > 5 {
+			cancel()
+		}
+		return false, nil, nil
+	})
+	leases := cs.CoordinationV1().Leases(Namespace)
+	c := cfg("m1.example.com", AllOthers)
+	c.Timeout = time.Hour
+	c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com"}
+	var refreshes atomic.Int32
+	c.Refresh = func(context.Context) ([]string, []string) {
+		if refreshes.Add(1) < 2 {
+			return c.Expected, nil
+		}
+		return c.Expected, []string{"m2.example.com"} // wait-trusted started on m2
+	}
+	s, err := Wait(ctx, leases, c)
+	if err != nil || !s.OK() || strings.Join(s.Waiting, ",") != "m2.example.com" {
+		t.Fatalf("Wait = %s, %v; want OK with m2 left out as waiting", s, err)
+	}
+	if n := refreshes.Load(); n != 2 {
+		t.Errorf("%d refreshes, want 2", n)
+	}
+}
