@@ -327,6 +327,11 @@ type Watch struct {
 	r     *bufio.Reader
 	first string // what First read, part of the report
 	grace time.Duration
+	// report is all OnExit read, once it has run (exited): a guard that
+	// ends before its owner asks for the first line (a command that could
+	// not start, on a loaded machine) leaves that line here.
+	report string
+	exited bool
 	// Status is the guard's report, GroupAlive that its group could not be
 	// confirmed gone within grace: both set once OnExit has run.
 	Status     Status
@@ -344,6 +349,13 @@ func NewWatch(r io.Reader, grace time.Duration) *Watch {
 func (w *Watch) First() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.exited {
+		line, _, found := strings.Cut(w.report, "\n")
+		if found {
+			line += "\n"
+		}
+		return line
+	}
 	line, _ := w.r.ReadString('\n')
 	w.first += line
 	return line
@@ -353,7 +365,9 @@ func (w *Watch) First() string {
 func (w *Watch) OnExit(pid int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.Status = ReadStatus(io.MultiReader(strings.NewReader(w.first), w.r))
+	rest, _ := io.ReadAll(w.r) // what it could read: a broken pipe is no report
+	w.report, w.exited = w.first+string(rest), true
+	w.Status = ReadStatus(strings.NewReader(w.report))
 	if !w.Status.Reported {
 		w.GroupAlive = !GroupGone(pid, w.grace)
 	}

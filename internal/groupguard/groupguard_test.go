@@ -78,3 +78,24 @@ func TestReadStatus(t *testing.T) {
 		}
 	}
 }
+
+// A guard whose command could not start ends at once; on a loaded machine
+// it has ended, and OnExit has read its report, before the owner asks for
+// the first line. First must still say "notrun", or the owner takes a
+// command that never ran for a started one.
+func TestWatchFirstAfterOnExit(t *testing.T) {
+	for _, report := range []string{"notrun fork/exec /x: no such file or directory\n", StartedLine + "exit 3\n"} {
+		w := NewWatch(strings.NewReader(report), time.Millisecond)
+		w.OnExit(0) // reported: no group is killed
+		want, _, found := strings.Cut(report, "\n")
+		if found {
+			want += "\n"
+		}
+		if got := w.First(); got != want {
+			t.Errorf("report %q: First after OnExit = %q, want %q", report, got, want)
+		}
+		if got := w.Status; got != ReadStatus(strings.NewReader(report)) {
+			t.Errorf("report %q: Status %+v", report, got)
+		}
+	}
+}
