@@ -69,6 +69,8 @@ var oldFlagScope = map[string][]string{
 	"log-level":            allSubcommands, "log-format": allSubcommands, "help": allSubcommands,
 	"restart-mode": oldRestarting, "cri-endpoint": oldRestarting, "static-pod-stop-timeout": oldRestarting,
 	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": oldRestarting, "min-live-apiservers": oldRestarting, "fleet-timeout": oldRestarting,
+	// publish-key --watch (issue 31.2).
+	"watch": {cmdPublishKey}, "reconcile-interval": {cmdPublishKey}, "state-dir": {cmdPublishKey}, "publisher-metrics-addr": {cmdPublishKey},
 }
 
 var oldRestarting = []string{cmdRestart, cmdRotateKey}
@@ -88,13 +90,14 @@ var narrowed = map[string][]string{
 // the trust records with --require-signing-keys (issue 31), so it takes the
 // etcd flags and the prefixes; --rotation-prefix by every command that
 // reads the rotation records (wait-trusted writes its waiting record
-// there); --ttl by wait-trusted for that record's lease.
+// there); --ttl by wait-trusted and publish-key (--watch) for their
+// records' leases.
 var widened = map[string][]string{
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
 	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
 	"keys-prefix": {cmdCheck}, "trust-prefix": {cmdCheck},
 	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust},
-	"ttl":             {cmdWaitTrusted},
+	"ttl":             {cmdWaitTrusted, cmdPublishKey},
 }
 
 // Each command takes exactly the flags the old scope table gave it (but
@@ -112,9 +115,10 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 		}
 	}
 	// 58 flags (--help among them, which cobra adds to each command at
-	// its run) and the 8 etcd flags, as before, and --require-signing-keys.
-	if len(all) != 58-1+8+1 {
-		t.Errorf("%d flags in all, want 66", len(all))
+	// its run) and the 8 etcd flags, as before, --require-signing-keys,
+	// and publish-key --watch's 4.
+	if len(all) != 58-1+8+1+4 {
+		t.Errorf("%d flags in all, want 70", len(all))
 	}
 	for flag := range all {
 		for _, sub := range allSubcommands {
