@@ -33,13 +33,8 @@ func validatePublishWatch(o *options) []error {
 	if o.reconcileInterval <= 0 || o.reconcileInterval > maxReconcileInterval {
 		errs = append(errs, usagef("--reconcile-interval %s: must be positive and at most %s", o.reconcileInterval, maxReconcileInterval))
 	}
-	if !o.watch && o.sub == cmdPublishKey {
-		for _, f := range []string{"reconcile-interval", "state-dir", "publisher-metrics-addr"} {
-			if o.flags != nil && o.flags.Changed(f) {
-				errs = append(errs, usagef("--%s: only with --watch", f))
-			}
-		}
-	}
+	// Without --watch the publisher's settings are ignored, not refused:
+	// the one file that sets them serves the one-shot publish-key too.
 	return errs
 }
 

@@ -223,3 +223,46 @@ func TestPublishWatchNoticesRestore(t *testing.T) {
 	waitValue(t, cli, keysPrefix+"/m1", func(v string, ok bool) bool { return v == value(t, h.pub) })
 	waitValue(t, cli, rotationPrefix+"/m1/alive", func(v string, ok bool) bool { return ok })
 }
+
+// A retired key of another host that a restore brings back is retired
+// again by any master's publisher that had seen its tombstone: the
+// tombstone is written back and the key leaves that host's value. A host
+// with nothing left in etcd (removed on purpose) is not brought back.
+func TestPublishWatchKeepsOtherHostsTombstones(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	m1, m2, m3 := newKeyHost(t, "m1"), newKeyHost(t, "m2"), newKeyHost(t, "m3")
+	store := &keystate.Store{KV: cli, KeysPrefix: keysPrefix, RecordPrefix: rotationPrefix}
+	// m2 and m3 each had a key retired (by any master's retire-keys).
+	for _, h := range []*keyHost{m2, m3} {
+		if _, err := cli.Put(ctx, store.ValueKey(h.name), value(t, h.oldPub, h.pub)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Update(ctx, h.name, func(cur keystate.State) (keystate.State, error) {
+			return cur.Retire([]string{h.oldKid}, time.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := publishWatch(t, srv, m1)
+	p.stderr.waitFor(t, "tombstones seen kept on disk")
+
+	// m2 removed for good, and a restore from before m3's retirement.
+	if _, err := cli.Txn(ctx).Then(
+		clientv3.OpDelete(store.ValueKey("m2")), clientv3.OpDelete(store.RecordKey("m2")),
+		clientv3.OpPut(store.ValueKey("m3"), value(t, m3.oldPub, m3.pub)), clientv3.OpDelete(store.RecordKey("m3")),
+	).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitValue(t, cli, store.RecordKey("m3"), func(v string, ok bool) bool { return strings.Contains(v, m3.oldKid) })
+	waitValue(t, cli, store.ValueKey("m3"), func(v string, ok bool) bool { return v == value(t, m3.pub) })
+	p.stderr.waitFor(t, "repaired m3's key record")
+	// Hosts are gone over in order: the reconcile that repaired m3 had
+	// looked at m2 before, and wrote nothing there.
+	for _, k := range []string{store.ValueKey("m2"), store.RecordKey("m2")} {
+		if v, ok := getKey(t, cli, k); ok {
+			t.Errorf("%s written back for a host removed from etcd: %s", k, v)
+		}
+	}
+}

@@ -484,10 +484,11 @@ func (w *Watcher) withdraw() {
 }
 
 // watch wakes the loop when etcd's copy changes: this host's value, or any
-// host's key record (a tombstone written or lost). A watch that ends
-// (connection lost, compaction) wakes it too and starts again from the
-// current revision: the reconcile it wakes reads everything again, and
-// tells a restore.
+// host's key record (a tombstone written or lost). It starts after the
+// newest revision seen (the first reconcile's read, at the latest), so
+// that no change after that read is missed. A watch that ends (connection
+// lost, compaction) wakes it too and starts again: the reconcile it wakes
+// reads everything again, and tells a restore.
 func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 	send := func(trigger string) {
 		select {
@@ -500,8 +501,9 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		watcher := clientv3.NewWatcher(w.Client)
-		values := watcher.Watch(wctx, valueKey)
-		records := watcher.Watch(wctx, recordDir, clientv3.WithPrefix())
+		from := clientv3.WithRev(w.restore.Seen().Revision + 1)
+		values := watcher.Watch(wctx, valueKey, from)
+		records := watcher.Watch(wctx, recordDir, clientv3.WithPrefix(), from)
 		w.follow(wctx, values, records, valueKey, send)
 		cancel()
 		_ = watcher.Close()
