@@ -204,8 +204,10 @@ func noKeyMaterial(t *testing.T, out, file string) {
 }
 
 // etcd restored from a data directory copied before the publisher first
-// ran: the revision went back; the next reconcile says so with the
-// evidence, publishes the key again and writes the alive record again.
+// ran (stopped, the data replaced, started, as the DR procedure does): the
+// revision went back; the reconcile woken when etcd answers again says so
+// with the evidence, publishes the key again, and the alive record, whose
+// lease the restored store never had, is written again.
 func TestPublishWatchNoticesRestore(t *testing.T) {
 	srv := etcdtest.Start(t)
 	h := newKeyHost(t, "m1")
@@ -214,8 +216,9 @@ func TestPublishWatchNoticesRestore(t *testing.T) {
 	for i := range 20 {
 		srv.Put(t, "/other", fmt.Sprint(i)) // revisions the restore takes back
 	}
-	// A short interval: the restore is noticed at the next reconcile.
-	p := publishWatch(t, srv, h, "--reconcile-interval", "1s")
+	// The default interval (30 s): the reconcile that tells the restore is
+	// the one the lost connection wakes once etcd answers again.
+	p := publishWatch(t, srv, h)
 	srv.RestoreBackup(t, backup)
 	p.stderr.waitFor(t, "etcd restore detected")
 	p.stderr.waitFor(t, "evidence=revision")

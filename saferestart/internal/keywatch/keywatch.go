@@ -26,6 +26,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/etcdrestore"
 	"github.com/keysync/confd/internal/keystate"
@@ -486,9 +487,12 @@ func (w *Watcher) withdraw() {
 // watch wakes the loop when etcd's copy changes: this host's value, or any
 // host's key record (a tombstone written or lost). It starts after the
 // newest revision seen (the first reconcile's read, at the latest), so
-// that no change after that read is missed. A watch that ends (connection
-// lost, compaction) wakes it too and starts again: the reconcile it wakes
-// reads everything again, and tells a restore.
+// that no change after that read is missed. A lost connection ends it at
+// once (clientv3 would resume it silently, and on an etcd restored
+// meanwhile wait for revisions the restored store reaches only later):
+// once etcd answers again the loop is woken, and its reconcile tells the
+// restore and repairs what it lost. Any other end of the watch wakes the
+// loop too.
 func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 	send := func(trigger string) {
 		select {
@@ -499,14 +503,25 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 	valueKey := w.Store.ValueKey(w.Host)
 	recordDir := etcdkey.Dir(w.Store.RecordPrefix)
 	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		lost := make(chan struct{}, 1)
+		sctx := etcdclient.WithStreamErrors(ctx, func(error) {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+		})
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(sctx))
 		watcher := clientv3.NewWatcher(w.Client)
 		from := clientv3.WithRev(w.restore.Seen().Revision + 1)
 		values := watcher.Watch(wctx, valueKey, from)
 		records := watcher.Watch(wctx, recordDir, clientv3.WithPrefix(), from)
-		w.follow(wctx, values, records, valueKey, send)
+		disconnected := w.follow(wctx, values, records, lost, valueKey, send)
 		cancel()
 		_ = watcher.Close()
+		if disconnected {
+			w.awaitEtcd(ctx, valueKey)
+			send(TriggerWatch)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -514,20 +529,39 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 	}
 }
 
-// follow reads both watches until one ends.
-func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan, valueKey string, send func(string)) {
+// awaitEtcd returns once etcd answers a read again (or ctx ends).
+func (w *Watcher) awaitEtcd(ctx context.Context, key string) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
+		_, err := w.Client.Get(rctx, key, clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// follow reads both watches until one ends; disconnected: the connection
+// was lost.
+func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan, lost <-chan struct{}, valueKey string, send func(string)) (disconnected bool) {
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return
+			return false
+		case <-lost:
+			return true
 		case wr, ok = <-values:
 		case wr, ok = <-records:
 		}
 		if !ok {
 			send(TriggerWatch)
-			return
+			return false
 		}
 		if wr.CompactRevision != 0 {
 			if r := w.restore.Compaction(wr.CompactRevision); r != nil {
@@ -535,17 +569,17 @@ func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan
 				w.Metrics.restore(r.Evidence)
 			}
 			send(TriggerRestore)
-			return
+			return false
 		}
 		if r := w.restore.Check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
 			w.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected by the watch: " + r.Error())
 			w.Metrics.restore(r.Evidence)
 			send(TriggerRestore)
-			return
+			return false
 		}
 		if err := wr.Err(); err != nil {
 			send(TriggerWatch)
-			return
+			return false
 		}
 		for _, ev := range wr.Events {
 			key := string(ev.Kv.Key)
