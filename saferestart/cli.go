@@ -245,7 +245,7 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys; publish-key, rotate-key, retire-keys) and PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys; publish-key, rotate-key, retire-keys) PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust) and PREFIX/HOST/alive (kept by publish-key --watch while it runs)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
