@@ -231,7 +231,8 @@ func TestPublishWatchNoticesRestore(t *testing.T) {
 // A retired key of another host that a restore brings back is retired
 // again by any master's publisher that had seen its tombstone: the
 // tombstone is written back and the key leaves that host's value. A host
-// with nothing left in etcd (removed on purpose) is not brought back.
+// with nothing left in etcd (removed on purpose) is not brought back. A
+// clean stop removes the alive record at once.
 func TestPublishWatchKeepsOtherHostsTombstones(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
@@ -249,7 +250,9 @@ func TestPublishWatchKeepsOtherHostsTombstones(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := publishWatch(t, srv, m1)
+	// A lease that outlives the test: the alive record goes at the end only
+	// because the stop revokes it.
+	p := publishWatch(t, srv, m1, "--ttl", "60")
 	p.stderr.waitFor(t, "tombstones seen kept on disk")
 
 	// m2 removed for good, and a restore from before m3's retirement.
@@ -268,6 +271,16 @@ func TestPublishWatchKeepsOtherHostsTombstones(t *testing.T) {
 		if v, ok := getKey(t, cli, k); ok {
 			t.Errorf("%s written back for a host removed from etcd: %s", k, v)
 		}
+	}
+
+	// A clean stop (SIGTERM, as systemctl stop sends) revokes the alive
+	// record's lease before the process exits.
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != codeOK {
+		t.Fatalf("stopped: exit %d, want 0", code)
+	}
+	if v, ok := getKey(t, cli, rotationPrefix+"/m1/alive"); ok {
+		t.Errorf("alive record left after a clean stop: %s", v)
 	}
 }
 
