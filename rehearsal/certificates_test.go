@@ -68,10 +68,10 @@ func (ca *clusterCA) saCertificate(t *testing.T, name string, keyPEM []byte) []b
 
 // caCertificates: the masters publish CA-issued service-account
 // certificates, as the deployment this project replaces did (the site's
-// safe-restart.toml names the certificate; the publisher unit runs
-// publish-key). Same keys: the bundles do not change, nothing restarts.
-// Then m1's PKI renews its certificate with a new key and notifies the
-// helper (the publisher unit): the previous certificate stays published
+// safe-restart.toml names the certificate; the publisher unit, restarted
+// for the new configuration, publishes it). Same keys: the bundles do not
+// change, nothing restarts. Then m1's PKI renews its certificate with a
+// new key and restarts the publisher unit: the previous certificate stays published
 // beside the new one, every master loads both, and the trust gate holds
 // m1's restart until every other master trusts the new key; a client
 // requesting and presenting tokens everywhere meets no refusal. After the
