@@ -381,10 +381,8 @@ func keyKidOfPrivate(t *testing.T, pemData []byte) string {
 func (f *fleet) reimaged(t *testing.T) {
 	m1, m2 := f.hosts[0], f.hosts[1]
 	anon := httpClient(t, f.ca.pem, nil, nil)
-	// Made by the earlier scenarios' token probes; here too, so that the
-	// scenario runs right after fresh.
-	f.ensureServiceAccount(t)
 	var oldToken string
+	f.ensureServiceAccount(t) // as the probe does: the scenario may run right after fresh
 	f.await(t, time.Minute, "a token signed by m2 before its reimage", func() bool {
 		tok, err := f.tryToken(m2)
 		oldToken = tok

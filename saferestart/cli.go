@@ -129,6 +129,11 @@ type options struct {
 	cmHealthCACert string
 	// retire-keys
 	ignoreLegacyTokens bool
+	// stale-token evidence (staletokens.go): the sampler's URL (its
+	// credentials are the health gate's), retire-keys' window and override
+	apiserverMetricsURL string
+	staleTokenWindow    time.Duration
+	ignoreStaleTokens   bool
 
 	// publish-key --watch (publishwatch.go)
 	watch                bool
@@ -184,10 +189,7 @@ func restartFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.criEndpoint, "cri-endpoint", "", "static-pod: container runtime endpoint, passed to crictl as --runtime-endpoint (empty: crictl's own configuration)")
 	fs.DurationVar(&o.staticPodStopTimeout, "static-pod-stop-timeout", 30*time.Second, "static-pod: how long the stopped container may drain before it is killed (crictl stop --timeout); --restart-timeout defaults to this plus the kubelet's 5m back-off and 30s")
 	fs.StringVar(&o.healthURL, "health-url", "https://127.0.0.1:6443/readyz", "readiness URL polled after the restart while the lock is held; empty turns the gate off")
-	fs.StringVar(&o.healthCACert, "health-cacert", "", "CA bundle to verify the apiserver's serving certificate")
-	fs.StringVar(&o.healthCert, "health-cert", "", "client certificate for the health check")
-	fs.StringVar(&o.healthKey, "health-key", "", "client private key for the health check")
-	fs.StringVar(&o.healthToken, "health-token-file", "", "file holding a bearer token for the health check")
+	healthCredFlags(o, fs)
 	fs.DurationVar(&o.healthSettle, "health-settle", 5*time.Second, "how long the apiserver must stay ready")
 	fs.DurationVar(&o.healthTimeout, "health-timeout", 3*time.Minute, "give up waiting for readiness after this long")
 	fs.DurationVar(&o.healthInterval, "health-interval", time.Second, "pause between health probes")
@@ -196,6 +198,23 @@ func restartFlags(o *options, fs *pflag.FlagSet) {
 	fs.DurationVar(&o.fleetLeaseAge, "fleet-lease-age", 30*time.Second, "an apiserver whose identity Lease was renewed longer ago than this is not live (kube-apiserver renews every 10 s)")
 	fs.IntVar(&o.minLiveAPIServers, "min-live-apiservers", fleet.AllOthers, "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)")
 	fs.DurationVar(&o.fleetTimeout, "fleet-timeout", 10*time.Minute, "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted")
+}
+
+// healthCredFlags: how this host's helpers reach their own apiserver (the
+// health gate; the stale-token sampler reads /metrics with the same
+// identity, so one set of keys in safe-restart.toml serves both).
+func healthCredFlags(o *options, fs *pflag.FlagSet) {
+	fs.StringVar(&o.healthCACert, "health-cacert", "", "CA bundle to verify the apiserver's serving certificate (health gate; stale-token sampler)")
+	fs.StringVar(&o.healthCert, "health-cert", "", "client certificate for the health check and the stale-token sampler's /metrics reads")
+	fs.StringVar(&o.healthKey, "health-key", "", "client private key for the health check and the stale-token sampler's /metrics reads")
+	fs.StringVar(&o.healthToken, "health-token-file", "", "file holding a bearer token for the health check and the stale-token sampler's /metrics reads")
+}
+
+// staleTokenFlags: the stale-token sampler's own flag, for the long-running
+// publisher that runs it (with healthCredFlags, unless the command has the
+// restart flags already).
+func staleTokenFlags(o *options, fs *pflag.FlagSet) {
+	fs.StringVar(&o.apiserverMetricsURL, "apiserver-metrics-url", "", "this host's apiserver's /metrics (e.g. https://127.0.0.1:6443/metrics), sampled every minute for serviceaccount_stale_tokens_total into ROTATION-PREFIX/HOST/stale-tokens, which retire-keys weighs; read with --health-cacert and --health-cert/--health-key or --health-token-file (needs get on the non-resource URL /metrics); empty: not sampled")
 }
 
 // ttlFlag: the lease of what a command keeps in etcd while it runs (the
@@ -296,6 +315,8 @@ func publishWatchFlags(o *options, fs *pflag.FlagSet) {
 
 func retireKeysFlags(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreLegacyTokens, "ignore-legacy-tokens", false, "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)")
+	fs.DurationVar(&o.staleTokenWindow, "stale-token-window", time.Hour, "retire-keys: keep a due key while any apiserver's serviceaccount_stale_tokens_total (ROTATION-PREFIX/HOST/stale-tokens) grew within this long, and more than an hour after the key stopped signing (logged, exit 0)")
+	fs.BoolVar(&o.ignoreStaleTokens, "ignore-stale-tokens", false, "retire-keys: retire even while stale service-account tokens are in use (logged at warning with the hosts and times overridden)")
 }
 
 type lookupEnv func(string) (string, bool)
@@ -313,6 +334,9 @@ func validate(o *options) error {
 	}
 	if (slices.Contains(restarting, o.sub) || o.sub == cmdWaitTrusted || o.sub == cmdPublishKey && o.watch) && o.ttl < 1 {
 		errs = append(errs, usagef("--ttl %d: must be at least 1 second", o.ttl))
+	}
+	if o.sub == cmdRetireKeys {
+		positive["--stale-token-window"] = o.staleTokenWindow
 	}
 	if slices.Contains(restarting, o.sub) {
 		positive["--lock-timeout"] = o.lockTimeout

@@ -61,7 +61,7 @@ func (o *options) commands() []command {
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags)},
+				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags)},
 	}
 }
 

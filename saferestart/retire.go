@@ -21,7 +21,9 @@ import (
 // master runs it (a reimaged host has no local state for its old key; a
 // removed host runs nothing). Each host is claimed as rotate-key claims it,
 // so that runs on several masters at once retire each key once: a host
-// another run holds is skipped. Then this host's own files lose the keys
+// another run holds is skipped. A due key is kept (exit 0, logged) while
+// any apiserver's stale-token counter says a client may still hold a token
+// it signed (staleTokenGate). Then this host's own files lose the keys
 // retired so far.
 func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
 	a := k.a
@@ -35,9 +37,13 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 	if err == nil {
 		recs, _, err = trust.List(lctx, cli, o.trustPrefix)
 	}
+	var stale staleTokenEvidence
+	if err == nil {
+		stale, err = k.readStaleTokens(lctx, cli, recs, log)
+	}
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot read the key records and trust records: nothing retired")
+		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
 		return exitError
 	}
 	if o.dryRun {
@@ -45,7 +51,7 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 	}
 	code, retired := exitOK, 0
 	for _, h := range hosts {
-		c, n := k.retireHost(ctx, cli, store, h, recs)
+		c, n := k.retireHost(ctx, cli, store, h, recs, stale)
 		retired += n
 		if c != exitOK && (code == exitOK || code == exitPreflight) {
 			code = c
@@ -62,7 +68,7 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
-func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, store *keystate.Store, host string, recs map[string]trust.Record) (int, int) {
+func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
 	a := k.a
 	o := a.o
 	log := a.log.WithField("host", host)
@@ -127,7 +133,7 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 			if c != exitOK {
 				code = c
 			}
-			if !ok {
+			if !ok || !k.staleTokenGate(kid, s.Since, stale, klog) {
 				continue
 			}
 			k.plan(klog, "%s: would retire key %s (superseded by %s, due since %s)", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))

@@ -102,6 +102,11 @@ var Keys = []Key{
 	{Name: "min-live-apiservers", Kind: Int},
 	{Name: "fleet-timeout", Kind: Duration},
 	{Name: "ignore-legacy-tokens", Kind: Bool},
+	// Stale service-account tokens: the sampler's /metrics URL (its
+	// credentials are the health gate's), retire-keys' window and override.
+	{Name: "apiserver-metrics-url", Kind: String},
+	{Name: "stale-token-window", Kind: Duration},
+	{Name: "ignore-stale-tokens", Kind: Bool},
 
 	// Key trust, publication and rotation.
 	{Name: "keys-prefix", Kind: String},

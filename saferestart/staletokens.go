@@ -1,0 +1,85 @@
+package saferestart
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/staletokens"
+	"github.com/keysync/confd/internal/trust"
+)
+
+// staleTokenSampler is the sampler the long-running publisher runs beside
+// its reconcile loop when --apiserver-metrics-url is set (nil otherwise):
+// this host's apiserver, read with the health gate's credentials, recorded
+// under --rotation-prefix for --host.
+func (a *app) staleTokenSampler(ctx context.Context, kv clientv3.KV) *staletokens.Sampler {
+	o := a.o
+	if o.apiserverMetricsURL == "" {
+		return nil
+	}
+	host := a.trustHost(ctx)
+	return &staletokens.Sampler{
+		Client: staletokens.ClientConfig{URL: o.apiserverMetricsURL, CACert: o.healthCACert, Cert: o.healthCert,
+			Key: o.healthKey, TokenFile: o.healthToken},
+		KV: kv, Prefix: o.rotationPrefix, Host: host,
+		Log: a.log.WithField("host", host).WithField("sampler", "stale-tokens"),
+	}
+}
+
+// staleTokenEvidence is what retire-keys read about stale tokens once per
+// run: every host's sampler record, and the hosts with an apiserver (a
+// trust record), those without a record being unknown.
+type staleTokenEvidence struct {
+	recs  map[string]staletokens.Record
+	hosts []string
+}
+
+// readStaleTokens reads the sampler records; a record that does not parse
+// is logged and its host counted as unknown.
+func (k *keyRotation) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
+	recs, problems, err := staletokens.List(ctx, cli, k.a.o.rotationPrefix)
+	if err != nil {
+		return staleTokenEvidence{}, err
+	}
+	for _, p := range problems {
+		log.Warn(p)
+	}
+	ev := staleTokenEvidence{recs: recs}
+	for h := range trusts {
+		ev.hosts = append(ev.hosts, h)
+	}
+	sort.Strings(ev.hosts)
+	return ev, nil
+}
+
+// staleTokenGate runs before retire-keys retires kid, superseded (it
+// stopped signing) at since: while any apiserver's stale-token counter grew
+// within --stale-token-window and more than an hour after since, a client
+// may still present a token kid signed, which every apiserver would refuse
+// once kid is retired, so kid is kept. That is not an error (exit 0, a
+// warning naming hosts and times): the hourly timer retires kid once the
+// counters stop growing, and must not fail every hour meanwhile.
+// --ignore-stale-tokens retires it anyway, logging what it overrode.
+func (k *keyRotation) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
+	o := k.a.o
+	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.staleTokenWindow)
+	if len(v.Unknown) > 0 {
+		log.Infof("stale-token evidence about %s unknown on %s: not counted (run the sampler: --apiserver-metrics-url)", kid, v.UnknownString())
+	}
+	if len(v.Refusing) == 0 {
+		return true
+	}
+	stopped := since.UTC().Format(time.RFC3339)
+	if o.ignoreStaleTokens {
+		log.Warnf("--ignore-stale-tokens: retiring %s although stale service-account tokens were used on %s, within --stale-token-window %s and over an hour after it stopped signing (%s): clients still holding tokens it signed are refused once every apiserver drops it",
+			kid, v, o.staleTokenWindow, stopped)
+		return true
+	}
+	log.Warnf("key %s is due, but stale service-account tokens were used on %s (%s grew within --stale-token-window %s, over an hour after %s stopped signing at %s): a client may still hold a token it signed; kept until no counter grows for that long (find the clients by the audit annotation authentication.k8s.io/stale-token), or pass --ignore-stale-tokens",
+		kid, v, staletokens.CounterMetric, o.staleTokenWindow, kid, stopped)
+	return false
+}
