@@ -17,7 +17,7 @@ import (
 // them.
 var (
 	sharedUnits = []string{
-		"systemd/sa-key-publish.service", "systemd/sa-key-publish.path",
+		"systemd/sa-key-publish.service",
 		"systemd/sa-key-retire.service", "systemd/sa-key-retire.timer",
 		"systemd/kube-apiserver-sa-signer.service",
 	}

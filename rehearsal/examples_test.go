@@ -60,7 +60,8 @@ func TestPuppetConfigIsTheExample(t *testing.T) {
 }
 
 // The Puppet class ships every example file the rehearsal runs, installs
-// both binaries, and enables confd and both publisher units.
+// both binaries, and enables confd, the publisher and the retire timer;
+// the publisher's former path unit is disabled and removed.
 func TestPuppetClassShipsAndEnablesEverything(t *testing.T) {
 	files := exampleFiles(t)
 	pp := files["puppet/sa_key_sync.pp"]
@@ -88,14 +89,18 @@ func TestPuppetClassShipsAndEnablesEverything(t *testing.T) {
 			t.Errorf("sa_key_sync.pp lacks %s", want)
 		}
 	}
-	for _, svc := range []string{"confd", "sa-key-publish.path", "sa-key-publish.service", "sa-key-retire.timer"} {
+	for _, svc := range []string{"confd", "sa-key-publish.service", "sa-key-retire.timer"} {
 		re := regexp.MustCompile(`service \{ '` + regexp.QuoteMeta(svc) + `':[^}]*enable\s*=>\s*true`)
 		if !re.MatchString(pp) {
 			t.Errorf("sa_key_sync.pp does not enable %s", svc)
 		}
 	}
 	// Every unit Puppet enables can be enabled: it has an [Install] section.
-	for _, u := range []string{"confd.service", "sa-key-publish.path", "sa-key-publish.service"} {
+	if !regexp.MustCompile(`service \{ 'sa-key-publish.path':[^}]*enable\s*=>\s*false`).MatchString(pp) ||
+		!regexp.MustCompile(`file \{ '/etc/systemd/system/sa-key-publish.path':[^}]*ensure\s*=>\s*absent`).MatchString(pp) {
+		t.Error("sa_key_sync.pp does not disable and remove the former sa-key-publish.path")
+	}
+	for _, u := range []string{"confd.service", "sa-key-publish.service"} {
 		if !strings.Contains(files["systemd/"+u], "[Install]\nWantedBy=multi-user.target") {
 			t.Errorf("%s has no [Install] WantedBy=multi-user.target", u)
 		}

@@ -95,13 +95,15 @@ func (f *fleet) badKeys(t *testing.T) {
 // ownKeyMissing: one master's key disappears from etcd. Its own check
 // refuses the bundle that lacks it (its apiserver would refuse the tokens
 // it signs), so its live bundle stays and it does not restart; the others
-// refuse it too, for its trust record (deleted-live-key). Running its
-// publisher again brings the fleet back.
+// refuse it too, for its trust record (deleted-live-key). Its publisher is
+// stopped first (running, it would publish the key again at once);
+// started again, it brings the fleet back.
 func (f *fleet) ownKeyMissing(t *testing.T) {
 	h := f.hosts[2]
 	live := h.read("/etc/kubernetes/pki/sa-bundle.pem")
 	refused := h.confd.out.count("check_cmd failed", "sa-bundle.pem")
 	before := h.systemd.restarts.Load()
+	h.unitCtl(t, "stop", publisherUnit)
 	f.del(t, keyPrefix+h.name)
 	f.await(t, 2*time.Minute, h.name+" refusing a bundle without its own key", func() bool {
 		return h.confd.out.count("check_cmd failed", "sa-bundle.pem") >= refused+2 ||
@@ -113,9 +115,7 @@ func (f *fleet) ownKeyMissing(t *testing.T) {
 	if n := h.systemd.restarts.Load(); n != before {
 		t.Errorf("%s restarted %d times without its own key", h.name, n-before)
 	}
-	if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
-		t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
-	}
+	h.unitCtl(t, "start", publisherUnit)
 	f.awaitConverged(t, 5*time.Minute)
 	f.assertAllTokensAccepted(t)
 }
@@ -124,10 +124,14 @@ func (f *fleet) ownKeyMissing(t *testing.T) {
 // an `etcdctl del` by mistake would (issue 31.3). Its trust record says its
 // apiserver signs with that key, so every host's check_cmd refuses the
 // bundle without it, naming the master and the key: no apiserver's bundle
-// drops it, nothing restarts. The key is put back at the end (the
-// publisher healing it is a later task) and the fleet is converged again.
+// drops it, nothing restarts. The victim's publisher is stopped meanwhile
+// (running, it would publish the key again at once); the key is put back
+// at the end, the publisher started again, and the fleet is converged
+// again.
 func (f *fleet) deletedLiveKey(t *testing.T) {
 	victim := f.hosts[1]
+	victim.unitCtl(t, "stop", publisherUnit)
+	defer victim.unitCtl(t, "start", publisherUnit)
 	key := keyPrefix + victim.name
 	value, ok := f.etcdKeys(t, key)[key]
 	if !ok {

@@ -301,6 +301,20 @@ func (h *host) unit(t *testing.T, name string) *Unit {
 
 // runUnit runs a oneshot unit's ExecStartPre and ExecStart lines as
 // systemd would and returns the exit code of the first that failed.
+// publisherUnit is the long-running publisher (publish-key --watch).
+const publisherUnit = "sa-key-publish.service"
+
+// unitCtl runs `systemctl VERB UNIT` against the host's stand-in systemd
+// and fails the test when it fails. start and restart answer once a
+// Type=notify unit sent READY=1: the publisher, after its first reconcile
+// published the host's keys.
+func (h *host) unitCtl(t *testing.T, verb, unit string) {
+	t.Helper()
+	if code, out := h.systemctl(t, verb, unit); code != 0 {
+		t.Fatalf("%s: systemctl %s %s exited %d:\n%s", h.name, verb, unit, code, out)
+	}
+}
+
 func (h *host) runUnit(t *testing.T, name string, edit func(argv []string) []string) (int, string) {
 	t.Helper()
 	u := h.unit(t, name)

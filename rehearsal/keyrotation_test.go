@@ -400,7 +400,12 @@ func (f *fleet) reimaged(t *testing.T) {
 	// a restart's and is not checked for overlap.
 	f.tl.outOfService(m2.name)
 	m2.stopConfd(t)
+	m2.unitCtl(t, "stop", publisherUnit)
 	m2.systemd.stopUnit()
+	// A new disk: the publisher's state (the tombstones it saw) is gone.
+	if err := os.RemoveAll(m2.Path("/var/lib/kube-apiserver-safe-restart")); err != nil {
+		t.Fatal(err)
+	}
 	m2.sa = newSAKey(t)
 	m2.write("/etc/kubernetes/pki/sa.key", string(m2.sa.private), 0o600)
 	m2.write("/etc/kubernetes/pki/sa.pub", string(m2.sa.public), 0o644)

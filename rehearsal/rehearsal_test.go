@@ -127,15 +127,14 @@ func (f *fleet) fresh(t *testing.T) {
 	f.awaitConverged(t, 4*time.Minute)
 }
 
-// boot brings a new host up: the publisher unit, one `confd -onetime` (the
+// boot brings a new host up: the publisher unit (started; ready once it
+// published), one `confd -onetime` (the
 // confd.service command line with -watch swapped for -onetime), which must
 // exit 0 and leave a ready apiserver, then confd.service itself.
 func (h *host) boot(t *testing.T) {
 	t.Helper()
 	f := h.f
-	if code, out := h.runUnit(t, "sa-key-publish.service", nil); code != 0 {
-		t.Fatalf("%s: sa-key-publish.service exited %d:\n%s", h.name, code, out)
-	}
+	h.unitCtl(t, "start", publisherUnit)
 	// Beside the keys it superseded (a reimaged host's lost key).
 	if got := f.etcdKeys(t, keyPrefix)[keyPrefix+h.name]; !strings.Contains(got, string(h.sa.public)) {
 		t.Fatalf("%s: published key = %q", h.name, got)

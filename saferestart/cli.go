@@ -137,6 +137,12 @@ type options struct {
 	staleTokenWindow    time.Duration
 	ignoreStaleTokens   bool
 
+	// publish-key --watch (publishwatch.go)
+	watch                bool
+	publisherMetricsAddr string
+	stateDir             string
+	reconcileInterval    time.Duration
+
 	// subcommands
 	reason             string
 	publicOnly         bool
@@ -222,7 +228,7 @@ const defaultFleetLeaseAge = 30 * time.Second
 // lock's session; wait-trusted's waiting record), gone this long after the
 // process dies.
 func ttlFlag(o *options, fs *pflag.FlagSet) {
-	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl); wait-trusted: of its waiting record")
+	fs.IntVar(&o.ttl, "ttl", 10, "session lease TTL in seconds (as etcdctl lock --ttl); wait-trusted: of its waiting record; publish-key --watch: of its alive record")
 }
 
 // preflightFlags: the files checked before the lock (restart,
@@ -265,7 +271,7 @@ func kubeconfigFlag(o *options, fs *pflag.FlagSet) {
 }
 
 func rotationPrefixFlag(o *options, fs *pflag.FlagSet) {
-	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys, forgotten hosts; publish-key, rotate-key, retire-keys, forget-host), PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust) and PREFIX/HOST/alive (the key publisher's while it runs; forget-host refuses while it exists)")
+	fs.StringVar(&o.rotationPrefix, "rotation-prefix", rotation.DefaultPrefix, "etcd prefix of the per-host rotation records: PREFIX/HOST/state (rotate-key, retire-keys; shown by status), PREFIX/HOST/kept (the key record: superseded and retired keys, forgotten hosts; publish-key, rotate-key, retire-keys, forget-host), PREFIX/HOST/waiting (written by wait-trusted while it waits; read by restart's fleet check, status and trust) and PREFIX/HOST/alive (kept by publish-key --watch while it runs; forget-host refuses while it exists)")
 }
 
 func graceFlag(o *options, fs *pflag.FlagSet) {
@@ -306,6 +312,14 @@ func publishKeyFlags(o *options, fs *pflag.FlagSet) {
 	fs.StringVar(&o.certificate, "certificate", "", "publish-key: publish this certificate (PEM) instead of a key; a previous one with another key stays published beside it until retire-keys after --grace")
 }
 
+// publishWatchFlags: publish-key --watch, the long-running publisher.
+func publishWatchFlags(o *options, fs *pflag.FlagSet) {
+	fs.BoolVar(&o.watch, "watch", false, "publish-key: keep running and keep this host's keys and every tombstone seen published: reconcile at start, when the key files change, when etcd's copy changes, after an etcd restore and every --reconcile-interval (sa-key-publish.service)")
+	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", defaultReconcileInterval, "publish-key --watch: reconcile at least this often (at most 30s: what etcd lost is published again within it)")
+	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "publish-key --watch: directory of the tombstones this master has seen ("+keywatchTombstones+"), written back to etcd when a restore loses them; unwritable: logged and counted, not fatal")
+	fs.StringVar(&o.publisherMetricsAddr, "publisher-metrics-addr", "", "publish-key --watch: serve Prometheus metrics (kube_apiserver_safe_restart_publisher_...) and /healthz on this address (empty: none)")
+}
+
 func retireKeysFlags(o *options, fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreLegacyTokens, "ignore-legacy-tokens", false, "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)")
 	fs.DurationVar(&o.staleTokenWindow, "stale-token-window", time.Hour, "retire-keys: keep a due key while any apiserver's serviceaccount_stale_tokens_total (ROTATION-PREFIX/HOST/stale-tokens) grew within this long, and more than an hour after the key stopped signing (logged, exit 0)")
@@ -325,7 +339,7 @@ func validate(o *options) error {
 	positive := map[string]time.Duration{
 		"--dial-timeout": o.DialTimeout, "--command-timeout": o.CommandTimeout,
 	}
-	if (slices.Contains(restarting, o.sub) || o.sub == cmdWaitTrusted) && o.ttl < 1 {
+	if (slices.Contains(restarting, o.sub) || o.sub == cmdWaitTrusted || o.sub == cmdPublishKey && o.watch) && o.ttl < 1 {
 		errs = append(errs, usagef("--ttl %d: must be at least 1 second", o.ttl))
 	}
 	if o.sub == cmdRetireKeys {
@@ -384,6 +398,7 @@ func validate(o *options) error {
 		errs = append(errs, usagef("--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", o.holdKeyOrDefault(), ip, lock.Prefix(o.lockName), lock.InfoPrefix(o.lockName)))
 	}
 	errs = append(errs, validateKeyFlags(o)...)
+	errs = append(errs, validatePublishWatch(o)...)
 	errs = append(errs, validateFleetFlags(o)...)
 	errs = append(errs, validateControllerManagerFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {

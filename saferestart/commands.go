@@ -54,16 +54,17 @@ func (o *options) commands() []command {
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
 				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
-		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed",
+		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
+			long: publishKeyHelp,
 			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
-				rotationPrefixFlag, graceFlag, publishKeyFlags}},
+				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag}},
 		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, hostFlag, graceFlag, kubeconfigFlag}},
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				graceFlag, rotateKeyFlags, publishKeyFlags, retireKeysFlags, staleTokenFlags)},
+				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags)},
 	}
 }
 
@@ -253,3 +254,20 @@ Exit codes:
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
+
+const publishKeyHelp = `Without --watch: publish once and exit (0 published or unchanged, 3
+refused: a private key, a key check refuses, only retired keys; nothing
+written). Every key of the host's value the source lacks stays published as
+superseded until retire-keys after --grace.
+
+With --watch (sa-key-publish.service, Type=notify): keep running and keep
+etcd equal to the key files. Reconcile at start, when the key files change
+(read every 2s), when this host's value or any host's key record changes in
+etcd, after an etcd restore is noticed (a revision gone back, a compaction
+not seen, another cluster ID) and at least every --reconcile-interval: a
+deleted or edited value, or a lost superseded key, is published again; a
+tombstone this master has seen (kept in --state-dir) that a record lost is
+written back and its key removed from the value. Each repair is logged
+(what, why) and counted (--publisher-metrics-addr). While it runs,
+ROTATION-PREFIX/HOST/alive (on a --ttl lease) says so. Exit 3 when the key
+files are refused at start (nothing written); etcd not answering is retried.`

@@ -72,6 +72,8 @@ var oldFlagScope = map[string][]string{
 	// sampler's URL is the long-running publisher's, shown by config.
 	"stale-token-window": {cmdRetireKeys}, "ignore-stale-tokens": {cmdRetireKeys}, "apiserver-metrics-url": {},
 	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": oldRestarting, "min-live-apiservers": oldRestarting, "fleet-timeout": oldRestarting,
+	// publish-key --watch (issue 31.2).
+	"watch": {cmdPublishKey}, "reconcile-interval": {cmdPublishKey}, "state-dir": {cmdPublishKey}, "publisher-metrics-addr": {cmdPublishKey},
 }
 
 var oldRestarting = []string{cmdRestart, cmdRotateKey}
@@ -91,16 +93,17 @@ var narrowed = map[string][]string{
 // the trust records with --require-signing-keys (issue 31), so it takes the
 // etcd flags and the prefixes; --rotation-prefix by every command that
 // reads the rotation records (wait-trusted writes its waiting record
-// there); --ttl by wait-trusted for that record's lease; --keys-prefix by
-// status, which shows each host's keys; forget-host (issue 31), new,
-// takes the etcd and lock flags as every etcd command did, and these.
+// there); --ttl by wait-trusted and publish-key (--watch) for their
+// records' leases; --keys-prefix by status, which shows each host's keys;
+// forget-host (issue 31), new, takes the etcd and lock flags as every etcd
+// command did, and these.
 var widened = map[string][]string{
 	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost},
 	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust, cmdForgetHost}, "host": {cmdForgetHost},
 	"grace": {cmdForgetHost}, "kubeconfig": {cmdForgetHost},
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
 	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
-	"ttl": {cmdWaitTrusted},
+	"ttl": {cmdWaitTrusted, cmdPublishKey},
 }
 
 // Each command takes exactly the flags the old scope table gave it (but
@@ -119,9 +122,10 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 	}
 	// 58 flags (--help among them, which cobra adds to each command at
 	// its run) and the 8 etcd flags, as before, and --require-signing-keys,
-	// --stale-token-window, --ignore-stale-tokens, --apiserver-metrics-url.
-	if len(all) != 58-1+8+1+3 {
-		t.Errorf("%d flags in all, want 69", len(all))
+	// --stale-token-window, --ignore-stale-tokens, --apiserver-metrics-url,
+	// and publish-key --watch's 4.
+	if len(all) != 58-1+8+1+3+4 {
+		t.Errorf("%d flags in all, want 73", len(all))
 	}
 	for flag := range all {
 		for _, sub := range allSubcommands {

@@ -205,16 +205,22 @@ func TestEveryFlagIsAKey(t *testing.T) {
 
 // The signer's keys in the shared file are skipped, not refused:
 // metrics-addr once made every safe-restart command exit 2 with "unknown
-// key" on a signer host, whose one file carries it.
+// key" on a signer host, whose one file carries it. The publisher's
+// metrics take a key of their own (publisher-metrics-addr), so that the
+// signer's stays the signer's.
 func TestConfigSignerKeysSkipped(t *testing.T) {
-	path := writeConfig(t, "metrics-addr = \"127.0.0.1:9731\"\nsocket = \"/run/x/signer.sock\"\nlock-name = \"/l\"\n")
-	for _, sub := range []string{"restart", "status", "config"} {
-		o, fs, err := parseArgs([]string{sub, "--config=" + path}, env(nil))
+	path := writeConfig(t, "metrics-addr = \"127.0.0.1:9731\"\nsocket = \"/run/x/signer.sock\"\nlock-name = \"/l\"\npublisher-metrics-addr = \"127.0.0.1:9732\"\n")
+	for _, args := range [][]string{{"restart"}, {"status"}, {"config"}, {"publish-key", "--watch"}} {
+		sub := args[0]
+		o, fs, err := parseArgs(append(args, "--config="+path), env(nil))
 		if err != nil {
 			t.Fatalf("%s: %v", sub, err)
 		}
 		if o.lockName != "/l" || fs.Lookup("metrics-addr") != nil {
 			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, o.lockName, fs.Lookup("metrics-addr"))
+		}
+		if want := sub == "publish-key" || sub == "config"; (o.publisherMetricsAddr == "127.0.0.1:9732") != want {
+			t.Errorf("%s: --publisher-metrics-addr %q", sub, o.publisherMetricsAddr)
 		}
 	}
 }

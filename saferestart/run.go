@@ -81,6 +81,9 @@ func (a *app) run(ctx context.Context) int {
 			return (&keyRotation{a: a, cli: cli}).retireKeys(ctx, cli)
 		})
 	case cmdPublishKey:
+		if a.o.watch {
+			return a.withClient(ctx, (&publisher{a: a}).publishWatch)
+		}
 		return a.withClient(ctx, (&publisher{a: a}).publishKey)
 	case cmdForgetHost:
 		return a.withClient(ctx, a.forgetHost)

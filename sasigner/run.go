@@ -2,18 +2,12 @@ package sasigner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/keysync/confd/internal/cli"
-	"github.com/keysync/confd/sasigner/signer"
 )
 
 // Exit codes.
@@ -57,21 +51,4 @@ func stopGRPC(g interface {
 		g.Stop()
 		<-done
 	}
-}
-
-func metricsServer(ctx context.Context, addr string, m *signer.Metrics) (*http.Server, error) {
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // closed with the process
-		}
-	}()
-	return srv, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/sasigner/signer"
 )
 
@@ -109,7 +110,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		km.Promote(ctx, nil, key, true)
 	}
 	if o.metricsAddr != "" {
-		srv, err := metricsServer(ctx, o.metricsAddr, m)
+		srv, err := promserve.Serve(ctx, "--metrics-addr", o.metricsAddr, m.Registry)
 		if err != nil {
 			cancel()
 			g.Stop()

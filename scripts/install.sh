@@ -43,7 +43,7 @@ DOCDIR=${DOCDIR:-$PREFIX/share/doc/keysync}
 
 # The units each kind runs from the unit path. Both kinds share the
 # publisher, the retirement timer and the signer.
-shared="examples/systemd/sa-key-publish.service examples/systemd/sa-key-publish.path
+shared="examples/systemd/sa-key-publish.service
 examples/systemd/sa-key-retire.service examples/systemd/sa-key-retire.timer
 examples/systemd/kube-apiserver-sa-signer.service"
 case "$KIND" in

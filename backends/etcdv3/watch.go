@@ -326,7 +326,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// Per range, the headers seen: one range's answers come in order on
 	// one stream, so a lower revision is a restore (etcdrestore, shared
 	// with the signer). Only revisions are compared, as confd always did.
-	var seen []etcdrestore.Detector
+	var seen []*etcdrestore.Detector
 	allOpen := false
 	resume := func() int64 {
 		if !allOpen || len(pos) == 0 {
@@ -447,7 +447,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			case a.opened != nil:
 				ranges = append(ranges, a.opened)
 				pos = append(pos, afterRev)
-				var d etcdrestore.Detector
+				d := &etcdrestore.Detector{}
 				d.Check(etcdrestore.Header{Revision: afterRev}, true)
 				seen = append(seen, d)
 			case a.closed:

@@ -77,7 +77,7 @@ class sa_key_sync (
     }
   }
 
-  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service', 'sa-key-publish.path',
+  ['confd.service', 'kube-apiserver-safe-restart.service', 'sa-key-publish.service',
     'sa-key-retire.service', 'sa-key-retire.timer', 'kube-apiserver-sa-signer.service'].each |$u| {
     file { "/etc/systemd/system/${u}":
       source => "puppet:///modules/sa_key_sync/systemd/${u}",
@@ -106,23 +106,24 @@ class sa_key_sync (
     enable  => true,
     require => [Exec['sa_key_sync-daemon-reload'], File['/usr/local/bin/kube-apiserver-safe-restart'], File['/etc/kubernetes/safe-restart.toml']],
   }
-  # The path unit republishes on change; the service itself publishes the
-  # key that exists at boot, so both are enabled. A oneshot is not kept
-  # "running": this exec publishes once whenever the units change.
-  service { 'sa-key-publish.path':
-    ensure  => running,
-    enable  => true,
-    require => Exec['sa_key_sync-daemon-reload'],
-  }
+  # The publisher runs for good (publish-key --watch): it publishes at
+  # start and whenever the key files or etcd's copy change, so it is kept
+  # running and restarted when its unit, binary or configuration change.
   service { 'sa-key-publish.service':
-    enable  => true,
-    require => Exec['sa_key_sync-daemon-reload'],
+    ensure    => running,
+    enable    => true,
+    require   => Exec['sa_key_sync-daemon-reload'],
+    subscribe => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart'], File['/etc/kubernetes/safe-restart.toml']],
   }
-  exec { 'sa_key_sync-publish':
-    command     => '/bin/systemctl start sa-key-publish.service',
-    refreshonly => true,
-    subscribe   => [File['/etc/systemd/system/sa-key-publish.service'], File['/usr/local/bin/kube-apiserver-safe-restart'], File['/etc/kubernetes/safe-restart.toml']],
-    require     => Service['sa-key-publish.service'],
+  # The path unit of earlier versions: the service watches the files itself.
+  service { 'sa-key-publish.path':
+    ensure => stopped,
+    enable => false,
+  }
+  file { '/etc/systemd/system/sa-key-publish.path':
+    ensure  => absent,
+    require => Service['sa-key-publish.path'],
+    notify  => Exec['sa_key_sync-daemon-reload'],
   }
 
   # Retires superseded service-account keys (any host's) once their grace is over.

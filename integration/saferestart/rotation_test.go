@@ -67,7 +67,7 @@ type miniFleet struct {
 	lock   string
 }
 
-func newKeyPair(t *testing.T) (priv, pub []byte) {
+func newKeyPair(t testing.TB) (priv, pub []byte) {
 	t.Helper()
 	k := keytest.EC(t)
 	return keytest.SEC1PEM(t, k), keytest.PublicPEM(t, &k.PublicKey)

@@ -48,7 +48,7 @@ type Key struct {
 // serves all of them. A binary ignores the keys it has no flag for, and
 // each subcommand those it does not use. Command-line-only choices
 // (--help, --version, --config, --dry-run, hold's --reason, rotate-key's --abort and
-// --rollback) are not keys.
+// --rollback, publish-key's --watch) are not keys.
 var Keys = []Key{
 	// etcd, as etcdctl takes it (ETCDCTL_* beats the file).
 	{Name: "endpoints", Kind: List},
@@ -123,6 +123,10 @@ var Keys = []Key{
 	{Name: "algorithm", Kind: String},
 	{Name: "grace", Kind: Duration},
 	{Name: "rotation-prefix", Kind: String},
+	// publish-key --watch (the signer's metrics-addr stays the signer's).
+	{Name: "reconcile-interval", Kind: Duration},
+	{Name: "state-dir", Kind: String},
+	{Name: "publisher-metrics-addr", Kind: String},
 	// rotate-key: the host signs through kube-apiserver-sa-signer.
 	{Name: "signer", Kind: Bool},
 
@@ -149,7 +153,7 @@ var Keys = []Key{
 }
 
 // CommandLineOnly are flags that are no keys: choices for one run.
-var CommandLineOnly = []string{"help", "version", "config", "dry-run", "reason", "abort", "rollback"}
+var CommandLineOnly = []string{"help", "version", "config", "dry-run", "reason", "abort", "rollback", "watch"}
 
 // Lookup finds a key by name.
 func Lookup(name string) (Key, bool) {

@@ -24,15 +24,20 @@
 // told from an outage; a reader that reads everything again after every
 // reconnect still ends up right.
 //
-// confd's watch (backends/etcdv3) and the signer's follower
-// (sasigner/signer) share this: one definition of what a restore looks
-// like.
+// confd's watch (backends/etcdv3), the signer's follower (sasigner/signer)
+// and the key publisher (publish-key --watch) share this: one definition
+// of what a restore looks like.
 package etcdrestore
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Header is what a response says about the store it came from. A zero
@@ -86,13 +91,19 @@ func (r *Restored) Error() string {
 }
 
 // Detector remembers the newest header seen from one store. The zero
-// value has seen nothing. It is not safe for concurrent use.
+// value has seen nothing. It is safe for concurrent use: a reader's watch
+// and its reads may report headers from two goroutines.
 type Detector struct {
+	mu   sync.Mutex
 	seen Header
 }
 
 // Seen is the newest header seen: its revision is one the store reached.
-func (d *Detector) Seen() Header { return d.seen }
+func (d *Detector) Seen() Header {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen
+}
 
 // Check compares h with what was seen and records it. Its revision is
 // compared only when ordered: h comes from a linearizable read, or from
@@ -105,6 +116,8 @@ func (d *Detector) Seen() Header { return d.seen }
 // On a restore the detector starts over from h, so that one restore is
 // reported once.
 func (d *Detector) Check(h Header, ordered bool) *Restored {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var r *Restored
 	switch {
 	case h.ClusterID != 0 && d.seen.ClusterID != 0 && h.ClusterID != d.seen.ClusterID:
@@ -128,7 +141,41 @@ func (d *Detector) Check(h Header, ordered bool) *Restored {
 // not said, as a read's ErrCompacted does not): revisions the reader had
 // not read are gone. The detector starts over from compactRev.
 func (d *Detector) Compaction(compactRev int64) *Restored {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	r := &Restored{Evidence: Compacted, Seen: d.seen, Current: Header{Revision: compactRev}}
 	d.seen.Revision = max(d.seen.Revision, compactRev)
 	return r
+}
+
+// Read is a linearizable read of key (opts as clientv3's Get takes them)
+// that also tells whether the store was restored since the last header d
+// saw. A read after a restore must look for two kinds of evidence: a
+// count-only read at the newest revision seen finds a store compacted past
+// it (a restore with --mark-compacted, however many writes followed), and
+// the read's own header tells a revision gone back or another cluster.
+// The read that tells is itself a read of the restored store. r is nil
+// when nothing says the store was restored.
+func (d *Detector) Read(ctx context.Context, kv clientv3.KV, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, r *Restored, err error) {
+	if seen := d.Seen().Revision; seen > 0 {
+		_, err := kv.Get(ctx, key, clientv3.WithCountOnly(), clientv3.WithRev(seen))
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			r = d.Compaction(0)
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			// The revision went back: the read below tells.
+		case err != nil:
+			return nil, nil, fmt.Errorf("read %s at revision %d: %w", key, seen, err)
+		}
+	}
+	resp, err = kv.Get(ctx, key, opts...)
+	if err != nil {
+		return nil, r, fmt.Errorf("read %s: %w", key, err)
+	}
+	// Linearizable: its revision is at least any revision etcd had
+	// reached before, unless etcd went back.
+	if back := d.Check(HeaderOf(resp.Header), true); back != nil {
+		r = back
+	}
+	return resp, r, nil
 }

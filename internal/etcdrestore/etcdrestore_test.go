@@ -1,10 +1,13 @@
 package etcdrestore
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestDetector(t *testing.T) {
@@ -88,5 +91,47 @@ func TestHeaderOf(t *testing.T) {
 	}
 	if h := HeaderOf(&pb.ResponseHeader{ClusterId: 3, MemberId: 4, Revision: 5, RaftTerm: 6}); h != (Header{3, 5}) {
 		t.Errorf("%+v", h)
+	}
+}
+
+// fakeKV answers Get: at a revision, ErrCompacted when compacted; else a
+// header at rev.
+type fakeKV struct {
+	clientv3.KV
+	cluster, rev uint64
+	compacted    bool
+}
+
+func (f *fakeKV) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if clientv3.OpGet(key, opts...).Rev() > 0 && f.compacted {
+		return nil, rpctypes.ErrCompacted
+	}
+	return &clientv3.GetResponse{Header: &pb.ResponseHeader{ClusterId: f.cluster, Revision: int64(f.rev)}}, nil
+}
+
+// Read: the first read only records; a store compacted past the revision
+// seen, or gone back, or another cluster, is told by the next read.
+func TestRead(t *testing.T) {
+	ctx := context.Background()
+	var d Detector
+	kv := &fakeKV{cluster: 1, rev: 10}
+	if _, r, err := d.Read(ctx, kv, "/k"); r != nil || err != nil {
+		t.Fatalf("first read: %v %v", r, err)
+	}
+	kv.rev = 12
+	if _, r, err := d.Read(ctx, kv, "/k"); r != nil || err != nil {
+		t.Fatalf("revision up: %v %v", r, err)
+	}
+	kv.rev = 5
+	if _, r, _ := d.Read(ctx, kv, "/k"); r == nil || r.Evidence != RevisionBack {
+		t.Fatalf("revision back: %v", r)
+	}
+	kv.rev, kv.compacted = 50, true
+	if _, r, _ := d.Read(ctx, kv, "/k"); r == nil || r.Evidence != Compacted {
+		t.Fatalf("compacted past the revision seen: %v", r)
+	}
+	kv.compacted, kv.cluster = false, 2
+	if _, r, _ := d.Read(ctx, kv, "/k"); r == nil || r.Evidence != ClusterChanged {
+		t.Fatalf("another cluster: %v", r)
 	}
 }

@@ -390,3 +390,32 @@ func (s State) Retire(kids []string, now time.Time) (State, error) {
 	}
 	return next, nil
 }
+
+// Stored reports whether etcd holds anything of the host: a value or a
+// record. A host with neither (removed by forget-host, or newer than the
+// snapshot etcd was restored from) has no value a tombstone must keep a
+// key out of.
+func (s State) Stored() bool { return s.valueRev != 0 || s.recordRev != 0 }
+
+// KeepRetired writes back tombstones a restore (or a record deleted by
+// mistake) lost: each of retired (key ID -> when it was retired) missing
+// from the record is added with its original time, and the key leaves the
+// superseded list and the value. Unlike Retire it never refuses: a retired
+// key may be compromised, and a value that would hold no key is better
+// than one holding it (the host's publisher publishes its current key).
+// added lists, sorted, the tombstones it wrote back.
+func (s State) KeepRetired(retired map[string]time.Time) (next State, added []string) {
+	next = s
+	next.Record = s.Record.clone()
+	for kid, at := range retired {
+		if _, ok := next.Record.Retired[kid]; ok {
+			continue
+		}
+		next.Record.Retired[kid] = at.UTC()
+		delete(next.Record.Superseded, kid)
+		added = append(added, kid)
+	}
+	slices.Sort(added)
+	next.Items = next.build(s.Items)
+	return next, added
+}

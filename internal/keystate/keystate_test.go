@@ -220,3 +220,32 @@ func TestForgottenRetireAndRepublish(t *testing.T) {
 		t.Fatalf("publish under a forgotten name: %v, forgotten %s, value %v", err, back.Record.Forgotten, KIDs(back.Items))
 	}
 }
+
+// A restore that lost tombstones: KeepRetired writes them back with their
+// original times, takes the keys out of the value and the superseded
+// list, and keeps the tombstones the record has.
+func TestKeepRetired(t *testing.T) {
+	a, b, c := keys(t)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cur := state([]Item{a, b, c}, map[string]Superseded{a.KID: {RetireAfter: at, PEM: string(a.PEM)}}, map[string]time.Time{c.KID: at.Add(time.Hour)})
+	next, added := cur.KeepRetired(map[string]time.Time{a.KID: at, c.KID: at})
+	if !slices.Equal(added, []string{a.KID}) {
+		t.Fatalf("added %v, want %s", added, a.KID)
+	}
+	if got := KIDs(next.Items); !slices.Equal(got, []string{b.KID}) {
+		t.Errorf("value %v, want only %s", got, b.KID)
+	}
+	if _, ok := next.Record.Superseded[a.KID]; ok {
+		t.Error("a retired key is still superseded")
+	}
+	if !next.Record.Retired[a.KID].Equal(at) || !next.Record.Retired[c.KID].Equal(at.Add(time.Hour)) {
+		t.Errorf("tombstones %v, want a at %s and c's own time kept", next.Record.Retired, at)
+	}
+	if _, ok := cur.Record.Retired[a.KID]; ok {
+		t.Error("KeepRetired changed its receiver's record")
+	}
+	// Every key retired: the value is empty, not refused.
+	if next, _ := cur.KeepRetired(map[string]time.Time{a.KID: at, b.KID: at}); len(next.Items) != 0 {
+		t.Errorf("value %v, want empty", KIDs(next.Items))
+	}
+}

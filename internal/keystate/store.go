@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -141,4 +142,31 @@ func (s *Store) Update(ctx context.Context, host string, change func(State) (Sta
 		}
 	}
 	return Result{}, fmt.Errorf("%s and %s kept changing under us (%d attempts): nothing written; run the command again", vk, rk, attempts)
+}
+
+// Retired reads every host's tombstones (host -> key ID -> when retired)
+// in one read of RECORD-PREFIX. A record that does not parse is left out
+// and named in bad: one host's damaged record must not hide the others'.
+func (s *Store) Retired(ctx context.Context) (retired map[string]map[string]time.Time, bad []error, err error) {
+	dir := etcdkey.Dir(s.RecordPrefix)
+	resp, err := s.KV.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the key records under %s: %w", dir, err)
+	}
+	retired = map[string]map[string]time.Time{}
+	for _, kv := range resp.Kvs {
+		host, what, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), dir), "/")
+		if host == "" || what != "kept" {
+			continue
+		}
+		rec, err := parseRecord(string(kv.Key), host, kv.Value, nil)
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		if len(rec.Retired) > 0 {
+			retired[host] = rec.Retired
+		}
+	}
+	return retired, bad, nil
 }

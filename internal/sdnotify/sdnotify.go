@@ -1,6 +1,7 @@
-// Package sdnotify tells systemd (Type=notify) when confd is ready, keeps
-// its watchdog fed, and says when confd is stopping. It does nothing when
-// NOTIFY_SOCKET is unset.
+// Package sdnotify tells systemd (Type=notify) when a long-running
+// process (confd -watch, publish-key --watch) is ready, keeps its watchdog
+// fed, and says when it is stopping. It does nothing when NOTIFY_SOCKET is
+// unset.
 package sdnotify
 
 import (
@@ -71,3 +72,23 @@ func (n *Notifier) Watchdog(ctx context.Context) {
 
 // Stopping tells systemd that confd is shutting down.
 func (n *Notifier) Stopping() { n.send(daemon.SdNotifyStopping) }
+
+// ReadyStatus sends READY=1 the first time, and status as the unit's
+// STATUS line every time (a process other than confd says what it does).
+// A nil Notifier (no systemd) does nothing.
+func (n *Notifier) ReadyStatus(status string) {
+	if n == nil {
+		return
+	}
+	n.once.Do(func() { n.send(daemon.SdNotifyReady) })
+	n.send("STATUS=" + status)
+}
+
+// Ping feeds systemd's watchdog once, when WatchdogSec= is set: a loop
+// that pings from its own iterations proves it still turns, which a
+// ticker of its own (Watchdog) does not.
+func (n *Notifier) Ping() {
+	if n != nil && n.watchdog > 0 {
+		n.send(daemon.SdNotifyWatchdog)
+	}
+}

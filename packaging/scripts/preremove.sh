@@ -5,6 +5,9 @@
 # run a binary that is gone. sa-signing-key.service is a kubeadm master's
 # copy of the example; the kube-apiserver.service.d drop-ins are the site's
 # copies, left in place (kube-apiserver.service is the site's).
+# sa-key-publish.path is no longer shipped (sa-key-publish.service watches
+# the key files itself); a master installed before may still have it
+# enabled.
 set -e
 case "${1:-}" in
 remove | 0) ;;

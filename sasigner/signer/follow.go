@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdclient"
@@ -67,14 +65,11 @@ type Follower struct {
 	weak map[string]bool
 	down bool
 
-	// mu guards restore, which the probe feeds too.
-	mu      sync.Mutex
+	// restore is fed by the probe too (the detector is safe for that).
 	restore etcdrestore.Detector
 	// restoring is the restore noticed and not yet followed by a read of
 	// the whole prefix.
 	restoring *etcdrestore.Restored
-	// listed: the prefix was read before; a new read is a re-read.
-	listed bool
 }
 
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
@@ -179,8 +174,6 @@ func (f *Follower) restored(r *etcdrestore.Restored) {
 
 // check compares a response header with those seen (etcdrestore.Detector.Check).
 func (f *Follower) check(h etcdrestore.Header, ordered bool) *etcdrestore.Restored {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	return f.restore.Check(h, ordered)
 }
 
@@ -198,36 +191,13 @@ func (f *Follower) check(h etcdrestore.Header, ordered bool) *etcdrestore.Restor
 func (f *Follower) list(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.RequestTimeout)
 	defer cancel()
-	var r *etcdrestore.Restored
-	f.mu.Lock()
-	seen := f.restore.Seen().Revision
-	f.mu.Unlock()
-	if f.listed && seen > 0 {
-		_, err := f.client.Get(rctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(seen))
-		switch {
-		case errors.Is(err, rpctypes.ErrCompacted):
-			f.mu.Lock()
-			r = f.restore.Compaction(0)
-			f.mu.Unlock()
-		case errors.Is(err, rpctypes.ErrFutureRev):
-			// The revision went back: the read below tells.
-		case err != nil:
-			return 0, fmt.Errorf("read %s at revision %d: %w", f.Prefix, seen, err)
-		}
-	}
-	resp, err := f.client.Get(rctx, f.Prefix, clientv3.WithPrefix())
+	resp, r, err := f.restore.Read(rctx, f.client, f.Prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", f.Prefix, err)
-	}
-	// Linearizable: its revision is at least any revision etcd had
-	// reached before, unless etcd went back.
-	if back := f.check(etcdrestore.HeaderOf(resp.Header), true); back != nil {
-		r = back
+		return 0, err
 	}
 	if r != nil {
 		f.restored(r)
 	}
-	f.listed = true
 	hosts := map[string]bool{}
 	for _, kv := range resp.Kvs {
 		host := etcdkey.Host(f.Prefix, string(kv.Key))
@@ -273,9 +243,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 	go f.probe(wctx, cancel)
 	for wr := range w.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
-			f.mu.Lock()
 			r := f.restore.Compaction(wr.CompactRevision)
-			f.mu.Unlock()
 			return r
 		}
 		// Not ordered: after a reconnect clientv3 may have resumed the

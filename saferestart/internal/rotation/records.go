@@ -36,43 +36,63 @@ func (w Waiting) String() string {
 // WaitingKey is host's waiting record's etcd key.
 func WaitingKey(prefix, host string) string { return etcdkey.Join(prefix, host, "waiting") }
 
-// AliveKey is host's alive record: the long-running key publisher keeps
-// it on its lease while it runs, so that forget-host can tell a host that
-// still runs from one that is gone.
-func AliveKey(prefix, host string) string { return etcdkey.Join(prefix, host, "alive") }
-
-// Announcement is a waiting record on its lease.
+// Announcement is a waiting or alive record on its lease.
 type Announcement struct {
-	sess *concurrency.Session
-	key  string
+	sess      *concurrency.Session
+	key, what string
 }
 
 // Announce writes w at PREFIX/HOST/waiting on a new lease of ttl seconds,
 // kept alive until Withdraw (or until the process dies: then the record
 // goes within ttl).
 func Announce(ctx context.Context, cli *clientv3.Client, prefix string, ttl int, w Waiting) (*Announcement, error) {
-	key := WaitingKey(prefix, w.Host)
+	return announce(ctx, cli, WaitingKey(prefix, w.Host), "waiting record", ttl, w)
+}
+
+// Alive is a host's "my key publisher runs" record, at PREFIX/HOST/alive,
+// written by publish-key --watch for as long as it runs and bound to its
+// lease: it goes when the publisher dies. forget-host refuses a host that
+// has one (its publisher would publish its keys again).
+type Alive struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Since   time.Time `json:"since"`
+	Version string    `json:"version"`
+}
+
+// AliveKey is host's alive record's etcd key.
+func AliveKey(prefix, host string) string { return etcdkey.Join(prefix, host, "alive") }
+
+// AnnounceAlive writes a at PREFIX/HOST/alive on a new lease of ttl
+// seconds, kept alive until Withdraw. Keep-alives renew the lease and make
+// no revision.
+func AnnounceAlive(ctx context.Context, cli *clientv3.Client, prefix string, ttl int, a Alive) (*Announcement, error) {
+	return announce(ctx, cli, AliveKey(prefix, a.Host), "alive record", ttl, a)
+}
+
+// announce writes v as JSON at key on a new lease of ttl seconds.
+func announce(ctx context.Context, cli *clientv3.Client, key, what string, ttl int, v any) (*Announcement, error) {
 	// The lease is granted within ctx; its keep-alive outlives ctx (an
 	// etcd request's deadline) and ends at Withdraw.
 	lease, err := cli.Grant(ctx, int64(ttl))
 	if err != nil {
-		return nil, fmt.Errorf("waiting record %s: etcd lease: %w", key, err)
+		return nil, fmt.Errorf("%s %s: etcd lease: %w", what, key, err)
 	}
 	sess, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		_, _ = cli.Revoke(ctx, lease.ID)
-		return nil, fmt.Errorf("waiting record %s: etcd lease keep-alive: %w", key, err)
+		return nil, fmt.Errorf("%s %s: etcd lease keep-alive: %w", what, key, err)
 	}
-	val, err := json.Marshal(w)
+	val, err := json.Marshal(v)
 	if err != nil {
 		sess.Close()
 		return nil, err
 	}
 	if _, err := cli.Put(ctx, key, string(val), clientv3.WithLease(sess.Lease())); err != nil {
 		sess.Close()
-		return nil, fmt.Errorf("write waiting record %s: %w", key, err)
+		return nil, fmt.Errorf("write %s %s: %w", what, key, err)
 	}
-	return &Announcement{sess: sess, key: key}, nil
+	return &Announcement{sess: sess, key: key, what: what}, nil
 }
 
 // Key is the record's etcd key.
@@ -85,7 +105,7 @@ func (a *Announcement) Lost() <-chan struct{} { return a.sess.Done() }
 // Withdraw removes the record: its lease is revoked.
 func (a *Announcement) Withdraw() error {
 	if err := a.sess.Close(); err != nil {
-		return fmt.Errorf("remove waiting record %s (it goes by itself when its lease expires): %w", a.key, err)
+		return fmt.Errorf("remove %s %s (it goes by itself when its lease expires): %w", a.what, a.key, err)
 	}
 	return nil
 }
@@ -102,6 +122,9 @@ type HostRecords struct {
 	Rotating bool `json:"rotating,omitempty"`
 	// Waiting is the host's waiting record (nil: no wait-trusted waits).
 	Waiting *Waiting `json:"waiting,omitempty"`
+	// Alive is the host's alive record (nil: no publish-key --watch runs
+	// there).
+	Alive *Alive `json:"alive,omitempty"`
 }
 
 // List reads every host's records under prefix at one revision, sorted by
@@ -139,6 +162,13 @@ func List(ctx context.Context, kv clientv3.KV, prefix string) ([]HostRecords, er
 				w = Waiting{Host: host}
 			}
 			h.Waiting = &w
+		case "alive":
+			var a Alive
+			if err := json.Unmarshal(k.Value, &a); err != nil {
+				// Still running: who it is is unknown.
+				a = Alive{Host: host}
+			}
+			h.Alive = &a
 		default:
 			continue
 		}

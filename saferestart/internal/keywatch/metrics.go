@@ -1,0 +1,157 @@
+package keywatch
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/keysync/confd/internal/etcdrestore"
+)
+
+// Repair reasons: why a reconcile wrote what it wrote. Each is a value of
+// the repairs counter's reason label.
+const (
+	// ValueMissing: the host's value was gone (deleted, or a restore
+	// from before its first publish).
+	ValueMissing = "value-missing"
+	// ValueInvalid: the value did not parse as public keys.
+	ValueInvalid = "value-invalid"
+	// CurrentMissing: a key of the host's key files, published before
+	// by this publisher, was missing from the value.
+	CurrentMissing = "current-missing"
+	// SupersededMissing: a superseded key (in the key record) was
+	// missing from the value.
+	SupersededMissing = "superseded-missing"
+	// RetiredPresent: a retired key was back in a value.
+	RetiredPresent = "retired-present"
+	// TombstoneMissing: a tombstone this master had seen was missing
+	// from a key record (any host's).
+	TombstoneMissing = "tombstone-missing"
+)
+
+// Reconcile triggers: the reconciles counter's trigger label.
+const (
+	TriggerStart    = "start"
+	TriggerInterval = "interval"
+	TriggerFile     = "file"
+	TriggerWatch    = "watch"
+	TriggerRestore  = "restore"
+)
+
+// Error kinds: the errors counter's kind label.
+const (
+	ErrSource   = "source"    // the key files refused or unreadable
+	ErrEtcd     = "etcd"      // a read or write failed
+	ErrStateDir = "state-dir" // the tombstone file unreadable or unwritable
+	ErrAlive    = "alive"     // the alive record could not be written
+)
+
+var (
+	reasons  = []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing}
+	triggers = []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore}
+	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive}
+	// keyStates are the keys gauge's state label: the host's own keys.
+	keyStates = []string{"current", "superseded", "retired"}
+)
+
+// Metrics counts what the publisher does
+// (kube_apiserver_safe_restart_publisher_...), every series initialised
+// so that rate() and absent() work from the first scrape. A nil *Metrics
+// counts nothing.
+type Metrics struct {
+	Registry   *prometheus.Registry
+	repairs    *prometheus.CounterVec
+	reconciles *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	restores   *prometheus.CounterVec
+	keys       *prometheus.GaugeVec
+	alive      prometheus.Gauge
+	lastOK     prometheus.Gauge
+}
+
+// NewMetrics registers every metric in a registry of its own.
+func NewMetrics() *Metrics {
+	const ns = "kube_apiserver_safe_restart_publisher_"
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.repairs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "repairs_total",
+		Help: "Published values and key records repaired, by reason (value-missing, value-invalid, current-missing, superseded-missing, retired-present, tombstone-missing)."}, []string{"reason"})
+	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "reconciles_total",
+		Help: "Reconciles run, by trigger (start, interval, file, watch, restore)."}, []string{"trigger"})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "errors_total",
+		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record)."}, []string{"kind"})
+	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
+		Help: "etcd restores noticed, by evidence (revision, cluster, compacted)."}, []string{"evidence"})
+	m.keys = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
+		Help: "This host's keys after the last reconcile, by state (current, superseded, retired)."}, []string{"state"})
+	m.alive = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "alive_record",
+		Help: "1 while this host's alive record is in etcd."})
+	m.lastOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "last_reconcile_timestamp_seconds",
+		Help: "When the last reconcile succeeded (Unix time)."})
+	m.Registry.MustRegister(m.repairs, m.reconciles, m.errors, m.restores, m.keys, m.alive, m.lastOK,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range reasons {
+		m.repairs.WithLabelValues(r)
+	}
+	for _, t := range triggers {
+		m.reconciles.WithLabelValues(t)
+	}
+	for _, k := range kinds {
+		m.errors.WithLabelValues(k)
+	}
+	for _, e := range []etcdrestore.Evidence{etcdrestore.RevisionBack, etcdrestore.ClusterChanged, etcdrestore.Compacted} {
+		m.restores.WithLabelValues(string(e))
+	}
+	for _, s := range keyStates {
+		m.keys.WithLabelValues(s)
+	}
+	return m
+}
+
+func (m *Metrics) repair(reason string) {
+	if m != nil {
+		m.repairs.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) reconcile(trigger string) {
+	if m != nil {
+		m.reconciles.WithLabelValues(trigger).Inc()
+	}
+}
+
+func (m *Metrics) fail(kind string) {
+	if m != nil {
+		m.errors.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) restore(e etcdrestore.Evidence) {
+	if m != nil {
+		m.restores.WithLabelValues(string(e)).Inc()
+	}
+}
+
+func (m *Metrics) setKeys(current, superseded, retired int) {
+	if m != nil {
+		m.keys.WithLabelValues("current").Set(float64(current))
+		m.keys.WithLabelValues("superseded").Set(float64(superseded))
+		m.keys.WithLabelValues("retired").Set(float64(retired))
+	}
+}
+
+func (m *Metrics) setAlive(up bool) {
+	if m != nil {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		m.alive.Set(v)
+	}
+}
+
+func (m *Metrics) ok(at time.Time) {
+	if m != nil {
+		m.lastOK.Set(float64(at.Unix()))
+	}
+}
