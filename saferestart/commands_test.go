@@ -104,6 +104,10 @@ var widened = map[string][]string{
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
 	"password": {cmdCheck}, "dial-timeout": {cmdCheck}, "command-timeout": {cmdCheck},
 	"ttl": {cmdWaitTrusted, cmdPublishKey},
+	// publish-key --watch runs the stale-token sampler: its URL and the
+	// health gate's credentials, with which it reads /metrics.
+	"apiserver-metrics-url": {cmdPublishKey}, "health-cacert": {cmdPublishKey}, "health-cert": {cmdPublishKey},
+	"health-key": {cmdPublishKey}, "health-token-file": {cmdPublishKey},
 }
 
 // Each command takes exactly the flags the old scope table gave it (but

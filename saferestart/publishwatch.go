@@ -82,10 +82,12 @@ func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int 
 		Log:            log,
 		Metrics:        m,
 		Notify:         sdnotify.New(os.Getenv, log),
-		// Background tasks that live as long as the publisher, one per
-		// master. The stale-token sampler (internal/staletokens:
-		// (&staletokens.Sampler{...}).Run) is to be started here.
-		Runners: nil,
+	}
+	// The stale-token sampler lives as long as the publisher: one per
+	// master, reading its own apiserver (--apiserver-metrics-url).
+	if s := a.staleTokenSampler(ctx, cli); s != nil {
+		s.Failed = m.SampleFailed
+		w.Runners = append(w.Runners, s.Run)
 	}
 	log.WithFields(map[string]any{"files": files, "interval": o.reconcileInterval.String(), "state-dir": o.stateDir}).Info("publish-key --watch: keeping this host's keys published")
 	err := w.Run(ctx)

@@ -3,13 +3,16 @@ package saferestart
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/staletokens"
 )
 
 // publishWatch starts `publish-key --watch` for h and waits until its
@@ -321,5 +325,60 @@ func BenchmarkPublishWatchRepair(b *testing.B) {
 			}
 		}
 		wcancel()
+	}
+}
+
+// The long-running publisher runs the stale-token sampler beside its loop:
+// given --apiserver-metrics-url and the health gate's credentials, it reads
+// its apiserver's /metrics and records when the counter grew at
+// ROTATION-PREFIX/HOST/stale-tokens, which retire-keys weighs. A refused
+// read is logged once and counted; the bearer token never reaches the log.
+func TestPublishWatchSamplesStaleTokens(t *testing.T) {
+	const secret = "PUBLISHER-METRICS-TOKEN-NEVER-LOGGED"
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var counter atomic.Int64
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() || r.Header.Get("Authorization") != "Bearer "+secret {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE %[1]s counter\n%[1]s %[2]d\n", staletokens.CounterMetric, counter.Load())
+	}))
+	defer api.Close()
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	h := newKeyHost(t, "m1")
+	ca := filepath.Join(h.dir, "apiserver-ca.pem")
+	tok := filepath.Join(h.dir, "metrics.token")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tok, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	p := publishWatch(t, srv, h, "--publisher-metrics-addr", addr,
+		"--apiserver-metrics-url", api.URL+"/metrics", "--health-cacert", ca, "--health-token-file", tok)
+	p.stderr.waitFor(t, "stale-token sampling failing")
+	if m := metricsText(t, addr); !strings.Contains(m, `kube_apiserver_safe_restart_publisher_errors_total{kind="stale-tokens"} 1`) {
+		t.Errorf("a failed sample is not counted:\n%s", grepLines(m, "errors_total"))
+	}
+	counter.Store(2)
+	refuse.Store(false)
+	// The next sample (every minute by default) must come without waiting
+	// a minute: restart the publisher, which samples at its start.
+	p.signal(t, syscall.SIGTERM)
+	p.wait(t)
+	p = publishWatch(t, srv, h, "--apiserver-metrics-url", api.URL+"/metrics", "--health-cacert", ca, "--health-token-file", tok)
+	v := waitValue(t, cli, rotationPrefix+"/m1/stale-tokens", func(v string, ok bool) bool { return ok })
+	var rec staletokens.Record
+	if err := json.Unmarshal([]byte(v), &rec); err != nil || rec.Host != "m1" || rec.Counter != 2 || rec.LastSample.IsZero() {
+		t.Fatalf("stale-tokens record %s (%v), want m1's counter 2 sampled", v, err)
+	}
+	p.signal(t, syscall.SIGTERM)
+	p.wait(t)
+	if strings.Contains(p.stderr.String(), secret) {
+		t.Fatal("the bearer token reached the publisher's log")
 	}
 }

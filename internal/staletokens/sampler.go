@@ -55,6 +55,9 @@ type Sampler struct {
 	Log       logrus.FieldLogger
 	// Now is the clock (default time.Now); tests drive it.
 	Now func() time.Time
+	// Failed, when set, is told of every failed sample (the publisher
+	// counts them in its metrics).
+	Failed func()
 
 	http *http.Client
 	prev *Record // the record last written (or read at the start)
@@ -69,9 +72,26 @@ func (s *Sampler) Run(ctx context.Context) error {
 	if err := s.init(); err != nil {
 		return err
 	}
-	if err := s.Once(ctx); err != nil {
-		s.Log.WithError(err).Warn("stale-token sample failed: retried at the next interval")
+	failing := 0 // failed samples in a row
+	sample := func() {
+		err := s.Once(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+		case err != nil:
+			if s.Failed != nil {
+				s.Failed()
+			}
+			if failing++; failing == 1 {
+				s.Log.WithError(err).Warn("stale-token sampling failing: retried every interval (retire-keys counts this host as unknown once its record is older than its window)")
+			} else {
+				s.Log.WithError(err).Debug("stale-token sample failed again")
+			}
+		case failing > 0:
+			s.Log.Infof("stale-token sampling works again after %d failed samples", failing)
+			failing = 0
+		}
 	}
+	sample()
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
 	for {
@@ -79,9 +99,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := s.Once(ctx); err != nil {
-				s.Log.WithError(err).Warn("stale-token sample failed: retried at the next interval")
-			}
+			sample()
 		}
 	}
 }

@@ -45,12 +45,15 @@ const (
 	ErrEtcd     = "etcd"      // a read or write failed
 	ErrStateDir = "state-dir" // the tombstone file unreadable or unwritable
 	ErrAlive    = "alive"     // the alive record could not be written
+	// ErrStaleTokens: a sample of the apiserver's /metrics by the
+	// stale-token sampler the publisher runs failed.
+	ErrStaleTokens = "stale-tokens"
 )
 
 var (
 	reasons  = []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing}
 	triggers = []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore}
-	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive}
+	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens}
 	// keyStates are the keys gauge's state label: the host's own keys.
 	keyStates = []string{"current", "superseded", "retired"}
 )
@@ -79,7 +82,7 @@ func NewMetrics() *Metrics {
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "reconciles_total",
 		Help: "Reconciles run, by trigger (start, interval, file, watch, restore)."}, []string{"trigger"})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "errors_total",
-		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record)."}, []string{"kind"})
+		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics)."}, []string{"kind"})
 	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
 		Help: "etcd restores noticed, by evidence (revision, cluster, compacted)."}, []string{"evidence"})
 	m.keys = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
@@ -119,6 +122,10 @@ func (m *Metrics) reconcile(trigger string) {
 		m.reconciles.WithLabelValues(trigger).Inc()
 	}
 }
+
+// SampleFailed counts a failed stale-token sample (the sampler runs
+// beside the loop, as one of its Runners).
+func (m *Metrics) SampleFailed() { m.fail(ErrStaleTokens) }
 
 func (m *Metrics) fail(kind string) {
 	if m != nil {
