@@ -125,13 +125,12 @@ func (f *fleet) ownKeyMissing(t *testing.T) {
 // apiserver signs with that key, so every host's check_cmd refuses the
 // bundle without it, naming the master and the key: no apiserver's bundle
 // drops it, nothing restarts. The victim's publisher is stopped meanwhile
-// (running, it would publish the key again at once); the key is put back
-// at the end, the publisher started again, and the fleet is converged
-// again.
+// (running, it would publish the key again at once); the key is put back,
+// the publisher started again, and the fleet is converged again. Then the
+// same delete with the publisher running: the key is back by itself.
 func (f *fleet) deletedLiveKey(t *testing.T) {
 	victim := f.hosts[1]
 	victim.unitCtl(t, "stop", publisherUnit)
-	defer victim.unitCtl(t, "start", publisherUnit)
 	key := keyPrefix + victim.name
 	value, ok := f.etcdKeys(t, key)[key]
 	if !ok {
@@ -176,11 +175,35 @@ func (f *fleet) deletedLiveKey(t *testing.T) {
 		t.Errorf("%s's live signing key %s dropped: %s", victim.name, victim.sa.kid, why)
 	}
 	f.put(t, key, value)
+	victim.unitCtl(t, "start", publisherUnit)
 	f.awaitConverged(t, 5*time.Minute)
 	if t.Failed() {
 		f.recover(t)
-	} else if why := dropped(); why != "" {
+		return
+	}
+	if why := dropped(); why != "" {
 		t.Errorf("after restoring the key: %s", why)
+		return
+	}
+
+	// The same mistake with the victim's publisher running: it publishes
+	// the key again by itself (within its 30 s reconcile interval; at once
+	// when etcd's watch tells it), no bundle drops it, nothing restarts.
+	alive := "/kubernetes/service-account-keys-rotation/" + victim.name + "/alive"
+	f.await(t, time.Minute, victim.name+"'s publisher running", func() bool {
+		_, ok := f.etcdKeys(t, alive)[alive]
+		return ok
+	})
+	deleted := time.Now()
+	f.del(t, key)
+	f.await(t, time.Minute, victim.name+"'s key published again by its publisher", func() bool {
+		_, ok := f.etcdKeys(t, key)[key]
+		return ok
+	})
+	t.Logf("%s's key deleted with its publisher running: published again after %s", victim.name, time.Since(deleted).Round(time.Millisecond))
+	f.awaitConverged(t, 5*time.Minute)
+	if why := dropped(); why != "" {
+		t.Errorf("after the publisher put the key back: %s", why)
 	}
 }
 

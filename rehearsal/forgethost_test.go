@@ -17,6 +17,7 @@ import (
 // key; once the grace is over, retire-keys from m2 retires m3's key, its
 // published value goes, every bundle and apiserver drops it, and m3's
 // tokens are refused. Last of its fleet: the fleet has two masters after.
+// It first refuses while m3's key publisher runs (its alive record).
 func (f *fleet) forgetHost(t *testing.T) {
 	m1, m2, m3 := f.hosts[0], f.hosts[1], f.hosts[2]
 	f.ensureServiceAccount(t)
@@ -26,6 +27,12 @@ func (f *fleet) forgetHost(t *testing.T) {
 		age, ok := f.leaseAges(t, m1)[m3.name]
 		return ok && age < 15*time.Second
 	})
+	// Refused while m3's key publisher runs (its alive record), then, the
+	// publisher stopped as the runbook says, while its apiserver serves.
+	if code, out := m1.helper(t, "forget-host", m3.name, "--kubeconfig", kc, "--dry-run"); code != 3 || !strings.Contains(out, m3.name+"/alive exists") {
+		t.Fatalf("forget-host while m3's publisher runs: exit %d, want 3 naming its alive record:\n%s", code, out)
+	}
+	m3.unitCtl(t, "stop", publisherUnit)
 	if code, out := m1.helper(t, "forget-host", m3.name, "--kubeconfig", kc, "--dry-run"); code != 3 || !strings.Contains(out, "identity Lease of apiserver "+m3.name) {
 		t.Fatalf("forget-host while m3 serves: exit %d, want 3 naming its Lease:\n%s", code, out)
 	}
