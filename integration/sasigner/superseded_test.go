@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/internal/trust"
 )
 
 // publisher is `publish-key --watch` as a signer master runs it
@@ -156,6 +157,7 @@ func TestSignerReimageServesSupersededUntilRetired(t *testing.T) {
 	waitServed(t, s2, "before the reimage", old1.kid, k2.kid)
 	s1.out.waitFor(t, "fetched this host's key: signing", 30*time.Second)
 	s2.out.waitFor(t, "fetched this host's key: signing", 30*time.Second)
+	s1.fetch(t) // the apiserver's next fetch records what it signs with now
 	waitRecord(t, e, "m1", `"signing":"`+old1.kid+`"`)
 
 	// m1 reimaged: its signer, publisher, cache and state are gone with
@@ -231,4 +233,97 @@ func TestSignerReimageServesSupersededUntilRetired(t *testing.T) {
 	if v := etcdValue(t, e, keysPrefix+"m1"); strings.Count(v, "BEGIN PUBLIC KEY") != 1 {
 		t.Fatalf("m1's value after the repair:\n%s", v)
 	}
+}
+
+// bundleRecord writes the trust record a bundle-mode master's helper
+// writes at its apiserver's restart: the keys of the bundle confd rendered
+// from every published value, and the key its apiserver signs with.
+func bundleRecord(t *testing.T, e *etcdtest.Server, host, signing string, trusted ...string) {
+	t.Helper()
+	sort.Strings(trusted)
+	rec := trust.Record{Host: host, Trusted: trusted, Signing: signing, Time: time.Now()}
+	if err := trust.Put(context.Background(), e.Client(t), strings.TrimSuffix(trustPrefix, "/"), "", rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMixedFleetServesSupersededUntilRetired is issue 31 point 8 in a mixed
+// fleet: m1 a binary master in bundle mode (sa.pub published with
+// publish-key --public-key, its trust record written at its restarts), m2
+// a signer master (publish-key --watch with --signing-key alone). Each is
+// reimaged in turn; the other keeps its superseded key (m2's signer serves
+// m1's, m1's bundle holds m2's: confd renders m2's value, which keeps it)
+// until retire-keys, run on the other master, retires it, which it does
+// only once the reimaged host's record no longer says its apiserver signs
+// with it.
+func TestMixedFleetServesSupersededUntilRetired(t *testing.T) {
+	e := etcdtest.Start(t)
+	ep := e.Endpoint
+	d1, d2 := shortDir(t), shortDir(t)
+	a1, b1 := newSAKey(t, "rsa"), newSAKey(t, "ecdsa")
+	key1, pub1, key2 := filepath.Join(d1, "sa.key"), filepath.Join(d1, "sa.pub"), filepath.Join(d2, "sa.key")
+	publishBundle := func(k saKey) {
+		t.Helper()
+		k.write(t, key1)
+		writeFile(t, pub1, k.pub)
+		if out, err := runRotateEnv(t, nil, "publish-key", "--config=", "--endpoints="+ep, "--host=m1", "--public-key="+pub1, "--grace=0s"); err != nil {
+			t.Fatalf("publish-key on m1: %v\n%s", err, out)
+		}
+	}
+	publishBundle(a1)
+	b1.write(t, key2)
+	pubM2 := startPublisher(t, ep, "m2", key2, filepath.Join(d2, "state"))
+	bundleRecord(t, e, "m1", a1.kid, a1.kid, b1.kid)
+	s2 := startSigner(t, signerArgs(d2, ep, key2, "--host=m2", "--trust-timeout=5m")...)
+	waitServed(t, s2, "before the reimages", a1.kid, b1.kid)
+	s2.out.waitFor(t, "fetched this host's key: signing", 30*time.Second)
+	s2.fetch(t) // m2's apiserver's next fetch records what it signs with now
+	waitRecord(t, e, "m2", `"signing":"`+b1.kid+`"`)
+
+	// m1 (bundle) reimaged: its old key is superseded; m2's signer serves
+	// it while m1's record says its apiserver signs with it.
+	a2 := newSAKey(t, "rsa")
+	publishBundle(a2)
+	waitServed(t, s2, "m2 after m1's reimage", a1.kid, a2.kid, b1.kid)
+	if out := retire(t, ep, "m2", key2); !strings.Contains(out, "the apiserver on m1 signs with it (trust record): kept") {
+		t.Fatalf("retire-keys on m2 did not keep m1's old key:\n%s", out)
+	}
+	waitServed(t, s2, "m2 after retire-keys kept m1's old key", a1.kid, a2.kid, b1.kid)
+	// m1's apiserver restarted on the new key (its bundle: every value).
+	bundleRecord(t, e, "m1", a2.kid, a1.kid, a2.kid, b1.kid)
+	if out := retire(t, ep, "m2", key2); !strings.Contains(out, "key "+a1.kid+" retired") {
+		t.Fatalf("retire-keys on m2 did not retire m1's old key:\n%s", out)
+	}
+	waitServed(t, s2, "m2 after m1's old key was retired", a2.kid, b1.kid)
+
+	// m2 (signer) reimaged: its publisher supersedes the lost key; m1's
+	// bundle is rendered from m2's value, which keeps it.
+	s2.stop(syscall.SIGTERM)
+	pubM2.stop()
+	d2 = shortDir(t)
+	b2 := newSAKey(t, "ecdsa")
+	key2 = filepath.Join(d2, "sa.key")
+	b2.write(t, key2)
+	startPublisher(t, ep, "m2", key2, filepath.Join(d2, "state"))
+	waitEtcd(t, e, keysPrefix+"m2", func(v string, _ bool) bool {
+		return strings.Contains(v, strings.TrimSpace(b1.pub)) && strings.Contains(v, strings.TrimSpace(b2.pub))
+	})
+	if out := retire(t, ep, "m1", key1); !strings.Contains(out, "the apiserver on m2 signs with it (trust record): kept") {
+		t.Fatalf("retire-keys on m1 did not keep m2's old key while m2's record says it signs with it:\n%s", out)
+	}
+	s2 = startSigner(t, signerArgs(d2, ep, key2, "--host=m2", "--trust-timeout=5m")...)
+	waitServed(t, s2, "m2's new signer", a2.kid, b1.kid, b2.kid)
+	// m1's confd renders the new key into its bundle and restarts its
+	// apiserver: its record lists it, and m2's signer starts signing.
+	bundleRecord(t, e, "m1", a2.kid, a2.kid, b1.kid, b2.kid)
+	s2.out.waitFor(t, "fetched this host's key: signing", 30*time.Second)
+	s2.fetch(t)
+	waitRecord(t, e, "m2", `"signing":"`+b2.kid+`"`)
+	if out := retire(t, ep, "m1", key1); !strings.Contains(out, "key "+b1.kid+" retired") {
+		t.Fatalf("retire-keys on m1 did not retire m2's old key:\n%s", out)
+	}
+	waitServed(t, s2, "m2 after its old key was retired", a2.kid, b2.kid)
+	waitEtcd(t, e, keysPrefix+"m2", func(v string, _ bool) bool {
+		return strings.Count(v, "BEGIN PUBLIC KEY") == 1 && strings.Contains(v, strings.TrimSpace(b2.pub))
+	})
 }
