@@ -327,3 +327,43 @@ func TestMixedFleetServesSupersededUntilRetired(t *testing.T) {
 		return strings.Count(v, "BEGIN PUBLIC KEY") == 1 && strings.Contains(v, strings.TrimSpace(b2.pub))
 	})
 }
+
+// TestForgetHostReleasesSignerBarrier is point 4 with the real signer: a
+// rotation's barrier waits for m3, a dead master whose trust record lacks
+// the new key; forget-host m3 (run on m1) deletes that record, and the
+// waiting barrier passes at once: the new key signs, m3's key is still
+// served (superseded, until retire-keys after the grace).
+func TestForgetHostReleasesSignerBarrier(t *testing.T) {
+	e := etcdtest.Start(t)
+	ep := e.Endpoint
+	dir := shortDir(t)
+	old, next, k3 := newSAKey(t, "ecdsa"), newSAKey(t, "ecdsa"), newSAKey(t, "ecdsa")
+	keyFile := filepath.Join(dir, "sa.key")
+	old.write(t, keyFile)
+	e.Put(t, keysPrefix+"m1", old.pub)
+	e.Put(t, keysPrefix+"m3", k3.pub)
+	bundleRecord(t, e, "m3", k3.kid, old.kid, k3.kid)
+	s := startSigner(t, signerArgs(dir, ep, keyFile, "--host=m1", "--trust-timeout=5m")...)
+	waitServed(t, s, "before the rotation", old.kid, k3.kid)
+	s.out.waitFor(t, "fetched this host's key: signing", 30*time.Second)
+
+	e.Put(t, keysPrefix+"m1", old.pub+next.pub)
+	next.write(t, keyFile)
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	s.out.waitFor(t, "new signing key served", 10*time.Second)
+	waitServed(t, s, "during the barrier", old.kid, next.kid, k3.kid) // m1's record lists the new key
+	waitRecord(t, e, "m1", next.kid)
+	s.out.waitFor(t, `"hosts":"m3"`, 30*time.Second) // the barrier names the host it waits for
+	if kid := signKid(t, s); kid != old.kid {
+		t.Fatalf("signing with %s while m3's record lacks it, want the previous %s", kid, old.kid)
+	}
+
+	if out, err := runRotateEnv(t, nil, "forget-host", "--config=", "--endpoints="+ep, "--host=m1", "--grace=1h", "m3"); err != nil {
+		t.Fatalf("forget-host m3: %v\n%s", err, out)
+	}
+	s.out.waitFor(t, "every recorded host's apiserver fetched the new key: signing with it", 30*time.Second)
+	if kid := signKid(t, s); kid != next.kid {
+		t.Fatalf("signing with %s after forget-host m3, want %s", kid, next.kid)
+	}
+	waitServed(t, s, "after forget-host", old.kid, next.kid, k3.kid)
+}
