@@ -168,7 +168,7 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 	for _, kid := range due {
 		if _, ok := res.Record.Retired[kid]; ok {
 			n++
-			log.WithField("retired", kid).Infof("%s: key %s retired: no longer published; every apiserver drops it at its next restart", host, kid)
+			log.WithField("retired", kid).Infof("%s: key %s retired: no longer published; a bundle-mode apiserver drops it at its next restart, a signer-mode one within its signer's refresh hint", host, kid)
 		}
 	}
 	if !res.Record.Forgotten.IsZero() && len(res.Items) == 0 {
