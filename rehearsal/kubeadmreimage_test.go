@@ -189,8 +189,13 @@ func (f *fleet) kubeadmReimage(t *testing.T) {
 	// sa-signing-key.service linked.
 	f.tl.outOfService(m2.name)
 	m2.stopConfd(t)
+	m2.unitCtl(t, "stop", publisherUnit)
 	kh[1].stopKubelet()
 	m2.systemd.stopUnit()
+	// A new disk: the publisher's state (the tombstones it saw) is gone.
+	if err := os.RemoveAll(m2.Path("/var/lib/kube-apiserver-safe-restart")); err != nil {
+		t.Fatal(err)
+	}
 	m2.sa = newSAKey(t)
 	m2.write("/etc/kubernetes/pki/sa.key", string(m2.sa.private), 0o600)
 	m2.write("/etc/kubernetes/pki/sa.pub", string(m2.sa.public), 0o644)
@@ -211,9 +216,7 @@ func (f *fleet) kubeadmReimage(t *testing.T) {
 	// must see the waiting record when it comes, not wait --fleet-timeout.
 	start := time.Now()
 	kh[1].stopKubelet = kh[1].kubelet.supervise()
-	if code, out := m2.oneshot(t, "sa-key-publish.service").run(); code != 0 {
-		t.Fatalf("m2: sa-key-publish.service exited %d:\n%s", code, out)
-	}
+	m2.unitCtl(t, "start", publisherUnit) // ready once it published
 	m2.startConfd(t)
 	if !m1.confd.out.waitFor("waiting up to --fleet-timeout", m1.confd.done, 2*time.Minute) {
 		t.Fatalf("m1's restart for m2's new key never waited in its fleet check:\n%s", tail(m1.confd.out.String(), 6000))
