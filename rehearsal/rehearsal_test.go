@@ -72,6 +72,7 @@ func TestRehearsalControllerManager(t *testing.T) {
 	rehearse(t, []scenario{
 		{"fresh", (*fleet).fresh},
 		{"controller-manager", (*fleet).controllerManager},
+		{"stale-tokens", (*fleet).staleTokens},
 		// Last: the fleet has two masters after it.
 		{"forget-host", (*fleet).forgetHost},
 	})
