@@ -303,7 +303,16 @@ func (a *app) waitTrusted(ctx context.Context) int {
 // again after its health gate. A failure is logged, not fatal: the
 // apiserver may start either way.
 func (a *app) recordStart(ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
-	snap := (&restarter{a: a}).trustSnapshot(ctx, log)
+	r := &restarter{a: a}
+	// kubeadm's sa-signing-key.service runs wait-trusted before it links
+	// the signing key the manifest names: nothing to record yet.
+	if _, signing, err := r.serviceAccountFiles(); err == nil && signing != "" {
+		if _, err := os.Stat(signing); errors.Is(err, os.ErrNotExist) {
+			log.Infof("no trust record written: the apiserver's signing key %s does not exist yet", signing)
+			return
+		}
+	}
+	snap := r.trustSnapshot(ctx, log)
 	if snap == nil || cli == nil {
 		return
 	}
