@@ -33,6 +33,8 @@ func TestRehearsal(t *testing.T) {
 		{"sigkill-helper", (*fleet).helperKilled},
 		{"reload-timeout", (*fleet).reloadTimeout},
 		{"gate-cut", (*fleet).gateCut},
+		// Last: it changes m1's key for good.
+		{"etcd-restore", (*fleet).etcdRestore},
 	})
 }
 

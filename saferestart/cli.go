@@ -232,10 +232,11 @@ func ttlFlag(o *options, fs *pflag.FlagSet) {
 }
 
 // preflightFlags: the files checked before the lock (restart,
-// rotate-key) or by check.
+// rotate-key) or by check; for wait-trusted --if-new-key, the files the
+// apiserver about to start loads, recorded as its trust.
 func preflightFlags(o *options, fs *pflag.FlagSet) {
-	fs.StringArrayVar(&o.preflightFiles, "preflight-file", nil, "PEM file checked before taking the lock (repeatable)")
-	fs.StringArrayVar(&o.preflightFlagsFiles, "preflight-flags-file", nil, "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable)")
+	fs.StringArrayVar(&o.preflightFiles, "preflight-file", nil, "PEM file checked before taking the lock (repeatable); wait-trusted --if-new-key: recorded as the starting apiserver's trust")
+	fs.StringArrayVar(&o.preflightFlagsFiles, "preflight-flags-file", nil, "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable); wait-trusted --if-new-key: its service-account key files are recorded as the starting apiserver's trust")
 }
 
 func dryRunFlag(o *options, fs *pflag.FlagSet) {

@@ -46,7 +46,7 @@ func (o *options) commands() []command {
 			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, outputFlag}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
 			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags,
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags, preflightFlags,
 				rotationPrefixFlag, ttlFlag}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",

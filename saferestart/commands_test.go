@@ -45,7 +45,7 @@ var oldFlagScope = map[string][]string{
 	"health-url": oldRestarting, "health-cacert": oldRestarting, "health-cert": oldRestarting, "health-key": oldRestarting,
 	"health-token-file": oldRestarting, "health-settle": oldRestarting, "health-timeout": oldRestarting,
 	"health-interval": oldRestarting, "jwks-key-file": oldRestarting,
-	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck},
+	"preflight-file": {cmdRestart, cmdRotateKey, cmdCheck, cmdWaitTrusted}, "preflight-flags-file": {cmdRestart, cmdRotateKey, cmdCheck, cmdWaitTrusted},
 	"keys-prefix":   {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},
 	"trust-prefix":  {cmdRestart, cmdTrust, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys},
 	"host":          {cmdRestart, cmdHold, cmdWaitTrusted, cmdRotateKey, cmdRetireKeys, cmdPublishKey},

@@ -260,9 +260,13 @@ func (a *app) waitTrusted(ctx context.Context) int {
 		if own := rep.RecordOf(host); a.o.ifNewKey && own != nil && slices.Contains(kids, own.Signing) {
 			log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
 			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
+				a.recordStart(ctx, cli, rep.RecordOf(host), log)
 				fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
 				return exitOK
 			}
+		}
+		if a.o.ifNewKey {
+			a.recordStart(ctx, cli, rep.RecordOf(host), log)
 		}
 		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
 			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", a.o.keysPrefix)
@@ -286,6 +290,50 @@ func (a *app) waitTrusted(ctx context.Context) int {
 		log.WithError(err).Error("wait-trusted")
 		return exitError
 	}
+}
+
+// recordStart writes this host's trust record from the key files the
+// apiserver about to start loads (wait-trusted --if-new-key runs just before
+// it starts), when the record in etcd says otherwise. An apiserver started
+// by systemd alone (boot, the start after an etcd restore) is otherwise
+// recorded only at its next restart by the helper: after an etcd restore
+// the records go back to the snapshot's, and a master whose key changed
+// since then waits in its own wait-trusted for records that no restart
+// would write, until --timeout. A restart by the helper writes the record
+// again after its health gate. A failure is logged, not fatal: the
+// apiserver may start either way.
+func (a *app) recordStart(ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
+	r := &restarter{a: a}
+	// kubeadm's sa-signing-key.service runs wait-trusted before it links
+	// the signing key the manifest names: nothing to record yet.
+	if _, signing, err := r.serviceAccountFiles(); err == nil && signing != "" {
+		if _, err := os.Stat(signing); errors.Is(err, os.ErrNotExist) {
+			log.Infof("no trust record written: the apiserver's signing key %s does not exist yet", signing)
+			return
+		}
+	}
+	snap := r.trustSnapshot(ctx, log)
+	if snap == nil || cli == nil {
+		return
+	}
+	if recorded != nil {
+		if recorded.Signing == snap.Signing && recorded.BundleSHA256 == snap.BundleSHA256 {
+			return // a restart by the helper already recorded these files
+		}
+		// Starting the apiserver does not change kube-controller-manager's
+		// key, which retire-keys reads from this record.
+		if snap.ControllerManagerSigning == "" {
+			snap.ControllerManagerSigning = recorded.ControllerManagerSigning
+		}
+	}
+	pctx, cancel := a.opCtx(ctx)
+	defer cancel()
+	if err := trust.Put(pctx, cli, a.o.trustPrefix, "", *snap); err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(a.o.trustPrefix, snap.Host))
+		return
+	}
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).
+		Info("trust record written for the apiserver about to start (its recorded one named other key files)")
 }
 
 // waitingRecord keeps this host's waiting record (rotation.Waiting) for as

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds pinned etcd servers and etcdctl from the Go module proxy, each
+# Builds pinned etcd servers, etcdctl and etcdutl (the snapshot restore
+# tool from 3.5 on) from the Go module proxy, each
 # version into a directory of its own, .tools/etcd-VERSION/ (VERSION without
 # the leading v). A throwaway module per version is needed: `go install
 # go.etcd.io/etcd/server/v3@...` refuses because of the replace directives in
@@ -16,7 +17,7 @@ fi
 for v in "${versions[@]}"; do
   v="${v#v}"
   dir="$root/.tools/etcd-$v"
-  if [ -x "$dir/etcd" ] && [ -x "$dir/etcdctl" ] && [ -f "$dir/.built" ]; then
+  if [ -x "$dir/etcd" ] && [ -x "$dir/etcdctl" ] && [ -x "$dir/etcdutl" ] && [ -f "$dir/.built" ]; then
     continue
   fi
   src="$root/.tools/etcd-src-$v"
@@ -25,9 +26,10 @@ for v in "${versions[@]}"; do
   (
     cd "$src"
     go mod init etcdbin >/dev/null 2>&1
-    go get "go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v"
+    go get "go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v" "go.etcd.io/etcd/etcdutl/v3@v$v"
     go build -trimpath -o "$dir/etcd" go.etcd.io/etcd/server/v3
     go build -trimpath -o "$dir/etcdctl" go.etcd.io/etcd/etcdctl/v3
+    go build -trimpath -o "$dir/etcdutl" go.etcd.io/etcd/etcdutl/v3
   )
   rm -rf "$src"
   touch "$dir/.built"

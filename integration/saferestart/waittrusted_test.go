@@ -3,6 +3,7 @@ package saferestart
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -136,4 +137,52 @@ func TestWaitTrustedEtcdNeverAnswers(t *testing.T) {
 	if p.code != codeLockTimeout || !strings.Contains(p.stderr.String(), "etcd did not answer within --timeout 2s") || !strings.Contains(p.stderr.String(), f.kid) {
 		t.Fatalf("exit %d, want %d naming etcd and key %s\n%s", p.code, codeLockTimeout, f.kid, p.stderr)
 	}
+}
+
+// After an etcd restore every trust record is the snapshot's: m1's says its
+// apiserver loads m1's old key only, though its bundle on disk also holds
+// m2's new key. m2, signing with that new key, waits in its wait-trusted
+// for m1's record to list it. m1's apiserver started by systemd (its
+// wait-trusted --if-new-key passes at once: same signing key) records what
+// it is about to load, so m2's wait ends; before, only a restart by the
+// helper wrote the record, and m2 waited until --timeout.
+func TestWaitTrustedRecordsTheStartingApiserver(t *testing.T) {
+	f := newWaitingFleet(t)
+	dir := t.TempDir()
+	m1key := keytest.EC(t)
+	m1pub := string(keytest.PublicPEM(t, &m1key.PublicKey))
+	m1kid := keytest.KeyID(t, &m1key.PublicKey)
+	f.srv.Put(t, keysPrefix+"/m1", m1pub)
+	f.trustM1(t, m1kid)
+	key := writeFile(t, filepath.Join(dir, "sa.key"), keytest.PKCS8PEM(t, m1key))
+	bundle := writeFile(t, filepath.Join(dir, "sa-bundle.pem"), append([]byte(m1pub), mustRead(t, f.keyPEM)...))
+	flags := writeFile(t, filepath.Join(dir, "apiserver-sa.env"),
+		[]byte("KUBE_APISERVER_SA_ARGS=\"--service-account-key-file="+bundle+" --service-account-signing-key-file="+key+"\"\n"))
+
+	m2 := bin(t, env(f.srv), "wait-trusted", "--public-key", f.keyPEM, "--host", "m2", "--if-new-key", "--skip-unrecorded", "--timeout", "1m")
+	m2.stderr.waitFor(t, "waiting record "+rotationPrefix+"/m2/waiting written")
+	// The site's safe-restart.toml names the apiserver's flags file, as the
+	// shipped drop-in's --config does.
+	cfg := writeFile(t, filepath.Join(dir, "safe-restart.toml"), []byte("preflight-flags-file = [\""+flags+"\"]\n"))
+	m1 := runBin(t, env(f.srv), "--config", cfg, "wait-trusted", "--public-key", key, "--host", "m1", "--if-new-key", "--skip-unrecorded", "--timeout", "1m")
+	if m1.code != codeOK {
+		t.Fatalf("m1's wait-trusted: exit %d, want 0", m1.code)
+	}
+	if code := m2.wait(t); code != codeOK {
+		t.Fatalf("m2's wait-trusted: exit %d, want 0 (m1's apiserver loads its key)", code)
+	}
+	v, _ := getKey(t, f.srv.Client(t), trustPrefix+"/m1")
+	var rec trust.Record
+	if err := json.Unmarshal([]byte(v), &rec); err != nil || rec.Signing != m1kid || strings.Join(rec.Trusted, ",") != m1kid+","+f.kid {
+		t.Fatalf("m1's trust record %s (%v), want signing %s, trusting %s and %s", v, err, m1kid, m1kid, f.kid)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

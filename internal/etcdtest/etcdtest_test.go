@@ -67,3 +67,23 @@ func TestAliveReportsDeath(t *testing.T) {
 		t.Fatalf("Alive after SIGKILL = %v, want an error naming the signal", err)
 	}
 }
+
+// A restored snapshot brings the store and its revision back to the
+// snapshot's, on the same endpoint.
+func TestSnapshotRestore(t *testing.T) {
+	s := Start(t, WithTLS())
+	rev := s.Put(t, "/a", "before")
+	snap := s.Snapshot(t)
+	s.Put(t, "/a", "after")
+	s.Put(t, "/b", "after")
+	s.RestoreSnapshot(t, snap)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := s.Client(t).Get(ctx, "/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" || resp.Header.Revision != rev {
+		t.Fatalf("after restore: %v at revision %d, want /a=before at revision %d", resp.Kvs, resp.Header.Revision, rev)
+	}
+}
