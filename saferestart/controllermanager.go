@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -141,7 +140,7 @@ func (r *restarter) controllerManagerSigning() (string, error) {
 // --controller-manager-flags-file) block nothing. It reports whether kid
 // may be retired now, and the exit code.
 func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) (bool, int) {
-	if hosts := apiserversSigningWith(recs, kid); len(hosts) > 0 {
+	if hosts := trust.APIServersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Warnf("key %s is due, but the apiserver on %s signs with it (trust record): kept until no apiserver does",
 			kid, strings.Join(hosts, ", "))
 		return false, exitOK
@@ -153,17 +152,4 @@ func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[stri
 	}
 	code := k.legacyTokenGate(ctx, kid, log)
 	return code == exitOK, code
-}
-
-// apiserversSigningWith returns, sorted, the hosts whose trust record says
-// their apiserver signs with kid.
-func apiserversSigningWith(recs map[string]trust.Record, kid string) []string {
-	var hosts []string
-	for h, r := range recs {
-		if kid != "" && r.Signing == kid {
-			hosts = append(hosts, h)
-		}
-	}
-	sort.Strings(hosts)
-	return hosts
 }

@@ -75,9 +75,20 @@ func (r *Record) TrustsAll(kids []string) bool {
 // ControllerManagersSigningWith returns, sorted, the hosts whose record
 // says their kube-controller-manager signs with kid.
 func ControllerManagersSigningWith(recs map[string]Record, kid string) []string {
+	return hostsWhere(recs, kid, func(r Record) string { return r.ControllerManagerSigning })
+}
+
+// APIServersSigningWith returns, sorted, the hosts whose record says their
+// apiserver (or, in signer mode, their signer) signs with kid.
+func APIServersSigningWith(recs map[string]Record, kid string) []string {
+	return hostsWhere(recs, kid, func(r Record) string { return r.Signing })
+}
+
+// hostsWhere returns, sorted, the hosts whose record's field is kid.
+func hostsWhere(recs map[string]Record, kid string, field func(Record) string) []string {
 	var hosts []string
 	for h, r := range recs {
-		if kid != "" && r.ControllerManagerSigning == kid {
+		if kid != "" && field(r) == kid {
 			hosts = append(hosts, h)
 		}
 	}
