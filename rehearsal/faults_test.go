@@ -22,6 +22,28 @@ func bundleRefusals(l *logBuf) int {
 	return l.count("check_cmd failed", "sa-bundle.pem") + l.count("20-sa-bundle.toml", "publicKeys:")
 }
 
+// bundlesChangedSince takes every host's live bundle and the restart
+// counts now; the func it returns says what changed since ("" when
+// nothing did).
+func (f *fleet) bundlesChangedSince() func() string {
+	live := map[string]string{}
+	for _, h := range f.hosts {
+		live[h.name] = string(h.read("/etc/kubernetes/pki/sa-bundle.pem"))
+	}
+	before := f.restarts()
+	return func() string {
+		for _, h := range f.hosts {
+			if string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != live[h.name] {
+				return h.name + ": live bundle changed"
+			}
+		}
+		if after := f.restarts(); fmt.Sprint(after) != fmt.Sprint(before) {
+			return fmt.Sprintf("restarts %v -> %v", before, after)
+		}
+		return ""
+	}
+}
+
 // badKeys publishes keys kube-apiserver would misread or must never see;
 // each is refused by every host's check_cmd: live bundles stay byte for
 // byte, nothing restarts. Removing it brings nothing back either.
@@ -38,24 +60,11 @@ func (f *fleet) badKeys(t *testing.T) {
 	key := keyPrefix + "zz-bad.fleet.test"
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
-			live := map[string][]byte{}
 			refused := map[string]int{}
 			for _, h := range f.hosts {
-				live[h.name] = h.read("/etc/kubernetes/pki/sa-bundle.pem")
 				refused[h.name] = bundleRefusals(h.confd.out)
 			}
-			before := f.restarts()
-			changed := func() string {
-				for _, h := range f.hosts {
-					if string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != string(live[h.name]) {
-						return h.name + ": live bundle changed"
-					}
-				}
-				if fmt.Sprint(f.restarts()) != fmt.Sprint(before) {
-					return fmt.Sprintf("restarts %v -> %v", before, f.restarts())
-				}
-				return ""
-			}
+			changed := f.bundlesChangedSince()
 			f.put(t, key, b.value)
 			// Two refusals after the put: at most one check can have started
 			// before it, so the second saw this key (confd retries a refused
@@ -136,27 +145,14 @@ func (f *fleet) deletedLiveKey(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s publishes no key at %s", victim.name, key)
 	}
-	live := map[string][]byte{}
 	refused := map[string]int{}
 	naming := func(h *host) int {
 		return h.confd.out.count("check_cmd failed", "sa-bundle.pem", victim.name, victim.sa.kid)
 	}
 	for _, h := range f.hosts {
-		live[h.name] = h.read("/etc/kubernetes/pki/sa-bundle.pem")
 		refused[h.name] = naming(h)
 	}
-	before := f.restarts()
-	dropped := func() string {
-		for _, h := range f.hosts {
-			if string(h.read("/etc/kubernetes/pki/sa-bundle.pem")) != string(live[h.name]) {
-				return h.name + ": live bundle changed"
-			}
-		}
-		if fmt.Sprint(f.restarts()) != fmt.Sprint(before) {
-			return fmt.Sprintf("restarts %v -> %v", before, f.restarts())
-		}
-		return ""
-	}
+	dropped := f.bundlesChangedSince()
 	f.del(t, key)
 	// Two refusals naming the key after the delete: at most one check can
 	// have started before it, so the second saw the bundle without it.
