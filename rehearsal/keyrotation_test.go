@@ -229,12 +229,16 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	if signing() != old {
 		t.Fatal("m1's signing key changed at the generate step")
 	}
+	// m3's confd goes down before the next key is published: a later stop
+	// could come after m3 rendered it and its apiserver restarted trusting
+	// it (the killed runs below may get that far before SIGKILL lands), and
+	// the rotation would then not wait for m3.
+	m3.stopConfd(t)
 	killedAt("publish", "published the current and the next public key", "published", true)
 	if pub, err := pemcheck.Parse("published", []byte(f.etcdKeys(t, keyPrefix+m1.name)[keyPrefix+m1.name])); err != nil || len(pub.Blocks) != 2 {
 		t.Errorf("m1's published value after the publish step: %v, want the current and the next key", err)
 	}
 
-	m3.stopConfd(t)
 	killedAt("wait-trusted", "waiting until every host's apiserver trusts the next key", "published", true)
 	code, out := m1.rotateKey(t, "--timeout", "45s", "--grace", "40s")
 	if code != 5 || !strings.Contains(out, "m3.fleet.test") {
