@@ -85,15 +85,38 @@ func publisherCollectors() []prometheus.Collector {
 func examplesDir() string { return filepath.Join(toolbin.RepoRoot(), "examples", "prometheus") }
 
 // promtool checks the rules (syntax, templates, lint) and runs their unit
-// tests, as an operator would before loading them.
+// tests, as an operator would before loading them; and it parses the
+// dashboard's queries, written as recording rules for the check, with
+// Grafana's interval variables replaced by a duration.
 func TestPromtool(t *testing.T) {
 	promtool := toolbin.Promtool(t)
-	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}} {
+	queries, err := dashboardQueries(filepath.Join(examplesDir(), dashboardFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	grafanaVars := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
+	for i, where := range slices.Sorted(maps.Keys(queries)) {
+		expr, err := json.Marshal(grafanaVars.Replace(queries[where])) // a JSON string is a YAML string
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&rules, "      # %s\n      - record: dashboard:query%d\n        expr: %s\n", where, i, expr)
+	}
+	dashRules := filepath.Join(t.TempDir(), "dashboard-queries.rules.yaml")
+	if err := os.WriteFile(dashRules, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTestFile}, {"check", "rules", dashRules}} {
 		cmd := exec.CommandContext(t.Context(), promtool, args...)
 		cmd.Dir = examplesDir()
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("cd examples/prometheus && %s %s: %v\n%s", promtool, strings.Join(args, " "), err, out)
+			if args[2] == dashRules {
+				t.Logf("%s, each query after the panel it is from:\n%s", dashRules, rules.String())
+			}
 		}
 	}
 }
