@@ -77,7 +77,10 @@ var pending = []string{
 }
 
 // publisherCollectors are what publish-key --watch registers on its
-// --publisher-metrics-addr.
+// --publisher-metrics-addr. Each must be collectable without etcd: give a
+// collector that reads at scrape time a read that fails, e.g.
+// &fleetstate.Collector{Read: func(context.Context) (*fleetstate.Snapshot, error) { return nil, errors.New("no etcd here") }},
+// and a prober that registers itself its own registry (Prober.Register).
 func publisherCollectors() []prometheus.Collector {
 	return []prometheus.Collector{keywatch.NewMetrics().Registry}
 }
