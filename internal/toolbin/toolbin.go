@@ -1,7 +1,8 @@
 // Package toolbin finds the third-party binaries tests run (etcd, etcdctl,
 // kube-apiserver, kube-controller-manager, nfpm) where `make etcd`,
 // `make kube-apiserver`, `make kube-controller-manager` and `make nfpm`
-// put them.
+// put them, and the two that come from Debian's packages instead (etcd
+// 3.4, promtool) where apt-get puts them.
 //
 // It never builds them (a test that compiled etcd or Kubernetes would turn
 // a unit-test run into minutes of building) and never takes them from
@@ -150,6 +151,23 @@ func Nfpm(t testing.TB) string {
 	p := filepath.Join(RepoRoot(), ".tools", "bin", "nfpm@"+NfpmVersion)
 	if !executable(p) {
 		Missing(t, "nfpm not built: run `make nfpm` (looked for "+p+")")
+	}
+	return p
+}
+
+// Promtool returns the path of Prometheus' promtool, which checks and
+// unit-tests alert rules: $PROMTOOL when set, else Debian's
+// /usr/bin/promtool (package prometheus, which .ci/run installs); or ends
+// the test as Missing says. Like etcd 3.4 it is not built here: its module
+// would bring all of Prometheus into the build cache for one check.
+func Promtool(t testing.TB) string {
+	t.Helper()
+	p, from := os.Getenv("PROMTOOL"), " from $PROMTOOL"
+	if p == "" {
+		p, from = "/usr/bin/promtool", ""
+	}
+	if !executable(p) {
+		Missing(t, "promtool not installed: apt-get install prometheus, or set $PROMTOOL (looked for "+p+from+")")
 	}
 	return p
 }

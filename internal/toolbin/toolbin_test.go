@@ -23,6 +23,8 @@ func TestHelperLookup(t *testing.T) {
 		t.Log("found", Etcd(t, what))
 	case "etcd3.4":
 		t.Log("found", EtcdVersion(t, "3.4"))
+	case "promtool":
+		t.Log("found", Promtool(t))
 	default:
 		t.Log("found", Kube(t, what))
 	}
@@ -33,7 +35,7 @@ func TestHelperLookup(t *testing.T) {
 func TestMissing(t *testing.T) {
 	empty := t.TempDir()
 	onPath := t.TempDir()
-	for _, name := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager"} {
+	for _, name := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "promtool"} {
 		writeExecutable(t, filepath.Join(onPath, name))
 	}
 	for _, tc := range []struct {
@@ -51,6 +53,8 @@ func TestMissing(t *testing.T) {
 			"kube-apiserver not built: run `make kube-apiserver` (looked for " + empty + "/kube-apiserver from $KUBE_APISERVER_BIN)"},
 		{"kube-controller-manager", []string{"KUBE_CONTROLLER_MANAGER_BIN=" + empty + "/kube-controller-manager"},
 			"kube-controller-manager not built: run `make kube-controller-manager` (looked for " + empty + "/kube-controller-manager from $KUBE_CONTROLLER_MANAGER_BIN)"},
+		{"promtool", []string{"PROMTOOL=" + empty + "/promtool"},
+			"promtool not installed: apt-get install prometheus, or set $PROMTOOL (looked for " + empty + "/promtool from $PROMTOOL)"},
 	} {
 		for _, ci := range []bool{false, true} {
 			name := tc.lookup + "/CI-unset"
@@ -100,7 +104,7 @@ func child(t *testing.T, env []string) (string, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLookup$", "-test.v", "-test.count=1")
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "CI", "PATH", helperEnv, "ETCD_BIN_DIR", "ETCD34_BIN", "KUBE_APISERVER_BIN", "KUBE_CONTROLLER_MANAGER_BIN":
+		case "CI", "PATH", helperEnv, "ETCD_BIN_DIR", "ETCD34_BIN", "KUBE_APISERVER_BIN", "KUBE_CONTROLLER_MANAGER_BIN", "PROMTOOL":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -131,6 +135,11 @@ func TestFound(t *testing.T) {
 	}
 	if got := Kube(t, "kube-apiserver"); got != filepath.Join(dir, "kube-apiserver") {
 		t.Errorf("Kube = %s, want %s/kube-apiserver", got, dir)
+	}
+	writeExecutable(t, filepath.Join(dir, "promtool"))
+	t.Setenv("PROMTOOL", filepath.Join(dir, "promtool"))
+	if got := Promtool(t); got != filepath.Join(dir, "promtool") {
+		t.Errorf("Promtool = %s, want %s/promtool", got, dir)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "etcdctl"), nil, 0o644); err != nil {
 		t.Fatal(err)
