@@ -46,7 +46,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 	}
 	ks := signer.NewKeySet(nil, sk)
 	for i, pub := range others {
-		keys, err := signer.ParsePublished("other", keytest.PublicPEM(t, pub))
+		keys, err := signer.ParsePublished("other", keytest.PublicPEM(t, pub), "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

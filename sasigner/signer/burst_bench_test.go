@@ -66,7 +66,8 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 		}
 	}
 	if perChange {
-		ks.OnChange(func(s *Snapshot) {
+		ks.OnDiff(func(Change) {
+			s := ks.Snapshot()
 			log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
 			if err := ks.Cache().Write(path); err != nil {
 				b.Error(err)

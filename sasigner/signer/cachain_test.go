@@ -55,7 +55,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 			}
 			ok := f.accept("m1\nforged", "/keys/m1", tc.value, 1)
 			if tc.err != nil {
-				_, err := ParsePublished("/keys/m1", tc.value)
+				_, err := ParsePublished("/keys/m1", tc.value, "", nil)
 				if ok || !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "/keys/m1") {
 					t.Fatalf("accepted %v, err %v; want %v", ok, err, tc.err)
 				}

@@ -22,15 +22,11 @@ const cacheVersion = 1
 // while etcd is unreachable serves every key it served before, not fewer.
 // It holds public keys only.
 type Cache struct {
-	Version int `json:"version"`
-	// Time is the snapshot's data_timestamp.
-	Time time.Time `json:"time"`
-	// IDs are every key ID served (published and signing keys).
-	IDs []string `json:"kids"`
-	// Signing is the key ID that signed (it passed the trust barrier).
-	Signing string `json:"signing,omitempty"`
-	// Hosts are the published keys by host.
-	Hosts map[string][]Key `json:"hosts"`
+	Version int              `json:"version"`
+	Time    time.Time        `json:"time"`              // the snapshot's data_timestamp
+	IDs     []string         `json:"kids"`              // every key ID served
+	Signing string           `json:"signing,omitempty"` // the key ID that signed (past the trust barrier)
+	Hosts   map[string][]Key `json:"hosts"`             // the published keys by host
 }
 
 // ReadCache reads path. A missing file is (nil, nil): a first start.
@@ -81,10 +77,9 @@ func (c *Cache) Write(path string) error {
 
 // ChangeWriter follows a KeySet's changes (KeySet.OnDiff(w.Changed)) for
 // the command: each change is logged with the key IDs added and removed,
-// never the whole set (thousands of hosts publishing at once logged the
-// set at each event: hundreds of MB); the metrics and the cache file are
-// brought up to date once Quiet has passed after a change, so at most
-// once per Quiet however many changes come meanwhile.
+// never the whole set (thousands of hosts would log megabytes per event);
+// the metrics and the cache file are brought up to date once Quiet has
+// passed after a change, so at most once per Quiet.
 type ChangeWriter struct {
 	Keys *KeySet
 	// CacheFile is written with the set served at the moment of the write.

@@ -19,17 +19,12 @@ import (
 )
 
 // Follower keeps a KeySet's published keys current from one etcd prefix:
-// a read of the whole prefix, then one watch from the revision after it;
-// a broken watch (etcd down, a lost connection, compaction, lost leader)
-// is followed by a new read. While etcd cannot be read the set is left as
-// it is: a signer never serves fewer keys because etcd is down.
-//
-// An etcd restored from an older snapshot is noticed (etcdrestore: a
-// revision lower than one seen, another cluster ID, or a compaction past
-// the revisions seen), logged when noticed and when the set was read
-// again, and counted. Without that, a watch resumed by clientv3 after a
-// short outage waited for revisions above the old ones: the signer served
-// keys the restored etcd no longer held and never saw new ones (issue 34).
+// a read of the whole prefix, then one watch from the revision after it; a
+// broken watch is followed by a new read. While etcd cannot be read the
+// set is left as it is: a signer never serves fewer keys because etcd is
+// down. An etcd restored from an older snapshot is noticed (etcdrestore),
+// logged, counted and read again: a resumed watch would wait for revisions
+// above the old ones, serving keys the restored etcd no longer holds.
 type Follower struct {
 	// Connect returns the etcd client (etcdclient.New); it is called until
 	// it succeeds, the signer serving the cached set meanwhile.
@@ -44,8 +39,7 @@ type Follower struct {
 	// Retry is the pause after a failed read (doubling up to 8×).
 	Retry time.Duration
 	// Probe is how often a live watch is checked with a read: a watch
-	// whose server is gone retries silently forever, and the outage is
-	// to be logged and counted when it starts.
+	// whose server is gone retries silently forever.
 	Probe   time.Duration
 	Metrics *Metrics
 	// OnEtcd, if set, is called when reading etcd starts failing (false)
@@ -56,20 +50,14 @@ type Follower struct {
 	// keeps the host's previous keys served, as confd keeps the live
 	// bundle when a render fails its check.
 	good map[string][]Key
-	// bad holds, by etcd key, the revision of the value refused now:
-	// each value refused is logged once (a re-read of the prefix reads it
-	// again), and the end of the refusal once.
-	bad map[string]int64
-	// weak names the RSA keys under 2048 bits seen published (warned
-	// once each).
-	weak map[string]bool
+	// bad holds, by etcd key, the revision of the value refused now, so
+	// that a refusal is logged once, and its end once.
+	bad  map[string]int64
+	weak map[string]bool // RSA keys under 2048 bits warned of
 	down bool
 
-	// restore is fed by the probe too (the detector is safe for that).
-	restore etcdrestore.Detector
-	// restoring is the restore noticed and not yet followed by a read of
-	// the whole prefix.
-	restoring *etcdrestore.Restored
+	restore   etcdrestore.Detector  // fed by the probe too: safe for that
+	restoring *etcdrestore.Restored // noticed, the prefix not yet re-read
 }
 
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
@@ -88,7 +76,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 	// backOff marks etcd down and waits, twice as long each time up to
 	// eight retries' worth, before the next connect or read.
 	backOff := func(err error) {
-		f.setDown(err)
+		f.setEtcd(false, err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):
@@ -114,7 +102,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			backOff(err)
 			continue
 		}
-		f.setUp()
+		f.setEtcd(true, nil)
 		delay = f.Retry
 		if synced != nil {
 			synced()
@@ -123,7 +111,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		err = f.watch(ctx, rev)
 		var down *probeError
 		if errors.As(err, &down) {
-			f.setDown(down.err)
+			f.setEtcd(false, down.err)
 			continue
 		}
 		var restored *etcdrestore.Restored
@@ -140,27 +128,23 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 	return ctx.Err()
 }
 
-func (f *Follower) setDown(err error) {
-	f.Metrics.setEtcdUp(false)
-	if !f.down {
-		f.down = true
+// setEtcd records whether etcd can be read; a change is logged and passed
+// to OnEtcd once.
+func (f *Follower) setEtcd(up bool, err error) {
+	f.Metrics.setEtcdUp(up)
+	if f.down != up {
+		return
+	}
+	f.down = !up
+	if up {
+		f.Log.Info("etcd reachable again: the key set follows the published keys")
+	} else {
 		snap := f.Keys.Snapshot()
 		f.Log.WithError(err).WithField("keys", len(snap.Keys)).WithField("since", snap.Time.Format(time.RFC3339)).
 			Error("etcd unreachable: serving the last good key set until it is back")
-		if f.OnEtcd != nil {
-			f.OnEtcd(false)
-		}
 	}
-}
-
-func (f *Follower) setUp() {
-	f.Metrics.setEtcdUp(true)
-	if f.down {
-		f.down = false
-		f.Log.Info("etcd reachable again: the key set follows the published keys")
-		if f.OnEtcd != nil {
-			f.OnEtcd(true)
-		}
+	if f.OnEtcd != nil {
+		f.OnEtcd(up)
 	}
 }
 
@@ -172,22 +156,9 @@ func (f *Follower) restored(r *etcdrestore.Restored) {
 	f.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected: " + r.Error() + "; re-reading the whole key set")
 }
 
-// check compares a response header with those seen (etcdrestore.Detector.Check).
-func (f *Follower) check(h etcdrestore.Header, ordered bool) *etcdrestore.Restored {
-	return f.restore.Check(h, ordered)
-}
-
-// list reads the whole prefix and replaces the published keys.
-//
-// A read after the first is also where a restore shows when the watch
-// ended for another reason (a lost connection, as when etcd was stopped
-// and started on a restored data directory): a count-only read at the
-// newest revision seen finds a store compacted past it (a restore with
-// --mark-compacted, however many writes followed), and the read's header
-// is compared with the headers seen (a revision gone back, another
-// cluster). The read that tells is itself the re-read of the restored
-// store: a linearizable read of the whole prefix, its revision the one the
-// next watch starts after.
+// list reads the whole prefix and replaces the published keys. It is also
+// where a restore shows when the watch ended for another reason (etcd
+// restarted on a restored data directory): its read is then the re-read.
 func (f *Follower) list(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.RequestTimeout)
 	defer cancel()
@@ -221,13 +192,10 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// watch applies changes from rev+1 until the watch breaks.
-//
-// A lost connection ends it at once: clientv3 would resume it silently
-// from the last revision it delivered, and on an etcd restored meanwhile
-// that watch waits for revisions the restored store may reach only much
-// later, with other changes. Ended, it is followed by a read of the whole
-// prefix, which tells the restore and reads the restored keys.
+// watch applies changes from rev+1 until the watch breaks. A lost
+// connection ends it at once: clientv3 would resume it silently from its
+// last revision, which an etcd restored meanwhile may reach only much
+// later, with other changes; the read that follows tells the restore.
 func (f *Follower) watch(ctx context.Context, rev int64) error {
 	var cancel context.CancelCauseFunc
 	lost := etcdclient.WithStreamErrors(ctx, func(err error) {
@@ -243,12 +211,11 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 	go f.probe(wctx, cancel)
 	for wr := range w.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
-			r := f.restore.Compaction(wr.CompactRevision)
-			return r
+			return f.restore.Compaction(wr.CompactRevision)
 		}
 		// Not ordered: after a reconnect clientv3 may have resumed the
 		// watch on another member, which can lag a little.
-		if r := f.check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
+		if r := f.restore.Check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
 			return r
 		}
 		if err := wr.Err(); err != nil {
@@ -305,7 +272,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 		// Serializable, from any member: its cluster ID tells, its
 		// revision is only recorded (a member may lag).
 		if err == nil {
-			if r := f.check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
+			if r := f.restore.Check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
 				cancel(r)
 				return
 			}
@@ -318,7 +285,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 // anyone who may publish may put a newline in it, and the text log
 // format prints fields raw.
 func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
-	keys, err := parsePublished(strconv.Quote(key), value, host, f.Log)
+	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
 		f.Metrics.incRejected()
 		if f.bad[key] != rev {

@@ -14,15 +14,10 @@ import (
 
 // KeyManager switches the signing key: a new key is served at once (so
 // this host's apiserver fetches it) but signs only once every recorded
-// host's apiserver has fetched it (the trust barrier); until then, and if
-// that does not happen within the barrier's timeout, the previous key
-// signs.
-//
-// A switch waiting for the barrier is a switch to what the key file held
-// when it started. When the file holds the signing key again (rotate-key
-// --rollback during the barrier, or a hand edit put back), the switch is
-// cancelled: passing the barrier later would otherwise sign with a key the
-// file no longer holds.
+// host's apiserver has fetched it (the trust barrier); until then, or if
+// the barrier times out, the previous key signs. When the file holds the
+// signing key again during the wait (rotate-key --rollback), the switch is
+// cancelled: it would sign with a key the file no longer holds.
 type KeyManager struct {
 	Keys *KeySet
 	// Barrier is nil to switch at once (--trust-timeout 0).
@@ -34,19 +29,16 @@ type KeyManager struct {
 
 	mu sync.Mutex
 	// pending is the key waiting for the barrier (nil: none), cancel ends
-	// its wait and gen tells a wait superseded or cancelled from the
-	// current one.
+	// its wait, gen tells a superseded or cancelled wait.
 	pending *SigningKey
 	cancel  context.CancelFunc
 	gen     uint64
 	wg      sync.WaitGroup
 }
 
-// Load reads File (LoadSigningKey) and warns, logged and counted, when the
-// file is open to group or others or owned by another user than this
-// process's: anyone who can read it can sign tokens every apiserver of the
-// fleet accepts. It is called at start and at every reload, so that a
-// warning stays visible until the file is fixed.
+// Load reads File (LoadSigningKey) and warns, logged and counted, at every
+// load until fixed, when KeyFileProblems finds it open to others: anyone
+// who can read it can sign tokens every apiserver of the fleet accepts.
 func (m *KeyManager) Load() (*SigningKey, error) {
 	k, err := LoadSigningKey(m.File)
 	if err != nil {

@@ -30,9 +30,8 @@ type Snapshot struct {
 	// Time is when the set of key IDs last changed: FetchKeys'
 	// data_timestamp. kube-apiserver treats a new timestamp as a new set
 	// (keycache.keysChanged), so it moves only when the IDs do.
-	Time time.Time
-	// Signing is the ID of the key Sign uses.
-	Signing string
+	Time    time.Time
+	Signing string // the ID of the key Sign uses
 }
 
 // IDs returns the snapshot's key IDs in order.
@@ -44,30 +43,14 @@ func (s *Snapshot) IDs() []string {
 	return ids
 }
 
-// ParsePublished reads one published value (the PEM a host writes under
-// KEYS-PREFIX/HOST) as the bundle confd renders from the same values does
-// (template publicKeys, then `check --public-only`): every public key,
-// PKCS#1 "RSA PUBLIC KEY" included, re-encoded as PKIX; a certificate gives
-// its key (issue 24: a certificate is key material, and its key stays
-// trusted after it expires until it is retired); a private key, a key
-// kube-apiserver cannot verify with (not RSA or ECDSA), or a value with no
-// key refuses the whole value. name (the etcd key) is used in errors, which
-// never quote the value.
-//
-// A certificate authority's key (pemcheck.CAs: a CA certificate published
-// after the leaf it issued, `cat leaf.crt ca.crt`) is dropped and the rest
-// of the value served, as publicKeys does: kube-apiserver trusts every key
-// the signer serves, so the CA's key would let whoever holds the CA's
-// private key mint tokens every apiserver accepts (issue 34). A renewal's
-// two leaves are two keys, both served.
-func ParsePublished(name string, value []byte) ([]Key, error) {
-	return parsePublished(name, value, "", nil)
-}
-
-// parsePublished is ParsePublished logging each block dropped to log (nil:
-// silent), with host quoted: it comes from etcd, and a name with a newline
-// must not forge a log line.
-func parsePublished(name string, value []byte, host string, log logrus.FieldLogger) ([]Key, error) {
+// ParsePublished reads one published value (KEYS-PREFIX/HOST) as confd's
+// bundle (template publicKeys) reads it: every public key as PKIX, a
+// certificate's key even expired; a private key, a key kube-apiserver
+// cannot verify with, or no key refuses the value. A certificate
+// authority's key (pemcheck.CAs) is dropped, its holder could mint tokens
+// every apiserver accepts, and logged to log (nil: silent) with host
+// quoted against forged log lines. Errors name name, never the value.
+func ParsePublished(name string, value []byte, host string, log logrus.FieldLogger) ([]Key, error) {
 	f, err := pemcheck.Parse(name, value)
 	if err != nil {
 		return nil, err
@@ -108,8 +91,7 @@ func parsePublished(name string, value []byte, host string, log logrus.FieldLogg
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: %w", name, pemcheck.ErrNoKey)
 	}
-	// Logged once the value is accepted: a refused value is logged as such.
-	for _, c := range cas {
+	for _, c := range cas { // logged once accepted: a refused value is logged as such
 		if log != nil {
 			log.WithField("key", name).Warnf("host %q published a certificate authority's key in %s: %s: not served (its holder could mint tokens every apiserver accepts); the value's other keys are", host, c.Block, c.Reason)
 		}
@@ -129,36 +111,27 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 	return Key{ID: id, DER: der}, nil
 }
 
-// KeySet holds what FetchKeys serves: the keys every host published, each
-// host's last good value, and the local signing key(s), and publishes a new
-// Snapshot when the set of key IDs changes.
-//
-// A change costs what it changes, not the set: each key ID served is
-// counted (hosts and signing keys may share one), a host's change moves
-// the counts of its keys only, and the sorted snapshot is built when
-// asked for (FetchKeys, the cache), once after any number of changes.
-// With thousands of hosts publishing at once, rebuilding the whole set at
-// every watch event made convergence quadratic (issue 34).
+// KeySet holds what FetchKeys serves: each host's last good keys and the
+// local signing key(s). A change costs what it changes, not the set, so
+// that thousands of hosts publishing at once converge in linear time: each
+// key ID served is counted (hosts and signing keys may share one), and the
+// sorted snapshot is built when asked for, once after any number of changes.
 type KeySet struct {
 	mu    sync.Mutex
 	hosts map[string][]Key
-	// refs counts, by key ID, the hosts and signing keys serving it.
-	refs map[string]*keyRef
-	// signer signs (nil: none may yet, see Service.Sign); it and extra
-	// are served.
+	refs  map[string]*keyRef // by key ID, the hosts and signing keys serving it
+	// signer signs (nil: none may yet); it and extra are served.
 	signer *SigningKey
 	extra  []*SigningKey
-	// cur is the snapshot last built; stale says refs or the signer
-	// changed since, and changed is when the IDs last did (the time of
-	// the next snapshot, if its IDs differ from cur's).
+	// cur is the snapshot last built, stale says refs or the signer
+	// changed since, and changed is when the IDs last did.
 	cur     *Snapshot
 	stale   bool
 	changed time.Time
 	now     func() time.Time
-	// onChange is called, outside mu, with every new snapshot; onDiff
-	// with every change of the IDs or of the signing key.
-	onChange func(*Snapshot)
-	onDiff   func(Change)
+	// onDiff is called, outside mu, with every change of the IDs or of
+	// the signing key.
+	onDiff func(Change)
 }
 
 type keyRef struct {
@@ -167,13 +140,12 @@ type keyRef struct {
 }
 
 // Change is one change of the set served: the key IDs added and removed
-// (sorted), and what is served after it.
+// (sorted), the ID of the key Sign uses ("" while none may), and how many
+// key IDs are served.
 type Change struct {
 	Added, Removed []string
-	// Signing is the ID of the key Sign uses ("" while none may).
-	Signing string
-	// Keys is how many key IDs are served.
-	Keys int
+	Signing        string
+	Keys           int
 }
 
 // NewKeySet starts a set that signs with signer (nil: not yet) and serves
@@ -186,15 +158,6 @@ func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *
 	ks.recount()
 	ks.cur = ks.build(nil, now().UTC())
 	return ks
-}
-
-// OnChange sets the function called with each new snapshot (once a change
-// is published, in order). It builds a snapshot at every change: a caller
-// that needs only what changed uses OnDiff.
-func (ks *KeySet) OnChange(f func(*Snapshot)) {
-	ks.mu.Lock()
-	ks.onChange = f
-	ks.mu.Unlock()
 }
 
 // OnDiff sets the function called, outside the lock and in order, with
@@ -231,8 +194,13 @@ func (ks *KeySet) Signer() *SigningKey {
 func (ks *KeySet) Hosts() map[string][]Key {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	out := make(map[string][]Key, len(ks.hosts))
-	for h, k := range ks.hosts {
+	return cloneHosts(ks.hosts)
+}
+
+// cloneHosts copies hosts deeply: the KeySet's slices are never shared.
+func cloneHosts(hosts map[string][]Key) map[string][]Key {
+	out := make(map[string][]Key, len(hosts))
+	for h, k := range hosts {
 		out[h] = slices.Clone(k)
 	}
 	return out
@@ -243,10 +211,7 @@ func (ks *KeySet) Hosts() map[string][]Key {
 // (a restart changes nothing the apiserver sees).
 func (ks *KeySet) Restore(hosts map[string][]Key, ids []string, at time.Time) {
 	ks.mu.Lock()
-	ks.hosts = map[string][]Key{}
-	for h, k := range hosts {
-		ks.hosts[h] = slices.Clone(k)
-	}
+	ks.hosts = cloneHosts(hosts)
 	ks.recount()
 	prev := &Snapshot{Time: at}
 	for _, id := range ids {
@@ -400,18 +365,8 @@ func (ks *KeySet) update(f func(diff)) {
 		ks.changed = ks.now().UTC()
 	}
 	ks.stale = ks.stale || changed
-	var next *Snapshot
-	cb, dcb := ks.onChange, ks.onDiff
-	if changed && cb != nil {
-		prev := ks.cur
-		if next = ks.snapshotLocked(); next == prev {
-			next = nil
-		}
-	}
+	dcb := ks.onDiff
 	ks.mu.Unlock()
-	if next != nil {
-		cb(next)
-	}
 	if changed && dcb != nil {
 		sort.Strings(c.Added)
 		sort.Strings(c.Removed)
@@ -484,9 +439,5 @@ func checkKey(k Key) error {
 func (ks *KeySet) Cache() *Cache {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	hosts := make(map[string][]Key, len(ks.hosts))
-	for h, k := range ks.hosts {
-		hosts[h] = slices.Clone(k)
-	}
-	return NewCache(ks.snapshotLocked(), hosts)
+	return NewCache(ks.snapshotLocked(), cloneHosts(ks.hosts))
 }

@@ -43,7 +43,7 @@ func TestParsePublished(t *testing.T) {
 		{"garbage", "hello", nil, nil, "/keys/h1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			keys, err := ParsePublished("/keys/h1", []byte(tc.value))
+			keys, err := ParsePublished("/keys/h1", []byte(tc.value), "", nil)
 			if tc.err != nil || tc.errText != "" {
 				if err == nil || (tc.err != nil && !errors.Is(err, tc.err)) || !strings.Contains(err.Error(), tc.errText) {
 					t.Fatalf("err = %v, want %v / %q", err, tc.err, tc.errText)
@@ -95,7 +95,7 @@ func TestDataTimestamp(t *testing.T) {
 	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(c.now, sk)
 	var changes []*Snapshot
-	ks.OnChange(func(s *Snapshot) { changes = append(changes, s) })
+	ks.OnDiff(func(Change) { changes = append(changes, ks.Snapshot()) })
 	s0 := ks.Snapshot()
 	if !s0.Time.Equal(c.t) || !slices.Equal(s0.IDs(), []string{sk.KeyID}) || s0.Signing != sk.KeyID {
 		t.Fatalf("initial snapshot %v at %s, want only the signing key at %s", s0.IDs(), s0.Time, c.t)

@@ -30,7 +30,7 @@ func etcdIDs(t *testing.T, cli *clientv3.Client, sk *SigningKey) []string {
 		if etcdkey.Host("/keys/", string(kv.Key)) == "" {
 			continue
 		}
-		keys, err := ParsePublished(string(kv.Key), kv.Value)
+		keys, err := ParsePublished(string(kv.Key), kv.Value, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

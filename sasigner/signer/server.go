@@ -124,15 +124,12 @@ func NewGRPCServer(s *Service) *grpc.Server {
 	return g
 }
 
-// Listen opens the Unix socket at path, in a directory of its own (created
-// 0750 if missing) so that a static-pod apiserver mounts the directory and
-// sees a restarted signer's new socket. The directory and its ancestors are
-// checked first (prepareSocketDir: no symlink, owned by root or the signer,
-// writable by nobody else). A stale socket (no one answers) is removed; a
-// live one is an error (another signer serves it), as is a path that is not
-// a socket. The socket is mode 0660, group gid (-1: unchanged); with a gid
-// the directory is given that group and g+rx, and every directory on the
-// way must let the group through (checkGroupReach).
+// Listen opens the Unix socket at path, in a directory of its own that a
+// static-pod apiserver mounts, so that it sees a restarted signer's new
+// socket; the directories are checked first (prepareSocketDir). A stale
+// socket (no one answers) is removed; a live one, or a path that is not a
+// socket, is an error. The socket is mode 0660, group gid (-1: unchanged),
+// which must reach it (checkGroupReach).
 func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
 	chain, err := prepareSocketDir(filepath.Dir(path), gid)
 	if err != nil {

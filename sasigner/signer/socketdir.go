@@ -27,23 +27,14 @@ func (d dirInfo) String() string {
 }
 
 // prepareSocketDir makes dir safe to hold the socket and returns it and its
-// ancestors, from / down. Anyone who can add an entry to the socket's
-// directory, or rename one of its ancestors, can bind the socket's path
-// before the signer (which then exits "another process is serving it") and
-// answer the apiserver's signing requests. So:
-//
-//   - no component is a symlink (each is opened O_NOFOLLOW from the fd of
-//     its parent, so that nothing is followed between a check and its use);
-//   - every component is owned by root or by the signer's euid;
-//   - no ancestor is writable by group or others unless it is sticky (as
-//     /tmp: others then cannot remove or rename what they do not own);
-//   - the socket's directory itself is writable by nobody else, sticky or
-//     not (others could still bind the socket's name in it first).
-//
-// A missing component is created (ancestors 0755, the directory 0750), and
-// the directory's mode and group are set through its fd: group r-x for
-// --socket-group (gid ≥ 0), whatever the umask or the mode it had before
-// (a 0700 directory denies the group silently).
+// ancestors, from / down: whoever can add an entry to it, or rename an
+// ancestor, can bind the socket's path first and answer the apiserver. So
+// no component is a symlink (each opened O_NOFOLLOW from its parent's fd),
+// each is owned by root or the signer's euid, no ancestor is writable by
+// group or others unless sticky (as /tmp), and dir by nobody else at all.
+// Missing components are created (ancestors 0755, dir 0750); dir's mode
+// and group are set through its fd, group r-x for --socket-group (gid ≥ 0)
+// whatever the umask or its mode before.
 func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 	dir = filepath.Clean(dir)
 	if !filepath.IsAbs(dir) || dir == "/" {
@@ -169,12 +160,10 @@ func fixSocketDir(fd int, d dirInfo, gid int) (dirInfo, error) {
 	return fstatDir(fd, d.path)
 }
 
-// checkGroupReach returns an error naming the first directory on the way
-// to the socket sock that denies members of group gid:
-// the kernel refuses their connect with a bare EACCES, and the apiserver
-// just fails to start. Ownership by a member, supplementary groups and ACLs
-// are not known here: the check asks for what holds for any member, the
-// group class when the entry is the group's, the others class otherwise.
+// checkGroupReach names the first directory on the way to sock that denies
+// members of group gid search (their connect fails with a bare EACCES):
+// the group class where the entry is the group's, the others class
+// otherwise, which holds for any member whatever its other groups.
 func checkGroupReach(chain []dirInfo, sock string, gid int) error {
 	if gid < 0 {
 		return nil

@@ -38,12 +38,9 @@ type Recorder struct {
 	Log     logrus.FieldLogger
 	Metrics *Metrics
 	// ControllerManager, if set, returns the key ID this host's
-	// kube-controller-manager signs legacy token Secrets with, for the
-	// record's controller_manager_signing (retire-keys refuses to retire
-	// a key a controller-manager still signs with). It is asked at each
-	// fetch, so that a controller-manager restarted with another key is
-	// recorded within a refresh hint; an error records no key (the record
-	// then blocks nothing) and is logged when it starts and when it ends.
+	// kube-controller-manager signs legacy token Secrets with (the record's
+	// controller_manager_signing, which retire-keys keeps), asked at each
+	// fetch; an error records none and is logged when it starts and ends.
 	ControllerManager func() (string, error)
 
 	mu     sync.Mutex
