@@ -10,16 +10,11 @@ import (
 	"strings"
 )
 
-// LoadAll reads every *.toml below confdir/conf.d, recursively as confd
-// does. A broken file yields an error naming it, and the others still load.
-func LoadAll(s *Settings) ([]*Resource, []error) {
-	return LoadNamed(s, nil)
-}
-
-// LoadNamed is LoadAll limited to the resource files named (as -resource
-// takes them: relative to conf.d, with or without ".toml"); no names means
-// all. Files not named are not even parsed, so a broken one does not stop
-// work on another, and a name that matches no file is an error.
+// LoadNamed reads every *.toml below confdir/conf.d, recursively as confd
+// does, or only the resource files named (as -resource takes them:
+// relative to conf.d, with or without ".toml"). A broken file yields an
+// error naming it, and the others still load; files not named are not even
+// parsed, and a name that matches no file is an error.
 func LoadNamed(s *Settings, names []string) ([]*Resource, []error) {
 	dir := filepath.Join(s.ConfDir, "conf.d")
 	if _, err := os.Stat(dir); err != nil {

@@ -161,7 +161,7 @@ func TestLoadAllKeepsGoodResources(t *testing.T) {
 		"README":          "not a resource",
 	}, map[string]string{"a.tmpl": "x"})
 	s, _ := testSettings(dir)
-	rs, errs := LoadAll(s)
+	rs, errs := LoadNamed(s, nil)
 	if len(rs) != 2 {
 		t.Errorf("loaded %d resources, want 2", len(rs))
 	}

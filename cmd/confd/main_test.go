@@ -311,7 +311,7 @@ func TestWaitFromFlagAndFile(t *testing.T) {
 // TestExamplesWaitAndOrder: the shipped resources wait 2s:10s and load in
 // the order the daemon processes them, flags file first, then the bundle whose reload restarts kube-apiserver.
 func TestExamplesWaitAndOrder(t *testing.T) {
-	rs, errs := resource.LoadAll(&resource.Settings{ConfDir: filepath.Join("..", "..", "examples", "confd")})
+	rs, errs := resource.LoadNamed(&resource.Settings{ConfDir: filepath.Join("..", "..", "examples", "confd")}, nil)
 	if len(errs) != 0 || len(rs) != 2 {
 		t.Fatalf("examples: %d resources, errors %v", len(rs), errs)
 	}

@@ -23,20 +23,9 @@ func KeyID(pub crypto.PublicKey) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
 }
 
-// PublicKeys returns the public key of every block that has one, in order:
+// KeyIDs returns the KeyID of every block that has a public key, in order:
 // a certificate's subject key, a public key, a private key's public half.
 // Duplicates are kept, so the result lines up with the blocks.
-func (f *File) PublicKeys() []crypto.PublicKey {
-	var out []crypto.PublicKey
-	for _, b := range f.Blocks {
-		if b.Public != nil {
-			out = append(out, b.Public)
-		}
-	}
-	return out
-}
-
-// KeyIDs returns KeyID of each of f.PublicKeys(), in the same order.
 func (f *File) KeyIDs() ([]string, error) {
 	var out []string
 	for _, b := range f.Blocks {
