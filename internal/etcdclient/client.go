@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -30,15 +29,7 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	r := cfg.Resolver
-	if r == nil {
-		r = net.DefaultResolver
-	}
-	eps, err := endpoints(ctx, cfg, r)
-	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
-	}
-	tc, err := tlsConfig(cfg, eps)
+	eps, tc, err := resolve(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}

@@ -154,19 +154,26 @@ func Diagnose(ctx context.Context, cfg Config) error {
 	if err := CertificateProblem(cfg); err != nil {
 		return err
 	}
+	eps, tc, err := resolve(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return diagnose(ctx, cfg, eps, tc)
+}
+
+// resolve returns cfg's endpoints (SRV records looked up through
+// cfg.Resolver, the system's if nil) and their TLS configuration.
+func resolve(ctx context.Context, cfg Config) ([]string, *tls.Config, error) {
 	r := cfg.Resolver
 	if r == nil {
 		r = net.DefaultResolver
 	}
 	eps, err := endpoints(ctx, cfg, r)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	tc, err := tlsConfig(cfg, eps)
-	if err != nil {
-		return err
-	}
-	return diagnose(ctx, cfg, eps, tc)
+	return eps, tc, err
 }
 
 // reloadingCreds are gRPC transport credentials that take a fresh TLS
