@@ -193,6 +193,16 @@ func (r Record) clone() Record {
 	return c
 }
 
+// supersede marks it superseded since now, retired after now+grace, unless
+// it is retired or already superseded (the first time stands). r is a
+// clone: its maps are its own.
+func (r Record) supersede(it Item, by string, now time.Time, grace time.Duration) {
+	_, gone := r.Retired[it.KID]
+	if _, ok := r.Superseded[it.KID]; !ok && !gone {
+		r.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
+	}
+}
+
 // empty reports whether the record says nothing worth storing.
 func (r Record) empty() bool {
 	return len(r.Superseded) == 0 && len(r.Retired) == 0 && r.Forgotten.IsZero()
@@ -303,16 +313,9 @@ func (s State) Publish(source []Item, by string, now time.Time, grace time.Durat
 		return s, dropped, &RetiredError{Host: s.Host, KIDs: dropped}
 	}
 	for _, it := range s.Items {
-		if _, ok := find(keep, it.KID); ok {
-			continue
+		if _, ok := find(keep, it.KID); !ok {
+			next.Record.supersede(it, by, now, grace)
 		}
-		if _, gone := next.Record.Retired[it.KID]; gone {
-			continue
-		}
-		if _, ok := next.Record.Superseded[it.KID]; ok {
-			continue
-		}
-		next.Record.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
 	}
 	// Publishing under a forgotten name is a new host of that name.
 	next.Record.Forgotten = time.Time{}
@@ -328,13 +331,7 @@ func (s State) Forget(by string, now time.Time, grace time.Duration) State {
 	next := s
 	next.Record = s.Record.clone()
 	for _, it := range s.Items {
-		if _, gone := next.Record.Retired[it.KID]; gone {
-			continue
-		}
-		if _, ok := next.Record.Superseded[it.KID]; ok {
-			continue
-		}
-		next.Record.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
+		next.Record.supersede(it, by, now, grace)
 	}
 	if next.Record.Forgotten.IsZero() {
 		next.Record.Forgotten = now.UTC()
