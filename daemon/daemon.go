@@ -113,7 +113,7 @@ type Daemon struct {
 // New returns a daemon; Run starts it.
 func New(o Options) *Daemon {
 	if o.Observer == nil {
-		o.Observer = nopObserver{}
+		o.Observer = NopObserver{}
 	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
@@ -593,55 +593,37 @@ type Observer interface {
 // Observers fans out to several observers.
 func Observers(os ...Observer) Observer {
 	if len(os) == 0 {
-		return nopObserver{}
+		return NopObserver{}
 	}
 	return multi(os)
 }
 
 type multi []Observer
 
+func (m multi) each(f func(Observer)) {
+	for _, o := range m {
+		f(o)
+	}
+}
+
 func (m multi) Processed(r string, res apply.Result, err error, p bool) {
-	for _, o := range m {
-		o.Processed(r, res, err, p)
-	}
+	m.each(func(o Observer) { o.Processed(r, res, err, p) })
 }
-func (m multi) WatchUp(up bool) {
-	for _, o := range m {
-		o.WatchUp(up)
-	}
-}
-func (m multi) WatchReconnect() {
-	for _, o := range m {
-		o.WatchReconnect()
-	}
-}
-func (m multi) Snapshot(w bool) {
-	for _, o := range m {
-		o.Snapshot(w)
-	}
-}
-func (m multi) Revisions(p, c int64) {
-	for _, o := range m {
-		o.Revisions(p, c)
-	}
-}
-func (m multi) Ready(r bool) {
-	for _, o := range m {
-		o.Ready(r)
-	}
-}
-func (m multi) Landed(d time.Duration) {
-	for _, o := range m {
-		o.Landed(d)
-	}
-}
+func (m multi) WatchUp(up bool)        { m.each(func(o Observer) { o.WatchUp(up) }) }
+func (m multi) WatchReconnect()        { m.each(func(o Observer) { o.WatchReconnect() }) }
+func (m multi) Snapshot(w bool)        { m.each(func(o Observer) { o.Snapshot(w) }) }
+func (m multi) Revisions(p, c int64)   { m.each(func(o Observer) { o.Revisions(p, c) }) }
+func (m multi) Ready(r bool)           { m.each(func(o Observer) { o.Ready(r) }) }
+func (m multi) Landed(d time.Duration) { m.each(func(o Observer) { o.Landed(d) }) }
 
-type nopObserver struct{}
+// NopObserver hears nothing; embedded, it leaves an observer only the
+// methods it needs.
+type NopObserver struct{}
 
-func (nopObserver) Processed(string, apply.Result, error, bool) {}
-func (nopObserver) WatchUp(bool)                                {}
-func (nopObserver) WatchReconnect()                             {}
-func (nopObserver) Snapshot(bool)                               {}
-func (nopObserver) Revisions(int64, int64)                      {}
-func (nopObserver) Ready(bool)                                  {}
-func (nopObserver) Landed(time.Duration)                        {}
+func (NopObserver) Processed(string, apply.Result, error, bool) {}
+func (NopObserver) WatchUp(bool)                                {}
+func (NopObserver) WatchReconnect()                             {}
+func (NopObserver) Snapshot(bool)                               {}
+func (NopObserver) Revisions(int64, int64)                      {}
+func (NopObserver) Ready(bool)                                  {}
+func (NopObserver) Landed(time.Duration)                        {}

@@ -429,7 +429,7 @@ func TestIndependentGroupsRunConcurrently(t *testing.T) {
 
 // countingObserver passes on the resources processed.
 type countingObserver struct {
-	nopObserver
+	NopObserver
 	processed chan string
 }
 
@@ -464,7 +464,7 @@ func (fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d)
 
 // landingObserver records what Landed is told.
 type landingObserver struct {
-	nopObserver
+	NopObserver
 	landed chan time.Duration
 }
 

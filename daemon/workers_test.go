@@ -160,7 +160,7 @@ func TestChangesCoalesceWhileAPassRuns(t *testing.T) {
 // loopObserver records, as Run's loop publishes them, the revision every
 // group processed and how many passes run then.
 type loopObserver struct {
-	nopObserver
+	NopObserver
 	d    atomic.Pointer[Daemon]
 	revs chan [2]int64
 }

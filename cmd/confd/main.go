@@ -176,7 +176,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	if n := sdnotify.New(getenv, log); n != nil {
 		defer n.Stopping()
 		go n.Watchdog(stopCtx)
-		observers = append(observers, sdObserver{n})
+		observers = append(observers, sdObserver{n: n})
 	}
 	first := true
 	o := daemon.Options{
@@ -413,11 +413,9 @@ func (l *resourceLoader) removeStaleStageFiles() {
 
 // sdObserver tells systemd about readiness; the rest of daemon.Observer is
 // nothing systemd needs to hear.
-type sdObserver struct{ *sdnotify.Notifier }
+type sdObserver struct {
+	daemon.NopObserver
+	n *sdnotify.Notifier
+}
 
-func (sdObserver) Processed(string, apply.Result, error, bool) {}
-func (sdObserver) WatchUp(bool)                                {}
-func (sdObserver) WatchReconnect()                             {}
-func (sdObserver) Snapshot(bool)                               {}
-func (sdObserver) Revisions(int64, int64)                      {}
-func (sdObserver) Landed(time.Duration)                        {}
+func (o sdObserver) Ready(ready bool) { o.n.Ready(ready) }
