@@ -347,21 +347,21 @@ func (r *Report) NotTrusting(kids []string, exclude []string) []string {
 // NotTrustingAmong returns the hosts among a (except those in exclude)
 // whose record does not trust every one of kids, sorted.
 func (r *Report) NotTrustingAmong(a Among, kids []string, exclude []string) []string {
-	var out []string
-	for _, h := range r.Hosts {
-		if h.in(a) && !slices.Contains(exclude, h.Host) && !h.Record.TrustsAll(kids) {
-			out = append(out, h.Host)
-		}
-	}
-	return out
+	return r.hostsWhere(func(h *Host) bool {
+		return h.in(a) && !slices.Contains(exclude, h.Host) && !h.Record.TrustsAll(kids)
+	})
 }
 
 // Stale returns the stale hosts, sorted.
-func (r *Report) Stale() []string {
+func (r *Report) Stale() []string { return r.hostsWhere(func(h *Host) bool { return h.Stale }) }
+
+// hostsWhere returns the hosts for which keep is true, in the report's
+// order (sorted).
+func (r *Report) hostsWhere(keep func(*Host) bool) []string {
 	var out []string
-	for _, h := range r.Hosts {
-		if h.Stale {
-			out = append(out, h.Host)
+	for i := range r.Hosts {
+		if keep(&r.Hosts[i]) {
+			out = append(out, r.Hosts[i].Host)
 		}
 	}
 	return out
@@ -380,35 +380,17 @@ func (r *Report) RecordOf(host string) *Record {
 // Gone returns the hosts forget-host removed that still have published
 // keys (superseded, until retire-keys) or a trust record, sorted.
 func (r *Report) Gone() []string {
-	var out []string
-	for _, h := range r.Hosts {
-		if h.HostKeys.Gone() {
-			out = append(out, h.Host)
-		}
-	}
-	return out
+	return r.hostsWhere(func(h *Host) bool { return h.HostKeys.Gone() })
 }
 
 // Unrecorded returns the hosts that publish keys but have no trust record.
 func (r *Report) Unrecorded() []string {
-	var out []string
-	for _, h := range r.Hosts {
-		if h.Record == nil {
-			out = append(out, h.Host)
-		}
-	}
-	return out
+	return r.hostsWhere(func(h *Host) bool { return h.Record == nil })
 }
 
 // Publishers returns the hosts that publish keys, except those in exclude.
 func (r *Report) Publishers(exclude []string) []string {
-	var out []string
-	for _, h := range r.Hosts {
-		if h.in(Publishers) && !slices.Contains(exclude, h.Host) {
-			out = append(out, h.Host)
-		}
-	}
-	return out
+	return r.hostsWhere(func(h *Host) bool { return h.in(Publishers) && !slices.Contains(exclude, h.Host) })
 }
 
 // WriteJSON writes the report as one JSON document.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -88,7 +89,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 	log := o.Log
 	if log == nil {
 		l := logrus.New()
-		l.Out = nopWriter{}
+		l.Out = io.Discard
 		log = l
 	}
 	var last *Report
@@ -226,7 +227,3 @@ func (o *WaitOptions) waitChange(ctx context.Context, cli *clientv3.Client, rev 
 
 // isKeyRecord reports whether ev is a host's key record (PREFIX/HOST/kept).
 func isKeyRecord(ev *clientv3.Event) bool { return strings.HasSuffix(string(ev.Kv.Key), "/kept") }
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
