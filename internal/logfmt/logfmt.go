@@ -5,9 +5,10 @@ package logfmt
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,12 +38,7 @@ func (f *ConfdFormatter) Format(e *logrus.Entry) ([]byte, error) {
 		fmt.Fprintf(&b, "%s %s ", e.Time.Format(time.RFC3339), f.Hostname)
 	}
 	fmt.Fprintf(&b, "%s[%d]: %s %s", f.Tag, f.PID, strings.ToUpper(e.Level.String()), e.Message)
-	keys := make([]string, 0, len(e.Data))
-	for k := range e.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(e.Data)) {
 		fmt.Fprintf(&b, " %s=%v", k, e.Data[k])
 	}
 	b.WriteByte('\n')

@@ -20,8 +20,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,13 +224,8 @@ func Decide(recs map[string]Record, hosts []string, since, now time.Time, window
 	for h := range recs {
 		all[h] = true
 	}
-	names := make([]string, 0, len(all))
-	for h := range all {
-		names = append(names, h)
-	}
-	sort.Strings(names)
 	from := now.Add(-window)
-	for _, h := range names {
+	for _, h := range slices.Sorted(maps.Keys(all)) {
 		r, ok := recs[h]
 		if !ok {
 			v.Unknown = append(v.Unknown, Unknown{Host: h})
