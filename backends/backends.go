@@ -102,3 +102,6 @@ var ErrCompacted = errors.New("etcd revision compacted")
 // KeyUnder is the one rule for whether key belongs to a requested key: as a
 // path, so "/foo" covers "/foo/x" but never "/foobar".
 func KeyUnder(key, prefix string) bool { return keypath.Under(key, prefix) }
+
+// KeyUnderAny reports whether key is KeyUnder at least one of prefixes.
+func KeyUnderAny(key string, prefixes []string) bool { return keypath.UnderAny(key, prefixes) }

@@ -496,7 +496,7 @@ type snapshot struct {
 func (s snapshot) GetPairs(_ context.Context, keys []string) ([]memkv.KVPair, int64, error) {
 	out := make([]memkv.KVPair, 0, len(s.pairs))
 	for _, kv := range s.pairs {
-		if underAny(kv.Key, keys) {
+		if backends.KeyUnderAny(kv.Key, keys) {
 			out = append(out, kv)
 		}
 	}

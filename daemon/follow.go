@@ -120,7 +120,7 @@ func (f *follow) take(e timedEvent, keys []string, b *budget) {
 	// it: several changes may share a revision.
 	base := f.rev
 	for _, c := range e.changes {
-		if c.Rev <= base || !underAny(c.Key, keys) {
+		if c.Rev <= base || !backends.KeyUnderAny(c.Key, keys) {
 			continue
 		}
 		i, found := slices.BinarySearchFunc(f.pairs, c.Key, func(kv memkv.KVPair, k string) int { return cmp.Compare(kv.Key, k) })

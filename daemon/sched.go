@@ -220,7 +220,7 @@ func (s *sched) event(e timedEvent) {
 	for _, g := range s.groups {
 		touched := false
 		for _, k := range e.keys {
-			if underAny(k, g.keys) {
+			if backends.KeyUnderAny(k, g.keys) {
 				touched = true
 				break
 			}
@@ -357,13 +357,4 @@ func (g *group) finish(rev int64, ok bool, now time.Time) {
 	}
 	g.backoff = min(max(2*g.backoff, minBackoff), maxBackoff)
 	g.failed, g.retryAt = true, now.Add(g.backoff)
-}
-
-func underAny(key string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if backends.KeyUnder(key, p) {
-			return true
-		}
-	}
-	return false
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -25,7 +26,7 @@ func unknownKeyError(file string, k toml.Key) error {
 	name := k[len(k)-1]
 	hint := ""
 	switch {
-	case len(k) == 1 && contains(resourceKeys, name):
+	case len(k) == 1 && slices.Contains(resourceKeys, name):
 		hint = "; it belongs in the [template] table: move it below the [template] line"
 	case len(k) == 2 && k[0] == "template":
 		if m := closestKey(name); m != "" {
@@ -33,15 +34,6 @@ func unknownKeyError(file string, k toml.Key) error {
 		}
 	}
 	return fmt.Errorf("%s: unknown key %q%s (the resource is skipped)", where, k.String(), hint)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // closestKey is the resource key name probably meant ("checkcmd",
