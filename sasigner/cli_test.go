@@ -150,14 +150,14 @@ func TestRunUsage(t *testing.T) {
 		code      int
 		out, errs string
 	}{
-		{[]string{"--help"}, exitOK, "--signing-key", ""},
-		{[]string{"-h"}, exitOK, "Usage:", ""},
-		{[]string{"--version"}, exitOK, version.Text(progName), ""},
-		{[]string{"version"}, exitOK, version.Text(progName), ""},
-		{[]string{"--socket", "relative", "--version"}, exitOK, version.Text(progName), ""},
-		{[]string{"version", "x"}, exitUsage, "", `unknown command "x" for "` + progName + ` version"`},
-		{[]string{"--sockett", "/x"}, exitUsage, "", "unknown flag: --sockett; did you mean --socket?\nRun '" + progName + " --help' for usage."},
-		{[]string{"serve"}, exitUsage, "", `unexpected argument "serve"`},
+		{[]string{"--help"}, cli.ExitOK, "--signing-key", ""},
+		{[]string{"-h"}, cli.ExitOK, "Usage:", ""},
+		{[]string{"--version"}, cli.ExitOK, version.Text(progName), ""},
+		{[]string{"version"}, cli.ExitOK, version.Text(progName), ""},
+		{[]string{"--socket", "relative", "--version"}, cli.ExitOK, version.Text(progName), ""},
+		{[]string{"version", "x"}, cli.ExitUsage, "", `unknown command "x" for "` + progName + ` version"`},
+		{[]string{"--sockett", "/x"}, cli.ExitUsage, "", "unknown flag: --sockett; did you mean --socket?\nRun '" + progName + " --help' for usage."},
+		{[]string{"serve"}, cli.ExitUsage, "", `unexpected argument "serve"`},
 	} {
 		var out, errb strings.Builder
 		code := run(context.Background(), tc.args, envOf(nil), nil, &out, &errb)

@@ -10,13 +10,6 @@ import (
 	"github.com/keysync/confd/internal/cli"
 )
 
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
 // run is main without the process: ctx ends at SIGTERM or SIGINT; hup
 // delivers SIGHUP (re-read the signing key).
 func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal, stdout, stderr io.Writer) int {
@@ -26,13 +19,13 @@ func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal
 		log, err := o.Logger(stderr, os.Getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", progName, err)
-			return exitUsage
+			return cli.ExitUsage
 		}
 		if err := serve(ctx, o, log, hup); err != nil {
 			log.WithError(err).Error("stopped")
-			return exitError
+			return cli.ExitError
 		}
-		return exitOK
+		return cli.ExitOK
 	})
 	cmd.SetContext(ctx)
 	return p.Execute(cmd, args)
