@@ -98,7 +98,7 @@ var narrowed = map[string][]string{
 // forget-host (issue 31), new, takes the etcd and lock flags as every etcd
 // command did, and these.
 var widened = map[string][]string{
-	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost},
+	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost, cmdPublishKey},
 	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust, cmdForgetHost}, "host": {cmdForgetHost},
 	"grace": {cmdForgetHost}, "kubeconfig": {cmdForgetHost},
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
@@ -108,6 +108,8 @@ var widened = map[string][]string{
 	// health gate's credentials, with which it reads /metrics.
 	"apiserver-metrics-url": {cmdPublishKey}, "health-cacert": {cmdPublishKey}, "health-cert": {cmdPublishKey},
 	"health-key": {cmdPublishKey}, "health-token-file": {cmdPublishKey},
+	// publish-key --watch's fleet gauges read the trust records too; the
+	// widening is in trust-prefix's entry above.
 }
 
 // Each command takes exactly the flags the old scope table gave it (but
