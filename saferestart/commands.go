@@ -268,6 +268,9 @@ not seen, another cluster ID) and at least every --reconcile-interval: a
 deleted or edited value, or a lost superseded key, is published again; a
 tombstone this master has seen (kept in --state-dir) that a record lost is
 written back and its key removed from the value. Each repair is logged
-(what, why) and counted (--publisher-metrics-addr). While it runs,
+(what, why) and counted (--publisher-metrics-addr, which also serves the
+fleet's state read from etcd at each scrape: keys, trust, hold, lock and
+rotation phase of every host under --keys-prefix, --trust-prefix,
+--rotation-prefix, --lock-name and --hold-key). While it runs,
 ROTATION-PREFIX/HOST/alive (on a --ttl lease) says so. Exit 3 when the key
 files are refused at start (nothing written); etcd not answering is retried.`
