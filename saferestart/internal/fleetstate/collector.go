@@ -56,8 +56,7 @@ var (
 // fresh as the scrape (a hold shows at the next scrape), the publisher's
 // loop stays about its own keys, and nothing reads etcd when nobody
 // scrapes. Each read is bounded by Timeout, so a scrape on a cut etcd
-// answers fleet_state_up 0 instead of hanging; concurrent scrapes share
-// one read at a time.
+// answers fleet_state_up 0 instead of hanging.
 type Collector struct {
 	// Read reads the state; Read with the publisher's etcd client in
 	// production.
@@ -90,15 +89,17 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the fleet state and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	// Read outside the lock: concurrent scrapes each wait for their own
+	// bounded read, never for another's in a queue.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	s, err := c.Read(ctx)
 	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	now := c.now()
 	up := 0.0
 	switch {

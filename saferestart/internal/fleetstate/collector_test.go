@@ -264,3 +264,20 @@ func TestCollectorReadFails(t *testing.T) {
 		t.Errorf("failing after a read: want up 0, the last read's hold and time: %v", got)
 	}
 }
+
+// A read that etcd never answers ends at Timeout: the scrape answers,
+// fleet_state_up 0.
+func TestCollectorReadBounded(t *testing.T) {
+	logger, _ := test.NewNullLogger()
+	c := &Collector{
+		Read: func(ctx context.Context) (*Snapshot, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+		Timeout: time.Millisecond,
+		Log:     logger,
+	}
+	if got := scrape(t, c); got[`kube_apiserver_safe_restart_fleet_state_up`] != 0 {
+		t.Errorf("fleet_state_up = %v after a read that never ended", got[`kube_apiserver_safe_restart_fleet_state_up`])
+	}
+}
