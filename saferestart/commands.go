@@ -24,7 +24,7 @@ type command struct {
 // commands are the subcommands; restart is the default.
 func (o *options) commands() []command {
 	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags, metricsTextfileFlag}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +133,31 @@ func TestPublishWatchFleetMetrics(t *testing.T) {
 		if !strings.Contains(m, want+"\n") {
 			t.Errorf("after hold: metrics lack %s:\n%s", want, grepLines(m, "kube_apiserver_safe_restart_hold"))
 		}
+	}
+}
+
+// restart --metrics-textfile records each run's exit code for
+// node_exporter: 0, then 6 for a failed command; the file keeps one
+// sample per metric and command.
+func TestRestartMetricsTextfile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	file := filepath.Join(t.TempDir(), "safe-restart.prom")
+	if p := runBin(t, env(srv), lockArgs("textfile", "--metrics-textfile", file, "--", "true")...); p.code != codeOK {
+		t.Fatalf("restart exited %d", p.code)
+	}
+	if b, err := os.ReadFile(file); err != nil || !strings.Contains(string(b), `kube_apiserver_safe_restart_last_run_exit_code{command="restart"} 0`+"\n") {
+		t.Fatalf("after a restart: %s %v", b, err)
+	}
+	if p := runBin(t, env(srv), lockArgs("textfile", "--metrics-textfile", file, "--", "false")...); p.code != codeRestart {
+		t.Fatalf("failed restart exited %d, want %d", p.code, codeRestart)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `kube_apiserver_safe_restart_last_run_exit_code{command="restart"} 6`+"\n") ||
+		strings.Count(string(b), `{command="restart"}`) != 2 ||
+		!strings.Contains(string(b), `kube_apiserver_safe_restart_last_run_timestamp_seconds{command="restart"} `) {
+		t.Errorf("after a failed restart:\n%s", b)
 	}
 }
