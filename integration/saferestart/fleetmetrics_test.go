@@ -95,7 +95,7 @@ func TestPublishWatchFleetMetrics(t *testing.T) {
 		`kube_apiserver_safe_restart_published_keys{host="m1"} 1`,
 		`kube_apiserver_safe_restart_superseded_keys{host="m2"} 1`,
 		`kube_apiserver_safe_restart_untrusted_keys{host="m1"} 1`, // m2's key
-		`kube_apiserver_safe_restart_untrusted_keys{host="m2"} 2`, // no trust record
+		`kube_apiserver_safe_restart_untrusted_keys{host="m2"} 0`, // forgotten: must trust nothing
 		`kube_apiserver_safe_restart_rotation_phase{host="m1",phase="installed"} 1`,
 		`kube_apiserver_safe_restart_rotation_phase{host="m2",phase="none"} 1`,
 		`kube_apiserver_safe_restart_stale_tokens{host="m1"} 3`,

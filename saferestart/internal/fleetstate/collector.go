@@ -25,7 +25,7 @@ var (
 	descRetirementDue = prometheus.NewDesc(ns+"key_retirement_due_seconds",
 		"Seconds until a superseded key's retire_after; negative once past due (retire-keys retires it).", []string{"host", "kid"}, nil)
 	descUntrusted = prometheus.NewDesc(ns+"untrusted_keys",
-		"Published keys (every host's, as `trust` counts them) that the host's trust record does not list as trusted; with no trust record, every published key.", []string{"host"}, nil)
+		"Published keys (every host's, as `trust` counts them) that the host's trust record does not list as trusted; with no trust record, every published key; 0 for a host forget-host removed.", []string{"host"}, nil)
 	descLastRestart = prometheus.NewDesc(ns+"last_restart_timestamp_seconds",
 		"When the host's apiserver last passed a safe restart's health gate (its trust record's time, Unix seconds); 0 with no trust record.", []string{"host"}, nil)
 	descHoldActive = prometheus.NewDesc(ns+"hold_active",

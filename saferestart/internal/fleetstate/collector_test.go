@@ -64,7 +64,7 @@ func fleet() *Snapshot {
 		Keys: map[string]keystate.HostKeys{
 			"m1": {Host: "m1", Current: []string{"k1b"}, Superseded: []keystate.SupersededKey{{KID: "k1a", RetireAfter: t0.Add(-90 * time.Second)}}},
 			"m2": {Host: "m2", Current: []string{"k2"}},
-			"m3": {Host: "m3", Superseded: []keystate.SupersededKey{{KID: "k3", RetireAfter: t0.Add(time.Hour)}}},
+			"m3": {Host: "m3", Superseded: []keystate.SupersededKey{{KID: "k3", RetireAfter: t0.Add(time.Hour)}}, Forgotten: &t0},
 		},
 		Trust: &trust.Report{
 			Published: []string{"k1a", "k1b", "k2"},
@@ -96,7 +96,7 @@ func TestCollectorHosts(t *testing.T) {
 		`kube_apiserver_safe_restart_key_retirement_due_seconds{host="m3",kid="k3"}`:  3600,
 		`kube_apiserver_safe_restart_untrusted_keys{host="m1"}`:                       0,
 		`kube_apiserver_safe_restart_untrusted_keys{host="m2"}`:                       3,
-		`kube_apiserver_safe_restart_untrusted_keys{host="m3"}`:                       3,
+		`kube_apiserver_safe_restart_untrusted_keys{host="m3"}`:                       0, // forgotten: must trust nothing
 		`kube_apiserver_safe_restart_last_restart_timestamp_seconds{host="m1"}`:       float64(t0.Add(-time.Hour).Unix()),
 		`kube_apiserver_safe_restart_last_restart_timestamp_seconds{host="m2"}`:       0,
 		`kube_apiserver_safe_restart_rotation_phase{host="m1",phase="installed"}`:     1,

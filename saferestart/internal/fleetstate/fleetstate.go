@@ -129,9 +129,12 @@ func (s *Snapshot) Published(host string) int {
 
 // Untrusted is the number of published keys (every host's, forgotten
 // hosts' superseded ones included, as trust.Wait and `trust` count them)
-// that host's trust record does not list; with no record, every one.
+// that host's trust record does not list; with no record, every one. A
+// host forget-host removed must trust nothing (no wait waits for it): 0.
+// A host wait-trusted waits on counts as `trust` shows it: its apiserver
+// trusts the keys once restarted.
 func (s *Snapshot) Untrusted(host string) int {
-	if s.Trust == nil {
+	if s.Trust == nil || s.Keys[host].Gone() {
 		return 0
 	}
 	rec := s.Trust.RecordOf(host)
