@@ -27,7 +27,7 @@ var (
 	descUntrusted = prometheus.NewDesc(ns+"untrusted_keys",
 		"Published keys (every host's, as `trust` counts them) that the host's trust record does not list as trusted; with no trust record, every published key; 0 for a host forget-host removed.", []string{"host"}, nil)
 	descLastRestart = prometheus.NewDesc(ns+"last_restart_timestamp_seconds",
-		"When the host's apiserver last passed a safe restart's health gate (its trust record's time, Unix seconds); 0 with no trust record.", []string{"host"}, nil)
+		"When the host's apiserver last passed a safe restart's health gate (its trust record's time, Unix seconds); absent with no trust record.", []string{"host"}, nil)
 	descHoldActive = prometheus.NewDesc(ns+"hold_active",
 		"1 while a hold (or an orphaned restart intent) stops every restart; 0 otherwise.", nil, nil)
 	descHoldInfo = prometheus.NewDesc(ns+"hold_info",
@@ -198,11 +198,12 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 			gauge(descRetirementDue, sk.RetireAfter.Sub(now).Seconds(), host, sk.KID)
 		}
 		gauge(descUntrusted, float64(s.Untrusted(host)), host)
-		last := 0.0
+		// No time without a trust record: 0 would claim 1970, and a host
+		// forget-host removed would look unrestarted for good;
+		// untrusted_keys says that a host has no record.
 		if t := s.LastRestart(host); !t.IsZero() {
-			last = float64(t.UnixNano()) / 1e9
+			gauge(descLastRestart, float64(t.UnixNano())/1e9, host)
 		}
-		gauge(descLastRestart, last, host)
 		st, ok := s.Rotation(host)
 		current := PhaseNone
 		switch {
