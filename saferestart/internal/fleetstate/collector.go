@@ -211,7 +211,9 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 			current = ""
 		case st != nil:
 			current = string(st.Phase)
-			gauge(descPhaseAge, max(0, now.Sub(st.Updated).Seconds()), host)
+			if !st.Updated.IsZero() {
+				gauge(descPhaseAge, max(0, now.Sub(st.Updated).Seconds()), host)
+			}
 		}
 		for _, p := range Phases {
 			v := 0.0
