@@ -40,8 +40,17 @@ type Metrics struct {
 	ready        atomic.Bool
 }
 
-// New registers every metric.
-func New() *Metrics {
+// The result label's values, every one initialised per resource.
+var (
+	renderResults  = []string{"ok", "error"}
+	commandResults = []string{"ok", "failed"}
+	snapshotSource = []string{"etcd", "watch"}
+)
+
+// New registers every metric, with every series of the resources known at
+// start at zero: an alert on a count can then tell "never happened" from
+// "not exported" before the first event.
+func New(resources ...string) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	res := []string{"resource"}
 	m.lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "confd_resource_last_success_timestamp_seconds",
@@ -79,11 +88,33 @@ func New() *Metrics {
 	m.reg.MustRegister(m.lastSuccess, m.passes, m.writes, m.checks, m.reloads, m.pending, m.watchUp,
 		m.reconnects, m.snapshots, m.processedRev, m.currentRev, m.lagRevisions, m.readyGauge, m.landed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range resources {
+		m.resource(r)
+	}
+	for _, s := range snapshotSource {
+		m.snapshots.WithLabelValues(s)
+	}
 	return m
+}
+
+// resource creates name's labelled series at zero, those of a resource a
+// SIGHUP added too. Not the last-success timestamp: 0 would claim 1970;
+// renders_total{result="ok"} at 0 says it never succeeded.
+func (m *Metrics) resource(name string) {
+	for _, r := range renderResults {
+		m.passes.WithLabelValues(name, r)
+	}
+	m.writes.WithLabelValues(name)
+	for _, r := range commandResults {
+		m.checks.WithLabelValues(name, r)
+		m.reloads.WithLabelValues(name, r)
+	}
+	m.pending.WithLabelValues(name)
 }
 
 // Processed records one resource pass.
 func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPending bool) {
+	m.resource(name)
 	result := "ok"
 	if err != nil {
 		result = "error"

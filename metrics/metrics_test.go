@@ -69,3 +69,40 @@ func TestMetricsNames(t *testing.T) {
 		}
 	}
 }
+
+// Every labelled series of the resources known at start exists at 0
+// before the first pass, and those of a resource first seen later (a
+// SIGHUP) once it is processed: an alert on them can tell "never happened"
+// from "not exported".
+func TestSeriesAtZeroFromStart(t *testing.T) {
+	m := New("a.toml", "b.toml")
+	_, body := get(t, m, "/metrics")
+	var want []string
+	for _, r := range []string{"a.toml", "b.toml"} {
+		want = append(want,
+			`confd_resource_renders_total{resource="`+r+`",result="ok"} 0`,
+			`confd_resource_renders_total{resource="`+r+`",result="error"} 0`,
+			`confd_resource_writes_total{resource="`+r+`"} 0`,
+			`confd_resource_check_total{resource="`+r+`",result="ok"} 0`,
+			`confd_resource_check_total{resource="`+r+`",result="failed"} 0`,
+			`confd_resource_reload_total{resource="`+r+`",result="ok"} 0`,
+			`confd_resource_reload_total{resource="`+r+`",result="failed"} 0`,
+			`confd_resource_reload_pending{resource="`+r+`"} 0`)
+	}
+	want = append(want, `confd_group_snapshots_total{source="etcd"} 0`, `confd_group_snapshots_total{source="watch"} 0`)
+	for _, w := range want {
+		if !strings.Contains(body, w+"\n") {
+			t.Errorf("fresh /metrics lacks %s", w)
+		}
+	}
+	if strings.Contains(body, "confd_resource_last_success_timestamp_seconds{") {
+		t.Error("a last-success time before any success")
+	}
+	m.Processed("c.toml", apply.Result{}, nil, false)
+	_, body = get(t, m, "/metrics")
+	for _, w := range []string{`confd_resource_reload_total{resource="c.toml",result="failed"} 0`, `confd_resource_check_total{resource="c.toml",result="failed"} 0`} {
+		if !strings.Contains(body, w+"\n") {
+			t.Errorf("after c.toml's first pass /metrics lacks %s", w)
+		}
+	}
+}

@@ -78,6 +78,8 @@ type options struct {
 	attempts       int
 	retryDelay     time.Duration
 	dryRun         bool
+	// metricsTextfile: --metrics-textfile (textfile.go)
+	metricsTextfile string
 
 	// health gate
 	healthURL      string

@@ -24,7 +24,7 @@ type command struct {
 // commands are the subcommands; restart is the default.
 func (o *options) commands() []command {
 	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags, metricsTextfileFlag}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
@@ -56,7 +56,7 @@ func (o *options) commands() []command {
 				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
 			long: publishKeyHelp,
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
+			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
 				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag, staleTokenFlags, healthCredFlags}},
 		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
@@ -268,6 +268,9 @@ not seen, another cluster ID) and at least every --reconcile-interval: a
 deleted or edited value, or a lost superseded key, is published again; a
 tombstone this master has seen (kept in --state-dir) that a record lost is
 written back and its key removed from the value. Each repair is logged
-(what, why) and counted (--publisher-metrics-addr). While it runs,
+(what, why) and counted (--publisher-metrics-addr, which also serves the
+fleet's state read from etcd at each scrape: keys, trust, hold, lock and
+rotation phase of every host under --keys-prefix, --trust-prefix,
+--rotation-prefix, --lock-name and --hold-key). While it runs,
 ROTATION-PREFIX/HOST/alive (on a --ttl lease) says so. Exit 3 when the key
 files are refused at start (nothing written); etcd not answering is retried.`

@@ -87,6 +87,8 @@ var narrowed = map[string][]string{
 	"controller-manager-restart-mode":  {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
 	"controller-manager-health-url":    {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
 	"controller-manager-health-cacert": {cmdRestart, cmdRotateKey, cmdRetireKeys, cmdConfig},
+	// New: the node_exporter textfile of the runs that restart.
+	"metrics-textfile": {cmdRestart, cmdRotateKey, cmdConfig},
 }
 
 // widened are the flags a command takes beyond the old table: check reads
@@ -98,7 +100,7 @@ var narrowed = map[string][]string{
 // forget-host (issue 31), new, takes the etcd and lock flags as every etcd
 // command did, and these.
 var widened = map[string][]string{
-	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost},
+	"dry-run": {cmdForgetHost}, "keys-prefix": {cmdCheck, cmdStatus, cmdForgetHost}, "trust-prefix": {cmdCheck, cmdForgetHost, cmdPublishKey},
 	"rotation-prefix": {cmdWaitTrusted, cmdRestart, cmdStatus, cmdTrust, cmdForgetHost}, "host": {cmdForgetHost},
 	"grace": {cmdForgetHost}, "kubeconfig": {cmdForgetHost},
 	"endpoints": {cmdCheck}, "cacert": {cmdCheck}, "cert": {cmdCheck}, "key": {cmdCheck}, "user": {cmdCheck},
@@ -108,6 +110,8 @@ var widened = map[string][]string{
 	// health gate's credentials, with which it reads /metrics.
 	"apiserver-metrics-url": {cmdPublishKey}, "health-cacert": {cmdPublishKey}, "health-cert": {cmdPublishKey},
 	"health-key": {cmdPublishKey}, "health-token-file": {cmdPublishKey},
+	// publish-key --watch's fleet gauges read the trust records too; the
+	// widening is in trust-prefix's entry above.
 }
 
 // Each command takes exactly the flags the old scope table gave it (but
@@ -127,9 +131,9 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 	// 58 flags (--help among them, which cobra adds to each command at
 	// its run) and the 8 etcd flags, as before, and --require-signing-keys,
 	// --stale-token-window, --ignore-stale-tokens, --apiserver-metrics-url,
-	// and publish-key --watch's 4.
-	if len(all) != 58-1+8+1+3+4 {
-		t.Errorf("%d flags in all, want 73", len(all))
+	// publish-key --watch's 4 and --metrics-textfile.
+	if len(all) != 58-1+8+1+3+4+1 {
+		t.Errorf("%d flags in all, want 74", len(all))
 	}
 	for flag := range all {
 		for _, sub := range allSubcommands {

@@ -11,6 +11,7 @@ import (
 	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/fleetstate"
 	"github.com/keysync/confd/saferestart/internal/keywatch"
 )
 
@@ -49,6 +50,11 @@ func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int 
 	store := a.keyStore(cli)
 	log := a.log.WithField("host", host)
 	m := keywatch.NewMetrics()
+	m.Registry.MustRegister(&fleetstate.Collector{Log: log, Failed: m.FleetStateFailed,
+		Read: func(ctx context.Context) (*fleetstate.Snapshot, error) {
+			return fleetstate.Read(ctx, cli, fleetstate.Prefixes{Keys: o.keysPrefix, Trust: o.trustPrefix,
+				Rotation: o.rotationPrefix, LockName: o.lockName, HoldKey: o.holdKeyOrDefault()})
+		}})
 	if o.publisherMetricsAddr != "" {
 		srv, err := promserve.Serve(ctx, "--publisher-metrics-addr", o.publisherMetricsAddr, m.Registry)
 		if err != nil {

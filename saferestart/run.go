@@ -45,7 +45,9 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 			host = hostname()
 		}
 		a := &app{o: o, force: force, stdout: stdout, stderr: stderr, log: log, host: host}
-		return a.run(ctx)
+		code := a.run(ctx)
+		a.writeTextfile(code)
+		return code
 	})
 	root.SetContext(ctx)
 	args, err := cli.Dispatch(root, args, cmdRestart)

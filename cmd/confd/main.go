@@ -163,7 +163,11 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 
 	var observers []daemon.Observer
 	if c.MetricsAddr != "" {
-		m := metrics.New()
+		names := make([]string, len(procs))
+		for i, p := range procs {
+			names[i] = p.Name()
+		}
+		m := metrics.New(names...)
 		srv, err := m.Serve(c.MetricsAddr, log)
 		if err != nil {
 			log.Errorf("-metrics-addr %s: %v", c.MetricsAddr, err)

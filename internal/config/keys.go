@@ -69,6 +69,8 @@ var Keys = []Key{
 
 	// The restart.
 	{Name: "restart-timeout", Kind: Duration},
+	// restart and rotate-key: node_exporter's textfile of the last run.
+	{Name: "metrics-textfile", Kind: String},
 	{Name: "attempts", Kind: Int},
 	{Name: "retry-delay", Kind: Duration},
 	{Name: "restart-mode", Kind: String},

@@ -29,12 +29,24 @@ type Metrics struct {
 	weakKeys   prometheus.Counter
 }
 
-// NewMetrics registers every metric in a registry of its own.
+// The labelled counters' values, each series at 0 from start so that an
+// alert can tell "never happened" from "not exported".
+var (
+	// signResults: Service.Sign's results.
+	signResults = []string{"ok", "invalid", "error", "unavailable"}
+	// recordErrors: what Recorder failed at.
+	recordErrors = []string{"write", "controller_manager_key"}
+	// keyFileReasons: KeyFileProblems' reasons.
+	keyFileReasons = []string{"mode", "owner"}
+)
+
+// NewMetrics registers every metric in a registry of its own, every
+// labelled series at 0.
 func NewMetrics() *Metrics {
 	const ns = "kube_apiserver_sa_signer_"
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.signs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "sign_total",
-		Help: "Sign calls by result (ok, invalid, error)."}, []string{"result"})
+		Help: "Sign calls by result (ok, invalid, error, unavailable: the trust barrier has not passed)."}, []string{"result"})
 	m.signTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sign_duration_seconds",
 		Help: "Time to sign one token.", Buckets: []float64{.0005, .001, .002, .005, .01, .05}})
 	m.fetches = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "fetch_keys_total", Help: "FetchKeys calls."})
@@ -58,8 +70,14 @@ func NewMetrics() *Metrics {
 		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
 	m.keyFile = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "signing_key_file_warnings_total",
 		Help: "Loads (start and reload) of a signing key file others may read or replace, by reason: mode (permission bits for group or others) and owner (not this process's user)."}, []string{"reason"})
-	for _, r := range []string{"mode", "owner"} {
+	for _, r := range keyFileReasons {
 		m.keyFile.WithLabelValues(r)
+	}
+	for _, r := range signResults {
+		m.signs.WithLabelValues(r)
+	}
+	for _, w := range recordErrors {
+		m.recordErrs.WithLabelValues(w)
 	}
 	m.answer = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "fetch_keys_response_bytes",
 		Help: "Size of the last FetchKeys answer; kube-apiserver refuses one over 4194304 bytes (gRPC's default receive limit)."})

@@ -48,12 +48,15 @@ const (
 	// ErrStaleTokens: a sample of the apiserver's /metrics by the
 	// stale-token sampler the publisher runs failed.
 	ErrStaleTokens = "stale-tokens"
+	// ErrFleetState: a read of the fleet state for the fleet gauges
+	// (package fleetstate) failed.
+	ErrFleetState = "fleet-state"
 )
 
 var (
 	reasons  = []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing}
 	triggers = []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore}
-	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens}
+	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens, ErrFleetState}
 	// keyStates are the keys gauge's state label: the host's own keys.
 	keyStates = []string{"current", "superseded", "retired"}
 )
@@ -82,7 +85,7 @@ func NewMetrics() *Metrics {
 	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "reconciles_total",
 		Help: "Reconciles run, by trigger (start, interval, file, watch, restore)."}, []string{"trigger"})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "errors_total",
-		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics)."}, []string{"kind"})
+		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics; fleet-state: a failed read of the fleet state from etcd)."}, []string{"kind"})
 	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
 		Help: "etcd restores noticed, by evidence (revision, cluster, compacted)."}, []string{"evidence"})
 	m.keys = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
@@ -126,6 +129,10 @@ func (m *Metrics) reconcile(trigger string) {
 // SampleFailed counts a failed stale-token sample (the sampler runs
 // beside the loop, as one of its Runners).
 func (m *Metrics) SampleFailed() { m.fail(ErrStaleTokens) }
+
+// FleetStateFailed counts a failed read of the fleet state (its collector
+// reads at scrape time, beside the loop).
+func (m *Metrics) FleetStateFailed() { m.fail(ErrFleetState) }
 
 func (m *Metrics) fail(kind string) {
 	if m != nil {

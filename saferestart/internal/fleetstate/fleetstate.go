@@ -1,0 +1,171 @@
+// Package fleetstate reads the fleet's key, trust, hold, lock and rotation
+// state from etcd, through the packages that own each record, and exports
+// it as Prometheus gauges (kube_apiserver_safe_restart_...) from the
+// registry of `publish-key --watch`. Every master's publisher exports the
+// same fleet-wide view; alert rules aggregate it with max without(instance).
+package fleetstate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/staletokens"
+	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
+	"github.com/keysync/confd/saferestart/internal/rotation"
+)
+
+// PhaseNone is the rotation_phase label of a host with no rotation record,
+// as `status` and rotate-key describe it ("none").
+const PhaseNone = "none"
+
+// Phases are the rotation_phase label's values, every one exported for
+// every host: the phases of package rotation, then PhaseNone.
+var Phases = []string{
+	string(rotation.PhaseGenerated), string(rotation.PhasePublished), string(rotation.PhaseInstalling),
+	string(rotation.PhaseInstalled), string(rotation.PhaseRetired), string(rotation.PhaseRollingBack), PhaseNone,
+}
+
+// Prefixes names where the records live, as publish-key's flags give them.
+type Prefixes struct {
+	Keys     string // --keys-prefix: published values
+	Trust    string // --trust-prefix: trust records
+	Rotation string // --rotation-prefix: key, rotation and stale-token records
+	LockName string // --lock-name
+	HoldKey  string // --hold-key (its default already applied)
+}
+
+// Snapshot is the fleet state as one read found it.
+type Snapshot struct {
+	// Keys is every host's published keys and key record (keystate).
+	Keys map[string]keystate.HostKeys
+	// Trust is the hosts × keys report `trust` prints.
+	Trust *trust.Report
+	// Rotations are the hosts with rotation records.
+	Rotations []rotation.HostRecords
+	// StaleTokens are the stale-token records, by host.
+	StaleTokens map[string]staletokens.Record
+	// Hold is what stops the line (hold.Active), nil when nothing does.
+	Hold *hold.Record
+	// Holder is the restart lock's holder, nil when it is free.
+	Holder *lock.Entry
+}
+
+// Read reads the fleet state through the records' own readers.
+func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
+	rep, err := trust.Collect(ctx, kv, trust.Prefixes{Keys: p.Keys, Trust: p.Trust, Rotation: p.Rotation})
+	if err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	s := &Snapshot{Trust: rep}
+	// The report lists the hosts with a value or a trust record; a host
+	// with a key record alone (forgotten, every key retired) is in List.
+	store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
+	if s.Keys, err = store.List(ctx, rep.Revision); err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	if s.Rotations, err = rotation.List(ctx, kv, p.Rotation); err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	// An unparseable stale-token record is left out: its sampler rewrites
+	// it, and `retire-keys` names it.
+	if s.StaleTokens, _, err = staletokens.List(ctx, kv, p.Rotation); err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	if s.Hold, err = hold.Active(ctx, kv, p.HoldKey, ""); err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	entries, _, err := lock.Queue(ctx, kv, p.LockName)
+	if err != nil {
+		return nil, fmt.Errorf("fleet state: %w", err)
+	}
+	if len(entries) > 0 {
+		s.Holder = &entries[0]
+	}
+	return s, nil
+}
+
+// Hosts is every host with a published value, a key record, a trust
+// record or a rotation record, sorted.
+func (s *Snapshot) Hosts() []string {
+	var hosts []string
+	add := func(h string) {
+		if h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	for h := range s.Keys {
+		add(h)
+	}
+	if s.Trust != nil {
+		for _, h := range s.Trust.Hosts {
+			add(h.Host)
+		}
+	}
+	for _, r := range s.Rotations {
+		add(r.Host)
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
+// Published is the number of key IDs in host's published value, as `trust`
+// reads it.
+func (s *Snapshot) Published(host string) int {
+	if s.Trust == nil {
+		return 0
+	}
+	for _, h := range s.Trust.Hosts {
+		if h.Host == host {
+			return len(h.Publishes)
+		}
+	}
+	return 0
+}
+
+// Untrusted is the number of published keys (every host's, forgotten
+// hosts' superseded ones included, as trust.Wait and `trust` count them)
+// that host's trust record does not list; with no record, every one. A
+// host forget-host removed must trust nothing (no wait waits for it): 0.
+// A host wait-trusted waits on counts as `trust` shows it: its apiserver
+// trusts the keys once restarted.
+func (s *Snapshot) Untrusted(host string) int {
+	if s.Trust == nil || s.Keys[host].Gone() {
+		return 0
+	}
+	rec := s.Trust.RecordOf(host)
+	n := 0
+	for _, kid := range s.Trust.Published {
+		if !rec.Trusts(kid) {
+			n++
+		}
+	}
+	return n
+}
+
+// LastRestart is the time of host's trust record, which the helper writes
+// after its health gate; zero without one.
+func (s *Snapshot) LastRestart(host string) time.Time {
+	if s.Trust == nil {
+		return time.Time{}
+	}
+	if rec := s.Trust.RecordOf(host); rec != nil {
+		return rec.Time
+	}
+	return time.Time{}
+}
+
+// Rotation is host's rotation state: nil with ok when it has none, not ok
+// when its record is unreadable.
+func (s *Snapshot) Rotation(host string) (st *rotation.State, ok bool) {
+	for _, r := range s.Rotations {
+		if r.Host == host {
+			return r.State, r.StateError == ""
+		}
+	}
+	return nil, true
+}
