@@ -29,24 +29,23 @@ type Metrics struct {
 	weakKeys   prometheus.Counter
 }
 
-// The labelled counters' values, each series at 0 from start so that an
-// alert can tell "never happened" from "not exported".
-var (
-	// signResults: Service.Sign's results.
-	signResults = []string{"ok", "invalid", "error", "unavailable"}
-	// recordErrors: what Recorder failed at.
-	recordErrors = []string{"write", "controller_manager_key"}
-	// keyFileReasons: KeyFileProblems' reasons.
-	keyFileReasons = []string{"mode", "owner"}
-)
+// counters is a labelled counter with every value given at 0 from start,
+// so that an alert can tell "never happened" from "not exported".
+func counters(name, help, label string, values ...string) *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+	for _, x := range values {
+		v.WithLabelValues(x)
+	}
+	return v
+}
 
 // NewMetrics registers every metric in a registry of its own, every
 // labelled series at 0.
 func NewMetrics() *Metrics {
 	const ns = "kube_apiserver_sa_signer_"
 	m := &Metrics{Registry: prometheus.NewRegistry()}
-	m.signs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "sign_total",
-		Help: "Sign calls by result (ok, invalid, error, unavailable: the trust barrier has not passed)."}, []string{"result"})
+	m.signs = counters(ns+"sign_total", "Sign calls by result (ok, invalid, error, unavailable: the trust barrier has not passed).",
+		"result", "ok", "invalid", "error", "unavailable")
 	m.signTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sign_duration_seconds",
 		Help: "Time to sign one token.", Buckets: []float64{.0005, .001, .002, .005, .01, .05}})
 	m.fetches = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "fetch_keys_total", Help: "FetchKeys calls."})
@@ -59,26 +58,14 @@ func NewMetrics() *Metrics {
 		Help: "Published values refused by the check (the host's previous keys stay served)."})
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "watch_restarts_total",
 		Help: "Times the etcd watch broke and the prefix was read again."})
-	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
-		Help: "Times etcd was found restored and the whole key set read again, by evidence: revision (lower than one seen), cluster (another cluster ID), compacted (past the revisions seen: a restore with --mark-compacted, or a compaction during an outage)."}, []string{"evidence"})
-	for _, e := range []etcdrestore.Evidence{etcdrestore.RevisionBack, etcdrestore.ClusterChanged, etcdrestore.Compacted} {
-		m.restores.WithLabelValues(string(e)) // shown at 0 before the first restore
-	}
+	m.restores = counters(ns+"etcd_restores_total", "Times etcd was found restored and the whole key set read again, by evidence: revision (lower than one seen), cluster (another cluster ID), compacted (past the revisions seen: a restore with --mark-compacted, or a compaction during an outage).",
+		"evidence", string(etcdrestore.RevisionBack), string(etcdrestore.ClusterChanged), string(etcdrestore.Compacted))
 	m.cacheFails = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "cache_write_failures_total",
 		Help: "Failed writes of the key cache file."})
-	m.recordErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "trust_record_errors_total",
-		Help: "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none)."}, []string{"what"})
-	m.keyFile = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "signing_key_file_warnings_total",
-		Help: "Loads (start and reload) of a signing key file others may read or replace, by reason: mode (permission bits for group or others) and owner (not this process's user)."}, []string{"reason"})
-	for _, r := range keyFileReasons {
-		m.keyFile.WithLabelValues(r)
-	}
-	for _, r := range signResults {
-		m.signs.WithLabelValues(r)
-	}
-	for _, w := range recordErrors {
-		m.recordErrs.WithLabelValues(w)
-	}
+	m.recordErrs = counters(ns+"trust_record_errors_total", "Trust record failures: write (etcd refused or unreachable; retried) and controller_manager_key (its key file unreadable; the record names none).",
+		"what", "write", "controller_manager_key")
+	m.keyFile = counters(ns+"signing_key_file_warnings_total", "Loads (start and reload) of a signing key file others may read or replace, by reason: mode (permission bits for group or others) and owner (not this process's user).",
+		"reason", "mode", "owner")
 	m.answer = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "fetch_keys_response_bytes",
 		Help: "Size of the last FetchKeys answer; kube-apiserver refuses one over 4194304 bytes (gRPC's default receive limit)."})
 	m.weakKeys = prometheus.NewCounter(prometheus.CounterOpts{Name: ns + "published_weak_keys_total",
@@ -117,13 +104,8 @@ func (m *Metrics) setKeys(n int, t time.Time) {
 }
 
 func (m *Metrics) setEtcdUp(up bool) {
-	if m == nil {
-		return
-	}
-	if up {
-		m.etcdUp.Set(1)
-	} else {
-		m.etcdUp.Set(0)
+	if m != nil {
+		m.etcdUp.Set(map[bool]float64{true: 1}[up])
 	}
 }
 
