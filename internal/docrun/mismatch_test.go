@@ -1,12 +1,16 @@
 package docrun
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/etcdtest"
@@ -232,5 +236,78 @@ func TestKubeadmPageInstallsWhatItEnables(t *testing.T) {
 	}
 	if !strings.Contains(page, "sa-key-retire.service") || !strings.Contains(page, "sa-key-retire.timer") {
 		t.Error("docs/kubeadm.md does not name sa-key-retire.service and sa-key-retire.timer")
+	}
+}
+
+// Every template resource of the documents whose reload_cmd runs the
+// helper gives it a reload_cmd_timeout (confd's default 10m when none)
+// above the worst case the helper itself prints for those flags
+// (--dry-run), or confd kills the restart in the middle: operations.md
+// once paired it with 10m against about 40 minutes. The examples'
+// resources are held to it in package saferestart
+// (TestExampleTimeoutsCoverTheWorstCase), with their configuration file.
+func TestDocReloadTimeoutsCoverTheWorstCase(t *testing.T) {
+	_, _, snippets := collect(t)
+	etcd := etcdtest.Start(t)
+	checked := 0
+	for _, s := range snippets {
+		if strings.HasPrefix(s.where, "examples/") {
+			continue
+		}
+		var r struct {
+			Template struct {
+				ReloadCmd        string `toml:"reload_cmd"`
+				ReloadCmdTimeout string `toml:"reload_cmd_timeout"`
+			} `toml:"template"`
+		}
+		data := s.data
+		if !strings.Contains(data, "[template]") {
+			data = "[template]\n" + data
+		}
+		if _, err := toml.Decode(data, &r); err != nil || !strings.Contains(r.Template.ReloadCmd, helperBin) {
+			continue
+		}
+		invs := scan(codeCommand, s.where, r.Template.ReloadCmd, 0, r.Template.ReloadCmd)
+		if len(invs) != 1 || invs[0].bin != helperBin {
+			t.Fatalf("%s: reload_cmd %q: want one command line of %s", s.where, r.Template.ReloadCmd, helperBin)
+		}
+		limit := 10 * time.Minute // confd's -reload-cmd-timeout
+		if r.Template.ReloadCmdTimeout != "" {
+			var err error
+			if limit, err = time.ParseDuration(r.Template.ReloadCmdTimeout); err != nil {
+				t.Fatalf("%s: reload_cmd_timeout: %v", s.where, err)
+			}
+		}
+		// The files the line names (preflight, credentials) change no
+		// wait: they are left out, as is any configuration file, so that
+		// the dry run's preflight passes on this machine.
+		var args []string
+		for i := 0; i < len(invs[0].args); i++ {
+			a := invs[0].args[i]
+			if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") && i+1 < len(invs[0].args) &&
+				(strings.HasPrefix(invs[0].args[i+1], "/") || invs[0].args[i+1] == "FILE") {
+				i++
+				continue
+			}
+			args = append(args, a)
+		}
+		// The restart command, which bounds no wait of its own (the
+		// --restart-timeout does), is one this machine has.
+		args = append(args, "--config", "", "--endpoints", etcd.Endpoint, "--dry-run", "--output", "json", "--", "/bin/true")
+		code, out, errs := run(t, helperBin, args...)
+		var plan struct {
+			WorstCaseSeconds int64 `json:"worst_case_seconds"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); code != 0 || err != nil || plan.WorstCaseSeconds == 0 {
+			t.Fatalf("%s: %s %q: exit %d, %v:\n%s%s", s.where, helperBin, args, code, err, out, errs)
+		}
+		checked++
+		t.Logf("%s: reload_cmd_timeout %s, worst case %ds", s.where, limit, plan.WorstCaseSeconds)
+		if worst := time.Duration(plan.WorstCaseSeconds) * time.Second; limit < worst {
+			t.Errorf("%s: reload_cmd_timeout %s is below the worst case %s of its reload_cmd: %s", s.where, limit, worst, invs[0].text)
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("only %d resources of the documents run the helper as reload_cmd", checked)
 	}
 }
