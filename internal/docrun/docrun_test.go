@@ -103,6 +103,8 @@ var (
 	codeCommand = regexp.MustCompile("(^|[;&|`'\"]|\\$\\()\\s*(?:\\$\\s+)?(?:(?:sudo|exec|time|env)\\s+|[A-Z_][A-Z0-9_]*=\\S*\\s+)*(?:/usr/local/bin/|/usr/bin/|\\./bin/|bin/|\\./)?" + binNames + "(?:[ \\t]|$)")
 	// In prose (Markdown text, comments) only inline code counts.
 	proseCommand = regexp.MustCompile("(`)(?:/usr/local/bin/|/usr/bin/|\\./bin/|bin/|\\./)?" + binNames + "(?:[ \\t]|$)")
+	// A TOML setting commented out: # check_cmd = "..."
+	commentedSetting = regexp.MustCompile(`^\s*#\s*[a-z_-]+\s*=\s*["'\[]`)
 	// A line break in prose, and the next line's indentation.
 	proseBreak = regexp.MustCompile(`\n[ \t]*`)
 	// A synopsis' metavariables that a flag's type refuses as they are.
@@ -369,6 +371,9 @@ func scanCode(file, text string, base int, code string, tomlComments bool) []inv
 	for _, line := range strings.SplitAfter(joined, "\n") {
 		trimmed := strings.TrimSpace(line)
 		switch {
+		case tomlComments && commentedSetting.MatchString(line):
+			// A setting commented out, for the operator to take instead.
+			out = append(out, scan(codeCommand, file, text, base+off, line)...)
 		case strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "//"):
 			out = append(out, scan(proseCommand, file, text, base+off, line)...)
 		case tomlComments && strings.Contains(line, " # "):
