@@ -1,9 +1,9 @@
 // Package rehearsal runs the shipped examples (confd resources, templates,
 // systemd units) on several control-plane hosts sharing one machine. Each
 // host gets its own root directory; the only change made to an example is
-// moving its host paths under that root and pointing its two well-known
-// loopback addresses (etcd, the apiserver) at the host's own ports. The
-// fleet itself is driven by the tests in this package (build tag
+// moving its host paths under that root and pointing its well-known
+// loopback addresses (etcd, the apiserver, confd's metrics) at the host's
+// own ports. The fleet itself is driven by the tests in this package (build tag
 // rehearsal, `make rehearsal`).
 package rehearsal
 
@@ -26,6 +26,10 @@ type Host struct {
 const (
 	exampleEtcdURL      = "https://127.0.0.1:2379"
 	exampleAPIServerURL = "https://127.0.0.1:6443"
+	// confd's -metrics-addr in confd.service: every host's confd listens
+	// on a free port of the shared loopback instead.
+	exampleConfdMetricsAddr = "127.0.0.1:9095"
+	hostConfdMetricsAddr    = "127.0.0.1:0"
 )
 
 // hostPaths matches an absolute path that belongs to one host (its
@@ -41,13 +45,13 @@ func hostPaths() *regexp.Regexp {
 // Restore gives the original text back.
 func (h Host) Rewrite(text string) string {
 	text = hostPaths().ReplaceAllString(text, "${1}"+escapeDollar(h.Root)+"${2}")
-	r := strings.NewReplacer(exampleEtcdURL, h.EtcdURL, exampleAPIServerURL, h.APIServerURL)
+	r := strings.NewReplacer(exampleEtcdURL, h.EtcdURL, exampleAPIServerURL, h.APIServerURL, exampleConfdMetricsAddr, hostConfdMetricsAddr)
 	return r.Replace(text)
 }
 
 // Restore undoes Rewrite.
 func (h Host) Restore(text string) string {
-	r := strings.NewReplacer(h.EtcdURL, exampleEtcdURL, h.APIServerURL, exampleAPIServerURL)
+	r := strings.NewReplacer(h.EtcdURL, exampleEtcdURL, h.APIServerURL, exampleAPIServerURL, hostConfdMetricsAddr, exampleConfdMetricsAddr)
 	text = r.Replace(text)
 	return strings.ReplaceAll(text, h.Root+"/", "/")
 }
