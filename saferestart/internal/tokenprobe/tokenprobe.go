@@ -180,10 +180,10 @@ func New(cfg Config) (*Prober, error) {
 		return nil, fmt.Errorf("--token-probe-kubeconfig %s: server %q is no URL; want this host's apiserver, e.g. https://127.0.0.1:6443", cfg.Kubeconfig, rc.Host)
 	}
 	// The verifiers are reached by their own addresses, but each serving
-	// certificate is verified as the one this host's server name
-	// (e.g. 127.0.0.1) would be: a master's serving certificate holds
-	// the loopback address and its own names, not the other masters'
-	// addresses in every deployment.
+	// certificate is verified for the name this host's own is (the
+	// kubeconfig's tls-server-name, else its server's host, e.g.
+	// 127.0.0.1): the masters' certificates share a profile, but need not
+	// name each other's addresses.
 	anon := rest.AnonymousClientConfig(rc)
 	if anon.TLSClientConfig.ServerName == "" {
 		anon.TLSClientConfig.ServerName = u.Hostname()
