@@ -59,6 +59,8 @@ func TestRehearsalControlPlane(t *testing.T) {
 	t.Parallel()
 	rehearse(t, []scenario{
 		{"fresh", (*fleet).fresh},
+		// Before signer: it breaks and restores a confd-rendered bundle.
+		{"token-probe", (*fleet).tokenProbeScenario},
 		{"fleet-check", (*fleet).fleetCheck},
 		{"static-pod", (*fleet).staticPod},
 		{"kubeadm-reimage", (*fleet).kubeadmReimage},

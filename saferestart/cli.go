@@ -144,6 +144,7 @@ type options struct {
 	publisherMetricsAddr string
 	stateDir             string
 	reconcileInterval    time.Duration
+	tokenProbe           tokenProbeOptions // tokenprobe.go
 
 	// subcommands
 	reason             string
@@ -402,6 +403,7 @@ func validate(o *options) error {
 	}
 	errs = append(errs, validateKeyFlags(o)...)
 	errs = append(errs, validatePublishWatch(o)...)
+	errs = append(errs, validateTokenProbe(o)...)
 	errs = append(errs, validateFleetFlags(o)...)
 	errs = append(errs, validateControllerManagerFlags(o)...)
 	if o.sub == cmdHold && strings.TrimSpace(o.reason) == "" {

@@ -57,14 +57,14 @@ func (o *options) commands() []command {
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
 			long: publishKeyHelp,
 			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
-				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag, staleTokenFlags, healthCredFlags}},
+				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag, staleTokenFlags, healthCredFlags, tokenProbeFlags}},
 		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
 			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, hostFlag, graceFlag, kubeconfigFlag}},
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
 			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags)},
+				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags, tokenProbeFlags)},
 	}
 }
 

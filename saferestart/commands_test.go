@@ -74,6 +74,8 @@ var oldFlagScope = map[string][]string{
 	"kubeconfig": {cmdRestart, cmdRotateKey, cmdRetireKeys}, "ignore-legacy-tokens": {cmdRetireKeys}, "fleet-lease-age": oldRestarting, "min-live-apiservers": oldRestarting, "fleet-timeout": oldRestarting,
 	// publish-key --watch (issue 31.2).
 	"watch": {cmdPublishKey}, "reconcile-interval": {cmdPublishKey}, "state-dir": {cmdPublishKey}, "publisher-metrics-addr": {cmdPublishKey},
+	// publish-key --watch's token probe (issue 33.5).
+	"token-probe-kubeconfig": {cmdPublishKey}, "token-probe-service-account": {cmdPublishKey}, "token-probe-interval": {cmdPublishKey}, "token-probe-apiservers": {cmdPublishKey},
 }
 
 var oldRestarting = []string{cmdRestart, cmdRotateKey}
@@ -131,9 +133,9 @@ func TestFlagsPerCommandAsBefore(t *testing.T) {
 	// 58 flags (--help among them, which cobra adds to each command at
 	// its run) and the 8 etcd flags, as before, and --require-signing-keys,
 	// --stale-token-window, --ignore-stale-tokens, --apiserver-metrics-url,
-	// publish-key --watch's 4 and --metrics-textfile.
-	if len(all) != 58-1+8+1+3+4+1 {
-		t.Errorf("%d flags in all, want 74", len(all))
+	// publish-key --watch's 4, --metrics-textfile and the token probe's 4.
+	if len(all) != 58-1+8+1+3+4+1+4 {
+		t.Errorf("%d flags in all, want 78", len(all))
 	}
 	for flag := range all {
 		for _, sub := range allSubcommands {

@@ -95,6 +95,7 @@ func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int 
 		s.Failed = m.SampleFailed
 		w.Runners = append(w.Runners, s.Run)
 	}
+	a.addTokenProbe(ctx, w, m)
 	log.WithFields(map[string]any{"files": files, "interval": o.reconcileInterval.String(), "state-dir": o.stateDir}).Info("publish-key --watch: keeping this host's keys published")
 	err := w.Run(ctx)
 	var refused *keywatch.Refused

@@ -129,6 +129,11 @@ var Keys = []Key{
 	{Name: "reconcile-interval", Kind: Duration},
 	{Name: "state-dir", Kind: String},
 	{Name: "publisher-metrics-addr", Kind: String},
+	// publish-key --watch's token probe (saferestart/tokenprobe.go).
+	{Name: "token-probe-kubeconfig", Kind: String},
+	{Name: "token-probe-service-account", Kind: String},
+	{Name: "token-probe-interval", Kind: Duration},
+	{Name: "token-probe-apiservers", Kind: List},
 	// rotate-key: the host signs through kube-apiserver-sa-signer.
 	{Name: "signer", Kind: Bool},
 
