@@ -48,8 +48,8 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 			t.Errorf("%q: %v", tc.args, err)
 			continue
 		}
-		if o.sub != tc.sub || !reflect.DeepEqual(o.argv, tc.argv) {
-			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv, tc.sub, tc.argv)
+		if o.sub != tc.sub || !reflect.DeepEqual(o.argv(), tc.argv) {
+			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv(), tc.sub, tc.argv)
 		}
 	}
 }
@@ -123,16 +123,17 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	o, _, err := parseArgs(nil, env(nil))
+	p, _, err := parseArgs(nil, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := restartOf(t, p)
 	if o.lockName != "kube-apiserver-restart" || o.ttl != 10 || o.holdKeyOrDefault() != "kube-apiserver-restart-hold" ||
 		o.healthURL != "https://127.0.0.1:6443/readyz" {
 		t.Fatalf("defaults %+v", o)
 	}
-	o, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
-	if o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
+	p, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
+	if o = restartOf(t, p); o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
 		t.Fatalf("overrides %+v", o)
 	}
 }
@@ -180,21 +181,25 @@ func TestVersion(t *testing.T) {
 }
 
 func TestKeySubcommandArgs(t *testing.T) {
-	o, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
+	p, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
+	o := opts[*rotateKeyCmd](t, p)
+	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
 		o.publicKey != defaultPublicKey || o.algorithm != "rsa-2048" || o.grace != time.Hour || o.ttl != 3 {
 		t.Fatalf("rotate-key options: %+v", o)
 	}
-	o, _, err = parseArgs([]string{"rotate-key"}, env(nil))
-	if err != nil || !reflect.DeepEqual(o.argv, defaultCommand) || o.grace != 24*time.Hour {
-		t.Fatalf("rotate-key defaults: %+v %v", o, err)
+	p, _, err = parseArgs([]string{"rotate-key"}, env(nil))
+	if err != nil || !reflect.DeepEqual(opts[*rotateKeyCmd](t, p).argv, defaultCommand) || opts[*rotateKeyCmd](t, p).grace != 24*time.Hour {
+		t.Fatalf("rotate-key defaults: %+v %v", p, err)
 	}
-	o, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
-	if err != nil || o.timeout != 15*time.Minute || !reflect.DeepEqual(o.excludeHosts, []string{"a", "b"}) {
-		t.Fatalf("wait-trusted: %+v %v", o, err)
+	p, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := opts[*waitTrustedCmd](t, p); w.timeout != 15*time.Minute || !reflect.DeepEqual(w.excludeHosts, []string{"a", "b"}) {
+		t.Fatalf("wait-trusted: %+v %v", w, err)
 	}
 	for _, args := range [][]string{
 		{"wait-trusted"}, // no --public-key

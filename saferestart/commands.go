@@ -1,8 +1,10 @@
 package saferestart
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -10,69 +12,442 @@ import (
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/etcdflags"
+	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// command describes one subcommand: its flags, its arguments, whether it
-// talks to etcd (then it takes the etcd flags and ETCDCTL_*).
+// command describes one subcommand: its options (its own flags' values),
+// its arguments, whether it talks to etcd (then it takes the etcd flags and
+// ETCDCTL_*).
 type command struct {
 	name, use, short, long string
 	etcd                   bool
-	flags                  []func(*options, *pflag.FlagSet)
-	args                   func(o *options, cmd *cobra.Command, args []string) error
+	opts                   options
+	// args takes the command's arguments; nil: it takes none.
+	args func(cmd *cobra.Command, args []string) error
 }
 
-// commands are the subcommands; restart is the default.
-func (o *options) commands() []command {
-	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags}
+// options is one command's: its flags' values (registered by flags),
+// checked once complete (validate), and the command itself (run).
+type options interface {
+	flags(fs *pflag.FlagSet)
+	validate() []error
+	run(ctx context.Context, e *cmdEnv) int
+}
+
+// commands are the subcommands; restart is the default. Each gets its own
+// options, sharing s (the configuration file, logging and etcd flags).
+func commands(s *shared) []command {
+	restart := &restartCmd{shared: s}
+	check := &checkCmd{shared: s}
+	rotate := &rotateKeyCmd{shared: s}
+	forget := &forgetHostCmd{shared: s}
+	cfg := &configCmd{shared: s}
 	return []command{
-		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return restart.restartArgs(cmd, a, s.Origin) },
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, flags: append(restarting, outputFlag)},
+			long:  restartHelp, opts: restart},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, rotationPrefixFlag, keysPrefixFlag, outputFlag}},
-		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
+			opts: &statusCmd{shared: s}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{shared: s}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{shared: s}},
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
-		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs, etcd: true,
+		{name: cmdCheck, use: "check [flags] [FILE...]", args: check.checkArgs, etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
-			long:  checkHelp,
-			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags, keysPrefixFlag, trustPrefixFlag}},
-		{name: cmdVersion, short: "print the version"},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, outputFlag}},
+			long:  checkHelp, opts: check},
+		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &trustCmd{shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags, preflightFlags,
-				rotationPrefixFlag, ttlFlag}},
-		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
-			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
-			flags: append(restarting, publicKeyFlag, timeoutFlag, graceFlag, rotateKeyFlags)},
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &waitTrustedCmd{shared: s}},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return rotate.restartArgs(cmd, a, s.Origin) },
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
-				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
+			opts: &retireKeysCmd{shared: s}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp,
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
-				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag, staleTokenFlags, healthCredFlags}},
-		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
+			long: publishKeyHelp, opts: &publishKeyCmd{shared: s}},
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.forgetArgs, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, hostFlag, graceFlag, kubeconfigFlag}},
+			opts:  forget},
 		// config shows what every command would read: it takes all flags.
-		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
-			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags)},
+		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", args: cfg.configArgs, opts: cfg},
 	}
+}
+
+// The options of each command: the flag groups it registers, in the
+// order its --help lists them.
+
+type restartCmd struct {
+	*shared
+	restartingOpts
+	outputOpt
+}
+
+func (o *restartCmd) flags(fs *pflag.FlagSet) {
+	o.restartingOpts.flags(fs)
+	o.outputOpt.flags(fs)
+}
+
+func (o *restartCmd) validate() []error {
+	return append(o.restartingOpts.validate(o.shared, nil), o.outputOpt.validate()...)
+}
+
+type statusCmd struct {
+	*shared
+	lockOpts
+	rotationPrefixOpt
+	keysPrefixOpt
+	outputOpt
+}
+
+func (o *statusCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.outputOpt.flags(fs)
+}
+
+func (o *statusCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
+	errs = append(errs, validatePrefixes(&o.keysPrefix, nil, &o.rotationPrefix)...)
+	return append(errs, o.outputOpt.validate()...)
+}
+
+type holdCmd struct {
+	*shared
+	lockOpts
+	hostOpt
+	holdOpts
+}
+
+func (o *holdCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.hostOpt.flags(fs)
+	o.holdOpts.flags(fs)
+}
+
+func (o *holdCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
+	errs = append(errs, o.hostOpt.validate()...)
+	return append(errs, o.holdOpts.validate()...)
+}
+
+type unholdCmd struct {
+	*shared
+	lockOpts
+}
+
+func (o *unholdCmd) flags(fs *pflag.FlagSet) { o.lockOpts.flags(fs) }
+
+func (o *unholdCmd) validate() []error { return validateEtcd(o.shared, &o.lockOpts, nil, nil) }
+
+type checkCmd struct {
+	*shared
+	argv []string // the FILEs
+	preflightOpts
+	signingKeyOpt
+	checkOpts
+	keysPrefixOpt
+	trustPrefixOpt
+}
+
+func (o *checkCmd) flags(fs *pflag.FlagSet) {
+	o.preflightOpts.flags(fs)
+	o.signingKeyOpt.flags(fs)
+	o.checkOpts.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.trustPrefixOpt.flags(fs)
+}
+
+// validate: check needs etcd settings only to read the trust records.
+func (o *checkCmd) validate() []error {
+	if !o.requireSigningKeys {
+		return nil
+	}
+	return append(o.Etcd.Validate(), validatePrefixes(&o.keysPrefix, &o.trustPrefix, nil)...)
+}
+
+// usesEtcd: check reads etcdctl's environment only when it talks to etcd:
+// a plain file check must not fail on an unrelated ETCDCTL_* (fileUse
+// keeps --require-signing-keys off the file).
+func (o *checkCmd) usesEtcd() bool { return o.requireSigningKeys }
+
+type versionCmd struct{}
+
+func (versionCmd) flags(*pflag.FlagSet) {}
+
+func (versionCmd) validate() []error { return nil }
+
+func (versionCmd) run(_ context.Context, e *cmdEnv) int {
+	fmt.Fprint(e.stdout, version.Text(progName))
+	return exitOK
+}
+
+type trustCmd struct {
+	*shared
+	lockOpts
+	prefixOpts
+	outputOpt
+}
+
+func (o *trustCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.trustPrefixOpt.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.outputOpt.flags(fs)
+}
+
+func (o *trustCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
+	errs = append(errs, o.prefixOpts.validate()...)
+	return append(errs, o.outputOpt.validate()...)
+}
+
+type waitTrustedCmd struct {
+	*shared
+	lockOpts
+	prefixOpts
+	hostOpt
+	publicKeyOpt
+	timeoutOpt
+	waitTrustedOpts
+	preflightOpts
+	ttlOpt
+}
+
+func (o *waitTrustedCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.trustPrefixOpt.flags(fs)
+	o.hostOpt.flags(fs)
+	o.publicKeyOpt.flags(fs)
+	o.timeoutOpt.flags(fs)
+	o.waitTrustedOpts.flags(fs)
+	o.preflightOpts.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.ttlOpt.flags(fs)
+}
+
+func (o *waitTrustedCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, o.ttlOpt.validate(), nil)
+	errs = append(errs, o.prefixOpts.validate()...)
+	errs = append(errs, o.hostOpt.validate()...)
+	if o.publicKey == "" {
+		errs = append(errs, usagef("wait-trusted needs --public-key FILE"))
+	}
+	return append(errs, validateTimeout(o.timeout)...)
+}
+
+type rotateKeyCmd struct {
+	*shared
+	restartingOpts
+	publicKeyOpt
+	timeoutOpt
+	graceOpt
+	rotateKeyOpts
+}
+
+func (o *rotateKeyCmd) flags(fs *pflag.FlagSet) {
+	o.restartingOpts.flags(fs)
+	o.publicKeyOpt.flags(fs)
+	o.timeoutOpt.flags(fs)
+	o.graceOpt.flags(fs)
+	o.rotateKeyOpts.flags(fs)
+}
+
+func (o *rotateKeyCmd) validate() []error {
+	errs := o.restartingOpts.validate(o.shared, nil)
+	keyFileDefaults(&o.signingKey, &o.publicKey)
+	if o.algorithm != rotation.RSA2048 && o.algorithm != rotation.ECDSAP256 {
+		errs = append(errs, usagef("--algorithm %q: want %s or %s", o.algorithm, rotation.RSA2048, rotation.ECDSAP256))
+	}
+	errs = append(errs, validateGrace(o.grace)...)
+	errs = append(errs, validateTimeout(o.timeout)...)
+	if o.abort && (o.rollback || o.dryRun) {
+		errs = append(errs, usagef("--abort goes with neither --rollback nor --dry-run"))
+	}
+	if o.rollback && o.dryRun {
+		errs = append(errs, usagef("--rollback goes without --dry-run"))
+	}
+	return errs
+}
+
+type retireKeysCmd struct {
+	*shared
+	lockOpts
+	dryRunOpt
+	prefixOpts
+	hostOpt
+	publicKeyOpt
+	signingKeyOpt
+	kubeconfigOpt
+	cmOpts
+	retireKeysOpts
+}
+
+func (o *retireKeysCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.dryRunOpt.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.trustPrefixOpt.flags(fs)
+	o.hostOpt.flags(fs)
+	o.publicKeyOpt.flags(fs)
+	o.signingKeyOpt.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.kubeconfigOpt.flags(fs)
+	o.cmOpts.flags(fs)
+	o.retireKeysOpts.flags(fs)
+}
+
+func (o *retireKeysCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, map[string]time.Duration{"--stale-token-window": o.staleTokenWindow})
+	errs = append(errs, o.prefixOpts.validate()...)
+	errs = append(errs, o.hostOpt.validate()...)
+	keyFileDefaults(&o.signingKey, &o.publicKey)
+	return append(errs, o.cmOpts.validate()...)
+}
+
+type publishKeyCmd struct {
+	*shared
+	lockOpts
+	keysPrefixOpt
+	hostOpt
+	publicKeyOpt
+	signingKeyOpt
+	rotationPrefixOpt
+	graceOpt
+	publishKeyOpts
+	publishWatchOpts
+	ttlOpt
+	staleTokenOpt
+	healthCreds
+}
+
+func (o *publishKeyCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.hostOpt.flags(fs)
+	o.publicKeyOpt.flags(fs)
+	o.signingKeyOpt.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.graceOpt.flags(fs)
+	o.publishKeyOpts.flags(fs)
+	o.publishWatchOpts.flags(fs)
+	o.ttlOpt.flags(fs)
+	o.staleTokenOpt.flags(fs)
+	o.healthCreds.flags(fs)
+}
+
+func (o *publishKeyCmd) validate() []error {
+	var pre []error
+	if o.watch {
+		pre = o.ttlOpt.validate()
+	}
+	errs := validateEtcd(o.shared, &o.lockOpts, pre, nil)
+	errs = append(errs, validatePrefixes(&o.keysPrefix, nil, &o.rotationPrefix)...)
+	errs = append(errs, o.hostOpt.validate()...)
+	// The public half of --signing-key only when no --public-key.
+	if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
+		o.publicKey = defaultPublicKey
+	}
+	errs = append(errs, validateGrace(o.grace)...)
+	return append(errs, o.publishWatchOpts.validate()...)
+}
+
+type forgetHostCmd struct {
+	*shared
+	host string // the HOST forgotten
+	lockOpts
+	dryRunOpt
+	prefixOpts
+	hostOpt
+	graceOpt
+	kubeconfigOpt
+}
+
+func (o *forgetHostCmd) flags(fs *pflag.FlagSet) {
+	o.lockOpts.flags(fs)
+	o.dryRunOpt.flags(fs)
+	o.keysPrefixOpt.flags(fs)
+	o.trustPrefixOpt.flags(fs)
+	o.rotationPrefixOpt.flags(fs)
+	o.hostOpt.flags(fs)
+	o.graceOpt.flags(fs)
+	o.kubeconfigOpt.flags(fs)
+}
+
+func (o *forgetHostCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
+	errs = append(errs, o.prefixOpts.validate()...)
+	errs = append(errs, o.hostOpt.validate()...)
+	return append(errs, validateGrace(o.grace)...)
+}
+
+// configCmd shows what every command would read: it registers every
+// command's flags, with the same functions.
+type configCmd struct {
+	*shared
+	fs *pflag.FlagSet // the flags shown
+	restartingOpts
+	outputOpt
+	holdOpts
+	checkOpts
+	publicKeyOpt
+	timeoutOpt
+	waitTrustedOpts
+	graceOpt
+	rotateKeyOpts
+	publishKeyOpts
+	publishWatchOpts
+	retireKeysOpts
+	staleTokenOpt
+}
+
+func (o *configCmd) flags(fs *pflag.FlagSet) {
+	o.restartingOpts.flags(fs)
+	o.outputOpt.flags(fs)
+	o.holdOpts.flags(fs)
+	o.checkOpts.flags(fs)
+	o.publicKeyOpt.flags(fs)
+	o.timeoutOpt.flags(fs)
+	o.waitTrustedOpts.flags(fs)
+	o.graceOpt.flags(fs)
+	o.rotateKeyOpts.flags(fs)
+	o.publishKeyOpts.flags(fs)
+	o.publishWatchOpts.flags(fs)
+	o.retireKeysOpts.flags(fs)
+	o.staleTokenOpt.flags(fs)
+}
+
+func (o *configCmd) validate() []error {
+	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
+	errs = append(errs, o.prefixOpts.validate()...)
+	errs = append(errs, o.hostOpt.validate()...)
+	if o.trustTimeout < 0 {
+		errs = append(errs, usagef("--trust-timeout %s: must not be negative", o.trustTimeout))
+	}
+	errs = append(errs, o.publishWatchOpts.validate()...)
+	errs = append(errs, validateFleetFlags(&o.restartingOpts)...)
+	errs = append(errs, o.cmOpts.validate()...)
+	return append(errs, o.outputOpt.validate()...)
+}
+
+// configArgs: config takes no arguments, and shows its flags.
+func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmdConfig, args)
+	}
+	o.fs = cmd.Flags()
+	return nil
 }
 
 // newRoot is the command tree; act runs a command whose options are
 // complete and valid, and returns its exit code.
-func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command {
-	root := p.Root(&o.Common, progName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
-	for _, c := range o.commands() {
+func newRoot(p *cli.Program, s *shared, act func(name string, o options) int) *cobra.Command {
+	root := p.Root(&s.Common, progName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
+	for _, c := range commands(s) {
 		use := c.use
 		if use == "" {
 			use = c.name
@@ -88,52 +463,47 @@ func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command 
 		fs := cmd.Flags()
 		fs.SortFlags = false
 		if c.etcd {
-			o.Etcd.Register(fs)
+			s.Etcd.Register(fs)
 		}
-		for _, register := range c.flags {
-			register(o, fs)
-		}
+		c.opts.flags(fs)
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			o.sub, o.flags = c.name, cmd.Flags()
-			// check reads etcdctl's environment only when it talks to
-			// etcd: a plain file check must not fail on an unrelated
-			// ETCDCTL_* (fileUse keeps --require-signing-keys off the file).
 			var e *cli.Etcd
-			if c.etcd && (c.name != cmdCheck || o.requireSigningKeys) {
-				e = &o.Etcd
+			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
+				e = &s.Etcd
 			}
 			if c.args == nil && len(args) > 0 {
 				return usagef("%s takes no arguments, got %q", c.name, args)
 			}
-			if err := p.Resolve(cmd, &o.Common, e, o.fileUse(cmd, args)); err != nil {
+			var use func(string) bool
+			if chk, ok := c.opts.(*checkCmd); ok {
+				use = chk.fileUse(cmd, args)
+			}
+			if err := p.Resolve(cmd, &s.Common, e, use); err != nil {
 				return err
 			}
 			if c.args != nil {
-				if err := c.args(o, cmd, args); err != nil {
-					return o.FromFile(err)
+				if err := c.args(cmd, args); err != nil {
+					return s.FromFile(err)
 				}
 			}
-			if err := o.FromFile(validate(o)); err != nil {
+			if err := s.FromFile(joinUsage(c.opts.validate())); err != nil {
 				return err
 			}
-			return cli.Exit(act(o))
+			return cli.Exit(act(c.name, c.opts))
 		}
 		root.AddCommand(cmd)
 	}
 	return root
 }
 
-// fileUse says which of the file's keys a command reads: all it has flags
-// for, but check reads the restart's preflight inputs only when its
-// command line names nothing to check (then it checks what the restart
-// would preflight), and never require-signing-keys: the check_cmd that
-// wants etcd says so itself, and a file shared by every command must not
-// make each plain file check depend on etcd.
-func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
-	if o.sub != cmdCheck {
-		return nil
-	}
+// fileUse says which of the file's keys check reads: all it has flags
+// for, but the restart's preflight inputs only when its command line
+// names nothing to check (then it checks what the restart would
+// preflight), and never require-signing-keys: the check_cmd that wants
+// etcd says so itself, and a file shared by every command must not make
+// each plain file check depend on etcd.
+func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 	fs := cmd.Flags()
 	given := len(args) > 0 || fs.Changed("preflight-file") || fs.Changed("preflight-flags-file")
 	return func(name string) bool {
@@ -146,7 +516,7 @@ func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 
 // restartArgs: restart and rotate-key take their command after --, and
 // nothing before it.
-func restartArgs(o *options, cmd *cobra.Command, args []string) error {
+func (o *restartingOpts) restartArgs(cmd *cobra.Command, args []string, origin map[string]string) error {
 	dash := cmd.ArgsLenAtDash()
 	before := args
 	if dash >= 0 {
@@ -155,10 +525,10 @@ func restartArgs(o *options, cmd *cobra.Command, args []string) error {
 	if len(before) > 0 {
 		return usagef("unexpected argument %q: put the restart command after --", before[0])
 	}
-	if err := applyRestartMode(o); err != nil {
+	if err := o.applyRestartMode(origin); err != nil {
 		return err
 	}
-	o.argv = modeCommand(o)
+	o.argv = o.modeCommand()
 	if dash >= 0 {
 		if len(args) == dash {
 			return usagef("no command after --")
@@ -169,7 +539,7 @@ func restartArgs(o *options, cmd *cobra.Command, args []string) error {
 }
 
 // checkArgs: check's FILEs, before or after --.
-func checkArgs(o *options, _ *cobra.Command, args []string) error {
+func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
 	o.argv = args
 	if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
 		return usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")

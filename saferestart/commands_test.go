@@ -4,35 +4,109 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
 )
 
+type lookupEnv func(string) (string, bool)
+
+// parsed is a command line up to the command's start.
+type parsed struct {
+	sub  string
+	opts options
+	*shared
+}
+
 // parseArgs is the command line up to the command's start: its complete
 // options, its flags, or the usage error.
-func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
+func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 	var out strings.Builder
 	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
-	o := &options{}
-	ran := false
-	root := newRoot(p, o, func(*options) int { ran = true; return exitOK })
+	s := &shared{}
+	var res *parsed
+	var fs *pflag.FlagSet
+	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, shared: s}; return exitOK })
 	args, err := cli.Dispatch(root, args, cmdRestart)
 	if err != nil {
 		return nil, nil, err
 	}
 	root.SetArgs(args)
-	if _, err := root.ExecuteContextC(context.Background()); err != nil {
-		return nil, o.flags, err
+	cmd, err := root.ExecuteContextC(context.Background())
+	if cmd != nil {
+		fs = cmd.Flags()
 	}
-	if !ran {
+	if err != nil {
+		return nil, fs, err
+	}
+	if res == nil {
 		return nil, nil, errors.New("not run: " + out.String())
 	}
-	return o, o.flags, nil
+	return res, fs, nil
+}
+
+// env is the environment the command runs in, its output to w.
+func (p *parsed) env(w io.Writer, log *logrus.Logger) *cmdEnv {
+	return newCmdEnv(p.shared, p.opts, w, w, log)
+}
+
+// argv is the command's arguments: the restart command, check's FILEs.
+func (p *parsed) argv() []string {
+	switch o := p.opts.(type) {
+	case *restartCmd:
+		return o.argv
+	case *rotateKeyCmd:
+		return o.argv
+	case *checkCmd:
+		return o.argv
+	}
+	return nil
+}
+
+// The options of the command parsed, as type T; the test fails when it is
+// another command's.
+func opts[T options](t *testing.T, p *parsed) T {
+	t.Helper()
+	o, ok := p.opts.(T)
+	if !ok {
+		t.Fatalf("%s: options %T", p.sub, p.opts)
+	}
+	return o
+}
+
+// restartParsed is a restart command line's options.
+type restartParsed struct {
+	*restartingOpts
+	*shared
+}
+
+// parseRestart parses a restart or rotate-key command line.
+func parseRestart(t *testing.T, args []string) (restartParsed, *pflag.FlagSet, error) {
+	t.Helper()
+	p, fs, err := parseArgs(args, env(nil))
+	if err != nil {
+		return restartParsed{}, fs, err
+	}
+	return restartParsed{restartOf(t, p), p.shared}, fs, nil
+}
+
+// restartOf is the restart options of restart or rotate-key.
+func restartOf(t *testing.T, p *parsed) *restartingOpts {
+	t.Helper()
+	switch o := p.opts.(type) {
+	case *restartCmd:
+		return &o.restartingOpts
+	case *rotateKeyCmd:
+		return &o.restartingOpts
+	}
+	t.Fatalf("%s: not a restarting command", p.sub)
+	return nil
 }
 
 // oldFlagScope is the scope table the single flag set kept before the

@@ -50,11 +50,15 @@ restart-mode = "systemd"
 // the file's; keys of other subcommands and binaries are ignored.
 func TestConfigPrecedence(t *testing.T) {
 	path := writeConfig(t, sampleConfig)
-	o, _, err := parseArgs([]string{"--config", path, "--jwks-key-file", "/cmd/a.pem", "--ttl", "3"},
+	p, fs, err := parseArgs([]string{"--config", path, "--jwks-key-file", "/cmd/a.pem", "--ttl", "3"},
 		env(map[string]string{"ETCDCTL_CACERT": "/env/ca.crt"}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := struct {
+		*parsed
+		*restartingOpts
+	}{p, restartOf(t, p)}
 	want := map[string]struct {
 		got    any
 		want   any
@@ -77,14 +81,14 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	// grace is rotate-key's: restart ignores it; status ignores the
 	// restart's keys (no "does not apply" error for a file).
-	if o.grace != 24*time.Hour {
-		t.Errorf("restart took rotate-key's grace from the file: %s", o.grace)
+	if fs.Lookup("grace") != nil || p.Origin["grace"] != "" {
+		t.Errorf("restart took rotate-key's grace from the file: %s", p.Origin["grace"])
 	}
-	if o, _, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || o.lockTimeout != 10*time.Minute {
-		t.Fatalf("status with the file: %v, lock-timeout %s", err, o.lockTimeout)
+	if _, fs, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || fs.Lookup("lock-timeout") != nil {
+		t.Fatalf("status with the file: %v, lock-timeout %v", err, fs.Lookup("lock-timeout"))
 	}
-	if o, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || o.grace != 2*time.Hour || o.ttl != 20 {
-		t.Fatalf("rotate-key with the file: %v, grace %s ttl %d", err, o.grace, o.ttl)
+	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*rotateKeyCmd](t, p).grace != 2*time.Hour || opts[*rotateKeyCmd](t, p).ttl != 20 {
+		t.Fatalf("rotate-key with the file: %v", err)
 	}
 }
 
@@ -95,14 +99,14 @@ func TestConfigDefaultPath(t *testing.T) {
 	defer func(d string) { defaultConfig = d }(defaultConfig)
 	defaultConfig = path
 	o, _, err := parseArgs(nil, env(nil))
-	if err != nil || o.ttl != 42 || o.File == nil {
-		t.Fatalf("default present: %v ttl %d", err, o.ttl)
+	if err != nil || restartOf(t, o).ttl != 42 || o.File == nil {
+		t.Fatalf("default present: %v", err)
 	}
-	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || o.ttl != 10 || o.File != nil {
-		t.Fatalf("--config '': %v ttl %d", err, o.ttl)
+	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || restartOf(t, o).ttl != 10 || o.File != nil {
+		t.Fatalf("--config '': %v", err)
 	}
 	defaultConfig = filepath.Join(t.TempDir(), "absent.toml")
-	if o, _, err = parseArgs(nil, env(nil)); err != nil || o.ttl != 10 {
+	if o, _, err = parseArgs(nil, env(nil)); err != nil || restartOf(t, o).ttl != 10 {
 		t.Fatalf("default absent: %v", err)
 	}
 	_, _, err = parseArgs([]string{"--config", defaultConfig}, env(nil))
@@ -138,13 +142,16 @@ func TestConfigErrors(t *testing.T) {
 // command line names nothing to check.
 func TestConfigCheckInputs(t *testing.T) {
 	path := writeConfig(t, "preflight-flags-file = [\"/file/sa.env\"]\npublic-only = true\nendpoints = [\"x\"]\n")
-	o, _, err := parseArgs([]string{"check", "--config", path, "bundle.pem"}, env(nil))
-	if err != nil || o.preflightFlagsFiles != nil || !o.publicOnly || !reflect.DeepEqual(o.argv, []string{"bundle.pem"}) {
-		t.Fatalf("check FILE: %v %+v", err, o)
+	p, _, err := parseArgs([]string{"check", "--config", path, "bundle.pem"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
 	}
-	o, _, err = parseArgs([]string{"check", "--config", path}, env(nil))
-	if err != nil || !reflect.DeepEqual(o.preflightFlagsFiles, []string{"/file/sa.env"}) {
-		t.Fatalf("check alone: %v %+v", err, o)
+	if o := opts[*checkCmd](t, p); o.preflightFlagsFiles != nil || !o.publicOnly || !reflect.DeepEqual(o.argv, []string{"bundle.pem"}) {
+		t.Fatalf("check FILE: %+v", o)
+	}
+	p, _, err = parseArgs([]string{"check", "--config", path}, env(nil))
+	if err != nil || !reflect.DeepEqual(opts[*checkCmd](t, p).preflightFlagsFiles, []string{"/file/sa.env"}) {
+		t.Fatalf("check alone: %v %+v", err, p)
 	}
 }
 
@@ -212,15 +219,22 @@ func TestConfigSignerKeysSkipped(t *testing.T) {
 	path := writeConfig(t, "metrics-addr = \"127.0.0.1:9731\"\nsocket = \"/run/x/signer.sock\"\nlock-name = \"/l\"\npublisher-metrics-addr = \"127.0.0.1:9732\"\n")
 	for _, args := range [][]string{{"restart"}, {"status"}, {"config"}, {"publish-key", "--watch"}} {
 		sub := args[0]
-		o, fs, err := parseArgs(append(args, "--config="+path), env(nil))
+		_, fs, err := parseArgs(append(args, "--config="+path), env(nil))
 		if err != nil {
 			t.Fatalf("%s: %v", sub, err)
 		}
-		if o.lockName != "/l" || fs.Lookup("metrics-addr") != nil {
-			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, o.lockName, fs.Lookup("metrics-addr"))
+		// The command's own values, whatever its options' type.
+		value := func(name string) string {
+			if f := fs.Lookup(name); f != nil {
+				return f.Value.String()
+			}
+			return ""
 		}
-		if want := sub == "publish-key" || sub == "config"; (o.publisherMetricsAddr == "127.0.0.1:9732") != want {
-			t.Errorf("%s: --publisher-metrics-addr %q", sub, o.publisherMetricsAddr)
+		if value("lock-name") != "/l" || fs.Lookup("metrics-addr") != nil {
+			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, value("lock-name"), fs.Lookup("metrics-addr"))
+		}
+		if want := sub == "publish-key" || sub == "config"; (value("publisher-metrics-addr") == "127.0.0.1:9732") != want {
+			t.Errorf("%s: --publisher-metrics-addr %q", sub, value("publisher-metrics-addr"))
 		}
 	}
 }

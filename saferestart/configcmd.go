@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -15,8 +16,9 @@ import (
 // showConfig is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
-	o := a.o
+func (o *configCmd) run(_ context.Context, e *cmdEnv) int { return o.showConfig(e.stdout, o.fs) }
+
+func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	switch {
 	case o.File != nil:
 		fmt.Fprintf(w, "# configuration file: %s\n", o.File.Path)
@@ -33,7 +35,7 @@ func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 		if !ok {
 			k = config.Key{Name: f.Name}
 		}
-		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o), o.Origin[f.Name])
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.shared), o.Origin[f.Name])
 	})
 	if o.File != nil {
 		var other []string
@@ -51,7 +53,7 @@ func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 
 // tomlValue formats a flag's effective value. user and password are read
 // from the options: an ETCDCTL_USER of name:password was split there.
-func tomlValue(k config.Key, f *pflag.Flag, o *options) string {
+func tomlValue(k config.Key, f *pflag.Flag, o *shared) string {
 	switch f.Name {
 	case "user":
 		return strconv.Quote(o.User)

@@ -20,7 +20,7 @@ import (
 var controllerManagerCommand = []string{"systemctl", "restart", "kube-controller-manager.service"}
 
 // validateControllerManagerFlags checks the controller-manager's flags.
-func validateControllerManagerFlags(o *options) []error {
+func (o *cmOpts) validate() []error {
 	switch o.cmRestartMode {
 	case modeSystemd, modeStaticPod:
 		return nil
@@ -35,8 +35,8 @@ func validateControllerManagerFlags(o *options) []error {
 // restarted so that it signs new legacy token Secrets with the new key too,
 // and its /healthz must answer. A command after -- never covers it.
 func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
-	a := k.a
-	o := a.o
+	a := k.cmdEnv
+	o := k.o
 	if len(o.cmFlagsFiles) == 0 {
 		return nil
 	}
@@ -90,9 +90,9 @@ func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.F
 // token Secret holds a token signed with that key, since every apiserver
 // refuses such tokens once the key is gone. Re-creating the Secret (after
 // kube-controller-manager signs with the new key) clears it.
-func (k *keyRotation) legacyTokenGate(ctx context.Context, kid string, log logrus.FieldLogger) int {
-	a := k.a
-	o := a.o
+func (r *retirer) legacyTokenGate(ctx context.Context, kid string, log logrus.FieldLogger) int {
+	a := r.cmdEnv
+	o := r.o
 	if o.kubeconfig == "" {
 		return exitOK
 	}
@@ -100,7 +100,7 @@ func (k *keyRotation) legacyTokenGate(ctx context.Context, kid string, log logru
 		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", kid)
 		return exitOK
 	}
-	l, err := legacytokens.New(o.kubeconfig, o.CommandTimeout)
+	l, err := legacytokens.New(o.kubeconfig, a.etcd.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Error("retire-keys: legacy token check")
 		return exitPreflight
@@ -119,14 +119,6 @@ func (k *keyRotation) legacyTokenGate(ctx context.Context, kid string, log logru
 	return exitOK
 }
 
-// controllerManagerSigning is the key ID kube-controller-manager signs
-// with, for the trust record ("" when --controller-manager-flags-file is not
-// given or names no key file).
-func (r *restarter) controllerManagerSigning() (string, error) {
-	_, kid, err := preflight.ControllerManagerKey(r.a.o.cmFlagsFiles)
-	return kid, err
-}
-
 // retireGates run before retire-keys retires kid, a due superseded key of
 // any host. A key any host's trust record says its apiserver signs with is
 // kept, logged, exit 0: two hosts may share a key (kubeadm's upload-certs),
@@ -139,7 +131,7 @@ func (r *restarter) controllerManagerSigning() (string, error) {
 // controller-manager's key (older helpers, hosts without
 // --controller-manager-flags-file) block nothing. It reports whether kid
 // may be retired now, and the exit code.
-func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) (bool, int) {
+func (r *retirer) retireGates(ctx context.Context, kid string, recs map[string]trust.Record, log logrus.FieldLogger) (bool, int) {
 	if hosts := trust.APIServersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Warnf("key %s is due, but the apiserver on %s signs with it (trust record): kept until no apiserver does",
 			kid, strings.Join(hosts, ", "))
@@ -150,6 +142,6 @@ func (k *keyRotation) retireGates(ctx context.Context, kid string, recs map[stri
 			strings.Join(hosts, ", "), kid)
 		return false, exitPreflight
 	}
-	code := k.legacyTokenGate(ctx, kid, log)
+	code := r.legacyTokenGate(ctx, kid, log)
 	return code == exitOK, code
 }

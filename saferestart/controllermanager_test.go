@@ -111,8 +111,7 @@ func TestRestartControllerManager(t *testing.T) {
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		err = (&keyRotation{a: a}).restartControllerManager(context.Background(), log)
+		err = (&keyRotation{cmdEnv: o.env(&logs, log), o: opts[*rotateKeyCmd](t, o)}).restartControllerManager(context.Background(), log)
 		t.Log(logs.String())
 		return err
 	}
@@ -175,8 +174,7 @@ func TestLegacyTokenGate(t *testing.T) {
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		if got := (&keyRotation{a: a}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
+		if got := (&retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
 			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
 		}
 		if tt.want == exitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
@@ -222,8 +220,8 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-		rec := (&restarter{a: a}).trustSnapshot(context.Background(), log)
+		r := restartOf(t, o)
+		rec := trustSnapshot(context.Background(), o.env(&logs, log), r.preflightOpts, r.cmFlagsFiles, log)
 		if rec == nil || rec.Signing != keyID(t, apiKey) || rec.ControllerManagerSigning != tt.want {
 			t.Errorf("%s: record %+v, want controller-manager key %q\n%s", tt.name, rec, tt.want, logs.String())
 		}
@@ -245,7 +243,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	var logs bytes.Buffer
 	log := logrus.New()
 	log.Out = &logs
-	a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
+	r := &retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}
 	record := func(host, signing, cm string) {
 		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: signing, ControllerManagerSigning: cm, Time: time.Now()}
 		if err := trust.Put(ctx, cli, trust.DefaultPrefix, "", rec); err != nil {
@@ -257,7 +255,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log)
+		_, code := r.retireGates(ctx, "OLDKID", recs, log)
 		return code
 	}
 	// An older helper's record: no controller-manager key.
@@ -282,7 +280,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, code := (&keyRotation{a: a}).retireGates(ctx, "OLDKID", recs, log); ok || code != exitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
+	if ok, code := r.retireGates(ctx, "OLDKID", recs, log); ok || code != exitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
 		t.Fatalf("m2's apiserver signs with the retiring key: retire %v exit %d:\n%s", ok, code, logs.String())
 	}
 }

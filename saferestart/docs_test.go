@@ -38,8 +38,7 @@ func docFiles(t *testing.T) []string {
 // prose (`... status` shows) are read the same way.
 func TestDocCommandLinesParse(t *testing.T) {
 	names := map[string]bool{}
-	p := &options{}
-	for _, c := range p.commands() {
+	for _, c := range commands(&shared{}) {
 		names[c.name] = true
 	}
 	flagsOf := map[string]map[string]bool{}
@@ -144,7 +143,7 @@ func commandFlags(t *testing.T, name string) []string {
 	t.Helper()
 	var out strings.Builder
 	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env(nil)}
-	root := newRoot(p, &options{}, func(*options) int { return exitOK })
+	root := newRoot(p, &shared{}, func(string, options) int { return exitOK })
 	c, _, err := root.Find([]string{name})
 	if err != nil || c == root {
 		t.Fatalf("no command %s: %v", name, err)

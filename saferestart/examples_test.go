@@ -174,25 +174,27 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 		t.Fatalf("%s: %q: %v", where, cmdline, err)
 	}
 	waits := o.DialTimeout // every subcommand but check connects first
-	switch o.sub {
-	case cmdRestart, cmdRotateKey:
-		return o.worstCase(), true
-	case cmdWaitTrusted:
-		if o.trustHostName == "" && o.ifNewKey {
+	switch c := o.opts.(type) {
+	case *restartCmd:
+		return c.worstCase(&o.Etcd), true
+	case *rotateKeyCmd:
+		return c.worstCase(&o.Etcd), true
+	case *waitTrustedCmd:
+		if c.trustHostName == "" && c.ifNewKey {
 			waits += fqdn.Timeout
 		}
-		return waits + o.CommandTimeout + o.timeout, true // read the trust records, then wait
-	case cmdCheck:
-		if o.requireSigningKeys {
+		return waits + o.CommandTimeout + c.timeout, true // read the trust records, then wait
+	case *checkCmd:
+		if c.requireSigningKeys {
 			return waits + o.CommandTimeout, true // connect, read the trust records
 		}
 		return 0, true // reads local files: no wait
-	case cmdRetireKeys:
-		if o.trustHostName == "" {
+	case *retireKeysCmd:
+		if c.trustHostName == "" {
 			waits += fqdn.Timeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
-		return waits + time.Duration(o.ttl+2)*time.Second + 5*o.CommandTimeout, true
+		return waits + time.Duration(claimTTL+2)*time.Second + 5*o.CommandTimeout, true
 	default:
 		return waits + 2*o.CommandTimeout, true
 	}

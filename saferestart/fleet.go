@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/restart"
@@ -39,13 +40,13 @@ type fleetCheck struct {
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
 func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
-	a := r.a
-	o := a.o
+	a := r.cmdEnv
+	o := r.o
 	if o.kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
+	leases, err := fleet.NewLeases(o.kubeconfig, a.etcd.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	expected := func(ctx context.Context) ([]string, []string, error) {
 		rctx, cancel := a.opCtx(ctx)
 		defer cancel()
-		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		rep, err := trust.Collect(rctx, cli, o.prefixes())
 		if err != nil {
 			return nil, nil, a.etcdErr(err)
 		}
@@ -92,7 +93,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
 		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
-		Interval: fleetInterval, OpTimeout: o.CommandTimeout, Log: log,
+		Interval: fleetInterval, OpTimeout: a.etcd.CommandTimeout, Log: log,
 	}}, nil
 }
 
@@ -157,15 +158,15 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 // fleetWorstCase is what the fleet check adds to a restart at worst: the
 // wait before queueing (its last read included) and the read under the
 // lock.
-func (o *options) fleetWorstCase() time.Duration {
+func (o *restartingOpts) fleetWorstCase(e *cli.Etcd) time.Duration {
 	if o.kubeconfig == "" {
 		return 0
 	}
-	return o.fleetTimeout + 2*o.CommandTimeout
+	return o.fleetTimeout + 2*e.CommandTimeout
 }
 
 // validateFleetFlags checks the fleet check's flags.
-func validateFleetFlags(o *options) []error {
+func validateFleetFlags(o *restartingOpts) []error {
 	var errs []error
 	if o.kubeconfig == "" {
 		return nil

@@ -20,14 +20,14 @@ import (
 )
 
 // forgetArgs: forget-host takes the one HOST it removes.
-func forgetArgs(o *options, _ *cobra.Command, args []string) error {
+func (o *forgetHostCmd) forgetArgs(_ *cobra.Command, args []string) error {
 	if len(args) != 1 || args[0] == "" {
 		return usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
 	}
 	if strings.Contains(args[0], "/") {
 		return usagef("forget-host %q: a host name holds no /", args[0])
 	}
-	o.argv = args
+	o.host = args[0]
 	return nil
 }
 
@@ -50,7 +50,7 @@ func (p *forgetPlan) empty() bool {
 }
 
 // steps lists, in order, what the plan changes.
-func (p *forgetPlan) steps(a *app) []string {
+func (p *forgetPlan) steps(o *forgetHostCmd) []string {
 	var out []string
 	for _, kid := range sortedKeys(p.next.Record.Superseded) {
 		s := p.next.Record.Superseded[kid]
@@ -58,9 +58,9 @@ func (p *forgetPlan) steps(a *app) []string {
 			out = append(out, fmt.Sprintf("key %s stays superseded (by %s), retired after %s", kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339)))
 			continue
 		}
-		out = append(out, fmt.Sprintf("supersede key %s: published until retire-keys retires it after %s (--grace %s)", kid, s.RetireAfter.UTC().Format(time.RFC3339), a.o.grace))
+		out = append(out, fmt.Sprintf("supersede key %s: published until retire-keys retires it after %s (--grace %s)", kid, s.RetireAfter.UTC().Format(time.RFC3339), o.grace))
 	}
-	store := a.keyStore(nil)
+	store := keyStore(nil, o.keysPrefix, o.rotationPrefix)
 	if p.state.Record.Forgotten.IsZero() {
 		out = append(out, fmt.Sprintf("mark %s forgotten in its key record %s (kept until its keys are retired; its value goes with its last key)", p.host, store.RecordKey(p.host)))
 	}
@@ -78,35 +78,38 @@ func (p *forgetPlan) steps(a *app) []string {
 // and restart intent go, so that no trust wait, fleet check or signer
 // barrier waits for it and no orphaned intent holds the line. It refuses
 // while the host shows any sign of running.
-func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
-	o := a.o
-	host := o.argv[0]
+func (o *forgetHostCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.forgetHost(ctx, e, cli) })
+}
+
+func (o *forgetHostCmd) forgetHost(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
+	host := o.host
 	log := a.log.WithField("forget", host)
 	if self := a.trustHost(ctx); host == self {
 		log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
 		return exitPreflight
 	}
-	if code := a.forgetEvidence(ctx, cli, host, log); code != exitOK {
+	if code := o.forgetEvidence(ctx, a, cli, host, log); code != exitOK {
 		return code
 	}
-	p, err := a.readForgetPlan(ctx, cli, host, time.Now())
+	p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
 	if err != nil {
 		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
 		return exitError
 	}
 	if p.empty() {
-		return a.forgetUnknown(host, log)
+		return o.forgetUnknown(host, log)
 	}
 	if o.dryRun {
 		fmt.Fprintf(a.stdout, "dry run: nothing written or removed\n")
-		for _, s := range p.steps(a) {
+		for _, s := range p.steps(o) {
 			fmt.Fprintf(a.stdout, "would %s\n", s)
 		}
 		return exitOK
 	}
 	// Claimed as rotate-key and retire-keys claim a host: a retire-keys
 	// retiring its keys meanwhile would race the supersede.
-	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.host, os.Getpid()), o.ttl, 0)
+	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.host, os.Getpid()), claimTTL, 0)
 	if errors.Is(err, rotation.ErrBusy) {
 		log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
 		return exitLockTimeout
@@ -117,16 +120,16 @@ func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
 	}
 	defer func() { _ = claim.Release() }()
 	// Read again under the claim: what is done is what is logged.
-	if p, err = a.readForgetPlan(ctx, cli, host, time.Now()); err != nil {
+	if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
 		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
 		return exitError
 	}
-	steps := p.steps(a)
+	steps := p.steps(o)
 	// The keys first: from then on the host publishes no current key and
 	// no wait counts it, whatever else a kill leaves behind (a second run
 	// finishes the rest).
 	uctx, cancel := a.opCtx(ctx)
-	_, err = a.keyStore(cli).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+	_, err = keyStore(cli, o.keysPrefix, o.rotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
 		return cur.Forget(cmdForgetHost, time.Now(), o.grace), nil
 	})
 	cancel()
@@ -163,19 +166,17 @@ func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
 }
 
 // forgetUnknown refuses a name etcd knows nothing of.
-func (a *app) forgetUnknown(host string, log logrus.FieldLogger) int {
-	o := a.o
+func (o *forgetHostCmd) forgetUnknown(host string, log logrus.FieldLogger) int {
 	log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
 		host, o.keysPrefix, o.trustPrefix, o.rotationPrefix)
 	return exitPreflight
 }
 
 // readForgetPlan reads what forget-host would change.
-func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
-	o := a.o
+func (o *forgetHostCmd) readForgetPlan(ctx context.Context, a *cmdEnv, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
 	rctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	st, err := a.keyStore(cli).Load(rctx, host)
+	st, err := keyStore(cli, o.keysPrefix, o.rotationPrefix).Load(rctx, host)
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +208,7 @@ func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host str
 // its publisher's lease-bound alive record, a restart intent whose lock
 // lease is alive, or (--kubeconfig) its apiserver's fresh identity Lease. Forgetting a running master would make
 // every rotation stop waiting for an apiserver that still serves tokens.
-func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
-	o := a.o
+func (o *forgetHostCmd) forgetEvidence(ctx context.Context, a *cmdEnv, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
 	key := rotation.AliveKey(o.rotationPrefix, host)
 	rctx, cancel := a.opCtx(ctx)
 	resp, err := cli.Get(rctx, key)
@@ -242,12 +242,12 @@ func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host str
 		log.Infof("no --kubeconfig: %s's apiserver identity Lease not checked", host)
 		return exitOK
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
+	leases, err := fleet.NewLeases(o.kubeconfig, a.etcd.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Errorf("forget-host %s: nothing done", host)
 		return exitPreflight
 	}
-	s, err := fleet.Check(ctx, leases, fleet.Config{Host: a.trustHost(ctx), LeaseAge: defaultFleetLeaseAge, MinLive: 0, OpTimeout: o.CommandTimeout})
+	s, err := fleet.Check(ctx, leases, fleet.Config{Host: a.trustHost(ctx), LeaseAge: defaultFleetLeaseAge, MinLive: 0, OpTimeout: a.etcd.CommandTimeout})
 	switch {
 	case errors.Is(err, fleet.ErrAccess):
 		log.WithError(err).Errorf("forget-host %s: refused: the local apiserver refuses --kubeconfig's credentials (they need list on leases in kube-system)", host)

@@ -22,32 +22,32 @@ import (
 // with the reason on stderr otherwise. It needs etcd only with
 // --require-signing-keys, and then exits exitError when etcd does not
 // answer: the bundle is refused either way.
-func (a *app) check(ctx context.Context) int {
+func (o *checkCmd) run(ctx context.Context, a *cmdEnv) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var errs []error
-	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{
-			PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys,
+	if len(o.argv) > 0 {
+		errs = append(errs, preflight.CheckFiles(cctx, o.argv, preflight.CheckOptions{
+			PublicOnly: o.publicOnly, KeysOnly: o.keysOnly, RequireKeys: o.requireKeys,
 			// This host's own key, missing, is fixed by publishing it: for
 			// these paths (the defaults publish-key reads, or the key given
 			// by --signing-key) the error says so.
-			OwnKeys: []string{defaultSigningKey, defaultPublicKey, a.o.signingKey},
-			Now:     time.Now(), Warn: a.checkWarning,
+			OwnKeys: []string{defaultSigningKey, defaultPublicKey, o.signingKey},
+			Now:     time.Now(), Warn: checkWarning(a),
 		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
-	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, a.o.preflightInput(a.checkWarning)))
+	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
+		errs = append(errs, preflight.Run(cctx, preflightInput(o.preflightOpts, o.signingKey, checkWarning(a))))
 	}
 	var etcdErr error
-	if a.o.requireSigningKeys {
+	if o.requireSigningKeys {
 		var missing []error
-		missing, etcdErr = a.signingKeysMissing(cctx, a.o.argv)
+		missing, etcdErr = o.signingKeysMissing(cctx, a, o.argv)
 		errs = append(errs, missing...)
 	}
-	for _, w := range duplicateKeys(a.o.argv) {
+	for _, w := range duplicateKeys(o.argv) {
 		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
 	}
 	code := exitOK
@@ -98,18 +98,22 @@ func duplicateKeys(files []string) []string {
 }
 
 // status is the `status` subcommand: exit 4 while a hold is active.
-func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
-	sctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *statusCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
+}
+
+func (o *statusCmd) status(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
+	sctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
 	defer cancel()
-	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault(), a.o.rotationPrefix)
+	r, err := status.Collect(sctx, cli, o.lockName, o.holdKeyOrDefault(), o.rotationPrefix)
 	if err == nil {
-		err = r.AddKeys(sctx, a.keyStore(cli))
+		err = r.AddKeys(sctx, keyStore(cli, o.keysPrefix, o.rotationPrefix))
 	}
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("status")
 		return exitError
 	}
-	if a.o.output == "json" {
+	if o.output == "json" {
 		err = r.WriteJSON(a.stdout)
 	} else {
 		err = r.WriteText(a.stdout)
@@ -126,11 +130,15 @@ func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
 	return exitOK
 }
 
-func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *holdCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
+}
+
+func (o *holdCmd) setHold(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
 	defer cancel()
-	key := a.o.holdKeyOrDefault()
-	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
+	key := o.holdKeyOrDefault()
+	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: o.reason, Time: time.Now(), Lock: o.lockName}
 	stored, err := hold.Add(hctx, cli, key, rec)
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("hold")
@@ -143,10 +151,14 @@ func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
 	return exitOK
 }
 
-func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *unholdCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
+}
+
+func (o *unholdCmd) unhold(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
 	defer cancel()
-	key := a.o.holdKeyOrDefault()
+	key := o.holdKeyOrDefault()
 	prev, err := hold.Delete(hctx, cli, key)
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("unhold")
@@ -177,6 +189,6 @@ func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
 // checkWarning reports what check accepts but an operator should fix (an
 // RSA key under 2048 bits already published: refusing it would refuse the
 // tokens it signed).
-func (a *app) checkWarning(err error) {
-	fmt.Fprintf(a.stderr, "%s check: warning: %v\n", progName, err)
+func checkWarning(a *cmdEnv) func(error) {
+	return func(err error) { fmt.Fprintf(a.stderr, "%s check: warning: %v\n", progName, err) }
 }

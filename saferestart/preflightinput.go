@@ -11,8 +11,8 @@ import (
 // instead of key files; preflight then asks the signer for its keys and
 // looks there for --signing-key's public half (by default the file the
 // signer itself signs with, /etc/kubernetes/pki/sa.key).
-func (o *options) preflightInput(warn func(error)) preflight.Input {
-	key := o.signingKey
+func preflightInput(o preflightOpts, signingKey string, warn func(error)) preflight.Input {
+	key := signingKey
 	if key == "" {
 		key = defaultSigningKey
 	}

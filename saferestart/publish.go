@@ -18,14 +18,9 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// publisher is publish-key.
-type publisher struct{ a *app }
-
 // publishSource is what publish-key publishes: --certificate, else
 // --public-key, else the public half of --signing-key.
-func (p *publisher) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
-	a := p.a
-	o := a.o
+func (o *publishKeyCmd) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
 	switch {
 	case o.certificate != "":
 		name = o.certificate
@@ -82,9 +77,18 @@ func (p *publisher) publishSource(ctx context.Context) (name string, items []key
 	return name, items, err
 }
 
-// keyStore is the hosts' published keys and key records.
-func (a *app) keyStore(cli clientv3.KV) *keystate.Store {
-	return &keystate.Store{KV: cli, KeysPrefix: a.o.keysPrefix, RecordPrefix: a.o.rotationPrefix}
+// keyStore is the hosts' published keys (under keysPrefix) and key
+// records (under rotationPrefix).
+func keyStore(cli clientv3.KV, keysPrefix, rotationPrefix string) *keystate.Store {
+	return &keystate.Store{KV: cli, KeysPrefix: keysPrefix, RecordPrefix: rotationPrefix}
+}
+
+// run is publish-key: once, or with --watch for as long as it runs.
+func (o *publishKeyCmd) run(ctx context.Context, e *cmdEnv) int {
+	if o.watch {
+		return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })
+	}
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishKey(ctx, e, cli) })
 }
 
 // publishKey is the `publish-key` subcommand: this host's public key(s)
@@ -94,13 +98,11 @@ func (a *app) keyStore(cli clientv3.KV) *keystate.Store {
 // --grace: tokens it signed keep verifying meanwhile. Nothing is written
 // when nothing changed, so a republished unchanged key makes no revision
 // (and no restart).
-func (p *publisher) publishKey(ctx context.Context, cli *clientv3.Client) int {
-	a := p.a
-	o := a.o
+func (o *publishKeyCmd) publishKey(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
 	host := a.trustHost(ctx)
-	store := a.keyStore(cli)
+	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
 	log := a.log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
-	name, items, err := p.publishSource(ctx)
+	name, items, err := o.publishSource(ctx)
 	if err != nil {
 		for _, e := range splitErrors(err) {
 			log.WithError(e).Error("publish-key: refusing to publish; nothing written")
@@ -140,21 +142,21 @@ func (p *publisher) publishKey(ctx context.Context, cli *clientv3.Client) int {
 	} else {
 		log.WithField("keys", kids).Infof("%s: published value unchanged: nothing written", name)
 	}
-	p.trimOwnFiles(res.Record, log)
+	trimOwnFiles(res.Record, o.signingKey, o.publicKey, o.certificate, log)
 	return exitOK
 }
 
 // trimOwnFiles removes keys retired (by any master's retire-keys) from
-// this host's own key files; a failure is logged, never fatal: the
+// this host's own key files (signingKey, and publicKey unless a
+// certificate is published); a failure is logged, never fatal: the
 // published value already leaves them out.
-func (p *publisher) trimOwnFiles(rec keystate.Record, log logrus.FieldLogger) {
+func trimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string, log logrus.FieldLogger) {
 	if len(rec.Retired) == 0 {
 		return
 	}
-	o := p.a.o
-	files := rotation.Files{SigningKey: o.signingKey}
-	if o.certificate == "" {
-		files.PublicKey = o.publicKey
+	files := rotation.Files{SigningKey: signingKey}
+	if certificate == "" {
+		files.PublicKey = publicKey
 	}
 	retired := func(kid string) bool { _, ok := rec.Retired[kid]; return ok }
 	if err := files.TrimRetired(retired, log); err != nil {

@@ -6,7 +6,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/keystate"
 
 	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/internal/sdnotify"
@@ -25,10 +28,7 @@ const (
 	keyFilePoll = 2 * time.Second
 )
 
-func validatePublishWatch(o *options) []error {
-	if o.sub != cmdPublishKey && o.sub != cmdConfig {
-		return nil
-	}
+func (o *publishWatchOpts) validate() []error {
 	var errs []error
 	if o.reconcileInterval <= 0 || o.reconcileInterval > maxReconcileInterval {
 		errs = append(errs, usagef("--reconcile-interval %s: must be positive and at most %s", o.reconcileInterval, maxReconcileInterval))
@@ -42,11 +42,9 @@ func validatePublishWatch(o *options) []error {
 // sa-key-publish.service. It keeps running through etcd outages; exit 3
 // when the key files are refused at start (nothing written), 1 when the
 // metrics address cannot be served.
-func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int {
-	a := p.a
-	o := a.o
+func (o *publishKeyCmd) publishWatch(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
 	host := a.trustHost(ctx)
-	store := a.keyStore(cli)
+	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
 	log := a.log.WithField("host", host)
 	m := keywatch.NewMetrics()
 	if o.publisherMetricsAddr != "" {
@@ -65,18 +63,20 @@ func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int 
 		files = []string{o.publicKey}
 	}
 	w := &keywatch.Watcher{
-		Client:         cli,
-		Store:          store,
-		Host:           host,
-		Source:         p.publishSource,
-		Files:          files,
-		Trim:           p.trimOwnFiles,
+		Client: cli,
+		Store:  store,
+		Host:   host,
+		Source: o.publishSource,
+		Files:  files,
+		Trim: func(rec keystate.Record, log logrus.FieldLogger) {
+			trimOwnFiles(rec, o.signingKey, o.publicKey, o.certificate, log)
+		},
 		Grace:          o.grace,
 		By:             cmdPublishKey,
 		Interval:       o.reconcileInterval,
 		Poll:           min(keyFilePoll, o.reconcileInterval),
 		TTL:            o.ttl,
-		RequestTimeout: o.CommandTimeout,
+		RequestTimeout: a.etcd.CommandTimeout,
 		StateDir:       o.stateDir,
 		Version:        version.Version,
 		Log:            log,
@@ -85,7 +85,7 @@ func (p *publisher) publishWatch(ctx context.Context, cli *clientv3.Client) int 
 	}
 	// The stale-token sampler lives as long as the publisher: one per
 	// master, reading its own apiserver (--apiserver-metrics-url).
-	if s := a.staleTokenSampler(ctx, cli); s != nil {
+	if s := o.staleTokenSampler(ctx, a, cli); s != nil {
 		s.Failed = m.SampleFailed
 		w.Runners = append(w.Runners, s.Run)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/preflight"
@@ -40,15 +41,21 @@ var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 // its own for the restart command, or the one rotate-key already holds
 // (rotation.Restarter).
 type restarter struct {
-	a   *app
-	cli *clientv3.Client // nil: restart dials, after the checks that need no etcd
+	*cmdEnv
+	o      *restartingOpts
+	output string           // --output of --dry-run: text or json
+	cli    *clientv3.Client // nil: restart dials, after the checks that need no etcd
+}
+
+func (o *restartCmd) run(ctx context.Context, e *cmdEnv) int {
+	return (&restarter{cmdEnv: e, o: &o.restartingOpts, output: o.output}).restart(ctx)
 }
 
 func (r *restarter) restart(ctx context.Context) int {
-	a := r.a
-	o := a.o
+	a := r.cmdEnv
+	o := r.o
 	log := a.log.WithField("lock", o.lockName)
-	if err := checkGate(o); err != nil {
+	if err := health.Validate(o.healthConfig()); err != nil {
 		for _, e := range splitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
 		}
@@ -67,7 +74,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	if cli == nil {
 		// The restart command dials only now: what needs no etcd is
 		// checked first.
-		c, err := a.etcdClient(ctx)
+		c, err := a.dial(ctx)
 		if err != nil {
 			log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
 			return exitError
@@ -89,20 +96,20 @@ func (r *restarter) restart(ctx context.Context) int {
 	cfg := restart.Config{
 		Argv: o.argv, Env: env,
 		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
-		OpTimeout: o.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
+		OpTimeout: a.etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
 		PreflightTimeout: preflightTimeout, Log: log,
 	}
 	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
-			return preflight.Run(ctx, o.preflightInput(func(err error) { log.Warnf("preflight: %v", err) }))
+			return preflight.Run(ctx, preflightInput(o.preflightOpts, o.signingKey, func(err error) { log.Warnf("preflight: %v", err) }))
 		}
 	}
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
 	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log, func(ctx context.Context) []string {
-		if snap := r.trustSnapshot(ctx, log); snap != nil {
+		if snap := trustSnapshot(ctx, a, o.preflightOpts, o.cmFlagsFiles, log); snap != nil {
 			return snap.Trusted
 		}
 		return []string{}
@@ -112,31 +119,31 @@ func (r *restarter) restart(ctx context.Context) int {
 		return exitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(r.trustGate(ctx, cli, log, r.trustSnapshot(ctx, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, cli, log, trustSnapshot(ctx, a, o.preflightOpts, o.cmFlagsFiles, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := r.trustSnapshot(ctx, log)
+		snap := trustSnapshot(ctx, a, o.preflightOpts, o.cmFlagsFiles, log)
 		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
-		Name: o.lockName, TTL: o.ttl, OpTimeout: o.CommandTimeout,
+		Name: o.lockName, TTL: o.ttl, OpTimeout: a.etcd.CommandTimeout,
 		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: o.healthConfig(), backstop: o.CommandTimeout, log: log}
+	gate := &healthGate{cfg: o.healthConfig(), backstop: a.etcd.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
 }
 
 // runPreflight is preflight for --dry-run, which runs no state machine.
 func (r *restarter) runPreflight(ctx context.Context) int {
-	a := r.a
-	o := a.o
+	a := r.cmdEnv
+	o := r.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, o.preflightInput(func(err error) { a.log.Warnf("preflight: %v", err) })); err != nil {
+	if err := preflight.Run(pctx, preflightInput(o.preflightOpts, o.signingKey, func(err error) { a.log.Warnf("preflight: %v", err) })); err != nil {
 		for _, e := range splitErrors(err) {
 			a.log.Errorf("preflight: %v", e)
 		}
@@ -302,24 +309,26 @@ func (g *healthGate) Wait(ctx context.Context) error {
 }
 
 // worstCase is the longest a restart with these flags can take.
-func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
+func (o *restartingOpts) worstCase(e *cli.Etcd) time.Duration {
+	return restart.WorstCase(o.durations(e))
+}
 
 // durations are the bounded waits of a restart with these flags.
-func (o *options) durations() restart.Durations {
+func (o *restartingOpts) durations(e *cli.Etcd) restart.Durations {
 	d := restart.Durations{
 		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
-		RetryDelay: o.retryDelay, OpTimeout: o.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		DialTimeout: o.DialTimeout, TrustTimeout: o.trustTimeout,
+		RetryDelay: o.retryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: e.DialTimeout, TrustTimeout: o.trustTimeout,
 		// The fleet check's wait and its two reads (0 without
 		// --kubeconfig). The kubelet's back-off in static-pod mode is
 		// inside --restart-timeout: the static-pod restart is the command.
-		FleetTimeout: o.fleetWorstCase(), KubeletBackoff: 0,
+		FleetTimeout: o.fleetWorstCase(e), KubeletBackoff: 0,
 	}
 	if o.trustHostName == "" {
 		d.HostnameTimeout = fqdn.Timeout
 	}
 	if o.healthURL != "" {
-		d.HealthTimeout = o.healthTimeout + o.CommandTimeout
+		d.HealthTimeout = o.healthTimeout + e.CommandTimeout
 	}
 	return d
 }
@@ -328,8 +337,8 @@ func (o *options) durations() restart.Durations {
 // long it could take at worst (for confd's reload_cmd_timeout). It takes no
 // lock and runs nothing.
 func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
-	a := r.a
-	o := a.o
+	a := r.cmdEnv
+	o := r.o
 	qctx, cancel := a.opCtx(ctx)
 	defer cancel()
 	q, _, err := lock.Queue(qctx, cli, o.lockName)
@@ -346,19 +355,19 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		a.log.WithField("hold_key", o.holdKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
 		return exitHold
 	}
-	worst := o.worstCase()
+	worst := o.worstCase(a.etcd)
 	type part struct {
 		Name    string `json:"name"`
 		Times   int    `json:"times"`
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(o.durations()) {
+	for _, w := range restart.Waits(o.durations(a.etcd)) {
 		if w.Total() > 0 {
 			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
 		}
 	}
-	if o.output == "json" {
+	if r.output == "json" {
 		plan := map[string]any{
 			"dry_run":            true,
 			"preflight_files":    len(o.preflightFiles) + len(o.preflightFlagsFiles),
@@ -416,15 +425,8 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	return exitOK
 }
 
-// checkGate catches a health gate that cannot work (bad URL, missing CA,
-// client certificate, token or JWKS key file) before the restart rather
-// than after it. Contents are never logged.
-func checkGate(o *options) error {
-	return health.Validate(o.healthConfig())
-}
-
 // healthConfig is the gate's configuration from the command line.
-func (o *options) healthConfig() health.Config {
+func (o *restartOpts) healthConfig() health.Config {
 	return health.Config{
 		URL: o.healthURL, CACert: o.healthCACert, Cert: o.healthCert, Key: o.healthKey, TokenFile: o.healthToken,
 		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval, JWKSKeyFiles: o.jwksKeyFiles,

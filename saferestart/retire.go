@@ -25,12 +25,26 @@ import (
 // any apiserver's stale-token counter says a client may still hold a token
 // it signed (staleTokenGate). Then this host's own files lose the keys
 // retired so far.
-func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
-	a := k.a
-	o := a.o
+func (o *retireKeysCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		return (&retirer{cmdEnv: e, o: o, cli: cli}).retireKeys(ctx)
+	})
+}
+
+// retirer is retire-keys on one etcd client.
+type retirer struct {
+	*cmdEnv
+	o   *retireKeysCmd
+	cli *clientv3.Client
+}
+
+func (k *retirer) retireKeys(ctx context.Context) int {
+	a := k.cmdEnv
+	o := k.o
+	cli := k.cli
 	self := a.trustHost(ctx)
 	log := a.log.WithField("host", self)
-	store := a.keyStore(cli)
+	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
 	lctx, cancel := a.opCtx(ctx)
 	hosts, err := store.Hosts(lctx)
 	var recs map[string]trust.Record
@@ -51,7 +65,7 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 	}
 	code, retired := exitOK, 0
 	for _, h := range hosts {
-		c, n := k.retireHost(ctx, cli, store, h, recs, stale)
+		c, n := k.retireHost(ctx, store, h, recs, stale)
 		retired += n
 		if c != exitOK && (code == exitOK || code == exitPreflight) {
 			code = c
@@ -68,12 +82,13 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
-func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
-	a := k.a
-	o := a.o
+func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
+	a := k.cmdEnv
+	o := k.o
+	cli := k.cli
 	log := a.log.WithField("host", host)
 	if !o.dryRun {
-		claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.host, os.Getpid()), o.ttl, 0)
+		claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.host, os.Getpid()), claimTTL, 0)
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Infof("%s is being rotated or retired by another run: skipped, its run retires its keys", host)
 			return exitOK, 0
@@ -96,7 +111,7 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 	// its previous key's retire time in its state only.
 	legacy := st != nil && st.Phase == rotation.PhaseInstalled && st.Previous != ""
 	if legacy && !o.dryRun {
-		if err := k.updateKeys(ctx, cli, host, func(cur keystate.State) (keystate.State, error) {
+		if err := updateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
 			return cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now())
 		}); err != nil {
 			log.WithError(err).Errorf("retire-keys: cannot record %s's previous key %s as superseded: skipped", host, st.Previous)
@@ -181,8 +196,8 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 // markRotationRetired records a host's installed rotation as retired once
 // its previous key is: rotate-key --rollback then refuses, and a new
 // rotate-key starts afresh.
-func (k *keyRotation) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
-	a := k.a
+func (k *retirer) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
+	a := k.cmdEnv
 	if st == nil || st.Phase != rotation.PhaseInstalled || rec.Retired[st.Previous].IsZero() {
 		return code
 	}
@@ -198,9 +213,9 @@ func (k *keyRotation) markRotationRetired(ctx context.Context, rs *rotation.Etcd
 }
 
 // plan logs a line, and prints it under --dry-run.
-func (k *keyRotation) plan(log logrus.FieldLogger, format string, args ...any) {
-	if k.a.o.dryRun {
-		fmt.Fprintf(k.a.stdout, format+"\n", args...)
+func (k *retirer) plan(log logrus.FieldLogger, format string, args ...any) {
+	if k.o.dryRun {
+		fmt.Fprintf(k.stdout, format+"\n", args...)
 		return
 	}
 	log.Infof(format, args...)
@@ -209,12 +224,11 @@ func (k *keyRotation) plan(log logrus.FieldLogger, format string, args ...any) {
 // ownSigning is the key ID in --signing-key when host is this host: a key
 // this apiserver signs with is never retired, whatever its trust record
 // says yet.
-func (k *keyRotation) ownSigning(host string) []string {
-	a := k.a
-	if host != a.trustHost(context.Background()) || a.o.signingKey == "" {
+func (k *retirer) ownSigning(host string) []string {
+	if host != k.trustHost(context.Background()) || k.o.signingKey == "" {
 		return nil
 	}
-	ids, err := trust.FileKeyIDs(a.o.signingKey)
+	ids, err := trust.FileKeyIDs(k.o.signingKey)
 	if err != nil {
 		return nil
 	}
@@ -223,8 +237,8 @@ func (k *keyRotation) ownSigning(host string) []string {
 
 // trimOwnFiles removes the keys retired (by this run or any other) from
 // this host's --public-key and --signing-key's backup.
-func (k *keyRotation) trimOwnFiles(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
-	a := k.a
+func (k *retirer) trimOwnFiles(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
+	a := k.cmdEnv
 	lctx, cancel := a.opCtx(ctx)
 	cur, err := store.Load(lctx, self)
 	cancel()
@@ -232,5 +246,6 @@ func (k *keyRotation) trimOwnFiles(ctx context.Context, store *keystate.Store, s
 		log.WithError(a.etcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
 		return
 	}
-	(&publisher{a: a}).trimOwnFiles(cur.Record, log)
+	// retire-keys has no --certificate: the public key file is trimmed.
+	trimOwnFiles(cur.Record, k.o.signingKey, k.o.publicKey, "", log)
 }

@@ -23,71 +23,69 @@ const (
 	defaultPublicKey  = "/etc/kubernetes/pki/sa.pub"
 )
 
-// validateKeyFlags checks the flags of the trust and rotation subcommands.
-func validateKeyFlags(o *options) []error {
+// validatePrefixes: the prefixes given must not be empty, and the keys'
+// and the trust records' must differ (p: flag name -> value, in order).
+func validatePrefixes(keysPrefix, trustPrefix, rotationPrefix *string) []error {
 	var errs []error
-	for name, p := range map[string]string{"--keys-prefix": o.keysPrefix, "--trust-prefix": o.trustPrefix, "--rotation-prefix": o.rotationPrefix} {
-		if strings.TrimSuffix(p, "/") == "" {
-			errs = append(errs, usagef("%s %q: must not be empty", name, p))
+	for _, p := range []struct {
+		name string
+		v    *string
+	}{{"--keys-prefix", keysPrefix}, {"--trust-prefix", trustPrefix}, {"--rotation-prefix", rotationPrefix}} {
+		if p.v != nil && strings.TrimSuffix(*p.v, "/") == "" {
+			errs = append(errs, usagef("%s %q: must not be empty", p.name, *p.v))
 		}
 	}
-	if etcdkey.Dir(o.keysPrefix) == etcdkey.Dir(o.trustPrefix) {
-		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", o.keysPrefix))
-	}
-	if o.trustHostName != "" {
-		if err := etcdkey.ValidHost(o.trustHostName); err != nil {
-			errs = append(errs, usagef("--host: %v", err))
-		}
-	}
-	if o.trustTimeout < 0 {
-		errs = append(errs, usagef("--trust-timeout %s: must not be negative", o.trustTimeout))
-	}
-	switch o.sub {
-	case cmdWaitTrusted:
-		if o.publicKey == "" {
-			errs = append(errs, usagef("wait-trusted needs --public-key FILE"))
-		}
-		if o.timeout <= 0 {
-			errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
-		}
-	case cmdPublishKey:
-		// The public half of --signing-key only when no --public-key.
-		if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
-			o.publicKey = defaultPublicKey
-		}
-		if o.grace < 0 {
-			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
-		}
-	case cmdForgetHost:
-		if o.grace < 0 {
-			errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
-		}
-	case cmdRotateKey, cmdRetireKeys:
-		if o.signingKey == "" {
-			o.signingKey = defaultSigningKey
-		}
-		if o.publicKey == "" {
-			o.publicKey = defaultPublicKey
-		}
-		if o.sub == cmdRotateKey {
-			if o.algorithm != rotation.RSA2048 && o.algorithm != rotation.ECDSAP256 {
-				errs = append(errs, usagef("--algorithm %q: want %s or %s", o.algorithm, rotation.RSA2048, rotation.ECDSAP256))
-			}
-			if o.grace < 0 {
-				errs = append(errs, usagef("--grace %s: must not be negative", o.grace))
-			}
-			if o.timeout <= 0 {
-				errs = append(errs, usagef("--timeout %s: must be positive", o.timeout))
-			}
-			if o.abort && (o.rollback || o.dryRun) {
-				errs = append(errs, usagef("--abort goes with neither --rollback nor --dry-run"))
-			}
-			if o.rollback && o.dryRun {
-				errs = append(errs, usagef("--rollback goes without --dry-run"))
-			}
-		}
+	if keysPrefix != nil && trustPrefix != nil && etcdkey.Dir(*keysPrefix) == etcdkey.Dir(*trustPrefix) {
+		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", *keysPrefix))
 	}
 	return errs
+}
+
+func (p *prefixOpts) validate() []error {
+	return validatePrefixes(&p.keysPrefix, &p.trustPrefix, &p.rotationPrefix)
+}
+
+func (p *prefixOpts) prefixes() trust.Prefixes {
+	// The rotation prefix holds the key records: which published keys are
+	// superseded and which hosts forget-host removed (not waited for).
+	return trust.Prefixes{Keys: p.keysPrefix, Trust: p.trustPrefix, Rotation: p.rotationPrefix}
+}
+
+func (h *hostOpt) validate() []error {
+	if h.trustHostName != "" {
+		if err := etcdkey.ValidHost(h.trustHostName); err != nil {
+			return []error{usagef("--host: %v", err)}
+		}
+	}
+	return nil
+}
+
+// hostFlag is --host, for the invocation's host names.
+func (h *hostOpt) hostFlag() string { return h.trustHostName }
+
+// keyFileDefaults: rotate-key and retire-keys read sa.key and sa.pub unless
+// told otherwise.
+func keyFileDefaults(signingKey, publicKey *string) {
+	if *signingKey == "" {
+		*signingKey = defaultSigningKey
+	}
+	if *publicKey == "" {
+		*publicKey = defaultPublicKey
+	}
+}
+
+func validateGrace(grace time.Duration) []error {
+	if grace < 0 {
+		return []error{usagef("--grace %s: must not be negative", grace)}
+	}
+	return nil
+}
+
+func validateTimeout(timeout time.Duration) []error {
+	if timeout <= 0 {
+		return []error{usagef("--timeout %s: must be positive", timeout)}
+	}
+	return nil
 }
 
 // codeError carries a subcommand's exit code through the rotation package.
@@ -102,17 +100,24 @@ func (e *codeError) Error() string { return fmt.Sprintf("%s (exit %d)", e.what, 
 // rotation's restart (Restart) runs on it too, rather than through a
 // second connection.
 type keyRotation struct {
-	a    *app
+	*cmdEnv
+	o    *rotateKeyCmd
 	cli  *clientv3.Client
 	host string
 	log  logrus.FieldLogger
+}
+
+func (o *rotateKeyCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		return (&keyRotation{cmdEnv: e, o: o, cli: cli}).rotateKey(ctx, cli)
+	})
 }
 
 // Restart is the rotation's restart step (rotation.Restarter): this
 // apiserver through the lock, or, with --signer, the signer's switch to
 // the next key; then kube-controller-manager when it holds the key.
 func (k *keyRotation) Restart(ctx context.Context) error {
-	if k.a.o.signer {
+	if k.o.signer {
 		// The signer's barrier switched the apiserver's tokens to the new
 		// key; kube-controller-manager has no external signer and still
 		// signs legacy tokens from its key file: restarted as in bundle
@@ -122,15 +127,22 @@ func (k *keyRotation) Restart(ctx context.Context) error {
 		}
 		return k.restartControllerManager(ctx, k.log)
 	}
-	if code := (&restarter{a: k.a, cli: k.cli}).restart(ctx); code != exitOK {
+	if code := k.restarter().restart(ctx); code != exitOK {
 		return &codeError{code: code, what: "restart through the lock failed"}
 	}
 	return k.restartControllerManager(ctx, k.log)
 }
 
-func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
-	a := k.a
-	o := a.o
+// restarter is the restart rotate-key runs, on its client (text output:
+// rotate-key has no --output).
+func (k *keyRotation) restarter() *restarter {
+	return &restarter{cmdEnv: k.cmdEnv, o: &k.o.restartingOpts, output: "text", cli: k.cli}
+}
+
+func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
+	a := k.cmdEnv
+	o := k.o
+	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
 	return &rotation.Rotator{
 		Host:      host,
 		Files:     rotation.Files{SigningKey: o.signingKey, PublicKey: o.publicKey},
@@ -143,16 +155,16 @@ func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host st
 			if err != nil {
 				return err
 			}
-			return k.updateKeys(ctx, cli, host, func(cur keystate.State) (keystate.State, error) {
+			return updateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
 				next, _, err := cur.Publish(items, cmdRotateKey, time.Now(), o.grace)
 				return next, err
 			})
 		},
-		Keys: &rotationKeys{k: k, cli: cli, host: host},
+		Keys: &rotationKeys{a: a, store: store, host: host},
 		WaitTrusted: func(ctx context.Context, kid string) error {
 			wctx, cancel := context.WithTimeout(ctx, o.timeout)
 			defer cancel()
-			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{kid}, OpTimeout: o.CommandTimeout, Log: log})
+			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: o.prefixes(), Keys: []string{kid}, OpTimeout: a.etcd.CommandTimeout, Log: log})
 			var nt *trust.NotTrustedError
 			if errors.As(err, &nt) && !interrupted(ctx) {
 				return &codeError{code: exitLockTimeout, what: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.timeout, strings.Join(nt.Hosts, ", "))}
@@ -165,14 +177,14 @@ func (k *keyRotation) rotator(ctx context.Context, cli *clientv3.Client, host st
 
 // rotateKey is the `rotate-key` subcommand.
 func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
-	a := k.a
-	o := a.o
+	a := k.cmdEnv
+	o := k.o
 	host := a.trustHost(ctx)
 	// The restart run by the install step records trust under this name too.
-	o.trustHostName = host
+	a.hostFlag = host
 	log := a.log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
 	k.cli, k.host, k.log = cli, host, log
-	r := k.rotator(ctx, cli, host, log)
+	r := k.rotator(cli, host, log)
 	// Missing or wrong key files are not worth retrying: exit 3 before
 	// anything is claimed, generated or published.
 	if err := r.Files.Check(); err != nil {
@@ -191,7 +203,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		}
 		fmt.Fprintf(a.stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.timeout)
 		// The restart the install step would run.
-		return (&restarter{a: a, cli: cli}).restart(ctx)
+		return k.restarter().restart(ctx)
 	}
 	// A hold stops every restart: publishing the next key now would only
 	// queue restarts the hold refuses, and the wait would time out. An
@@ -259,11 +271,10 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 
 // updateKeys applies change to host's published key set (one
 // compare-and-swap, retried on conflict).
-func (k *keyRotation) updateKeys(ctx context.Context, cli clientv3.KV, host string, change func(keystate.State) (keystate.State, error)) error {
-	a := k.a
+func updateKeys(ctx context.Context, a *cmdEnv, store *keystate.Store, host string, change func(keystate.State) (keystate.State, error)) error {
 	uctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if _, err := a.keyStore(cli).Update(uctx, host, change); err != nil {
+	if _, err := store.Update(uctx, host, change); err != nil {
 		return a.etcdErr(err)
 	}
 	return nil
@@ -272,15 +283,15 @@ func (k *keyRotation) updateKeys(ctx context.Context, cli clientv3.KV, host stri
 // rotationKeys is the rotation's side of the host's key record
 // (rotation.KeySet).
 type rotationKeys struct {
-	k    *keyRotation
-	cli  clientv3.KV
-	host string
+	a     *cmdEnv
+	store *keystate.Store
+	host  string
 }
 
 // Withdraw retires kid at once: rotate-key --abort's next key, which
 // nothing ever signed with.
 func (r *rotationKeys) Withdraw(ctx context.Context, kid string) error {
-	return r.k.updateKeys(ctx, r.cli, r.host, func(cur keystate.State) (keystate.State, error) {
+	return updateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
 		return cur.Retire([]string{kid}, time.Now())
 	})
 }
@@ -292,17 +303,17 @@ func (r *rotationKeys) Supersede(ctx context.Context, kid string, retireAfter ti
 	if resumed != "" {
 		by += " --rollback"
 	}
-	return r.k.updateKeys(ctx, r.cli, r.host, func(cur keystate.State) (keystate.State, error) {
+	return updateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
 		return cur.Supersede(kid, retireAfter, by, resumed, time.Now())
 	})
 }
 
 // Retired reports whether kid is tombstoned in the host's key record.
 func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
-	a := r.k.a
+	a := r.a
 	lctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	st, err := a.keyStore(r.cli).Load(lctx, r.host)
+	st, err := r.store.Load(lctx, r.host)
 	if err != nil {
 		return false, a.etcdErr(err)
 	}

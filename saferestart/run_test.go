@@ -134,7 +134,7 @@ func TestEtcdErrorDefaultEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &app{o: o}
+	a := o.env(io.Discard, nil)
 	cause := errors.New("etcd http://127.0.0.1:2379: no connection within 2s: http://127.0.0.1:2379: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused")
 	got := a.etcdErr(cause)
 	want := "etcd 127.0.0.1:2379 (the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them): no connection within 2s: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused"

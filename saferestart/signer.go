@@ -27,8 +27,8 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
 func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
-	a := k.a
-	o := a.o
+	a := k.cmdEnv
+	o := k.o
 	ids, err := trust.FileKeyIDs(o.signingKey)
 	if err != nil || len(ids) != 1 {
 		return fmt.Errorf("installed signing key %s: %v (want one key)", o.signingKey, err)
@@ -77,16 +77,16 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 				return ctx.Err()
 			}
 			return &codeError{code: exitLockTimeout, what: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
-				kid, o.trustTimeout, strings.Join(notFetched(a, cli, kid), ", "))}
+				kid, o.trustTimeout, strings.Join(notFetched(a, cli, o.trustPrefix, kid), ", "))}
 		}
 	}
 }
 
 // notFetched names the hosts whose trust record does not list kid.
-func notFetched(a *app, cli *clientv3.Client, kid string) []string {
+func notFetched(a *cmdEnv, cli *clientv3.Client, trustPrefix, kid string) []string {
 	ctx, cancel := a.opCtx(context.Background())
 	defer cancel()
-	rep, err := trust.CollectRecorded(ctx, cli, a.o.trustPrefix)
+	rep, err := trust.CollectRecorded(ctx, cli, trustPrefix)
 	if err != nil {
 		return []string{"(unknown: " + err.Error() + ")"}
 	}

@@ -16,8 +16,7 @@ import (
 // its reconcile loop when --apiserver-metrics-url is set (nil otherwise):
 // this host's apiserver, read with the health gate's credentials, recorded
 // under --rotation-prefix for --host.
-func (a *app) staleTokenSampler(ctx context.Context, kv clientv3.KV) *staletokens.Sampler {
-	o := a.o
+func (o *publishKeyCmd) staleTokenSampler(ctx context.Context, a *cmdEnv, kv clientv3.KV) *staletokens.Sampler {
 	if o.apiserverMetricsURL == "" {
 		return nil
 	}
@@ -40,8 +39,8 @@ type staleTokenEvidence struct {
 
 // readStaleTokens reads the sampler records; a record that does not parse
 // is logged and its host counted as unknown.
-func (k *keyRotation) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
-	recs, problems, err := staletokens.List(ctx, cli, k.a.o.rotationPrefix)
+func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
+	recs, problems, err := staletokens.List(ctx, cli, r.o.rotationPrefix)
 	if err != nil {
 		return staleTokenEvidence{}, err
 	}
@@ -64,8 +63,8 @@ func (k *keyRotation) readStaleTokens(ctx context.Context, cli clientv3.KV, trus
 // warning naming hosts and times): the hourly timer retires kid once the
 // counters stop growing, and must not fail every hour meanwhile.
 // --ignore-stale-tokens retires it anyway, logging what it overrode.
-func (k *keyRotation) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
-	o := k.a.o
+func (r *retirer) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
+	o := r.o
 	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.staleTokenWindow)
 	if len(v.Unknown) > 0 {
 		log.Infof("stale-token evidence about %s unknown on %s: not counted (run the sampler: --apiserver-metrics-url)", kid, v.UnknownString())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -56,8 +57,7 @@ func TestStaleTokenGate(t *testing.T) {
 			var logs bytes.Buffer
 			log := logrus.New()
 			log.Out = &logs
-			a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-			ok := (&keyRotation{a: a}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
+			ok := (&retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
 			if ok != tc.retire {
 				t.Errorf("retire %v, want %v:\n%s", ok, tc.retire, logs.String())
 			}
@@ -112,7 +112,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 		}
 	}
 
-	o, _, err := parseArgs([]string{"config", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
+	o, _, err := parseArgs([]string{"publish-key", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
 		"--apiserver-metrics-url", srv.URL + "/metrics", "--health-cacert", ca, "--health-token-file", tok}, env(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	var logs bytes.Buffer
 	log := logrus.New()
 	log.Out = &logs
-	s := (&app{o: o, log: log}).staleTokenSampler(ctx, cli)
+	s := opts[*publishKeyCmd](t, o).staleTokenSampler(ctx, o.env(io.Discard, log), cli)
 	clock := now.Add(-20 * time.Minute)
 	s.Now = func() time.Time { return clock }
 	if err := s.Once(ctx); err != nil {

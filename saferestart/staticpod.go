@@ -46,7 +46,7 @@ func staticPodRestartTimeout(stop time.Duration) time.Duration {
 
 // applyRestartMode checks --restart-mode and gives static-pod mode its
 // default --restart-timeout.
-func applyRestartMode(o *options) error {
+func (o *restartingOpts) applyRestartMode(origin map[string]string) error {
 	switch o.restartMode {
 	case modeSystemd:
 	case modeStaticPod:
@@ -54,7 +54,7 @@ func applyRestartMode(o *options) error {
 			return usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.staticPodStopTimeout)
 		}
 		// Unless given (by a flag or the file).
-		if o.Origin["restart-timeout"] == "default" {
+		if origin["restart-timeout"] == "default" {
 			o.restartTimeout = staticPodRestartTimeout(o.staticPodStopTimeout)
 		}
 	default:
@@ -64,7 +64,7 @@ func applyRestartMode(o *options) error {
 }
 
 // modeCommand is the restart command when none follows --.
-func modeCommand(o *options) []string {
+func (o *restartingOpts) modeCommand() []string {
 	if o.restartMode != modeStaticPod {
 		return defaultCommand
 	}

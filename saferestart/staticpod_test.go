@@ -7,7 +7,7 @@ import (
 )
 
 func TestRestartModeFlags(t *testing.T) {
-	o, _, err := parseArgs([]string{"--restart-mode", "static-pod", "--cri-endpoint", "unix:///run/containerd/containerd.sock"}, env(nil))
+	o, _, err := parseRestart(t, []string{"--restart-mode", "static-pod", "--cri-endpoint", "unix:///run/containerd/containerd.sock"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,16 +18,16 @@ func TestRestartModeFlags(t *testing.T) {
 	if o.restartTimeout != 30*time.Second+5*time.Minute+30*time.Second {
 		t.Errorf("static-pod --restart-timeout default %s, want the stop timeout, the kubelet's 5m back-off and 30s", o.restartTimeout)
 	}
-	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--restart-timeout", "2m", "--static-pod-stop-timeout", "10s"}, env(nil))
+	o, _, err = parseRestart(t, []string{"--restart-mode", "static-pod", "--restart-timeout", "2m", "--static-pod-stop-timeout", "10s"})
 	if err != nil || o.restartTimeout != 2*time.Minute || !strings.Contains(strings.Join(o.argv, " "), "--static-pod-stop-timeout 10s") {
 		t.Errorf("explicit --restart-timeout: %v %s %q", err, o.restartTimeout, o.argv)
 	}
 	// The command after -- overrides both modes.
-	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--", "my-restart"}, env(nil))
+	o, _, err = parseRestart(t, []string{"--restart-mode", "static-pod", "--", "my-restart"})
 	if err != nil || strings.Join(o.argv, " ") != "my-restart" {
 		t.Errorf("-- COMMAND: %v %q", err, o.argv)
 	}
-	o, _, err = parseArgs(nil, env(nil))
+	o, _, err = parseRestart(t, nil)
 	if err != nil || strings.Join(o.argv, " ") != "systemctl restart kube-apiserver.service" || o.restartTimeout != 3*time.Minute {
 		t.Errorf("systemd default: %v %q %s", err, o.argv, o.restartTimeout)
 	}
@@ -54,12 +54,12 @@ func TestStaticPodMainUsage(t *testing.T) {
 // chosen before the file was read: a file's static-pod ran systemctl.)
 func TestRestartModeFromFile(t *testing.T) {
 	path := writeConfig(t, "restart-mode = \"static-pod\"\n")
-	o, _, err := parseArgs([]string{"--config", path}, env(nil))
+	o, _, err := parseRestart(t, []string{"--config", path})
 	if err != nil || len(o.argv) < 2 || o.argv[1] != staticPodArg || o.restartTimeout != 6*time.Minute {
 		t.Fatalf("%v: argv %q, restart-timeout %s", err, o.argv, o.restartTimeout)
 	}
 	path = writeConfig(t, "restart-mode = \"static-pod\"\nrestart-timeout = \"4m\"\n")
-	if o, _, err = parseArgs([]string{"--config", path}, env(nil)); err != nil || o.restartTimeout != 4*time.Minute {
+	if o, _, err = parseRestart(t, []string{"--config", path}); err != nil || o.restartTimeout != 4*time.Minute {
 		t.Fatalf("%v: restart-timeout %s, want the file's", err, o.restartTimeout)
 	}
 }

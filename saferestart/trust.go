@@ -13,35 +13,16 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// trustHost is --host, or this host's FQDN, asked once per run.
-func (a *app) trustHost(ctx context.Context) string {
-	if a.o.trustHostName != "" {
-		return a.o.trustHostName
-	}
-	if a.fqdn == "" {
-		a.fqdn = fqdn.Lookup(ctx, a.log, hostname())
-	}
-	return a.fqdn
-}
-
-func (a *app) prefixes() trust.Prefixes {
-	// The rotation prefix holds the key records: which published keys are
-	// superseded and which hosts forget-host removed (not waited for).
-	return trust.Prefixes{Keys: a.o.keysPrefix, Trust: a.o.trustPrefix, Rotation: a.o.rotationPrefix}
-}
-
 // trustSnapshot computes the trust record of the apiserver about to be
 // restarted, from the service-account key files its flags name, read now.
 // Nil when the restart names no such files (nothing to record).
-func (r *restarter) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *trust.Record {
-	a := r.a
-	keyFiles, signing, err := r.serviceAccountFiles()
+func trustSnapshot(ctx context.Context, a *cmdEnv, p preflightOpts, cmFlagsFiles []string, log logrus.FieldLogger) *trust.Record {
+	keyFiles, signing, err := serviceAccountFiles(p)
 	if err != nil {
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
@@ -55,7 +36,8 @@ func (r *restarter) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
 	}
-	if rec.ControllerManagerSigning, err = r.controllerManagerSigning(); err != nil {
+	// kube-controller-manager's key, when its flags are given.
+	if _, rec.ControllerManagerSigning, err = preflight.ControllerManagerKey(cmFlagsFiles); err != nil {
 		log.WithError(err).Error("the trust record will not name kube-controller-manager's key: retire-keys cannot check it")
 	}
 	return &rec
@@ -65,14 +47,13 @@ func (r *restarter) trustSnapshot(ctx context.Context, log logrus.FieldLogger) *
 // of the restarted apiserver: from the flags files when there are any,
 // otherwise the --preflight-file files holding keys (public ones are
 // trusted, a private one is the signing key).
-func (r *restarter) serviceAccountFiles() ([]string, string, error) {
-	a := r.a
-	if len(a.o.preflightFlagsFiles) > 0 {
-		return preflight.ServiceAccountFiles(a.o.preflightFlagsFiles)
+func serviceAccountFiles(o preflightOpts) ([]string, string, error) {
+	if len(o.preflightFlagsFiles) > 0 {
+		return preflight.ServiceAccountFiles(o.preflightFlagsFiles)
 	}
 	var keyFiles []string
 	signing := ""
-	for _, p := range a.o.preflightFiles {
+	for _, p := range o.preflightFiles {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return nil, "", err
@@ -91,20 +72,20 @@ func (r *restarter) serviceAccountFiles() ([]string, string, error) {
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
 func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
-	a := r.a
+	a := r.cmdEnv
 	if rec == nil {
 		return
 	}
 	tctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if err := trust.Put(tctx, cli, a.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+	if err := trust.Put(tctx, cli, r.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
 		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
 		return
 	} else if err != nil {
 		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
 		Info("trust record written")
 }
 
@@ -116,12 +97,12 @@ func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log lo
 // bundle when they first start; waiting for them would deadlock a fleet
 // coming up. The wait holds no lock, so the other hosts can restart.
 func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
-	a := r.a
-	if snap == nil || snap.Signing == "" || a.o.trustTimeout == 0 {
+	a := r.cmdEnv
+	if snap == nil || snap.Signing == "" || r.o.trustTimeout == 0 {
 		return exitOK
 	}
 	rctx, cancel := a.opCtx(ctx)
-	rep, err := trust.Collect(rctx, cli, a.prefixes())
+	rep, err := trust.Collect(rctx, cli, r.o.prefixes())
 	cancel()
 	if err != nil {
 		log.WithError(a.etcdErr(err)).Error("cannot read key trust")
@@ -135,10 +116,10 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
 		return exitOK
 	}
-	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", a.o.trustTimeout)
-	wctx, cancel := context.WithTimeout(ctx, a.o.trustTimeout)
+	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.trustTimeout)
+	wctx, cancel := context.WithTimeout(ctx, r.o.trustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: a.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.o.CommandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.etcd.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
@@ -148,7 +129,7 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 		log.Warn("interrupted while waiting for the new signing key to be trusted")
 		return exitInterrupted
 	case errors.As(err, &nt):
-		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), a.o.trustTimeout)
+		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), r.o.trustTimeout)
 		return exitLockTimeout
 	default:
 		log.WithError(err).Error("waiting for the new signing key to be trusted")
@@ -157,17 +138,21 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 }
 
 // showTrust is the `trust` subcommand.
-func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
+func (o *trustCmd) run(ctx context.Context, e *cmdEnv) int {
+	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.showTrust(ctx, e, cli) })
+}
+
+func (o *trustCmd) showTrust(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
 	tctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	rep, err := trust.Collect(tctx, cli, a.prefixes())
+	rep, err := trust.Collect(tctx, cli, o.prefixes())
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("trust")
 		return exitError
 	}
 	// The hosts whose apiserver waits for a key to be trusted: the ones a
 	// stale host keeps down.
-	recs, err := rotation.List(tctx, cli, a.o.rotationPrefix)
+	recs, err := rotation.List(tctx, cli, o.rotationPrefix)
 	if err != nil {
 		a.log.WithError(a.etcdErr(err)).Error("trust: waiting records")
 		return exitError
@@ -178,7 +163,7 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 			waiting = append(waiting, *h.Waiting)
 		}
 	}
-	if a.o.output == "json" {
+	if o.output == "json" {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
@@ -216,16 +201,16 @@ func (a *app) showTrust(ctx context.Context, cli *clientv3.Client) int {
 // powered up at once): it keeps trying etcd until --timeout rather than
 // failing fast, which under systemd's Restart= would soon hit the unit's
 // start limit and leave the apiserver down for good.
-func (a *app) waitTrusted(ctx context.Context) int {
-	kids, err := trust.FileKeyIDs(a.o.publicKey)
+func (o *waitTrustedCmd) run(ctx context.Context, a *cmdEnv) int {
+	kids, err := trust.FileKeyIDs(o.publicKey)
 	if err != nil {
 		a.log.WithError(err).Error("wait-trusted: --public-key")
 		return exitPreflight
 	}
 	host := a.trustHost(ctx)
-	exclude := a.o.excludeHosts
+	exclude := o.excludeHosts
 	skipSigning := ""
-	if a.o.ifNewKey {
+	if o.ifNewKey {
 		// The restart's own trust gate, for a start that no helper gated
 		// (boot): a key this host already signed with was trusted when it
 		// began to, and waiting for it here could wait on hosts that need
@@ -240,7 +225,7 @@ func (a *app) waitTrusted(ctx context.Context) int {
 		}
 	}()
 	connect := func(ctx context.Context) (*clientv3.Client, error) {
-		c, err := a.etcdClient(ctx)
+		c, err := a.dial(ctx)
 		if err != nil {
 			return nil, a.etcdErr(err)
 		}
@@ -248,28 +233,28 @@ func (a *app) waitTrusted(ctx context.Context) int {
 		return c, nil
 	}
 	log := a.log.WithField("keys", strings.Join(kids, ","))
-	rec := &waitingRecord{a: a, host: host, since: time.Now().UTC(), log: log}
+	rec := &waitingRecord{a: a, prefix: o.rotationPrefix, ttl: o.ttl, host: host, since: time.Now().UTC(), log: log}
 	defer rec.withdraw()
-	wctx, cancel := context.WithTimeout(ctx, a.o.timeout)
+	wctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: a.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: a.o.skipUnrecorded,
-		SkipSigningOf: skipSigning, OpTimeout: a.o.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
+	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.skipUnrecorded,
+		SkipSigningOf: skipSigning, OpTimeout: a.etcd.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
-		if own := rep.RecordOf(host); a.o.ifNewKey && own != nil && slices.Contains(kids, own.Signing) {
+		if own := rep.RecordOf(host); o.ifNewKey && own != nil && slices.Contains(kids, own.Signing) {
 			log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
 			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
-				a.recordStart(ctx, cli, rep.RecordOf(host), log)
+				o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
 				fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
 				return exitOK
 			}
 		}
-		if a.o.ifNewKey {
-			a.recordStart(ctx, cli, rep.RecordOf(host), log)
+		if o.ifNewKey {
+			o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
 		}
 		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
-			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", a.o.keysPrefix)
+			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", o.keysPrefix)
 		} else {
 			log.Infof("trusted by every host: %s", strings.Join(pubs, ", "))
 		}
@@ -279,11 +264,11 @@ func (a *app) waitTrusted(ctx context.Context) int {
 		log.Warn("wait-trusted interrupted")
 		return exitInterrupted
 	case errors.As(err, &nt) && rep == nil:
-		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", a.o.timeout, a.o.Endpoints, strings.Join(kids, ", "))
+		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", o.timeout, a.etcd.Endpoints, strings.Join(kids, ", "))
 		fmt.Fprintf(a.stdout, "etcd did not answer: key %s not known to be trusted\n", strings.Join(kids, ", "))
 		return exitLockTimeout
 	case errors.As(err, &nt):
-		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), a.o.timeout, strings.Join(nt.Hosts, ", "))
+		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), o.timeout, strings.Join(nt.Hosts, ", "))
 		fmt.Fprintf(a.stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
 		return exitLockTimeout
 	default:
@@ -302,17 +287,18 @@ func (a *app) waitTrusted(ctx context.Context) int {
 // would write, until --timeout. A restart by the helper writes the record
 // again after its health gate. A failure is logged, not fatal: the
 // apiserver may start either way.
-func (a *app) recordStart(ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
-	r := &restarter{a: a}
+func (o *waitTrustedCmd) recordStart(a *cmdEnv, ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
 	// kubeadm's sa-signing-key.service runs wait-trusted before it links
 	// the signing key the manifest names: nothing to record yet.
-	if _, signing, err := r.serviceAccountFiles(); err == nil && signing != "" {
+	if _, signing, err := serviceAccountFiles(o.preflightOpts); err == nil && signing != "" {
 		if _, err := os.Stat(signing); errors.Is(err, os.ErrNotExist) {
 			log.Infof("no trust record written: the apiserver's signing key %s does not exist yet", signing)
 			return
 		}
 	}
-	snap := r.trustSnapshot(ctx, log)
+	// wait-trusted has no kube-controller-manager flags: the record's
+	// key of it is the recorded one (below).
+	snap := trustSnapshot(ctx, a, o.preflightOpts, nil, log)
 	if snap == nil || cli == nil {
 		return
 	}
@@ -328,11 +314,11 @@ func (a *app) recordStart(ctx context.Context, cli *clientv3.Client, recorded *t
 	}
 	pctx, cancel := a.opCtx(ctx)
 	defer cancel()
-	if err := trust.Put(pctx, cli, a.o.trustPrefix, "", *snap); err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(a.o.trustPrefix, snap.Host))
+	if err := trust.Put(pctx, cli, o.trustPrefix, "", *snap); err != nil {
+		log.WithError(a.etcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.trustPrefix, snap.Host))
 		return
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(a.o.trustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(o.trustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).
 		Info("trust record written for the apiserver about to start (its recorded one named other key files)")
 }
 
@@ -341,12 +327,14 @@ func (a *app) recordStart(ctx context.Context, cli *clientv3.Client, recorded *t
 // trust this host's key reads it, and lets that restart go although this
 // host's apiserver is not serving (it waits for exactly that restart).
 type waitingRecord struct {
-	a     *app
-	host  string
-	since time.Time
-	log   logrus.FieldLogger
-	ann   *rotation.Announcement
-	keys  []string
+	a      *cmdEnv
+	prefix string // --rotation-prefix
+	ttl    int    // of the record's lease
+	host   string
+	since  time.Time
+	log    logrus.FieldLogger
+	ann    *rotation.Announcement
+	keys   []string
 }
 
 // announce is trust.WaitOptions.Announce: it writes the record when there
@@ -366,13 +354,13 @@ func (w *waitingRecord) announce(ctx context.Context, cli *clientv3.Client, keys
 	}
 	actx, cancel := w.a.opCtx(ctx)
 	defer cancel()
-	ann, err := rotation.Announce(actx, cli, w.a.o.rotationPrefix, w.a.o.ttl,
+	ann, err := rotation.Announce(actx, cli, w.prefix, w.ttl,
 		rotation.Waiting{Host: w.host, Keys: keys, Since: w.since, PID: os.Getpid()})
 	if err != nil {
 		return nil, err
 	}
 	w.ann, w.keys = ann, keys
-	w.log.Infof("waiting record %s written (bound to a %ds lease: it goes when this process does)", ann.Key(), w.a.o.ttl)
+	w.log.Infof("waiting record %s written (bound to a %ds lease: it goes when this process does)", ann.Key(), w.ttl)
 	return ann.Lost(), nil
 }
 
