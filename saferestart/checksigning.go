@@ -19,20 +19,20 @@ var errEtcdSilent = errors.New("etcd did not answer")
 // FILE lacks; an error wrapping errEtcdSilent when the records cannot be
 // read. A bundle without such a key makes every apiserver that loads it
 // refuse the tokens signed with it: the live file must stay.
-func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdEnv, files []string) ([]error, error) {
-	cli, err := a.dial(ctx)
+func (o *checkCmd) signingKeysMissing(ctx context.Context, a *Env, files []string) ([]error, error) {
+	cli, err := a.Dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.etcdErr(err), o.trustPrefix)
+		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err), o.TrustPrefix)
 	}
 	defer cli.Close()
-	rctx, cancel := a.opCtx(ctx)
-	rep, err := trust.Collect(rctx, cli, trust.Prefixes{Keys: o.keysPrefix, Trust: o.trustPrefix,
+	rctx, cancel := a.OpCtx(ctx)
+	rep, err := trust.Collect(rctx, cli, trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix,
 		// check has no --rotation-prefix: the key records are where every
 		// other command keeps them by default.
 		Rotation: rotation.DefaultPrefix})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.etcdErr(err))
+		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err))
 	}
 	var out []error
 	for _, f := range files {
@@ -42,7 +42,7 @@ func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdEnv, files []st
 		}
 		for _, k := range rep.SigningKeysNotIn(kids) {
 			out = append(out, fmt.Errorf("%s lacks key %s, which %s on %s signs with (trust record %s): every apiserver loading this bundle would refuse its tokens; publish that key again (kube-apiserver-safe-restart publish-key on %s), or, if nothing on %s signs with it any more (host removed or reinstalled), delete its trust record (etcdctl del %s)",
-				f, k.Kid, k.Signer, k.Host, trust.Key(o.trustPrefix, k.Host), k.Host, k.Host, trust.Key(o.trustPrefix, k.Host)))
+				f, k.Kid, k.Signer, k.Host, trust.Key(o.TrustPrefix, k.Host), k.Host, k.Host, trust.Key(o.TrustPrefix, k.Host)))
 		}
 	}
 	return out, nil

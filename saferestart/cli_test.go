@@ -83,13 +83,13 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "l", "--hold-key", "l-info", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *usageError
+		var ue *UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitUsage {
-			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
+		if code := run(context.Background(), nil, args, &out, &errb); code != ExitUsage {
+			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, ExitUsage, errb.String())
 		}
 	}
 }
@@ -128,19 +128,19 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := restartOf(t, p)
-	if o.lockName != "kube-apiserver-restart" || o.ttl != 10 || o.holdKeyOrDefault() != "kube-apiserver-restart-hold" ||
-		o.healthURL != "https://127.0.0.1:6443/readyz" {
+	if o.LockName != "kube-apiserver-restart" || o.TTL != 10 || o.HoldKeyOrDefault() != "kube-apiserver-restart-hold" ||
+		o.HealthURL != "https://127.0.0.1:6443/readyz" {
 		t.Fatalf("defaults %+v", o)
 	}
 	p, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
-	if o = restartOf(t, p); o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
+	if o = restartOf(t, p); o.HealthURL != "" || o.HoldKeyOrDefault() != "/h" {
 		t.Fatalf("overrides %+v", o)
 	}
 }
 
 func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != ExitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	seen := map[int]bool{}
@@ -153,7 +153,7 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 			t.Errorf("exit code %d missing from --help", c.code)
 		}
 	}
-	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted, exitStale} {
+	for _, c := range []int{ExitOK, ExitError, ExitUsage, ExitPreflight, ExitHold, ExitLockTimeout, ExitRestart, ExitHealth, ExitLeaseLost, ExitInterrupted, ExitStale} {
 		if !seen[c] {
 			t.Errorf("exit code %d not documented", c)
 		}
@@ -171,10 +171,10 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 // version and --version (wherever it is before --, whatever else the line
 // says) print the version, the commit and its date.
 func TestVersion(t *testing.T) {
-	want := progName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
+	want := ProgName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
 	for _, args := range [][]string{{"version"}, {"--version"}, {"--endpoints", "x", "status", "--version"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitOK || out.String() != want {
+		if code := run(context.Background(), nil, args, &out, &errb); code != ExitOK || out.String() != want {
 			t.Errorf("%q: %d %q %q, want %q", args, code, out.String(), errb.String(), want)
 		}
 	}
@@ -186,19 +186,19 @@ func TestKeySubcommandArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := opts[*rotateKeyCmd](t, p)
-	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
-		o.publicKey != defaultPublicKey || o.algorithm != "rsa-2048" || o.grace != time.Hour || o.ttl != 3 {
+	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.Argv, []string{"sh", "-c", "x"}) || o.SigningKey != DefaultSigningKey ||
+		o.PublicKey != DefaultPublicKey || o.Algorithm != "rsa-2048" || o.Grace != time.Hour || o.TTL != 3 {
 		t.Fatalf("rotate-key options: %+v", o)
 	}
 	p, _, err = parseArgs([]string{"rotate-key"}, env(nil))
-	if err != nil || !reflect.DeepEqual(opts[*rotateKeyCmd](t, p).argv, defaultCommand) || opts[*rotateKeyCmd](t, p).grace != 24*time.Hour {
+	if err != nil || !reflect.DeepEqual(opts[*rotateKeyCmd](t, p).Argv, defaultCommand) || opts[*rotateKeyCmd](t, p).Grace != 24*time.Hour {
 		t.Fatalf("rotate-key defaults: %+v %v", p, err)
 	}
 	p, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := opts[*waitTrustedCmd](t, p); w.timeout != 15*time.Minute || !reflect.DeepEqual(w.excludeHosts, []string{"a", "b"}) {
+	if w := opts[*waitTrustedCmd](t, p); w.Timeout != 15*time.Minute || !reflect.DeepEqual(w.ExcludeHosts, []string{"a", "b"}) {
 		t.Fatalf("wait-trusted: %+v %v", w, err)
 	}
 	for _, args := range [][]string{
@@ -213,7 +213,7 @@ func TestKeySubcommandArgs(t *testing.T) {
 		{"restart", "--host", "a/b"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *usageError
+		var ue *UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -239,7 +239,7 @@ func TestUserAndPassword(t *testing.T) {
 	} {
 		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
 		if tc.usage {
-			var ue *usageError
+			var ue *UsageError
 			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
 				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
 			}
@@ -260,8 +260,8 @@ func TestHoldReasonWithKeyIsRefused(t *testing.T) {
 	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)
-		if code != exitUsage {
-			t.Errorf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
+		if code != ExitUsage {
+			t.Errorf("exit %d, want %d; stderr %s", code, ExitUsage, errb.String())
 		}
 		if strings.Contains(out.String()+errb.String(), body[10:30]) || !strings.Contains(errb.String(), "--reason holds private key material") {
 			t.Errorf("output: %s / %s", out.String(), errb.String())

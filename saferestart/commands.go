@@ -30,27 +30,27 @@ type command struct {
 // options is one command's: its flags' values (registered by flags),
 // checked once complete (validate), and the command itself (run).
 type options interface {
-	flags(fs *pflag.FlagSet)
-	validate() []error
-	run(ctx context.Context, e *cmdEnv) int
+	Flags(fs *pflag.FlagSet)
+	Validate() []error
+	Run(ctx context.Context, e *Env) int
 }
 
 // commands are the subcommands; restart is the default. Each gets its own
 // options, sharing s (the configuration file, logging and etcd flags).
-func commands(s *shared) []command {
-	restart := &restartCmd{shared: s}
-	check := &checkCmd{shared: s}
-	rotate := &rotateKeyCmd{shared: s}
-	forget := &forgetHostCmd{shared: s}
-	cfg := &configCmd{shared: s}
+func commands(s *Shared) []command {
+	restart := &restartCmd{Shared: s}
+	check := &checkCmd{Shared: s}
+	rotate := &rotateKeyCmd{Shared: s}
+	forget := &forgetHostCmd{Shared: s}
+	cfg := &configCmd{Shared: s}
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return restart.restartArgs(cmd, a, s.Origin) },
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
 			long:  restartHelp, opts: restart},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
-			opts: &statusCmd{shared: s}},
-		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{shared: s}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{shared: s}},
+			opts: &statusCmd{Shared: s}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{Shared: s}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{Shared: s}},
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
@@ -58,15 +58,15 @@ func commands(s *shared) []command {
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
 			long:  checkHelp, opts: check},
 		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &trustCmd{shared: s}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &trustCmd{Shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &waitTrustedCmd{shared: s}},
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &waitTrustedCmd{Shared: s}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return rotate.restartArgs(cmd, a, s.Origin) },
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			opts: &retireKeysCmd{shared: s}},
+			opts: &retireKeysCmd{Shared: s}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp, opts: &publishKeyCmd{shared: s}},
+			long: publishKeyHelp, opts: &publishKeyCmd{Shared: s}},
 		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.forgetArgs, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
 			opts:  forget},
@@ -79,365 +79,365 @@ func commands(s *shared) []command {
 // order its --help lists them.
 
 type restartCmd struct {
-	*shared
-	restartingOpts
-	outputOpt
+	*Shared
+	Restarting
+	OutputFlag
 }
 
-func (o *restartCmd) flags(fs *pflag.FlagSet) {
-	o.restartingOpts.flags(fs)
-	o.outputOpt.flags(fs)
+func (o *restartCmd) Flags(fs *pflag.FlagSet) {
+	o.Restarting.Flags(fs)
+	o.OutputFlag.Flags(fs)
 }
 
-func (o *restartCmd) validate() []error {
-	return append(o.restartingOpts.validate(o.shared, nil), o.outputOpt.validate()...)
+func (o *restartCmd) Validate() []error {
+	return append(o.Restarting.Validate(o.Shared, nil), o.OutputFlag.Validate()...)
 }
 
 type statusCmd struct {
-	*shared
-	lockOpts
-	rotationPrefixOpt
-	keysPrefixOpt
-	outputOpt
+	*Shared
+	Lock
+	RotationPrefixFlag
+	KeysPrefixFlag
+	OutputFlag
 }
 
-func (o *statusCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.outputOpt.flags(fs)
+func (o *statusCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.OutputFlag.Flags(fs)
 }
 
-func (o *statusCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
-	errs = append(errs, validatePrefixes(&o.keysPrefix, nil, &o.rotationPrefix)...)
-	return append(errs, o.outputOpt.validate()...)
+func (o *statusCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
+	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type holdCmd struct {
-	*shared
-	lockOpts
-	hostOpt
-	holdOpts
+	*Shared
+	Lock
+	Host
+	HoldFlags
 }
 
-func (o *holdCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.hostOpt.flags(fs)
-	o.holdOpts.flags(fs)
+func (o *holdCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.Host.Flags(fs)
+	o.HoldFlags.Flags(fs)
 }
 
-func (o *holdCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
-	errs = append(errs, o.hostOpt.validate()...)
-	return append(errs, o.holdOpts.validate()...)
+func (o *holdCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Host.Validate()...)
+	return append(errs, o.HoldFlags.Validate()...)
 }
 
 type unholdCmd struct {
-	*shared
-	lockOpts
+	*Shared
+	Lock
 }
 
-func (o *unholdCmd) flags(fs *pflag.FlagSet) { o.lockOpts.flags(fs) }
+func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
 
-func (o *unholdCmd) validate() []error { return validateEtcd(o.shared, &o.lockOpts, nil, nil) }
+func (o *unholdCmd) Validate() []error { return ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
 
 type checkCmd struct {
-	*shared
-	argv []string // the FILEs
-	preflightOpts
-	signingKeyOpt
-	checkOpts
-	keysPrefixOpt
-	trustPrefixOpt
+	*Shared
+	Argv []string // the FILEs
+	Preflight
+	SigningKeyFlag
+	CheckFlags
+	KeysPrefixFlag
+	TrustPrefixFlag
 }
 
-func (o *checkCmd) flags(fs *pflag.FlagSet) {
-	o.preflightOpts.flags(fs)
-	o.signingKeyOpt.flags(fs)
-	o.checkOpts.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.trustPrefixOpt.flags(fs)
+func (o *checkCmd) Flags(fs *pflag.FlagSet) {
+	o.Preflight.Flags(fs)
+	o.SigningKeyFlag.Flags(fs)
+	o.CheckFlags.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
 }
 
 // validate: check needs etcd settings only to read the trust records.
-func (o *checkCmd) validate() []error {
-	if !o.requireSigningKeys {
+func (o *checkCmd) Validate() []error {
+	if !o.RequireSigningKeys {
 		return nil
 	}
-	return append(o.Etcd.Validate(), validatePrefixes(&o.keysPrefix, &o.trustPrefix, nil)...)
+	return append(o.Etcd.Validate(), ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
 // usesEtcd: check reads etcdctl's environment only when it talks to etcd:
 // a plain file check must not fail on an unrelated ETCDCTL_* (fileUse
 // keeps --require-signing-keys off the file).
-func (o *checkCmd) usesEtcd() bool { return o.requireSigningKeys }
+func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
 
 type versionCmd struct{}
 
-func (versionCmd) flags(*pflag.FlagSet) {}
+func (versionCmd) Flags(*pflag.FlagSet) {}
 
-func (versionCmd) validate() []error { return nil }
+func (versionCmd) Validate() []error { return nil }
 
-func (versionCmd) run(_ context.Context, e *cmdEnv) int {
-	fmt.Fprint(e.stdout, version.Text(progName))
-	return exitOK
+func (versionCmd) Run(_ context.Context, e *Env) int {
+	fmt.Fprint(e.Stdout, version.Text(ProgName))
+	return ExitOK
 }
 
 type trustCmd struct {
-	*shared
-	lockOpts
-	prefixOpts
-	outputOpt
+	*Shared
+	Lock
+	Prefixes
+	OutputFlag
 }
 
-func (o *trustCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.trustPrefixOpt.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.outputOpt.flags(fs)
+func (o *trustCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.OutputFlag.Flags(fs)
 }
 
-func (o *trustCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
-	errs = append(errs, o.prefixOpts.validate()...)
-	return append(errs, o.outputOpt.validate()...)
+func (o *trustCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Prefixes.Validate()...)
+	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type waitTrustedCmd struct {
-	*shared
-	lockOpts
-	prefixOpts
-	hostOpt
-	publicKeyOpt
-	timeoutOpt
-	waitTrustedOpts
-	preflightOpts
-	ttlOpt
+	*Shared
+	Lock
+	Prefixes
+	Host
+	PublicKeyFlag
+	TimeoutFlag
+	WaitTrustedFlags
+	Preflight
+	TTLFlag
 }
 
-func (o *waitTrustedCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.trustPrefixOpt.flags(fs)
-	o.hostOpt.flags(fs)
-	o.publicKeyOpt.flags(fs)
-	o.timeoutOpt.flags(fs)
-	o.waitTrustedOpts.flags(fs)
-	o.preflightOpts.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.ttlOpt.flags(fs)
+func (o *waitTrustedCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
+	o.Host.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.TimeoutFlag.Flags(fs)
+	o.WaitTrustedFlags.Flags(fs)
+	o.Preflight.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.TTLFlag.Flags(fs)
 }
 
-func (o *waitTrustedCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, o.ttlOpt.validate(), nil)
-	errs = append(errs, o.prefixOpts.validate()...)
-	errs = append(errs, o.hostOpt.validate()...)
-	if o.publicKey == "" {
-		errs = append(errs, usagef("wait-trusted needs --public-key FILE"))
+func (o *waitTrustedCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
+	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, o.Host.Validate()...)
+	if o.PublicKey == "" {
+		errs = append(errs, Usagef("wait-trusted needs --public-key FILE"))
 	}
-	return append(errs, validateTimeout(o.timeout)...)
+	return append(errs, ValidateTimeout(o.Timeout)...)
 }
 
 type rotateKeyCmd struct {
-	*shared
-	restartingOpts
-	publicKeyOpt
-	timeoutOpt
-	graceOpt
-	rotateKeyOpts
+	*Shared
+	Restarting
+	PublicKeyFlag
+	TimeoutFlag
+	GraceFlag
+	RotateKeyFlags
 }
 
-func (o *rotateKeyCmd) flags(fs *pflag.FlagSet) {
-	o.restartingOpts.flags(fs)
-	o.publicKeyOpt.flags(fs)
-	o.timeoutOpt.flags(fs)
-	o.graceOpt.flags(fs)
-	o.rotateKeyOpts.flags(fs)
+func (o *rotateKeyCmd) Flags(fs *pflag.FlagSet) {
+	o.Restarting.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.TimeoutFlag.Flags(fs)
+	o.GraceFlag.Flags(fs)
+	o.RotateKeyFlags.Flags(fs)
 }
 
-func (o *rotateKeyCmd) validate() []error {
-	errs := o.restartingOpts.validate(o.shared, nil)
-	keyFileDefaults(&o.signingKey, &o.publicKey)
-	if o.algorithm != rotation.RSA2048 && o.algorithm != rotation.ECDSAP256 {
-		errs = append(errs, usagef("--algorithm %q: want %s or %s", o.algorithm, rotation.RSA2048, rotation.ECDSAP256))
+func (o *rotateKeyCmd) Validate() []error {
+	errs := o.Restarting.Validate(o.Shared, nil)
+	KeyFileDefaults(&o.SigningKey, &o.PublicKey)
+	if o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256 {
+		errs = append(errs, Usagef("--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256))
 	}
-	errs = append(errs, validateGrace(o.grace)...)
-	errs = append(errs, validateTimeout(o.timeout)...)
-	if o.abort && (o.rollback || o.dryRun) {
-		errs = append(errs, usagef("--abort goes with neither --rollback nor --dry-run"))
+	errs = append(errs, ValidateGrace(o.Grace)...)
+	errs = append(errs, ValidateTimeout(o.Timeout)...)
+	if o.Abort && (o.Rollback || o.DryRun) {
+		errs = append(errs, Usagef("--abort goes with neither --rollback nor --dry-run"))
 	}
-	if o.rollback && o.dryRun {
-		errs = append(errs, usagef("--rollback goes without --dry-run"))
+	if o.Rollback && o.DryRun {
+		errs = append(errs, Usagef("--rollback goes without --dry-run"))
 	}
 	return errs
 }
 
 type retireKeysCmd struct {
-	*shared
-	lockOpts
-	dryRunOpt
-	prefixOpts
-	hostOpt
-	publicKeyOpt
-	signingKeyOpt
-	kubeconfigOpt
-	cmOpts
-	retireKeysOpts
+	*Shared
+	Lock
+	DryRunFlag
+	Prefixes
+	Host
+	PublicKeyFlag
+	SigningKeyFlag
+	KubeconfigFlag
+	ControllerManager
+	RetireKeysFlags
 }
 
-func (o *retireKeysCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.dryRunOpt.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.trustPrefixOpt.flags(fs)
-	o.hostOpt.flags(fs)
-	o.publicKeyOpt.flags(fs)
-	o.signingKeyOpt.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.kubeconfigOpt.flags(fs)
-	o.cmOpts.flags(fs)
-	o.retireKeysOpts.flags(fs)
+func (o *retireKeysCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.DryRunFlag.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
+	o.Host.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.SigningKeyFlag.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.KubeconfigFlag.Flags(fs)
+	o.ControllerManager.Flags(fs)
+	o.RetireKeysFlags.Flags(fs)
 }
 
-func (o *retireKeysCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, map[string]time.Duration{"--stale-token-window": o.staleTokenWindow})
-	errs = append(errs, o.prefixOpts.validate()...)
-	errs = append(errs, o.hostOpt.validate()...)
-	keyFileDefaults(&o.signingKey, &o.publicKey)
-	return append(errs, o.cmOpts.validate()...)
+func (o *retireKeysCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
+	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, o.Host.Validate()...)
+	KeyFileDefaults(&o.SigningKey, &o.PublicKey)
+	return append(errs, o.ControllerManager.Validate()...)
 }
 
 type publishKeyCmd struct {
-	*shared
-	lockOpts
-	keysPrefixOpt
-	hostOpt
-	publicKeyOpt
-	signingKeyOpt
-	rotationPrefixOpt
-	graceOpt
-	publishKeyOpts
-	publishWatchOpts
-	ttlOpt
-	staleTokenOpt
-	healthCreds
+	*Shared
+	Lock
+	KeysPrefixFlag
+	Host
+	PublicKeyFlag
+	SigningKeyFlag
+	RotationPrefixFlag
+	GraceFlag
+	PublishKeyFlags
+	PublishWatchFlags
+	TTLFlag
+	StaleToken
+	HealthCreds
 }
 
-func (o *publishKeyCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.hostOpt.flags(fs)
-	o.publicKeyOpt.flags(fs)
-	o.signingKeyOpt.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.graceOpt.flags(fs)
-	o.publishKeyOpts.flags(fs)
-	o.publishWatchOpts.flags(fs)
-	o.ttlOpt.flags(fs)
-	o.staleTokenOpt.flags(fs)
-	o.healthCreds.flags(fs)
+func (o *publishKeyCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.Host.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.SigningKeyFlag.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.GraceFlag.Flags(fs)
+	o.PublishKeyFlags.Flags(fs)
+	o.PublishWatchFlags.Flags(fs)
+	o.TTLFlag.Flags(fs)
+	o.StaleToken.Flags(fs)
+	o.HealthCreds.Flags(fs)
 }
 
-func (o *publishKeyCmd) validate() []error {
+func (o *publishKeyCmd) Validate() []error {
 	var pre []error
-	if o.watch {
-		pre = o.ttlOpt.validate()
+	if o.Watch {
+		pre = o.TTLFlag.Validate()
 	}
-	errs := validateEtcd(o.shared, &o.lockOpts, pre, nil)
-	errs = append(errs, validatePrefixes(&o.keysPrefix, nil, &o.rotationPrefix)...)
-	errs = append(errs, o.hostOpt.validate()...)
+	errs := ValidateEtcd(o.Shared, &o.Lock, pre, nil)
+	errs = append(errs, ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
+	errs = append(errs, o.Host.Validate()...)
 	// The public half of --signing-key only when no --public-key.
-	if o.publicKey == "" && o.signingKey == "" && o.certificate == "" {
-		o.publicKey = defaultPublicKey
+	if o.PublicKey == "" && o.SigningKey == "" && o.Certificate == "" {
+		o.PublicKey = DefaultPublicKey
 	}
-	errs = append(errs, validateGrace(o.grace)...)
-	return append(errs, o.publishWatchOpts.validate()...)
+	errs = append(errs, ValidateGrace(o.Grace)...)
+	return append(errs, o.PublishWatchFlags.Validate()...)
 }
 
 type forgetHostCmd struct {
-	*shared
+	*Shared
 	host string // the HOST forgotten
-	lockOpts
-	dryRunOpt
-	prefixOpts
-	hostOpt
-	graceOpt
-	kubeconfigOpt
+	Lock
+	DryRunFlag
+	Prefixes
+	Host
+	GraceFlag
+	KubeconfigFlag
 }
 
-func (o *forgetHostCmd) flags(fs *pflag.FlagSet) {
-	o.lockOpts.flags(fs)
-	o.dryRunOpt.flags(fs)
-	o.keysPrefixOpt.flags(fs)
-	o.trustPrefixOpt.flags(fs)
-	o.rotationPrefixOpt.flags(fs)
-	o.hostOpt.flags(fs)
-	o.graceOpt.flags(fs)
-	o.kubeconfigOpt.flags(fs)
+func (o *forgetHostCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.DryRunFlag.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.Host.Flags(fs)
+	o.GraceFlag.Flags(fs)
+	o.KubeconfigFlag.Flags(fs)
 }
 
-func (o *forgetHostCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
-	errs = append(errs, o.prefixOpts.validate()...)
-	errs = append(errs, o.hostOpt.validate()...)
-	return append(errs, validateGrace(o.grace)...)
+func (o *forgetHostCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, o.Host.Validate()...)
+	return append(errs, ValidateGrace(o.Grace)...)
 }
 
 // configCmd shows what every command would read: it registers every
 // command's flags, with the same functions.
 type configCmd struct {
-	*shared
+	*Shared
 	fs *pflag.FlagSet // the flags shown
-	restartingOpts
-	outputOpt
-	holdOpts
-	checkOpts
-	publicKeyOpt
-	timeoutOpt
-	waitTrustedOpts
-	graceOpt
-	rotateKeyOpts
-	publishKeyOpts
-	publishWatchOpts
-	retireKeysOpts
-	staleTokenOpt
+	Restarting
+	OutputFlag
+	HoldFlags
+	CheckFlags
+	PublicKeyFlag
+	TimeoutFlag
+	WaitTrustedFlags
+	GraceFlag
+	RotateKeyFlags
+	PublishKeyFlags
+	PublishWatchFlags
+	RetireKeysFlags
+	StaleToken
 }
 
-func (o *configCmd) flags(fs *pflag.FlagSet) {
-	o.restartingOpts.flags(fs)
-	o.outputOpt.flags(fs)
-	o.holdOpts.flags(fs)
-	o.checkOpts.flags(fs)
-	o.publicKeyOpt.flags(fs)
-	o.timeoutOpt.flags(fs)
-	o.waitTrustedOpts.flags(fs)
-	o.graceOpt.flags(fs)
-	o.rotateKeyOpts.flags(fs)
-	o.publishKeyOpts.flags(fs)
-	o.publishWatchOpts.flags(fs)
-	o.retireKeysOpts.flags(fs)
-	o.staleTokenOpt.flags(fs)
+func (o *configCmd) Flags(fs *pflag.FlagSet) {
+	o.Restarting.Flags(fs)
+	o.OutputFlag.Flags(fs)
+	o.HoldFlags.Flags(fs)
+	o.CheckFlags.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.TimeoutFlag.Flags(fs)
+	o.WaitTrustedFlags.Flags(fs)
+	o.GraceFlag.Flags(fs)
+	o.RotateKeyFlags.Flags(fs)
+	o.PublishKeyFlags.Flags(fs)
+	o.PublishWatchFlags.Flags(fs)
+	o.RetireKeysFlags.Flags(fs)
+	o.StaleToken.Flags(fs)
 }
 
-func (o *configCmd) validate() []error {
-	errs := validateEtcd(o.shared, &o.lockOpts, nil, nil)
-	errs = append(errs, o.prefixOpts.validate()...)
-	errs = append(errs, o.hostOpt.validate()...)
-	if o.trustTimeout < 0 {
-		errs = append(errs, usagef("--trust-timeout %s: must not be negative", o.trustTimeout))
+func (o *configCmd) Validate() []error {
+	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, o.Host.Validate()...)
+	if o.TrustTimeout < 0 {
+		errs = append(errs, Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
 	}
-	errs = append(errs, o.publishWatchOpts.validate()...)
-	errs = append(errs, validateFleetFlags(&o.restartingOpts)...)
-	errs = append(errs, o.cmOpts.validate()...)
-	return append(errs, o.outputOpt.validate()...)
+	errs = append(errs, o.PublishWatchFlags.Validate()...)
+	errs = append(errs, ValidateFleetFlags(&o.Restarting)...)
+	errs = append(errs, o.ControllerManager.Validate()...)
+	return append(errs, o.OutputFlag.Validate()...)
 }
 
 // configArgs: config takes no arguments, and shows its flags.
 func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usagef("%s takes no arguments, got %q", cmdConfig, args)
+		return Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
 	o.fs = cmd.Flags()
 	return nil
@@ -445,8 +445,8 @@ func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
 
 // newRoot is the command tree; act runs a command whose options are
 // complete and valid, and returns its exit code.
-func newRoot(p *cli.Program, s *shared, act func(name string, o options) int) *cobra.Command {
-	root := p.Root(&s.Common, progName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
+func newRoot(p *cli.Program, s *Shared, act func(name string, o options) int) *cobra.Command {
+	root := p.Root(&s.Common, ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
 		use := c.use
 		if use == "" {
@@ -465,7 +465,7 @@ func newRoot(p *cli.Program, s *shared, act func(name string, o options) int) *c
 		if c.etcd {
 			s.Etcd.Register(fs)
 		}
-		c.opts.flags(fs)
+		c.opts.Flags(fs)
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
 			var e *cli.Etcd
@@ -473,7 +473,7 @@ func newRoot(p *cli.Program, s *shared, act func(name string, o options) int) *c
 				e = &s.Etcd
 			}
 			if c.args == nil && len(args) > 0 {
-				return usagef("%s takes no arguments, got %q", c.name, args)
+				return Usagef("%s takes no arguments, got %q", c.name, args)
 			}
 			var use func(string) bool
 			if chk, ok := c.opts.(*checkCmd); ok {
@@ -487,7 +487,7 @@ func newRoot(p *cli.Program, s *shared, act func(name string, o options) int) *c
 					return s.FromFile(err)
 				}
 			}
-			if err := s.FromFile(joinUsage(c.opts.validate())); err != nil {
+			if err := s.FromFile(JoinUsage(c.opts.Validate())); err != nil {
 				return err
 			}
 			return cli.Exit(act(c.name, c.opts))
@@ -516,39 +516,39 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 
 // restartArgs: restart and rotate-key take their command after --, and
 // nothing before it.
-func (o *restartingOpts) restartArgs(cmd *cobra.Command, args []string, origin map[string]string) error {
+func (o *Restarting) restartArgs(cmd *cobra.Command, args []string, origin map[string]string) error {
 	dash := cmd.ArgsLenAtDash()
 	before := args
 	if dash >= 0 {
 		before = args[:dash]
 	}
 	if len(before) > 0 {
-		return usagef("unexpected argument %q: put the restart command after --", before[0])
+		return Usagef("unexpected argument %q: put the restart command after --", before[0])
 	}
 	if err := o.applyRestartMode(origin); err != nil {
 		return err
 	}
-	o.argv = o.modeCommand()
+	o.Argv = o.modeCommand()
 	if dash >= 0 {
 		if len(args) == dash {
-			return usagef("no command after --")
+			return Usagef("no command after --")
 		}
-		o.argv = args[dash:]
+		o.Argv = args[dash:]
 	}
 	return nil
 }
 
 // checkArgs: check's FILEs, before or after --.
 func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
-	o.argv = args
-	if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
-		return usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+	o.Argv = args
+	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
+		return Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 	}
-	if len(o.requireKeys) > 0 && len(o.argv) == 0 {
-		return usagef("--require-key applies to bundle FILEs, and none was given")
+	if len(o.RequireKeys) > 0 && len(o.Argv) == 0 {
+		return Usagef("--require-key applies to bundle FILEs, and none was given")
 	}
-	if o.requireSigningKeys && len(o.argv) == 0 {
-		return usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+	if o.RequireSigningKeys && len(o.Argv) == 0 {
+		return Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
 	}
 	return nil
 }
@@ -618,7 +618,7 @@ command ignores the keys it has no flag for.
 %[4]s
 
 Exit codes:
-`, progName, strings.Join(defaultCommand, " "), config.DefaultPath, etcdHelp)
+`, ProgName, strings.Join(defaultCommand, " "), config.DefaultPath, etcdHelp)
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}

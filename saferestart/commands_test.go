@@ -21,18 +21,18 @@ type lookupEnv func(string) (string, bool)
 type parsed struct {
 	sub  string
 	opts options
-	*shared
+	*Shared
 }
 
 // parseArgs is the command line up to the command's start: its complete
 // options, its flags, or the usage error.
 func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 	var out strings.Builder
-	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
-	s := &shared{}
+	p := &cli.Program{Name: ProgName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
+	s := &Shared{}
 	var res *parsed
 	var fs *pflag.FlagSet
-	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, shared: s}; return exitOK })
+	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, Shared: s}; return ExitOK })
 	args, err := cli.Dispatch(root, args, cmdRestart)
 	if err != nil {
 		return nil, nil, err
@@ -52,19 +52,19 @@ func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 }
 
 // env is the environment the command runs in, its output to w.
-func (p *parsed) env(w io.Writer, log *logrus.Logger) *cmdEnv {
-	return newCmdEnv(p.shared, p.opts, w, w, log)
+func (p *parsed) env(w io.Writer, log *logrus.Logger) *Env {
+	return NewEnv(p.Shared, p.opts, w, w, log)
 }
 
 // argv is the command's arguments: the restart command, check's FILEs.
 func (p *parsed) argv() []string {
 	switch o := p.opts.(type) {
 	case *restartCmd:
-		return o.argv
+		return o.Argv
 	case *rotateKeyCmd:
-		return o.argv
+		return o.Argv
 	case *checkCmd:
-		return o.argv
+		return o.Argv
 	}
 	return nil
 }
@@ -82,8 +82,8 @@ func opts[T options](t *testing.T, p *parsed) T {
 
 // restartParsed is a restart command line's options.
 type restartParsed struct {
-	*restartingOpts
-	*shared
+	*Restarting
+	*Shared
 }
 
 // parseRestart parses a restart or rotate-key command line.
@@ -93,17 +93,17 @@ func parseRestart(t *testing.T, args []string) (restartParsed, *pflag.FlagSet, e
 	if err != nil {
 		return restartParsed{}, fs, err
 	}
-	return restartParsed{restartOf(t, p), p.shared}, fs, nil
+	return restartParsed{restartOf(t, p), p.Shared}, fs, nil
 }
 
 // restartOf is the restart options of restart or rotate-key.
-func restartOf(t *testing.T, p *parsed) *restartingOpts {
+func restartOf(t *testing.T, p *parsed) *Restarting {
 	t.Helper()
 	switch o := p.opts.(type) {
 	case *restartCmd:
-		return &o.restartingOpts
+		return &o.Restarting
 	case *rotateKeyCmd:
-		return &o.restartingOpts
+		return &o.Restarting
 	}
 	t.Fatalf("%s: not a restarting command", p.sub)
 	return nil
@@ -239,7 +239,7 @@ func TestHelpPerCommand(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, tc.args, &out, &errb)
-		if code != exitOK || errb.Len() != 0 {
+		if code != ExitOK || errb.Len() != 0 {
 			t.Errorf("%q: exit %d, stderr %q", tc.args, code, errb.String())
 		}
 		for _, s := range tc.has {
@@ -259,15 +259,15 @@ func TestHelpPerCommand(t *testing.T) {
 // command completion through the hidden __complete command.
 func TestCompletion(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "__start_"+progName) {
+	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "__start_"+ProgName) {
 		t.Fatalf("completion bash: exit %d, %d bytes, stderr %q", code, out.Len(), errb.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--if-new-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "--if-new-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "rotate-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "rotate-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 }

@@ -57,7 +57,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	o := struct {
 		*parsed
-		*restartingOpts
+		*Restarting
 	}{p, restartOf(t, p)}
 	want := map[string]struct {
 		got    any
@@ -67,12 +67,12 @@ func TestConfigPrecedence(t *testing.T) {
 		"endpoints":            {o.Endpoints, []string{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}, path + ":2"},
 		"cacert":               {o.CACert, "/env/ca.crt", "env ETCDCTL_CACERT"},
 		"cert":                 {o.Cert, "/file/c.crt", path + ":4"},
-		"jwks-key-file":        {o.jwksKeyFiles, []string{"/cmd/a.pem"}, "flag"},
-		"preflight-flags-file": {o.preflightFlagsFiles, []string{"/file/apiserver-sa.env"}, path + ":10"},
-		"ttl":                  {o.ttl, 3, "flag"},
-		"lock-timeout":         {o.lockTimeout, 7 * time.Minute, path + ":12"},
+		"jwks-key-file":        {o.JWKSKeyFiles, []string{"/cmd/a.pem"}, "flag"},
+		"preflight-flags-file": {o.PreflightFlagsFiles, []string{"/file/apiserver-sa.env"}, path + ":10"},
+		"ttl":                  {o.TTL, 3, "flag"},
+		"lock-timeout":         {o.LockTimeout, 7 * time.Minute, path + ":12"},
 		"password":             {o.Password, "s3cret-from-file", path + ":6"},
-		"restart-timeout":      {o.restartTimeout, 3 * time.Minute, "default"},
+		"restart-timeout":      {o.RestartTimeout, 3 * time.Minute, "default"},
 	}
 	for name, w := range want {
 		if !reflect.DeepEqual(w.got, w.want) || o.Origin[name] != w.origin {
@@ -87,7 +87,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if _, fs, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || fs.Lookup("lock-timeout") != nil {
 		t.Fatalf("status with the file: %v, lock-timeout %v", err, fs.Lookup("lock-timeout"))
 	}
-	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*rotateKeyCmd](t, p).grace != 2*time.Hour || opts[*rotateKeyCmd](t, p).ttl != 20 {
+	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*rotateKeyCmd](t, p).Grace != 2*time.Hour || opts[*rotateKeyCmd](t, p).TTL != 20 {
 		t.Fatalf("rotate-key with the file: %v", err)
 	}
 }
@@ -99,18 +99,18 @@ func TestConfigDefaultPath(t *testing.T) {
 	defer func(d string) { defaultConfig = d }(defaultConfig)
 	defaultConfig = path
 	o, _, err := parseArgs(nil, env(nil))
-	if err != nil || restartOf(t, o).ttl != 42 || o.File == nil {
+	if err != nil || restartOf(t, o).TTL != 42 || o.File == nil {
 		t.Fatalf("default present: %v", err)
 	}
-	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || restartOf(t, o).ttl != 10 || o.File != nil {
+	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || restartOf(t, o).TTL != 10 || o.File != nil {
 		t.Fatalf("--config '': %v", err)
 	}
 	defaultConfig = filepath.Join(t.TempDir(), "absent.toml")
-	if o, _, err = parseArgs(nil, env(nil)); err != nil || restartOf(t, o).ttl != 10 {
+	if o, _, err = parseArgs(nil, env(nil)); err != nil || restartOf(t, o).TTL != 10 {
 		t.Fatalf("default absent: %v", err)
 	}
 	_, _, err = parseArgs([]string{"--config", defaultConfig}, env(nil))
-	var ue *usageError
+	var ue *UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "absent.toml") {
 		t.Fatalf("named file missing: %v", err)
 	}
@@ -132,7 +132,7 @@ func TestConfigErrors(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"--config", path, "--dry-run"}, &out, &errb)
 		want := strings.ReplaceAll(tc.want, "FILE", path)
-		if code != exitUsage || !strings.Contains(errb.String(), want) {
+		if code != ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.text, code, errb.String(), want)
 		}
 	}
@@ -146,11 +146,11 @@ func TestConfigCheckInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := opts[*checkCmd](t, p); o.preflightFlagsFiles != nil || !o.publicOnly || !reflect.DeepEqual(o.argv, []string{"bundle.pem"}) {
+	if o := opts[*checkCmd](t, p); o.PreflightFlagsFiles != nil || !o.PublicOnly || !reflect.DeepEqual(o.Argv, []string{"bundle.pem"}) {
 		t.Fatalf("check FILE: %+v", o)
 	}
 	p, _, err = parseArgs([]string{"check", "--config", path}, env(nil))
-	if err != nil || !reflect.DeepEqual(opts[*checkCmd](t, p).preflightFlagsFiles, []string{"/file/sa.env"}) {
+	if err != nil || !reflect.DeepEqual(opts[*checkCmd](t, p).PreflightFlagsFiles, []string{"/file/sa.env"}) {
 		t.Fatalf("check alone: %v %+v", err, p)
 	}
 }
@@ -161,7 +161,7 @@ func TestConfigSubcommand(t *testing.T) {
 	path := writeConfig(t, sampleConfig)
 	t.Setenv("ETCDCTL_DIAL_TIMEOUT", "4s")
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != exitOK {
+	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != ExitOK {
 		t.Fatalf("config: exit %d %s", code, errb.String())
 	}
 	text := out.String()
@@ -249,13 +249,13 @@ func TestUnknownFlagAndHelp(t *testing.T) {
 		"rotate-keys":             `unknown subcommand "rotate-keys"; did you mean rotate-key?`,
 	} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != exitUsage || !strings.Contains(errb.String(), want) {
+		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, code, errb.String(), want)
 		}
 	}
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"rotate-key", "--help"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
+		if code := run(context.Background(), nil, args, &out, &errb); code != ExitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
 			t.Errorf("%q: exit %d, stdout %d bytes, stderr %q", args, code, out.Len(), errb.String())
 		}
 	}

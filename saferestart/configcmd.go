@@ -16,7 +16,7 @@ import (
 // showConfig is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (o *configCmd) run(_ context.Context, e *cmdEnv) int { return o.showConfig(e.stdout, o.fs) }
+func (o *configCmd) Run(_ context.Context, e *Env) int { return o.showConfig(e.Stdout, o.fs) }
 
 func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	switch {
@@ -35,7 +35,7 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 		if !ok {
 			k = config.Key{Name: f.Name}
 		}
-		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.shared), o.Origin[f.Name])
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Origin[f.Name])
 	})
 	if o.File != nil {
 		var other []string
@@ -45,15 +45,15 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 			}
 		}
 		if len(other) > 0 {
-			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", progName, strings.Join(other, "\n"))
+			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", ProgName, strings.Join(other, "\n"))
 		}
 	}
-	return exitOK
+	return ExitOK
 }
 
 // tomlValue formats a flag's effective value. user and password are read
 // from the options: an ETCDCTL_USER of name:password was split there.
-func tomlValue(k config.Key, f *pflag.Flag, o *shared) string {
+func tomlValue(k config.Key, f *pflag.Flag, o *Shared) string {
 	switch f.Name {
 	case "user":
 		return strconv.Quote(o.User)

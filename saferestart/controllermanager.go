@@ -20,12 +20,12 @@ import (
 var controllerManagerCommand = []string{"systemctl", "restart", "kube-controller-manager.service"}
 
 // validateControllerManagerFlags checks the controller-manager's flags.
-func (o *cmOpts) validate() []error {
-	switch o.cmRestartMode {
-	case modeSystemd, modeStaticPod:
+func (o *ControllerManager) Validate() []error {
+	switch o.CMRestartMode {
+	case ModeSystemd, ModeStaticPod:
 		return nil
 	}
-	return []error{usagef("--controller-manager-restart-mode %q: want %s or %s", o.cmRestartMode, modeSystemd, modeStaticPod)}
+	return []error{Usagef("--controller-manager-restart-mode %q: want %s or %s", o.CMRestartMode, ModeSystemd, ModeStaticPod)}
 }
 
 // restartControllerManager runs after rotate-key restarted the apiserver
@@ -35,42 +35,42 @@ func (o *cmOpts) validate() []error {
 // restarted so that it signs new legacy token Secrets with the new key too,
 // and its /healthz must answer. A command after -- never covers it.
 func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
-	a := k.cmdEnv
+	a := k.Env
 	o := k.o
-	if len(o.cmFlagsFiles) == 0 {
+	if len(o.CMFlagsFiles) == 0 {
 		return nil
 	}
 	log = log.WithField("controller_manager", true)
-	keyFile, cm, err := preflight.ControllerManagerKey(o.cmFlagsFiles)
+	keyFile, cm, err := preflight.ControllerManagerKey(o.CMFlagsFiles)
 	if err != nil {
-		return &codeError{code: exitPreflight, what: fmt.Sprintf("--controller-manager-flags-file: %v", err)}
+		return &codeError{code: ExitPreflight, what: fmt.Sprintf("--controller-manager-flags-file: %v", err)}
 	}
 	if keyFile == "" {
 		log.Warn("--controller-manager-flags-file names no --service-account-private-key-file: kube-controller-manager not restarted")
 		return nil
 	}
-	rotated, err := trust.FileKeyIDs(o.signingKey)
+	rotated, err := trust.FileKeyIDs(o.SigningKey)
 	if err != nil {
-		return &codeError{code: exitPreflight, what: fmt.Sprintf("--signing-key: %v", err)}
+		return &codeError{code: ExitPreflight, what: fmt.Sprintf("--signing-key: %v", err)}
 	}
 	if len(rotated) != 1 || rotated[0] != cm {
 		log.Warnf("kube-controller-manager's key %s (%s) is not the rotated key %v: not restarted; it keeps signing legacy tokens with its own", keyFile, cm, rotated)
 		return nil
 	}
 	argv := controllerManagerCommand
-	timeout := o.restartTimeout
-	if o.cmRestartMode == modeStaticPod {
-		argv = staticPodCommand(o.criEndpoint, "kube-controller-manager", o.staticPodStopTimeout)
-		timeout = max(timeout, staticPodRestartTimeout(o.staticPodStopTimeout))
+	timeout := o.RestartTimeout
+	if o.CMRestartMode == ModeStaticPod {
+		argv = staticPodCommand(o.CRIEndpoint, "kube-controller-manager", o.StaticPodStopTimeout)
+		timeout = max(timeout, staticPodRestartTimeout(o.StaticPodStopTimeout))
 	}
 	log.WithField("command", runner.Quote(argv)).Infof("kube-controller-manager signs with the rotated key (%s): restarting it", keyFile)
-	res := runner.Run(ctx, runner.Spec{Argv: argv, Env: runner.WithoutVars(os.Environ(), secretEnv...), Timeout: timeout,
-		Grace: killGrace, Stdout: a.stderr, Stderr: a.stderr, ParentDeathSignal: syscall.SIGKILL})
+	res := runner.Run(ctx, runner.Spec{Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: timeout,
+		Grace: killGrace, Stdout: a.Stderr, Stderr: a.Stderr, ParentDeathSignal: syscall.SIGKILL})
 	if res.Err != nil {
-		return &codeError{code: exitRestart, what: fmt.Sprintf("kube-controller-manager restart: %v", res.Err)}
+		return &codeError{code: ExitRestart, what: fmt.Sprintf("kube-controller-manager restart: %v", res.Err)}
 	}
-	cfg := health.Config{URL: o.cmHealthURL, CACert: o.cmHealthCACert, SkipVerify: o.cmHealthCACert == "",
-		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval}
+	cfg := health.Config{URL: o.CMHealthURL, CACert: o.CMHealthCACert, SkipVerify: o.CMHealthCACert == "",
+		Settle: o.HealthSettle, Timeout: o.HealthTimeout, Interval: o.HealthInterval}
 	if cfg.URL == "" {
 		log.Warn("--controller-manager-health-url is empty: not waiting for kube-controller-manager")
 		return nil
@@ -79,7 +79,7 @@ func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.F
 		log.Warnf("--controller-manager-health-cacert not given: %s's certificate (self-signed by default) is not verified", cfg.URL)
 	}
 	if err := health.Wait(ctx, cfg, log); err != nil {
-		return &codeError{code: exitHealth, what: fmt.Sprintf("kube-controller-manager not healthy after its restart: %v", err)}
+		return &codeError{code: ExitHealth, what: fmt.Sprintf("kube-controller-manager not healthy after its restart: %v", err)}
 	}
 	log.Info("kube-controller-manager restarted and healthy")
 	return nil
@@ -91,32 +91,32 @@ func (k *keyRotation) restartControllerManager(ctx context.Context, log logrus.F
 // refuses such tokens once the key is gone. Re-creating the Secret (after
 // kube-controller-manager signs with the new key) clears it.
 func (r *retirer) legacyTokenGate(ctx context.Context, kid string, log logrus.FieldLogger) int {
-	a := r.cmdEnv
+	a := r.Env
 	o := r.o
-	if o.kubeconfig == "" {
-		return exitOK
+	if o.Kubeconfig == "" {
+		return ExitOK
 	}
-	if o.ignoreLegacyTokens {
+	if o.IgnoreLegacyTokens {
 		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", kid)
-		return exitOK
+		return ExitOK
 	}
-	l, err := legacytokens.New(o.kubeconfig, a.etcd.CommandTimeout)
+	l, err := legacytokens.New(o.Kubeconfig, a.Etcd.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Error("retire-keys: legacy token check")
-		return exitPreflight
+		return ExitPreflight
 	}
 	held, err := l.Holding(ctx, kid)
 	if err != nil {
 		log.WithError(err).Errorf("retire-keys: cannot list legacy token Secrets: not retiring %s (pass --ignore-legacy-tokens to retire without looking)", kid)
-		return exitError
+		return ExitError
 	}
 	if len(held) > 0 {
 		log.Errorf("retire-keys refused: %d legacy token Secret(s) hold tokens signed with %s, which every apiserver would refuse once it is retired: %s. Re-create them once kube-controller-manager signs with the new key (or pass --ignore-legacy-tokens)",
 			len(held), kid, strings.Join(held, ", "))
-		return exitPreflight
+		return ExitPreflight
 	}
 	log.Infof("no legacy token Secret holds a token signed with %s", kid)
-	return exitOK
+	return ExitOK
 }
 
 // retireGates run before retire-keys retires kid, a due superseded key of
@@ -135,13 +135,13 @@ func (r *retirer) retireGates(ctx context.Context, kid string, recs map[string]t
 	if hosts := trust.APIServersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Warnf("key %s is due, but the apiserver on %s signs with it (trust record): kept until no apiserver does",
 			kid, strings.Join(hosts, ", "))
-		return false, exitOK
+		return false, ExitOK
 	}
 	if hosts := trust.ControllerManagersSigningWith(recs, kid); len(hosts) > 0 {
 		log.Errorf("retire-keys refused: kube-controller-manager on %s signs with %s (trust record), so the legacy token Secrets it creates would be refused once it is retired. Restart it with the new key (rotate-key --controller-manager-flags-file on that host) first",
 			strings.Join(hosts, ", "), kid)
-		return false, exitPreflight
+		return false, ExitPreflight
 	}
 	code := r.legacyTokenGate(ctx, kid, log)
-	return code == exitOK, code
+	return code == ExitOK, code
 }

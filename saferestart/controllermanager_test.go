@@ -111,7 +111,7 @@ func TestRestartControllerManager(t *testing.T) {
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		err = (&keyRotation{cmdEnv: o.env(&logs, log), o: opts[*rotateKeyCmd](t, o)}).restartControllerManager(context.Background(), log)
+		err = (&keyRotation{Env: o.env(&logs, log), o: opts[*rotateKeyCmd](t, o)}).restartControllerManager(context.Background(), log)
 		t.Log(logs.String())
 		return err
 	}
@@ -137,8 +137,8 @@ func TestRestartControllerManager(t *testing.T) {
 		healthy.Store(false)
 		err := run(t, flags(sameKeyElsewhere))
 		var ce *codeError
-		if !errors.As(err, &ce) || ce.code != exitHealth {
-			t.Fatalf("err %v, want exit %d", err, exitHealth)
+		if !errors.As(err, &ce) || ce.code != ExitHealth {
+			t.Fatalf("err %v, want exit %d", err, ExitHealth)
 		}
 	})
 }
@@ -162,10 +162,10 @@ func TestLegacyTokenGate(t *testing.T) {
 		kid  string
 		want int
 	}{
-		{[]string{"--kubeconfig", kc}, "OLDKID", exitPreflight},
-		{[]string{"--kubeconfig", kc, "--ignore-legacy-tokens"}, "OLDKID", exitOK},
-		{nil, "OLDKID", exitOK}, // no kubeconfig: not looked at
-		{[]string{"--kubeconfig", kc}, "OTHER", exitOK},
+		{[]string{"--kubeconfig", kc}, "OLDKID", ExitPreflight},
+		{[]string{"--kubeconfig", kc, "--ignore-legacy-tokens"}, "OLDKID", ExitOK},
+		{nil, "OLDKID", ExitOK}, // no kubeconfig: not looked at
+		{[]string{"--kubeconfig", kc}, "OTHER", ExitOK},
 	} {
 		o, _, err := parseArgs(append([]string{"retire-keys"}, tt.args...), env(nil))
 		if err != nil {
@@ -174,10 +174,10 @@ func TestLegacyTokenGate(t *testing.T) {
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		if got := (&retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
+		if got := (&retirer{Env: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
 			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
 		}
-		if tt.want == exitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
+		if tt.want == ExitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
 			t.Errorf("the Secret is not named:\n%s", logs.String())
 		}
 		if strings.Contains(logs.String(), "SIGNATURE-NEVER-LOGGED") || strings.Contains(logs.String(), "payload") {
@@ -221,7 +221,7 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 		log := logrus.New()
 		log.Out = &logs
 		r := restartOf(t, o)
-		rec := trustSnapshot(context.Background(), o.env(&logs, log), r.preflightOpts, r.cmFlagsFiles, log)
+		rec := trustSnapshot(context.Background(), o.env(&logs, log), r.Preflight, r.CMFlagsFiles, log)
 		if rec == nil || rec.Signing != keyID(t, apiKey) || rec.ControllerManagerSigning != tt.want {
 			t.Errorf("%s: record %+v, want controller-manager key %q\n%s", tt.name, rec, tt.want, logs.String())
 		}
@@ -243,7 +243,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	var logs bytes.Buffer
 	log := logrus.New()
 	log.Out = &logs
-	r := &retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}
+	r := &retirer{Env: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}
 	record := func(host, signing, cm string) {
 		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: signing, ControllerManagerSigning: cm, Time: time.Now()}
 		if err := trust.Put(ctx, cli, trust.DefaultPrefix, "", rec); err != nil {
@@ -262,15 +262,15 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	srv.Put(t, trust.Key(trust.DefaultPrefix, "m3"), `{"host":"m3","trusted":["OLDKID","NEWKID"],"signing":"NEWKID","bundle_sha256":"x","time":"2026-01-01T00:00:00Z"}`)
 	record("m1", "NEWKID", "NEWKID")
 	record("m2", "NEWKID", "OLDKID")
-	if code := gates(); code != exitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
-		t.Fatalf("m2's controller-manager signs with the retiring key: exit %d, want %d naming m2 and OLDKID:\n%s", code, exitPreflight, logs.String())
+	if code := gates(); code != ExitPreflight || !strings.Contains(logs.String(), "m2") || !strings.Contains(logs.String(), "OLDKID") {
+		t.Fatalf("m2's controller-manager signs with the retiring key: exit %d, want %d naming m2 and OLDKID:\n%s", code, ExitPreflight, logs.String())
 	}
 	if strings.Contains(logs.String(), "m1,") || strings.Contains(logs.String(), "m3") {
 		t.Errorf("a host named whose controller-manager does not sign with the retiring key:\n%s", logs.String())
 	}
 	logs.Reset()
 	record("m2", "NEWKID", "NEWKID")
-	if code := gates(); code != exitOK {
+	if code := gates(); code != ExitOK {
 		t.Fatalf("no controller-manager signs with the retiring key: exit %d:\n%s", code, logs.String())
 	}
 	// Another host's apiserver signs with the key (a shared key, or a
@@ -280,7 +280,7 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, code := r.retireGates(ctx, "OLDKID", recs, log); ok || code != exitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
+	if ok, code := r.retireGates(ctx, "OLDKID", recs, log); ok || code != ExitOK || !strings.Contains(logs.String(), "apiserver on m2 signs with it") {
 		t.Fatalf("m2's apiserver signs with the retiring key: retire %v exit %d:\n%s", ok, code, logs.String())
 	}
 }

@@ -148,7 +148,7 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	words := strings.Fields(strings.NewReplacer("'", " ", `"`, " ", ";", " ").Replace(cmdline))
 	at := -1
 	for i, w := range words {
-		if filepath.Base(w) == progName {
+		if filepath.Base(w) == ProgName {
 			at = i
 			break
 		}
@@ -180,21 +180,21 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	case *rotateKeyCmd:
 		return c.worstCase(&o.Etcd), true
 	case *waitTrustedCmd:
-		if c.trustHostName == "" && c.ifNewKey {
+		if c.HostName == "" && c.IfNewKey {
 			waits += fqdn.Timeout
 		}
-		return waits + o.CommandTimeout + c.timeout, true // read the trust records, then wait
+		return waits + o.CommandTimeout + c.Timeout, true // read the trust records, then wait
 	case *checkCmd:
-		if c.requireSigningKeys {
+		if c.RequireSigningKeys {
 			return waits + o.CommandTimeout, true // connect, read the trust records
 		}
 		return 0, true // reads local files: no wait
 	case *retireKeysCmd:
-		if c.trustHostName == "" {
+		if c.HostName == "" {
 			waits += fqdn.Timeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
-		return waits + time.Duration(claimTTL+2)*time.Second + 5*o.CommandTimeout, true
+		return waits + time.Duration(ClaimTTL+2)*time.Second + 5*o.CommandTimeout, true
 	default:
 		return waits + 2*o.CommandTimeout, true
 	}

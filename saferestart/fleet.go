@@ -40,13 +40,13 @@ type fleetCheck struct {
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
 func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
-	a := r.cmdEnv
+	a := r.Env
 	o := r.o
-	if o.kubeconfig == "" {
+	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, a.etcd.CommandTimeout)
+	leases, err := fleet.NewLeases(o.Kubeconfig, a.Etcd.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +55,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// A master forget-host removed publishes no current key (not
 	// expected) and its lingering Lease is not a member's.
 	expected := func(ctx context.Context) ([]string, []string, error) {
-		rctx, cancel := a.opCtx(ctx)
+		rctx, cancel := a.OpCtx(ctx)
 		defer cancel()
-		rep, err := trust.Collect(rctx, cli, o.prefixes())
+		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
 		if err != nil {
-			return nil, nil, a.etcdErr(err)
+			return nil, nil, a.EtcdErr(err)
 		}
 		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
@@ -68,11 +68,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// restart: counting it would refuse the one restart that brings it
 	// back (a reimaged master's new key).
 	waiting := func(ctx context.Context) ([]string, error) {
-		rctx, cancel := a.opCtx(ctx)
+		rctx, cancel := a.OpCtx(ctx)
 		defer cancel()
-		recs, err := rotation.List(rctx, cli, o.rotationPrefix)
+		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
 		if err != nil {
-			return nil, a.etcdErr(err)
+			return nil, a.EtcdErr(err)
 		}
 		var out []string
 		var will []string
@@ -92,8 +92,8 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 		return out, nil
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
-		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
-		Interval: fleetInterval, OpTimeout: a.etcd.CommandTimeout, Log: log,
+		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
+		Interval: fleetInterval, OpTimeout: a.Etcd.CommandTimeout, Log: log,
 	}}, nil
 }
 
@@ -139,7 +139,7 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	case err == nil:
 		c.log.Errorf("fleet check %s: %s: not restarting (this apiserver would be one more down); no hold written", when, s)
 		return restart.LockTimeout
-	case interrupted(ctx):
+	case Interrupted(ctx):
 		c.log.Warnf("fleet check %s interrupted", when)
 		return restart.Interrupted
 	case errors.As(err, &de):
@@ -158,24 +158,24 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 // fleetWorstCase is what the fleet check adds to a restart at worst: the
 // wait before queueing (its last read included) and the read under the
 // lock.
-func (o *restartingOpts) fleetWorstCase(e *cli.Etcd) time.Duration {
-	if o.kubeconfig == "" {
+func (o *Restarting) fleetWorstCase(e *cli.Etcd) time.Duration {
+	if o.Kubeconfig == "" {
 		return 0
 	}
-	return o.fleetTimeout + 2*e.CommandTimeout
+	return o.FleetTimeout + 2*e.CommandTimeout
 }
 
-// validateFleetFlags checks the fleet check's flags.
-func validateFleetFlags(o *restartingOpts) []error {
+// ValidateFleetFlags checks the fleet check's flags.
+func ValidateFleetFlags(o *Restarting) []error {
 	var errs []error
-	if o.kubeconfig == "" {
+	if o.Kubeconfig == "" {
 		return nil
 	}
-	if o.fleetLeaseAge <= 0 {
-		errs = append(errs, usagef("--fleet-lease-age %s: must be positive", o.fleetLeaseAge))
+	if o.FleetLeaseAge <= 0 {
+		errs = append(errs, Usagef("--fleet-lease-age %s: must be positive", o.FleetLeaseAge))
 	}
-	if o.fleetTimeout < 0 {
-		errs = append(errs, usagef("--fleet-timeout %s: must not be negative", o.fleetTimeout))
+	if o.FleetTimeout < 0 {
+		errs = append(errs, Usagef("--fleet-timeout %s: must not be negative", o.FleetTimeout))
 	}
 	return errs
 }

@@ -12,4 +12,4 @@ const guardArg = groupguard.Arg
 // under it once the lock is held. When the helper dies the guard ends the
 // command's whole group: the lock is the helper's, and the next host must
 // not restart beside this one.
-func groupGuard(args []string) int { return groupguard.Main(progName, args) }
+func groupGuard(args []string) int { return groupguard.Main(ProgName, args) }

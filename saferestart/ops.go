@@ -18,48 +18,48 @@ import (
 	"github.com/keysync/confd/saferestart/internal/status"
 )
 
-// check validates files for confd's check_cmd: exit 0 valid, exitPreflight
+// check validates files for confd's check_cmd: exit 0 valid, ExitPreflight
 // with the reason on stderr otherwise. It needs etcd only with
-// --require-signing-keys, and then exits exitError when etcd does not
+// --require-signing-keys, and then exits ExitError when etcd does not
 // answer: the bundle is refused either way.
-func (o *checkCmd) run(ctx context.Context, a *cmdEnv) int {
+func (o *checkCmd) Run(ctx context.Context, a *Env) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var errs []error
-	if len(o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, o.argv, preflight.CheckOptions{
-			PublicOnly: o.publicOnly, KeysOnly: o.keysOnly, RequireKeys: o.requireKeys,
+	if len(o.Argv) > 0 {
+		errs = append(errs, preflight.CheckFiles(cctx, o.Argv, preflight.CheckOptions{
+			PublicOnly: o.PublicOnly, KeysOnly: o.KeysOnly, RequireKeys: o.RequireKeys,
 			// This host's own key, missing, is fixed by publishing it: for
 			// these paths (the defaults publish-key reads, or the key given
 			// by --signing-key) the error says so.
-			OwnKeys: []string{defaultSigningKey, defaultPublicKey, o.signingKey},
+			OwnKeys: []string{DefaultSigningKey, DefaultPublicKey, o.SigningKey},
 			Now:     time.Now(), Warn: checkWarning(a),
 		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
-	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, preflightInput(o.preflightOpts, o.signingKey, checkWarning(a))))
+	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
+		errs = append(errs, preflight.Run(cctx, PreflightInput(o.Preflight, o.SigningKey, checkWarning(a))))
 	}
 	var etcdErr error
-	if o.requireSigningKeys {
+	if o.RequireSigningKeys {
 		var missing []error
-		missing, etcdErr = o.signingKeysMissing(cctx, a, o.argv)
+		missing, etcdErr = o.signingKeysMissing(cctx, a, o.Argv)
 		errs = append(errs, missing...)
 	}
-	for _, w := range duplicateKeys(o.argv) {
-		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
+	for _, w := range duplicateKeys(o.Argv) {
+		fmt.Fprintf(a.Stderr, "%s check: warning: %s\n", ProgName, w)
 	}
-	code := exitOK
+	code := ExitOK
 	if err := errors.Join(errs...); err != nil {
-		for _, e := range splitErrors(err) {
-			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
+		for _, e := range SplitErrors(err) {
+			fmt.Fprintf(a.Stderr, "%s check: invalid: %v\n", ProgName, e)
 		}
-		code = exitPreflight
+		code = ExitPreflight
 	}
 	if etcdErr != nil {
-		fmt.Fprintf(a.stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", progName, etcdErr)
-		code = exitError
+		fmt.Fprintf(a.Stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", ProgName, etcdErr)
+		code = ExitError
 	}
 	return code
 }
@@ -98,77 +98,77 @@ func duplicateKeys(files []string) []string {
 }
 
 // status is the `status` subcommand: exit 4 while a hold is active.
-func (o *statusCmd) run(ctx context.Context, e *cmdEnv) int {
-	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
+func (o *statusCmd) Run(ctx context.Context, e *Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
 }
 
-func (o *statusCmd) status(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	sctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
+func (o *statusCmd) status(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	r, err := status.Collect(sctx, cli, o.lockName, o.holdKeyOrDefault(), o.rotationPrefix)
+	r, err := status.Collect(sctx, cli, o.LockName, o.HoldKeyOrDefault(), o.RotationPrefix)
 	if err == nil {
-		err = r.AddKeys(sctx, keyStore(cli, o.keysPrefix, o.rotationPrefix))
+		err = r.AddKeys(sctx, KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
 	}
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("status")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("status")
+		return ExitError
 	}
-	if o.output == "json" {
-		err = r.WriteJSON(a.stdout)
+	if o.Output == "json" {
+		err = r.WriteJSON(a.Stdout)
 	} else {
-		err = r.WriteText(a.stdout)
+		err = r.WriteText(a.Stdout)
 	}
 	if err != nil {
-		a.log.WithError(err).Error("write status")
-		return exitError
+		a.Log.WithError(err).Error("write status")
+		return ExitError
 	}
 	// A script or monitoring check tells "the line is stopped" from
 	// "all clear" by the code, as restart's refusal does (4).
 	if r.Hold != nil {
-		return exitHold
+		return ExitHold
 	}
-	return exitOK
+	return ExitOK
 }
 
-func (o *holdCmd) run(ctx context.Context, e *cmdEnv) int {
-	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
+func (o *holdCmd) Run(ctx context.Context, e *Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
 }
 
-func (o *holdCmd) setHold(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
+func (o *holdCmd) setHold(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	key := o.holdKeyOrDefault()
-	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: o.reason, Time: time.Now(), Lock: o.lockName}
+	key := o.HoldKeyOrDefault()
+	rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: operatorUser(), Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
 	stored, err := hold.Add(hctx, cli, key, rec)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("hold")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("hold")
+		return ExitError
 	}
 	if len(stored.Also) > 0 {
-		fmt.Fprintf(a.stdout, "a hold was already set; your reason is kept beside it\n")
+		fmt.Fprintf(a.Stdout, "a hold was already set; your reason is kept beside it\n")
 	}
-	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, progName)
-	return exitOK
+	fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, ProgName)
+	return ExitOK
 }
 
-func (o *unholdCmd) run(ctx context.Context, e *cmdEnv) int {
-	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
+func (o *unholdCmd) Run(ctx context.Context, e *Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
 }
 
-func (o *unholdCmd) unhold(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.etcd.CommandTimeout)
+func (o *unholdCmd) unhold(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	key := o.holdKeyOrDefault()
+	key := o.HoldKeyOrDefault()
 	prev, err := hold.Delete(hctx, cli, key)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("unhold")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("unhold")
+		return ExitError
 	}
 	if prev == nil {
-		fmt.Fprintf(a.stdout, "no hold at %s\n", key)
+		fmt.Fprintf(a.Stdout, "no hold at %s\n", key)
 	} else {
-		a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
-		fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
+		a.Log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+		fmt.Fprintf(a.Stdout, "hold removed from %s: %s\n", key, prev)
 	}
 	// A helper killed mid-restart left an intent that holds like a hold
 	// (hold.Intent); unhold is the operator's word that its apiserver is
@@ -176,19 +176,19 @@ func (o *unholdCmd) unhold(ctx context.Context, a *cmdEnv, cli *clientv3.Client)
 	gone, err := hold.ClearOrphans(hctx, cli, key)
 	for _, in := range gone {
 		r := in.AsHold()
-		a.log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
-		fmt.Fprintf(a.stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
+		a.Log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
+		fmt.Fprintf(a.Stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
 	}
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("unhold: restart intents")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("unhold: restart intents")
+		return ExitError
 	}
-	return exitOK
+	return ExitOK
 }
 
 // checkWarning reports what check accepts but an operator should fix (an
 // RSA key under 2048 bits already published: refusing it would refuse the
 // tokens it signed).
-func checkWarning(a *cmdEnv) func(error) {
-	return func(err error) { fmt.Fprintf(a.stderr, "%s check: warning: %v\n", progName, err) }
+func checkWarning(a *Env) func(error) {
+	return func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", ProgName, err) }
 }

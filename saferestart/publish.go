@@ -22,12 +22,12 @@ import (
 // --public-key, else the public half of --signing-key.
 func (o *publishKeyCmd) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
 	switch {
-	case o.certificate != "":
-		name = o.certificate
-	case o.publicKey != "":
-		name = o.publicKey
+	case o.Certificate != "":
+		name = o.Certificate
+	case o.PublicKey != "":
+		name = o.PublicKey
 	default:
-		name = o.signingKey
+		name = o.SigningKey
 		f, err := pemcheck.ReadFile(name)
 		if err != nil {
 			return name, nil, err
@@ -73,22 +73,22 @@ func (o *publishKeyCmd) publishSource(ctx context.Context) (name string, items [
 	if err != nil {
 		return name, nil, err
 	}
-	items, err = keystate.ParseValue(name, data, o.certificate != "")
+	items, err = keystate.ParseValue(name, data, o.Certificate != "")
 	return name, items, err
 }
 
-// keyStore is the hosts' published keys (under keysPrefix) and key
+// KeyStore is the hosts' published keys (under keysPrefix) and key
 // records (under rotationPrefix).
-func keyStore(cli clientv3.KV, keysPrefix, rotationPrefix string) *keystate.Store {
+func KeyStore(cli clientv3.KV, keysPrefix, rotationPrefix string) *keystate.Store {
 	return &keystate.Store{KV: cli, KeysPrefix: keysPrefix, RecordPrefix: rotationPrefix}
 }
 
 // run is publish-key: once, or with --watch for as long as it runs.
-func (o *publishKeyCmd) run(ctx context.Context, e *cmdEnv) int {
-	if o.watch {
-		return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })
+func (o *publishKeyCmd) Run(ctx context.Context, e *Env) int {
+	if o.Watch {
+		return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })
 	}
-	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishKey(ctx, e, cli) })
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishKey(ctx, e, cli) })
 }
 
 // publishKey is the `publish-key` subcommand: this host's public key(s)
@@ -98,41 +98,41 @@ func (o *publishKeyCmd) run(ctx context.Context, e *cmdEnv) int {
 // --grace: tokens it signed keep verifying meanwhile. Nothing is written
 // when nothing changed, so a republished unchanged key makes no revision
 // (and no restart).
-func (o *publishKeyCmd) publishKey(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	host := a.trustHost(ctx)
-	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
-	log := a.log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
+func (o *publishKeyCmd) publishKey(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	host := a.TrustHost(ctx)
+	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	log := a.Log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
 	name, items, err := o.publishSource(ctx)
 	if err != nil {
-		for _, e := range splitErrors(err) {
+		for _, e := range SplitErrors(err) {
 			log.WithError(e).Error("publish-key: refusing to publish; nothing written")
 		}
-		return exitPreflight
+		return ExitPreflight
 	}
 	var dropped []string
-	wctx, cancel := a.opCtx(ctx)
+	wctx, cancel := a.OpCtx(ctx)
 	res, err := store.Update(wctx, host, func(cur keystate.State) (keystate.State, error) {
 		if cur.ValueErr != nil {
 			// A bad current value is replaced; the error says why, not what.
 			log.WithError(cur.ValueErr).Warn("the published value does not parse as public keys: replacing it")
 		}
-		next, d, err := cur.Publish(items, cmdPublishKey, time.Now(), o.grace)
+		next, d, err := cur.Publish(items, cmdPublishKey, time.Now(), o.Grace)
 		dropped = d
 		return next, err
 	})
 	cancel()
 	if errors.Is(err, keystate.ErrRetired) {
 		log.WithError(err).Errorf("publish-key: %s holds only retired keys: nothing written", name)
-		return exitPreflight
+		return ExitPreflight
 	}
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("publish-key: cannot write the published value")
-		return exitError
+		log.WithError(a.EtcdErr(err)).Error("publish-key: cannot write the published value")
+		return ExitError
 	}
 	if len(dropped) > 0 {
 		log.Warnf("%s holds retired key(s) %s: not published (retired keys are never published again)", name, strings.Join(dropped, ", "))
 	}
-	for _, kid := range sortedKeys(res.Record.Superseded) {
+	for _, kid := range SortedKeys(res.Record.Superseded) {
 		s := res.Record.Superseded[kid]
 		log.WithField("superseded", kid).Infof("superseded key %s stays published beside %s until retire-keys after %s", kid, name, s.RetireAfter.UTC().Format(time.RFC3339))
 	}
@@ -142,15 +142,15 @@ func (o *publishKeyCmd) publishKey(ctx context.Context, a *cmdEnv, cli *clientv3
 	} else {
 		log.WithField("keys", kids).Infof("%s: published value unchanged: nothing written", name)
 	}
-	trimOwnFiles(res.Record, o.signingKey, o.publicKey, o.certificate, log)
-	return exitOK
+	TrimOwnFiles(res.Record, o.SigningKey, o.PublicKey, o.Certificate, log)
+	return ExitOK
 }
 
-// trimOwnFiles removes keys retired (by any master's retire-keys) from
+// TrimOwnFiles removes keys retired (by any master's retire-keys) from
 // this host's own key files (signingKey, and publicKey unless a
 // certificate is published); a failure is logged, never fatal: the
 // published value already leaves them out.
-func trimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string, log logrus.FieldLogger) {
+func TrimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string, log logrus.FieldLogger) {
 	if len(rec.Retired) == 0 {
 		return
 	}
@@ -164,7 +164,7 @@ func trimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -18,20 +18,20 @@ import (
 )
 
 const (
-	// defaultReconcileInterval bounds how long etcd may lack what a
+	// DefaultReconcileInterval bounds how long etcd may lack what a
 	// master keeps published (issue 31: within 30 s).
-	defaultReconcileInterval = 30 * time.Second
-	maxReconcileInterval     = 30 * time.Second
-	defaultStateDir          = "/var/lib/kube-apiserver-safe-restart"
-	keywatchTombstones       = keywatch.TombstonesFile
+	DefaultReconcileInterval = 30 * time.Second
+	MaxReconcileInterval     = 30 * time.Second
+	DefaultStateDir          = "/var/lib/kube-apiserver-safe-restart"
+	KeywatchTombstones       = keywatch.TombstonesFile
 	// keyFilePoll: how often --watch reads the key files for a change.
 	keyFilePoll = 2 * time.Second
 )
 
-func (o *publishWatchOpts) validate() []error {
+func (o *PublishWatchFlags) Validate() []error {
 	var errs []error
-	if o.reconcileInterval <= 0 || o.reconcileInterval > maxReconcileInterval {
-		errs = append(errs, usagef("--reconcile-interval %s: must be positive and at most %s", o.reconcileInterval, maxReconcileInterval))
+	if o.ReconcileInterval <= 0 || o.ReconcileInterval > MaxReconcileInterval {
+		errs = append(errs, Usagef("--reconcile-interval %s: must be positive and at most %s", o.ReconcileInterval, MaxReconcileInterval))
 	}
 	// Without --watch the publisher's settings are ignored, not refused:
 	// the one file that sets them serves the one-shot publish-key too.
@@ -42,25 +42,25 @@ func (o *publishWatchOpts) validate() []error {
 // sa-key-publish.service. It keeps running through etcd outages; exit 3
 // when the key files are refused at start (nothing written), 1 when the
 // metrics address cannot be served.
-func (o *publishKeyCmd) publishWatch(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	host := a.trustHost(ctx)
-	store := keyStore(cli, o.keysPrefix, o.rotationPrefix)
-	log := a.log.WithField("host", host)
+func (o *publishKeyCmd) publishWatch(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	host := a.TrustHost(ctx)
+	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	log := a.Log.WithField("host", host)
 	m := keywatch.NewMetrics()
-	if o.publisherMetricsAddr != "" {
-		srv, err := promserve.Serve(ctx, "--publisher-metrics-addr", o.publisherMetricsAddr, m.Registry)
+	if o.PublisherMetricsAddr != "" {
+		srv, err := promserve.Serve(ctx, "--publisher-metrics-addr", o.PublisherMetricsAddr, m.Registry)
 		if err != nil {
 			log.WithError(err).Error("publish-key --watch: cannot serve metrics; choose another address")
-			return exitError
+			return ExitError
 		}
 		defer srv.Close()
 	}
-	files := []string{o.signingKey}
+	files := []string{o.SigningKey}
 	switch {
-	case o.certificate != "":
-		files = []string{o.certificate}
-	case o.publicKey != "":
-		files = []string{o.publicKey}
+	case o.Certificate != "":
+		files = []string{o.Certificate}
+	case o.PublicKey != "":
+		files = []string{o.PublicKey}
 	}
 	w := &keywatch.Watcher{
 		Client: cli,
@@ -69,15 +69,15 @@ func (o *publishKeyCmd) publishWatch(ctx context.Context, a *cmdEnv, cli *client
 		Source: o.publishSource,
 		Files:  files,
 		Trim: func(rec keystate.Record, log logrus.FieldLogger) {
-			trimOwnFiles(rec, o.signingKey, o.publicKey, o.certificate, log)
+			TrimOwnFiles(rec, o.SigningKey, o.PublicKey, o.Certificate, log)
 		},
-		Grace:          o.grace,
+		Grace:          o.Grace,
 		By:             cmdPublishKey,
-		Interval:       o.reconcileInterval,
-		Poll:           min(keyFilePoll, o.reconcileInterval),
-		TTL:            o.ttl,
-		RequestTimeout: a.etcd.CommandTimeout,
-		StateDir:       o.stateDir,
+		Interval:       o.ReconcileInterval,
+		Poll:           min(keyFilePoll, o.ReconcileInterval),
+		TTL:            o.TTL,
+		RequestTimeout: a.Etcd.CommandTimeout,
+		StateDir:       o.StateDir,
 		Version:        version.Version,
 		Log:            log,
 		Metrics:        m,
@@ -89,17 +89,17 @@ func (o *publishKeyCmd) publishWatch(ctx context.Context, a *cmdEnv, cli *client
 		s.Failed = m.SampleFailed
 		w.Runners = append(w.Runners, s.Run)
 	}
-	log.WithFields(map[string]any{"files": files, "interval": o.reconcileInterval.String(), "state-dir": o.stateDir}).Info("publish-key --watch: keeping this host's keys published")
+	log.WithFields(map[string]any{"files": files, "interval": o.ReconcileInterval.String(), "state-dir": o.StateDir}).Info("publish-key --watch: keeping this host's keys published")
 	err := w.Run(ctx)
 	var refused *keywatch.Refused
 	if errors.As(err, &refused) {
 		log.Error("publish-key --watch: refusing to publish; nothing written (fix the key files; systemd starts it again)")
-		return exitPreflight
+		return ExitPreflight
 	}
 	if err != nil {
 		log.WithError(err).Error("publish-key --watch stopped")
-		return exitError
+		return ExitError
 	}
 	log.Info("publish-key --watch: stopped; alive record removed")
-	return exitOK
+	return ExitOK
 }

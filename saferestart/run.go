@@ -13,24 +13,24 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// cmdEnv is what every command runs with: its output, its logger, this
+// Env is what every command runs with: its output, its logger, this
 // host's names, its etcd connection settings.
-type cmdEnv struct {
-	etcd *cli.Etcd
-	// force closes on the second SIGTERM/SIGINT: stop the command now.
-	force  <-chan struct{}
-	stdout io.Writer
-	stderr io.Writer
-	log    *logrus.Logger
-	// host names this host in holds and lock entries: --host, else the
+type Env struct {
+	Etcd *cli.Etcd
+	// Force closes on the second SIGTERM/SIGINT: stop the command now.
+	Force  <-chan struct{}
+	Stdout io.Writer
+	Stderr io.Writer
+	Log    *logrus.Logger
+	// Host names this host in holds and lock entries: --host, else the
 	// kernel's host name.
-	host string
-	// hostFlag is --host, when the command has it.
-	hostFlag string
-	// fqdn is `hostname -f`, once asked (trustHost).
+	Host string
+	// HostFlag is --host, when the command has it.
+	HostFlag string
+	// fqdn is `hostname -f`, once asked (TrustHost).
 	fqdn string
-	// dial connects to etcd (etcd.Client; tests count the connections).
-	dial func(context.Context) (*clientv3.Client, error)
+	// Dial connects to etcd (Etcd.Client; tests count the connections).
+	Dial func(context.Context) (*clientv3.Client, error)
 }
 
 // run is main without the process: ctx ending means the first SIGTERM,
@@ -42,20 +42,20 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 // runWith is run with dial, when not nil, instead of the etcd flags'
 // client.
 func runWith(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer, dial func(*cli.Etcd, context.Context) (*clientv3.Client, error)) int {
-	p := &cli.Program{Name: progName, Stdout: stdout, Stderr: stderr, LookupEnv: os.LookupEnv, DefaultConfig: defaultConfig}
-	s := &shared{}
+	p := &cli.Program{Name: ProgName, Stdout: stdout, Stderr: stderr, LookupEnv: os.LookupEnv, DefaultConfig: defaultConfig}
+	s := &Shared{}
 	root := newRoot(p, s, func(_ string, o options) int {
 		log, err := s.Logger(stderr, os.Getenv)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", progName, err)
-			return exitUsage
+			fmt.Fprintf(stderr, "%s: %v\n", ProgName, err)
+			return ExitUsage
 		}
-		e := newCmdEnv(s, o, stdout, stderr, log)
-		e.force = force
+		e := NewEnv(s, o, stdout, stderr, log)
+		e.Force = force
 		if dial != nil {
-			e.dial = func(ctx context.Context) (*clientv3.Client, error) { return dial(&s.Etcd, ctx) }
+			e.Dial = func(ctx context.Context) (*clientv3.Client, error) { return dial(&s.Etcd, ctx) }
 		}
-		return o.run(ctx, e)
+		return o.Run(ctx, e)
 	})
 	root.SetContext(ctx)
 	args, err := cli.Dispatch(root, args, cmdRestart)
@@ -65,26 +65,26 @@ func runWith(ctx context.Context, force <-chan struct{}, args []string, stdout, 
 	return p.Execute(root, args)
 }
 
-// newCmdEnv is the environment command o runs in.
-func newCmdEnv(s *shared, o options, stdout, stderr io.Writer, log *logrus.Logger) *cmdEnv {
-	e := &cmdEnv{etcd: &s.Etcd, stdout: stdout, stderr: stderr, log: log, dial: s.Etcd.Client}
+// NewEnv is the environment command o runs in.
+func NewEnv(s *Shared, o options, stdout, stderr io.Writer, log *logrus.Logger) *Env {
+	e := &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client}
 	// Holds and lock entries name the host as --host does, so that a hold
 	// reads like the trust records and the published keys of that host.
-	if h, ok := o.(interface{ hostFlag() string }); ok {
-		e.hostFlag = h.hostFlag()
+	if h, ok := o.(interface{ HostFlag() string }); ok {
+		e.HostFlag = h.HostFlag()
 	}
-	e.host = e.hostFlag
-	if e.host == "" {
-		e.host = hostname()
+	e.Host = e.HostFlag
+	if e.Host == "" {
+		e.Host = Hostname()
 	}
 	return e
 }
 
-func (e *cmdEnv) withClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
-	cli, err := e.dial(ctx)
+func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
+	cli, err := e.Dial(ctx)
 	if err != nil {
-		e.log.WithError(e.etcdErr(err)).Error(etcdConnectFailed)
-		return exitError
+		e.Log.WithError(e.EtcdErr(err)).Error(EtcdConnectFailed)
+		return ExitError
 	}
 	defer cli.Close()
 	return f(ctx, cli)
@@ -92,23 +92,23 @@ func (e *cmdEnv) withClient(ctx context.Context, f func(context.Context, *client
 
 // opCtx is the context of one etcd request: --command-timeout, not cut
 // short by a signal (cleanup after a signal must still reach etcd).
-func (e *cmdEnv) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.etcd.CommandTimeout)
+func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
 }
 
-// etcdConnectFailed is the message of a failed connection to etcd.
-const etcdConnectFailed = cli.ConnectFailed
+// EtcdConnectFailed is the message of a failed connection to etcd.
+const EtcdConnectFailed = cli.ConnectFailed
 
 // etcdErr names the endpoints in an etcd error and where they came from.
-func (e *cmdEnv) etcdErr(err error) error { return e.etcd.Err(err) }
+func (e *Env) EtcdErr(err error) error { return e.Etcd.Err(err) }
 
 // trustHost is --host, or this host's FQDN, asked once per run.
-func (e *cmdEnv) trustHost(ctx context.Context) string {
-	if e.hostFlag != "" {
-		return e.hostFlag
+func (e *Env) TrustHost(ctx context.Context) string {
+	if e.HostFlag != "" {
+		return e.HostFlag
 	}
 	if e.fqdn == "" {
-		e.fqdn = fqdn.Lookup(ctx, e.log, hostname())
+		e.fqdn = fqdn.Lookup(ctx, e.Log, Hostname())
 	}
 	return e.fqdn
 }

@@ -16,16 +16,16 @@ import (
 // its reconcile loop when --apiserver-metrics-url is set (nil otherwise):
 // this host's apiserver, read with the health gate's credentials, recorded
 // under --rotation-prefix for --host.
-func (o *publishKeyCmd) staleTokenSampler(ctx context.Context, a *cmdEnv, kv clientv3.KV) *staletokens.Sampler {
-	if o.apiserverMetricsURL == "" {
+func (o *publishKeyCmd) staleTokenSampler(ctx context.Context, a *Env, kv clientv3.KV) *staletokens.Sampler {
+	if o.APIServerMetricsURL == "" {
 		return nil
 	}
-	host := a.trustHost(ctx)
+	host := a.TrustHost(ctx)
 	return &staletokens.Sampler{
-		Client: staletokens.ClientConfig{URL: o.apiserverMetricsURL, CACert: o.healthCACert, Cert: o.healthCert,
-			Key: o.healthKey, TokenFile: o.healthToken},
-		KV: kv, Prefix: o.rotationPrefix, Host: host,
-		Log: a.log.WithField("host", host).WithField("sampler", "stale-tokens"),
+		Client: staletokens.ClientConfig{URL: o.APIServerMetricsURL, CACert: o.HealthCACert, Cert: o.HealthCert,
+			Key: o.HealthKey, TokenFile: o.HealthToken},
+		KV: kv, Prefix: o.RotationPrefix, Host: host,
+		Log: a.Log.WithField("host", host).WithField("sampler", "stale-tokens"),
 	}
 }
 
@@ -40,7 +40,7 @@ type staleTokenEvidence struct {
 // readStaleTokens reads the sampler records; a record that does not parse
 // is logged and its host counted as unknown.
 func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
-	recs, problems, err := staletokens.List(ctx, cli, r.o.rotationPrefix)
+	recs, problems, err := staletokens.List(ctx, cli, r.o.RotationPrefix)
 	if err != nil {
 		return staleTokenEvidence{}, err
 	}
@@ -65,7 +65,7 @@ func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts m
 // --ignore-stale-tokens retires it anyway, logging what it overrode.
 func (r *retirer) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
 	o := r.o
-	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.staleTokenWindow)
+	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.StaleTokenWindow)
 	if len(v.Unknown) > 0 {
 		log.Infof("stale-token evidence about %s unknown on %s: not counted (run the sampler: --apiserver-metrics-url)", kid, v.UnknownString())
 	}
@@ -73,12 +73,12 @@ func (r *retirer) staleTokenGate(kid string, since time.Time, ev staleTokenEvide
 		return true
 	}
 	stopped := since.UTC().Format(time.RFC3339)
-	if o.ignoreStaleTokens {
+	if o.IgnoreStaleTokens {
 		log.Warnf("--ignore-stale-tokens: retiring %s although stale service-account tokens were used on %s, within --stale-token-window %s and over an hour after it stopped signing (%s): clients still holding tokens it signed are refused once every apiserver drops it",
-			kid, v, o.staleTokenWindow, stopped)
+			kid, v, o.StaleTokenWindow, stopped)
 		return true
 	}
 	log.Warnf("key %s is due, but stale service-account tokens were used on %s (%s grew within --stale-token-window %s, over an hour after %s stopped signing at %s): a client may still hold a token it signed; kept until no counter grows for that long (find the clients by the audit annotation authentication.k8s.io/stale-token), or pass --ignore-stale-tokens",
-		kid, v, staletokens.CounterMetric, o.staleTokenWindow, kid, stopped)
+		kid, v, staletokens.CounterMetric, o.StaleTokenWindow, kid, stopped)
 	return false
 }

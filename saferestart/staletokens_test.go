@@ -57,7 +57,7 @@ func TestStaleTokenGate(t *testing.T) {
 			var logs bytes.Buffer
 			log := logrus.New()
 			log.Out = &logs
-			ok := (&retirer{cmdEnv: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
+			ok := (&retirer{Env: o.env(&logs, log), o: opts[*retireKeysCmd](t, o)}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
 			if ok != tc.retire {
 				t.Errorf("retire %v, want %v:\n%s", ok, tc.retire, logs.String())
 			}
@@ -92,11 +92,11 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	tok := e.file(t, "metrics.token", []byte(secret+"\n"))
 	a, b := newTestKey(t, true), newTestKey(t, true)
 	pub := e.file(t, "sa.pub", a.pkix)
-	if code, _, _, stderr := e.run(t, "--public-key", pub); code != exitOK {
+	if code, _, _, stderr := e.run(t, "--public-key", pub); code != ExitOK {
 		t.Fatalf("publish a: %s", stderr)
 	}
 	e.file(t, "sa.pub", b.pkix)
-	if code, _, _, stderr := e.run(t, "--public-key", pub, "--grace", "0"); code != exitOK {
+	if code, _, _, stderr := e.run(t, "--public-key", pub, "--grace", "0"); code != ExitOK {
 		t.Fatalf("publish b: %s", stderr)
 	}
 	// a stopped signing three hours ago, its grace is over.
@@ -145,7 +145,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	}
 	e.file(t, "sa.key", b.pkcs8)
 	code, value, stderr := retire()
-	if code != exitOK || !strings.Contains(value, string(a.pkix)) {
+	if code != ExitOK || !strings.Contains(value, string(a.pkix)) {
 		t.Fatalf("retire-keys while stale tokens are used: exit %d, a retired: %v\n%s", code, !strings.Contains(value, string(a.pkix)), stderr)
 	}
 	for _, want := range []string{"stale service-account tokens were used on " + e.host + " at " + grew, "m2.example (never sampled)"} {
@@ -154,7 +154,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 		}
 	}
 	// The window has passed (a window shorter than the growth's age).
-	if code, value, stderr := retire("--stale-token-window", "5m"); code != exitOK || strings.Contains(value, string(a.pkix)) {
+	if code, value, stderr := retire("--stale-token-window", "5m"); code != ExitOK || strings.Contains(value, string(a.pkix)) {
 		t.Fatalf("retire-keys once the window passed: exit %d value %q\n%s", code, value, stderr)
 	}
 	if strings.Contains(logs.String()+stderr, secret) {

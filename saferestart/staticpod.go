@@ -17,8 +17,8 @@ import (
 // Restart modes (--restart-mode): how kube-apiserver is restarted when no
 // command is given after --.
 const (
-	modeSystemd   = "systemd"
-	modeStaticPod = "static-pod"
+	ModeSystemd   = "systemd"
+	ModeStaticPod = "static-pod"
 )
 
 // staticPodArg is the hidden first argument that makes this binary the
@@ -46,29 +46,29 @@ func staticPodRestartTimeout(stop time.Duration) time.Duration {
 
 // applyRestartMode checks --restart-mode and gives static-pod mode its
 // default --restart-timeout.
-func (o *restartingOpts) applyRestartMode(origin map[string]string) error {
-	switch o.restartMode {
-	case modeSystemd:
-	case modeStaticPod:
-		if o.staticPodStopTimeout < time.Second {
-			return usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.staticPodStopTimeout)
+func (o *Restarting) applyRestartMode(origin map[string]string) error {
+	switch o.RestartMode {
+	case ModeSystemd:
+	case ModeStaticPod:
+		if o.StaticPodStopTimeout < time.Second {
+			return Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
 		}
 		// Unless given (by a flag or the file).
 		if origin["restart-timeout"] == "default" {
-			o.restartTimeout = staticPodRestartTimeout(o.staticPodStopTimeout)
+			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
 		}
 	default:
-		return usagef("--restart-mode %q: want %s or %s", o.restartMode, modeSystemd, modeStaticPod)
+		return Usagef("--restart-mode %q: want %s or %s", o.RestartMode, ModeSystemd, ModeStaticPod)
 	}
 	return nil
 }
 
 // modeCommand is the restart command when none follows --.
-func (o *restartingOpts) modeCommand() []string {
-	if o.restartMode != modeStaticPod {
+func (o *Restarting) modeCommand() []string {
+	if o.RestartMode != ModeStaticPod {
 		return defaultCommand
 	}
-	return staticPodCommand(o.criEndpoint, "kube-apiserver", o.staticPodStopTimeout)
+	return staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
 }
 
 // staticPodCommand runs this binary as the restart command of container
@@ -76,7 +76,7 @@ func (o *restartingOpts) modeCommand() []string {
 func staticPodCommand(endpoint, name string, stop time.Duration) []string {
 	self, err := os.Executable()
 	if err != nil {
-		self = progName // found on PATH, as the units run it
+		self = ProgName // found on PATH, as the units run it
 	}
 	return []string{self, staticPodArg, "--cri-endpoint", endpoint, "--container", name, "--static-pod-stop-timeout", stop.String()}
 }
@@ -90,8 +90,8 @@ func staticPodMain(args []string) int {
 	name := fs.String("container", "", "")
 	stop := fs.Duration("static-pod-stop-timeout", 30*time.Second, "")
 	if err := fs.Parse(args); err != nil || *name == "" || fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", progName, staticPodArg, args, err)
-		return exitUsage
+		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", ProgName, staticPodArg, args, err)
+		return ExitUsage
 	}
 	log, _ := (&cli.Common{LogLevel: "info", LogFormat: "text"}).Logger(os.Stderr, os.Getenv)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

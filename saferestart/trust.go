@@ -21,7 +21,7 @@ import (
 // trustSnapshot computes the trust record of the apiserver about to be
 // restarted, from the service-account key files its flags name, read now.
 // Nil when the restart names no such files (nothing to record).
-func trustSnapshot(ctx context.Context, a *cmdEnv, p preflightOpts, cmFlagsFiles []string, log logrus.FieldLogger) *trust.Record {
+func trustSnapshot(ctx context.Context, a *Env, p Preflight, cmFlagsFiles []string, log logrus.FieldLogger) *trust.Record {
 	keyFiles, signing, err := serviceAccountFiles(p)
 	if err != nil {
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
@@ -31,7 +31,7 @@ func trustSnapshot(ctx context.Context, a *cmdEnv, p preflightOpts, cmFlagsFiles
 		log.Debug("no service-account key file among the preflight files: no trust record")
 		return nil
 	}
-	rec, err := trust.FromFiles(a.trustHost(ctx), keyFiles, signing, time.Now())
+	rec, err := trust.FromFiles(a.TrustHost(ctx), keyFiles, signing, time.Now())
 	if err != nil {
 		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
 		return nil
@@ -47,13 +47,13 @@ func trustSnapshot(ctx context.Context, a *cmdEnv, p preflightOpts, cmFlagsFiles
 // of the restarted apiserver: from the flags files when there are any,
 // otherwise the --preflight-file files holding keys (public ones are
 // trusted, a private one is the signing key).
-func serviceAccountFiles(o preflightOpts) ([]string, string, error) {
-	if len(o.preflightFlagsFiles) > 0 {
-		return preflight.ServiceAccountFiles(o.preflightFlagsFiles)
+func serviceAccountFiles(o Preflight) ([]string, string, error) {
+	if len(o.PreflightFlagsFiles) > 0 {
+		return preflight.ServiceAccountFiles(o.PreflightFlagsFiles)
 	}
 	var keyFiles []string
 	signing := ""
-	for _, p := range o.preflightFiles {
+	for _, p := range o.PreflightFiles {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return nil, "", err
@@ -72,20 +72,20 @@ func serviceAccountFiles(o preflightOpts) ([]string, string, error) {
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
 func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
-	a := r.cmdEnv
+	a := r.Env
 	if rec == nil {
 		return
 	}
-	tctx, cancel := a.opCtx(ctx)
+	tctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	if err := trust.Put(tctx, cli, r.o.trustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+	if err := trust.Put(tctx, cli, r.o.TrustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
 		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
 		return
 	} else if err != nil {
-		log.WithError(a.etcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
+		log.WithError(a.EtcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.trustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
 		Info("trust record written")
 }
 
@@ -97,65 +97,65 @@ func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log lo
 // bundle when they first start; waiting for them would deadlock a fleet
 // coming up. The wait holds no lock, so the other hosts can restart.
 func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
-	a := r.cmdEnv
-	if snap == nil || snap.Signing == "" || r.o.trustTimeout == 0 {
-		return exitOK
+	a := r.Env
+	if snap == nil || snap.Signing == "" || r.o.TrustTimeout == 0 {
+		return ExitOK
 	}
-	rctx, cancel := a.opCtx(ctx)
-	rep, err := trust.Collect(rctx, cli, r.o.prefixes())
+	rctx, cancel := a.OpCtx(ctx)
+	rep, err := trust.Collect(rctx, cli, r.o.TrustPrefixes())
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("cannot read key trust")
-		return exitError
+		log.WithError(a.EtcdErr(err)).Error("cannot read key trust")
+		return ExitError
 	}
 	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
-		return exitOK
+		return ExitOK
 	}
 	exclude := []string{snap.Host}
 	log = log.WithField("signing", snap.Signing)
 	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
-		return exitOK
+		return ExitOK
 	}
-	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.trustTimeout)
-	wctx, cancel := context.WithTimeout(ctx, r.o.trustTimeout)
+	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.TrustTimeout)
+	wctx, cancel := context.WithTimeout(ctx, r.o.TrustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.prefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.etcd.CommandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.TrustPrefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.Etcd.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
 		log.Info("every other host trusts the new signing key")
-		return exitOK
-	case interrupted(ctx):
+		return ExitOK
+	case Interrupted(ctx):
 		log.Warn("interrupted while waiting for the new signing key to be trusted")
-		return exitInterrupted
+		return ExitInterrupted
 	case errors.As(err, &nt):
-		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), r.o.trustTimeout)
-		return exitLockTimeout
+		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), r.o.TrustTimeout)
+		return ExitLockTimeout
 	default:
 		log.WithError(err).Error("waiting for the new signing key to be trusted")
-		return exitError
+		return ExitError
 	}
 }
 
 // showTrust is the `trust` subcommand.
-func (o *trustCmd) run(ctx context.Context, e *cmdEnv) int {
-	return e.withClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.showTrust(ctx, e, cli) })
+func (o *trustCmd) Run(ctx context.Context, e *Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.showTrust(ctx, e, cli) })
 }
 
-func (o *trustCmd) showTrust(ctx context.Context, a *cmdEnv, cli *clientv3.Client) int {
-	tctx, cancel := a.opCtx(ctx)
+func (o *trustCmd) showTrust(ctx context.Context, a *Env, cli *clientv3.Client) int {
+	tctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	rep, err := trust.Collect(tctx, cli, o.prefixes())
+	rep, err := trust.Collect(tctx, cli, o.TrustPrefixes())
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("trust")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("trust")
+		return ExitError
 	}
 	// The hosts whose apiserver waits for a key to be trusted: the ones a
 	// stale host keeps down.
-	recs, err := rotation.List(tctx, cli, o.rotationPrefix)
+	recs, err := rotation.List(tctx, cli, o.RotationPrefix)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("trust: waiting records")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("trust: waiting records")
+		return ExitError
 	}
 	waiting := []rotation.Waiting{}
 	for _, h := range recs {
@@ -163,8 +163,8 @@ func (o *trustCmd) showTrust(ctx context.Context, a *cmdEnv, cli *clientv3.Clien
 			waiting = append(waiting, *h.Waiting)
 		}
 	}
-	if o.output == "json" {
-		enc := json.NewEncoder(a.stdout)
+	if o.Output == "json" {
+		enc := json.NewEncoder(a.Stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
 			*trust.Report
@@ -172,27 +172,27 @@ func (o *trustCmd) showTrust(ctx context.Context, a *cmdEnv, cli *clientv3.Clien
 			Rotations []rotation.HostRecords `json:"rotations"`
 		}{rep, waiting, recs})
 	} else {
-		err = rep.WriteText(a.stdout)
+		err = rep.WriteText(a.Stdout)
 		for _, w := range waiting {
 			if err == nil {
-				_, err = fmt.Fprintf(a.stdout, "waiting: %s\n", w)
+				_, err = fmt.Fprintf(a.Stdout, "waiting: %s\n", w)
 			}
 		}
 		for _, h := range recs {
 			if err == nil && (h.State != nil || h.StateError != "" || h.Rotating) {
-				_, err = fmt.Fprintf(a.stdout, "rotation of %s: %s\n", h.Host, h.Text())
+				_, err = fmt.Fprintf(a.Stdout, "rotation of %s: %s\n", h.Host, h.Text())
 			}
 		}
 	}
 	if err != nil {
-		a.log.WithError(err).Error("write trust report")
-		return exitError
+		a.Log.WithError(err).Error("write trust report")
+		return ExitError
 	}
 	if stale := rep.Stale(); len(stale) > 0 {
-		a.log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
-		return exitStale
+		a.Log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
+		return ExitStale
 	}
-	return exitOK
+	return ExitOK
 }
 
 // waitTrusted is the `wait-trusted` subcommand. It runs before
@@ -201,16 +201,16 @@ func (o *trustCmd) showTrust(ctx context.Context, a *cmdEnv, cli *clientv3.Clien
 // powered up at once): it keeps trying etcd until --timeout rather than
 // failing fast, which under systemd's Restart= would soon hit the unit's
 // start limit and leave the apiserver down for good.
-func (o *waitTrustedCmd) run(ctx context.Context, a *cmdEnv) int {
-	kids, err := trust.FileKeyIDs(o.publicKey)
+func (o *waitTrustedCmd) Run(ctx context.Context, a *Env) int {
+	kids, err := trust.FileKeyIDs(o.PublicKey)
 	if err != nil {
-		a.log.WithError(err).Error("wait-trusted: --public-key")
-		return exitPreflight
+		a.Log.WithError(err).Error("wait-trusted: --public-key")
+		return ExitPreflight
 	}
-	host := a.trustHost(ctx)
-	exclude := o.excludeHosts
+	host := a.TrustHost(ctx)
+	exclude := o.ExcludeHosts
 	skipSigning := ""
-	if o.ifNewKey {
+	if o.IfNewKey {
 		// The restart's own trust gate, for a start that no helper gated
 		// (boot): a key this host already signed with was trusted when it
 		// began to, and waiting for it here could wait on hosts that need
@@ -225,55 +225,55 @@ func (o *waitTrustedCmd) run(ctx context.Context, a *cmdEnv) int {
 		}
 	}()
 	connect := func(ctx context.Context) (*clientv3.Client, error) {
-		c, err := a.dial(ctx)
+		c, err := a.Dial(ctx)
 		if err != nil {
-			return nil, a.etcdErr(err)
+			return nil, a.EtcdErr(err)
 		}
 		cli = c
 		return c, nil
 	}
-	log := a.log.WithField("keys", strings.Join(kids, ","))
-	rec := &waitingRecord{a: a, prefix: o.rotationPrefix, ttl: o.ttl, host: host, since: time.Now().UTC(), log: log}
+	log := a.Log.WithField("keys", strings.Join(kids, ","))
+	rec := &waitingRecord{a: a, prefix: o.RotationPrefix, ttl: o.TTL, host: host, since: time.Now().UTC(), log: log}
 	defer rec.withdraw()
-	wctx, cancel := context.WithTimeout(ctx, o.timeout)
+	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.prefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.skipUnrecorded,
-		SkipSigningOf: skipSigning, OpTimeout: a.etcd.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
+	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.SkipUnrecorded,
+		SkipSigningOf: skipSigning, OpTimeout: a.Etcd.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:
-		if own := rep.RecordOf(host); o.ifNewKey && own != nil && slices.Contains(kids, own.Signing) {
+		if own := rep.RecordOf(host); o.IfNewKey && own != nil && slices.Contains(kids, own.Signing) {
 			log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
 			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
 				o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
-				fmt.Fprintf(a.stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
-				return exitOK
+				fmt.Fprintf(a.Stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
+				return ExitOK
 			}
 		}
-		if o.ifNewKey {
+		if o.IfNewKey {
 			o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
 		}
 		if pubs := rep.Publishers(exclude); len(pubs) == 0 {
-			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", o.keysPrefix)
+			log.Warnf("no host publishes keys under %s (other than those excluded): nothing to wait for", o.KeysPrefix)
 		} else {
 			log.Infof("trusted by every host: %s", strings.Join(pubs, ", "))
 		}
-		fmt.Fprintf(a.stdout, "key %s trusted by every publishing host\n", strings.Join(kids, ", "))
-		return exitOK
-	case interrupted(ctx):
+		fmt.Fprintf(a.Stdout, "key %s trusted by every publishing host\n", strings.Join(kids, ", "))
+		return ExitOK
+	case Interrupted(ctx):
 		log.Warn("wait-trusted interrupted")
-		return exitInterrupted
+		return ExitInterrupted
 	case errors.As(err, &nt) && rep == nil:
-		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", o.timeout, a.etcd.Endpoints, strings.Join(kids, ", "))
-		fmt.Fprintf(a.stdout, "etcd did not answer: key %s not known to be trusted\n", strings.Join(kids, ", "))
-		return exitLockTimeout
+		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", o.Timeout, a.Etcd.Endpoints, strings.Join(kids, ", "))
+		fmt.Fprintf(a.Stdout, "etcd did not answer: key %s not known to be trusted\n", strings.Join(kids, ", "))
+		return ExitLockTimeout
 	case errors.As(err, &nt):
-		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), o.timeout, strings.Join(nt.Hosts, ", "))
-		fmt.Fprintf(a.stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
-		return exitLockTimeout
+		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), o.Timeout, strings.Join(nt.Hosts, ", "))
+		fmt.Fprintf(a.Stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
+		return ExitLockTimeout
 	default:
 		log.WithError(err).Error("wait-trusted")
-		return exitError
+		return ExitError
 	}
 }
 
@@ -287,10 +287,10 @@ func (o *waitTrustedCmd) run(ctx context.Context, a *cmdEnv) int {
 // would write, until --timeout. A restart by the helper writes the record
 // again after its health gate. A failure is logged, not fatal: the
 // apiserver may start either way.
-func (o *waitTrustedCmd) recordStart(a *cmdEnv, ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
+func (o *waitTrustedCmd) recordStart(a *Env, ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
 	// kubeadm's sa-signing-key.service runs wait-trusted before it links
 	// the signing key the manifest names: nothing to record yet.
-	if _, signing, err := serviceAccountFiles(o.preflightOpts); err == nil && signing != "" {
+	if _, signing, err := serviceAccountFiles(o.Preflight); err == nil && signing != "" {
 		if _, err := os.Stat(signing); errors.Is(err, os.ErrNotExist) {
 			log.Infof("no trust record written: the apiserver's signing key %s does not exist yet", signing)
 			return
@@ -298,7 +298,7 @@ func (o *waitTrustedCmd) recordStart(a *cmdEnv, ctx context.Context, cli *client
 	}
 	// wait-trusted has no kube-controller-manager flags: the record's
 	// key of it is the recorded one (below).
-	snap := trustSnapshot(ctx, a, o.preflightOpts, nil, log)
+	snap := trustSnapshot(ctx, a, o.Preflight, nil, log)
 	if snap == nil || cli == nil {
 		return
 	}
@@ -312,13 +312,13 @@ func (o *waitTrustedCmd) recordStart(a *cmdEnv, ctx context.Context, cli *client
 			snap.ControllerManagerSigning = recorded.ControllerManagerSigning
 		}
 	}
-	pctx, cancel := a.opCtx(ctx)
+	pctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	if err := trust.Put(pctx, cli, o.trustPrefix, "", *snap); err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.trustPrefix, snap.Host))
+	if err := trust.Put(pctx, cli, o.TrustPrefix, "", *snap); err != nil {
+		log.WithError(a.EtcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.TrustPrefix, snap.Host))
 		return
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(o.trustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).
+	log.WithFields(logrus.Fields{"trust_key": trust.Key(o.TrustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).
 		Info("trust record written for the apiserver about to start (its recorded one named other key files)")
 }
 
@@ -327,7 +327,7 @@ func (o *waitTrustedCmd) recordStart(a *cmdEnv, ctx context.Context, cli *client
 // trust this host's key reads it, and lets that restart go although this
 // host's apiserver is not serving (it waits for exactly that restart).
 type waitingRecord struct {
-	a      *cmdEnv
+	a      *Env
 	prefix string // --rotation-prefix
 	ttl    int    // of the record's lease
 	host   string
@@ -352,7 +352,7 @@ func (w *waitingRecord) announce(ctx context.Context, cli *clientv3.Client, keys
 			w.withdraw()
 		}
 	}
-	actx, cancel := w.a.opCtx(ctx)
+	actx, cancel := w.a.OpCtx(ctx)
 	defer cancel()
 	ann, err := rotation.Announce(actx, cli, w.prefix, w.ttl,
 		rotation.Waiting{Host: w.host, Keys: keys, Since: w.since, PID: os.Getpid()})
@@ -377,8 +377,8 @@ func (w *waitingRecord) withdraw() {
 	w.ann = nil
 }
 
-// interrupted reports whether ctx ended by a signal (canceled), not by a
+// Interrupted reports whether ctx ended by a signal (canceled), not by a
 // deadline.
-func interrupted(ctx context.Context) bool {
+func Interrupted(ctx context.Context) bool {
 	return errors.Is(ctx.Err(), context.Canceled)
 }
