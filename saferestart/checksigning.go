@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
@@ -19,7 +20,7 @@ var errEtcdSilent = errors.New("etcd did not answer")
 // FILE lacks; an error wrapping errEtcdSilent when the records cannot be
 // read. A bundle without such a key makes every apiserver that loads it
 // refuse the tokens signed with it: the live file must stay.
-func (o *checkCmd) signingKeysMissing(ctx context.Context, a *Env, files []string) ([]error, error) {
+func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files []string) ([]error, error) {
 	cli, err := a.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err), o.TrustPrefix)

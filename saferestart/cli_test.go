@@ -14,6 +14,9 @@ import (
 
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 func env(m map[string]string) lookupEnv {
@@ -26,8 +29,8 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 		sub  string
 		argv []string
 	}{
-		{nil, cmdRestart, defaultCommand},
-		{[]string{"restart"}, cmdRestart, defaultCommand},
+		{nil, cmdRestart, restartcmd.DefaultCommand},
+		{[]string{"restart"}, cmdRestart, restartcmd.DefaultCommand},
 		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
 		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
 		// confd's reload_cmd: the command may name a subcommand, and flags.
@@ -83,13 +86,13 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "l", "--hold-key", "l-info", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *UsageError
+		var ue *cmdkit.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != ExitUsage {
-			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, ExitUsage, errb.String())
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitUsage {
+			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, cmdkit.ExitUsage, errb.String())
 		}
 	}
 }
@@ -140,7 +143,7 @@ func TestDefaults(t *testing.T) {
 
 func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != ExitOK {
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != cmdkit.ExitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	seen := map[int]bool{}
@@ -153,7 +156,7 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 			t.Errorf("exit code %d missing from --help", c.code)
 		}
 	}
-	for _, c := range []int{ExitOK, ExitError, ExitUsage, ExitPreflight, ExitHold, ExitLockTimeout, ExitRestart, ExitHealth, ExitLeaseLost, ExitInterrupted, ExitStale} {
+	for _, c := range []int{cmdkit.ExitOK, cmdkit.ExitError, cmdkit.ExitUsage, cmdkit.ExitPreflight, cmdkit.ExitHold, cmdkit.ExitLockTimeout, cmdkit.ExitRestart, cmdkit.ExitHealth, cmdkit.ExitLeaseLost, cmdkit.ExitInterrupted, cmdkit.ExitStale} {
 		if !seen[c] {
 			t.Errorf("exit code %d not documented", c)
 		}
@@ -171,10 +174,10 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 // version and --version (wherever it is before --, whatever else the line
 // says) print the version, the commit and its date.
 func TestVersion(t *testing.T) {
-	want := ProgName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
+	want := cmdkit.ProgName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
 	for _, args := range [][]string{{"version"}, {"--version"}, {"--endpoints", "x", "status", "--version"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != ExitOK || out.String() != want {
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitOK || out.String() != want {
 			t.Errorf("%q: %d %q %q, want %q", args, code, out.String(), errb.String(), want)
 		}
 	}
@@ -185,20 +188,20 @@ func TestKeySubcommandArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := opts[*rotateKeyCmd](t, p)
-	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.Argv, []string{"sh", "-c", "x"}) || o.SigningKey != DefaultSigningKey ||
-		o.PublicKey != DefaultPublicKey || o.Algorithm != "rsa-2048" || o.Grace != time.Hour || o.TTL != 3 {
+	o := opts[*keycmd.RotateKey](t, p)
+	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.Argv, []string{"sh", "-c", "x"}) || o.SigningKey != cmdkit.DefaultSigningKey ||
+		o.PublicKey != cmdkit.DefaultPublicKey || o.Algorithm != "rsa-2048" || o.Grace != time.Hour || o.TTL != 3 {
 		t.Fatalf("rotate-key options: %+v", o)
 	}
 	p, _, err = parseArgs([]string{"rotate-key"}, env(nil))
-	if err != nil || !reflect.DeepEqual(opts[*rotateKeyCmd](t, p).Argv, defaultCommand) || opts[*rotateKeyCmd](t, p).Grace != 24*time.Hour {
+	if err != nil || !reflect.DeepEqual(opts[*keycmd.RotateKey](t, p).Argv, restartcmd.DefaultCommand) || opts[*keycmd.RotateKey](t, p).Grace != 24*time.Hour {
 		t.Fatalf("rotate-key defaults: %+v %v", p, err)
 	}
 	p, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := opts[*waitTrustedCmd](t, p); w.Timeout != 15*time.Minute || !reflect.DeepEqual(w.ExcludeHosts, []string{"a", "b"}) {
+	if w := opts[*keycmd.WaitTrusted](t, p); w.Timeout != 15*time.Minute || !reflect.DeepEqual(w.ExcludeHosts, []string{"a", "b"}) {
 		t.Fatalf("wait-trusted: %+v %v", w, err)
 	}
 	for _, args := range [][]string{
@@ -213,7 +216,7 @@ func TestKeySubcommandArgs(t *testing.T) {
 		{"restart", "--host", "a/b"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *UsageError
+		var ue *cmdkit.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -239,7 +242,7 @@ func TestUserAndPassword(t *testing.T) {
 	} {
 		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
 		if tc.usage {
-			var ue *UsageError
+			var ue *cmdkit.UsageError
 			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
 				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
 			}
@@ -260,8 +263,8 @@ func TestHoldReasonWithKeyIsRefused(t *testing.T) {
 	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)
-		if code != ExitUsage {
-			t.Errorf("exit %d, want %d; stderr %s", code, ExitUsage, errb.String())
+		if code != cmdkit.ExitUsage {
+			t.Errorf("exit %d, want %d; stderr %s", code, cmdkit.ExitUsage, errb.String())
 		}
 		if strings.Contains(out.String()+errb.String(), body[10:30]) || !strings.Contains(errb.String(), "--reason holds private key material") {
 			t.Errorf("output: %s / %s", out.String(), errb.String())

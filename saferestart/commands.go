@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -13,7 +12,9 @@ import (
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/etcdflags"
 	"github.com/keysync/confd/internal/version"
-	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 // command describes one subcommand: its options (its own flags' values),
@@ -32,19 +33,19 @@ type command struct {
 type options interface {
 	Flags(fs *pflag.FlagSet)
 	Validate() []error
-	Run(ctx context.Context, e *Env) int
+	Run(ctx context.Context, e *cmdkit.Env) int
 }
 
 // commands are the subcommands; restart is the default. Each gets its own
 // options, sharing s (the configuration file, logging and etcd flags).
-func commands(s *Shared) []command {
-	restart := &restartCmd{Shared: s}
+func commands(s *cmdkit.Shared) []command {
+	restart := &restartcmd.Command{Shared: s}
 	check := &checkCmd{Shared: s}
-	rotate := &rotateKeyCmd{Shared: s}
-	forget := &forgetHostCmd{Shared: s}
+	rotate := &keycmd.RotateKey{Shared: s}
+	forget := &keycmd.ForgetHost{Shared: s}
 	cfg := &configCmd{Shared: s}
 	return []command{
-		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return restart.restartArgs(cmd, a, s.Origin) },
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restart.Args,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
 			long:  restartHelp, opts: restart},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
@@ -58,16 +59,16 @@ func commands(s *Shared) []command {
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
 			long:  checkHelp, opts: check},
 		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &trustCmd{Shared: s}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &waitTrustedCmd{Shared: s}},
-		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: func(cmd *cobra.Command, a []string) error { return rotate.restartArgs(cmd, a, s.Origin) },
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: rotate.Args,
 			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			opts: &retireKeysCmd{Shared: s}},
+			opts: &keycmd.RetireKeys{Shared: s}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp, opts: &publishKeyCmd{Shared: s}},
-		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.forgetArgs, long: forgetHelp,
+			long: publishKeyHelp, opts: &keycmd.PublishKey{Shared: s}},
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.Args, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
 			opts:  forget},
 		// config shows what every command would read: it takes all flags.
@@ -78,27 +79,12 @@ func commands(s *Shared) []command {
 // The options of each command: the flag groups it registers, in the
 // order its --help lists them.
 
-type restartCmd struct {
-	*Shared
-	Restarting
-	OutputFlag
-}
-
-func (o *restartCmd) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.OutputFlag.Flags(fs)
-}
-
-func (o *restartCmd) Validate() []error {
-	return append(o.Restarting.Validate(o.Shared, nil), o.OutputFlag.Validate()...)
-}
-
 type statusCmd struct {
-	*Shared
-	Lock
-	RotationPrefixFlag
-	KeysPrefixFlag
-	OutputFlag
+	*cmdkit.Shared
+	cmdkit.Lock
+	cmdkit.RotationPrefixFlag
+	cmdkit.KeysPrefixFlag
+	cmdkit.OutputFlag
 }
 
 func (o *statusCmd) Flags(fs *pflag.FlagSet) {
@@ -109,16 +95,16 @@ func (o *statusCmd) Flags(fs *pflag.FlagSet) {
 }
 
 func (o *statusCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
-	errs = append(errs, ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type holdCmd struct {
-	*Shared
-	Lock
-	Host
-	HoldFlags
+	*cmdkit.Shared
+	cmdkit.Lock
+	cmdkit.Host
+	cmdkit.HoldFlags
 }
 
 func (o *holdCmd) Flags(fs *pflag.FlagSet) {
@@ -128,28 +114,28 @@ func (o *holdCmd) Flags(fs *pflag.FlagSet) {
 }
 
 func (o *holdCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
 	return append(errs, o.HoldFlags.Validate()...)
 }
 
 type unholdCmd struct {
-	*Shared
-	Lock
+	*cmdkit.Shared
+	cmdkit.Lock
 }
 
 func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
 
-func (o *unholdCmd) Validate() []error { return ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
+func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
 
 type checkCmd struct {
-	*Shared
+	*cmdkit.Shared
 	Argv []string // the FILEs
-	Preflight
-	SigningKeyFlag
-	CheckFlags
-	KeysPrefixFlag
-	TrustPrefixFlag
+	cmdkit.Preflight
+	cmdkit.SigningKeyFlag
+	cmdkit.CheckFlags
+	cmdkit.KeysPrefixFlag
+	cmdkit.TrustPrefixFlag
 }
 
 func (o *checkCmd) Flags(fs *pflag.FlagSet) {
@@ -165,7 +151,7 @@ func (o *checkCmd) Validate() []error {
 	if !o.RequireSigningKeys {
 		return nil
 	}
-	return append(o.Etcd.Validate(), ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
+	return append(o.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
 // usesEtcd: check reads etcdctl's environment only when it talks to etcd:
@@ -179,230 +165,29 @@ func (versionCmd) Flags(*pflag.FlagSet) {}
 
 func (versionCmd) Validate() []error { return nil }
 
-func (versionCmd) Run(_ context.Context, e *Env) int {
-	fmt.Fprint(e.Stdout, version.Text(ProgName))
-	return ExitOK
-}
-
-type trustCmd struct {
-	*Shared
-	Lock
-	Prefixes
-	OutputFlag
-}
-
-func (o *trustCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.OutputFlag.Flags(fs)
-}
-
-func (o *trustCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
-	errs = append(errs, o.Prefixes.Validate()...)
-	return append(errs, o.OutputFlag.Validate()...)
-}
-
-type waitTrustedCmd struct {
-	*Shared
-	Lock
-	Prefixes
-	Host
-	PublicKeyFlag
-	TimeoutFlag
-	WaitTrustedFlags
-	Preflight
-	TTLFlag
-}
-
-func (o *waitTrustedCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.WaitTrustedFlags.Flags(fs)
-	o.Preflight.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.TTLFlag.Flags(fs)
-}
-
-func (o *waitTrustedCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
-	errs = append(errs, o.Prefixes.Validate()...)
-	errs = append(errs, o.Host.Validate()...)
-	if o.PublicKey == "" {
-		errs = append(errs, Usagef("wait-trusted needs --public-key FILE"))
-	}
-	return append(errs, ValidateTimeout(o.Timeout)...)
-}
-
-type rotateKeyCmd struct {
-	*Shared
-	Restarting
-	PublicKeyFlag
-	TimeoutFlag
-	GraceFlag
-	RotateKeyFlags
-}
-
-func (o *rotateKeyCmd) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.RotateKeyFlags.Flags(fs)
-}
-
-func (o *rotateKeyCmd) Validate() []error {
-	errs := o.Restarting.Validate(o.Shared, nil)
-	KeyFileDefaults(&o.SigningKey, &o.PublicKey)
-	if o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256 {
-		errs = append(errs, Usagef("--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256))
-	}
-	errs = append(errs, ValidateGrace(o.Grace)...)
-	errs = append(errs, ValidateTimeout(o.Timeout)...)
-	if o.Abort && (o.Rollback || o.DryRun) {
-		errs = append(errs, Usagef("--abort goes with neither --rollback nor --dry-run"))
-	}
-	if o.Rollback && o.DryRun {
-		errs = append(errs, Usagef("--rollback goes without --dry-run"))
-	}
-	return errs
-}
-
-type retireKeysCmd struct {
-	*Shared
-	Lock
-	DryRunFlag
-	Prefixes
-	Host
-	PublicKeyFlag
-	SigningKeyFlag
-	KubeconfigFlag
-	ControllerManager
-	RetireKeysFlags
-}
-
-func (o *retireKeysCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
-	o.ControllerManager.Flags(fs)
-	o.RetireKeysFlags.Flags(fs)
-}
-
-func (o *retireKeysCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
-	errs = append(errs, o.Prefixes.Validate()...)
-	errs = append(errs, o.Host.Validate()...)
-	KeyFileDefaults(&o.SigningKey, &o.PublicKey)
-	return append(errs, o.ControllerManager.Validate()...)
-}
-
-type publishKeyCmd struct {
-	*Shared
-	Lock
-	KeysPrefixFlag
-	Host
-	PublicKeyFlag
-	SigningKeyFlag
-	RotationPrefixFlag
-	GraceFlag
-	PublishKeyFlags
-	PublishWatchFlags
-	TTLFlag
-	StaleToken
-	HealthCreds
-}
-
-func (o *publishKeyCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.PublishKeyFlags.Flags(fs)
-	o.PublishWatchFlags.Flags(fs)
-	o.TTLFlag.Flags(fs)
-	o.StaleToken.Flags(fs)
-	o.HealthCreds.Flags(fs)
-}
-
-func (o *publishKeyCmd) Validate() []error {
-	var pre []error
-	if o.Watch {
-		pre = o.TTLFlag.Validate()
-	}
-	errs := ValidateEtcd(o.Shared, &o.Lock, pre, nil)
-	errs = append(errs, ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
-	errs = append(errs, o.Host.Validate()...)
-	// The public half of --signing-key only when no --public-key.
-	if o.PublicKey == "" && o.SigningKey == "" && o.Certificate == "" {
-		o.PublicKey = DefaultPublicKey
-	}
-	errs = append(errs, ValidateGrace(o.Grace)...)
-	return append(errs, o.PublishWatchFlags.Validate()...)
-}
-
-type forgetHostCmd struct {
-	*Shared
-	host string // the HOST forgotten
-	Lock
-	DryRunFlag
-	Prefixes
-	Host
-	GraceFlag
-	KubeconfigFlag
-}
-
-func (o *forgetHostCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
-}
-
-func (o *forgetHostCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
-	errs = append(errs, o.Prefixes.Validate()...)
-	errs = append(errs, o.Host.Validate()...)
-	return append(errs, ValidateGrace(o.Grace)...)
+func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
+	fmt.Fprint(e.Stdout, version.Text(cmdkit.ProgName))
+	return cmdkit.ExitOK
 }
 
 // configCmd shows what every command would read: it registers every
 // command's flags, with the same functions.
 type configCmd struct {
-	*Shared
+	*cmdkit.Shared
 	fs *pflag.FlagSet // the flags shown
-	Restarting
-	OutputFlag
-	HoldFlags
-	CheckFlags
-	PublicKeyFlag
-	TimeoutFlag
-	WaitTrustedFlags
-	GraceFlag
-	RotateKeyFlags
-	PublishKeyFlags
-	PublishWatchFlags
-	RetireKeysFlags
-	StaleToken
+	cmdkit.Restarting
+	cmdkit.OutputFlag
+	cmdkit.HoldFlags
+	cmdkit.CheckFlags
+	cmdkit.PublicKeyFlag
+	cmdkit.TimeoutFlag
+	cmdkit.WaitTrustedFlags
+	cmdkit.GraceFlag
+	cmdkit.RotateKeyFlags
+	cmdkit.PublishKeyFlags
+	cmdkit.PublishWatchFlags
+	cmdkit.RetireKeysFlags
+	cmdkit.StaleToken
 }
 
 func (o *configCmd) Flags(fs *pflag.FlagSet) {
@@ -422,14 +207,14 @@ func (o *configCmd) Flags(fs *pflag.FlagSet) {
 }
 
 func (o *configCmd) Validate() []error {
-	errs := ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
 	if o.TrustTimeout < 0 {
-		errs = append(errs, Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
+		errs = append(errs, cmdkit.Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
 	}
 	errs = append(errs, o.PublishWatchFlags.Validate()...)
-	errs = append(errs, ValidateFleetFlags(&o.Restarting)...)
+	errs = append(errs, cmdkit.ValidateFleetFlags(&o.Restarting)...)
 	errs = append(errs, o.ControllerManager.Validate()...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
@@ -437,7 +222,7 @@ func (o *configCmd) Validate() []error {
 // configArgs: config takes no arguments, and shows its flags.
 func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return Usagef("%s takes no arguments, got %q", cmdConfig, args)
+		return cmdkit.Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
 	o.fs = cmd.Flags()
 	return nil
@@ -445,8 +230,8 @@ func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
 
 // newRoot is the command tree; act runs a command whose options are
 // complete and valid, and returns its exit code.
-func newRoot(p *cli.Program, s *Shared, act func(name string, o options) int) *cobra.Command {
-	root := p.Root(&s.Common, ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
+func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
+	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
 		use := c.use
 		if use == "" {
@@ -473,7 +258,7 @@ func newRoot(p *cli.Program, s *Shared, act func(name string, o options) int) *c
 				e = &s.Etcd
 			}
 			if c.args == nil && len(args) > 0 {
-				return Usagef("%s takes no arguments, got %q", c.name, args)
+				return cmdkit.Usagef("%s takes no arguments, got %q", c.name, args)
 			}
 			var use func(string) bool
 			if chk, ok := c.opts.(*checkCmd); ok {
@@ -487,7 +272,7 @@ func newRoot(p *cli.Program, s *Shared, act func(name string, o options) int) *c
 					return s.FromFile(err)
 				}
 			}
-			if err := s.FromFile(JoinUsage(c.opts.Validate())); err != nil {
+			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate())); err != nil {
 				return err
 			}
 			return cli.Exit(act(c.name, c.opts))
@@ -514,41 +299,17 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 	}
 }
 
-// restartArgs: restart and rotate-key take their command after --, and
-// nothing before it.
-func (o *Restarting) restartArgs(cmd *cobra.Command, args []string, origin map[string]string) error {
-	dash := cmd.ArgsLenAtDash()
-	before := args
-	if dash >= 0 {
-		before = args[:dash]
-	}
-	if len(before) > 0 {
-		return Usagef("unexpected argument %q: put the restart command after --", before[0])
-	}
-	if err := o.applyRestartMode(origin); err != nil {
-		return err
-	}
-	o.Argv = o.modeCommand()
-	if dash >= 0 {
-		if len(args) == dash {
-			return Usagef("no command after --")
-		}
-		o.Argv = args[dash:]
-	}
-	return nil
-}
-
 // checkArgs: check's FILEs, before or after --.
 func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
 	o.Argv = args
 	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
-		return Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+		return cmdkit.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 	}
 	if len(o.RequireKeys) > 0 && len(o.Argv) == 0 {
-		return Usagef("--require-key applies to bundle FILEs, and none was given")
+		return cmdkit.Usagef("--require-key applies to bundle FILEs, and none was given")
 	}
 	if o.RequireSigningKeys && len(o.Argv) == 0 {
-		return Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+		return cmdkit.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
 	}
 	return nil
 }
@@ -584,7 +345,7 @@ retire-keys of HOST runs. --dry-run prints what it would do.`
 const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
 ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
 
-const restartHelp = `Preflight the files the new apiserver will read; refuse if a hold is
+const restartHelp = `cmdkit.Preflight the files the new apiserver will read; refuse if a hold is
 active; take the etcd lock (interoperable with ` + "`etcdctl lock NAME`" + `; the command
 gets ETCD_LOCK_KEY and ETCD_LOCK_REV); check the hold again; run the command in
 its own process group; hold the lock until the health URL reports ready; on
@@ -618,7 +379,7 @@ command ignores the keys it has no flag for.
 %[4]s
 
 Exit codes:
-`, ProgName, strings.Join(defaultCommand, " "), config.DefaultPath, etcdHelp)
+`, cmdkit.ProgName, strings.Join(restartcmd.DefaultCommand, " "), config.DefaultPath, etcdHelp)
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 type lookupEnv func(string) (string, bool)
@@ -21,18 +24,18 @@ type lookupEnv func(string) (string, bool)
 type parsed struct {
 	sub  string
 	opts options
-	*Shared
+	*cmdkit.Shared
 }
 
 // parseArgs is the command line up to the command's start: its complete
 // options, its flags, or the usage error.
 func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 	var out strings.Builder
-	p := &cli.Program{Name: ProgName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
-	s := &Shared{}
+	p := &cli.Program{Name: cmdkit.ProgName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
+	s := &cmdkit.Shared{}
 	var res *parsed
 	var fs *pflag.FlagSet
-	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, Shared: s}; return ExitOK })
+	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, Shared: s}; return cmdkit.ExitOK })
 	args, err := cli.Dispatch(root, args, cmdRestart)
 	if err != nil {
 		return nil, nil, err
@@ -52,16 +55,16 @@ func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 }
 
 // env is the environment the command runs in, its output to w.
-func (p *parsed) env(w io.Writer, log *logrus.Logger) *Env {
-	return NewEnv(p.Shared, p.opts, w, w, log)
+func (p *parsed) env(w io.Writer, log *logrus.Logger) *cmdkit.Env {
+	return newEnv(p.Shared, p.opts, w, w, log)
 }
 
 // argv is the command's arguments: the restart command, check's FILEs.
 func (p *parsed) argv() []string {
 	switch o := p.opts.(type) {
-	case *restartCmd:
+	case *restartcmd.Command:
 		return o.Argv
-	case *rotateKeyCmd:
+	case *keycmd.RotateKey:
 		return o.Argv
 	case *checkCmd:
 		return o.Argv
@@ -82,8 +85,8 @@ func opts[T options](t *testing.T, p *parsed) T {
 
 // restartParsed is a restart command line's options.
 type restartParsed struct {
-	*Restarting
-	*Shared
+	*cmdkit.Restarting
+	*cmdkit.Shared
 }
 
 // parseRestart parses a restart or rotate-key command line.
@@ -97,12 +100,12 @@ func parseRestart(t *testing.T, args []string) (restartParsed, *pflag.FlagSet, e
 }
 
 // restartOf is the restart options of restart or rotate-key.
-func restartOf(t *testing.T, p *parsed) *Restarting {
+func restartOf(t *testing.T, p *parsed) *cmdkit.Restarting {
 	t.Helper()
 	switch o := p.opts.(type) {
-	case *restartCmd:
+	case *restartcmd.Command:
 		return &o.Restarting
-	case *rotateKeyCmd:
+	case *keycmd.RotateKey:
 		return &o.Restarting
 	}
 	t.Fatalf("%s: not a restarting command", p.sub)
@@ -239,7 +242,7 @@ func TestHelpPerCommand(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, tc.args, &out, &errb)
-		if code != ExitOK || errb.Len() != 0 {
+		if code != cmdkit.ExitOK || errb.Len() != 0 {
 			t.Errorf("%q: exit %d, stderr %q", tc.args, code, errb.String())
 		}
 		for _, s := range tc.has {
@@ -259,15 +262,15 @@ func TestHelpPerCommand(t *testing.T) {
 // command completion through the hidden __complete command.
 func TestCompletion(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "__start_"+ProgName) {
+	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "__start_"+cmdkit.ProgName) {
 		t.Fatalf("completion bash: exit %d, %d bytes, stderr %q", code, out.Len(), errb.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "--if-new-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "--if-new-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != ExitOK || !strings.Contains(out.String(), "rotate-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "rotate-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
 )
 
 // Tests never read the real configuration file.
@@ -57,7 +59,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	o := struct {
 		*parsed
-		*Restarting
+		*cmdkit.Restarting
 	}{p, restartOf(t, p)}
 	want := map[string]struct {
 		got    any
@@ -87,7 +89,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if _, fs, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || fs.Lookup("lock-timeout") != nil {
 		t.Fatalf("status with the file: %v, lock-timeout %v", err, fs.Lookup("lock-timeout"))
 	}
-	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*rotateKeyCmd](t, p).Grace != 2*time.Hour || opts[*rotateKeyCmd](t, p).TTL != 20 {
+	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*keycmd.RotateKey](t, p).Grace != 2*time.Hour || opts[*keycmd.RotateKey](t, p).TTL != 20 {
 		t.Fatalf("rotate-key with the file: %v", err)
 	}
 }
@@ -110,7 +112,7 @@ func TestConfigDefaultPath(t *testing.T) {
 		t.Fatalf("default absent: %v", err)
 	}
 	_, _, err = parseArgs([]string{"--config", defaultConfig}, env(nil))
-	var ue *UsageError
+	var ue *cmdkit.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "absent.toml") {
 		t.Fatalf("named file missing: %v", err)
 	}
@@ -132,7 +134,7 @@ func TestConfigErrors(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"--config", path, "--dry-run"}, &out, &errb)
 		want := strings.ReplaceAll(tc.want, "FILE", path)
-		if code != ExitUsage || !strings.Contains(errb.String(), want) {
+		if code != cmdkit.ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.text, code, errb.String(), want)
 		}
 	}
@@ -161,7 +163,7 @@ func TestConfigSubcommand(t *testing.T) {
 	path := writeConfig(t, sampleConfig)
 	t.Setenv("ETCDCTL_DIAL_TIMEOUT", "4s")
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != ExitOK {
+	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != cmdkit.ExitOK {
 		t.Fatalf("config: exit %d %s", code, errb.String())
 	}
 	text := out.String()
@@ -249,13 +251,13 @@ func TestUnknownFlagAndHelp(t *testing.T) {
 		"rotate-keys":             `unknown subcommand "rotate-keys"; did you mean rotate-key?`,
 	} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != ExitUsage || !strings.Contains(errb.String(), want) {
+		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != cmdkit.ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, code, errb.String(), want)
 		}
 	}
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"rotate-key", "--help"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != ExitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
 			t.Errorf("%q: exit %d, stdout %d bytes, stderr %q", args, code, out.Len(), errb.String())
 		}
 	}

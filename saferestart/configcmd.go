@@ -11,12 +11,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // showConfig is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (o *configCmd) Run(_ context.Context, e *Env) int { return o.showConfig(e.Stdout, o.fs) }
+func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int { return o.showConfig(e.Stdout, o.fs) }
 
 func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	switch {
@@ -45,15 +46,15 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 			}
 		}
 		if len(other) > 0 {
-			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", ProgName, strings.Join(other, "\n"))
+			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", cmdkit.ProgName, strings.Join(other, "\n"))
 		}
 	}
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
 // tomlValue formats a flag's effective value. user and password are read
 // from the options: an ETCDCTL_USER of name:password was split there.
-func tomlValue(k config.Key, f *pflag.Flag, o *Shared) string {
+func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
 	switch f.Name {
 	case "user":
 		return strconv.Quote(o.User)

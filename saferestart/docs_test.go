@@ -12,6 +12,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // docFiles are where operators copy command lines and configuration from.
@@ -38,7 +39,7 @@ func docFiles(t *testing.T) []string {
 // prose (`... status` shows) are read the same way.
 func TestDocCommandLinesParse(t *testing.T) {
 	names := map[string]bool{}
-	for _, c := range commands(&Shared{}) {
+	for _, c := range commands(&cmdkit.Shared{}) {
 		names[c.name] = true
 	}
 	flagsOf := map[string]map[string]bool{}
@@ -58,7 +59,7 @@ func TestDocCommandLinesParse(t *testing.T) {
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			line := sc.Text()
-			for _, part := range strings.Split(line, ProgName+" ")[1:] {
+			for _, part := range strings.Split(line, cmdkit.ProgName+" ")[1:] {
 				if i := end.FindStringIndex(part); i != nil {
 					part = part[:i[0]]
 				}
@@ -142,8 +143,8 @@ func TestDocConfigKeysKnown(t *testing.T) {
 func commandFlags(t *testing.T, name string) []string {
 	t.Helper()
 	var out strings.Builder
-	p := &cli.Program{Name: ProgName, Stdout: &out, Stderr: &out, LookupEnv: env(nil)}
-	root := newRoot(p, &Shared{}, func(string, options) int { return ExitOK })
+	p := &cli.Program{Name: cmdkit.ProgName, Stdout: &out, Stderr: &out, LookupEnv: env(nil)}
+	root := newRoot(p, &cmdkit.Shared{}, func(string, options) int { return cmdkit.ExitOK })
 	c, _, err := root.Find([]string{name})
 	if err != nil || c == root {
 		t.Fatalf("no command %s: %v", name, err)

@@ -14,6 +14,9 @@ import (
 
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/fqdn"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 // The shipped timeouts are above the worst case of the commands they bound,
@@ -148,7 +151,7 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	words := strings.Fields(strings.NewReplacer("'", " ", `"`, " ", ";", " ").Replace(cmdline))
 	at := -1
 	for i, w := range words {
-		if filepath.Base(w) == ProgName {
+		if filepath.Base(w) == cmdkit.ProgName {
 			at = i
 			break
 		}
@@ -175,11 +178,11 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	}
 	waits := o.DialTimeout // every subcommand but check connects first
 	switch c := o.opts.(type) {
-	case *restartCmd:
-		return c.worstCase(&o.Etcd), true
-	case *rotateKeyCmd:
-		return c.worstCase(&o.Etcd), true
-	case *waitTrustedCmd:
+	case *restartcmd.Command:
+		return restartcmd.WorstCase(&c.Restarting, &o.Etcd), true
+	case *keycmd.RotateKey:
+		return restartcmd.WorstCase(&c.Restarting, &o.Etcd), true
+	case *keycmd.WaitTrusted:
 		if c.HostName == "" && c.IfNewKey {
 			waits += fqdn.Timeout
 		}
@@ -189,12 +192,12 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 			return waits + o.CommandTimeout, true // connect, read the trust records
 		}
 		return 0, true // reads local files: no wait
-	case *retireKeysCmd:
+	case *keycmd.RetireKeys:
 		if c.HostName == "" {
 			waits += fqdn.Timeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
-		return waits + time.Duration(ClaimTTL+2)*time.Second + 5*o.CommandTimeout, true
+		return waits + time.Duration(cmdkit.ClaimTTL+2)*time.Second + 5*o.CommandTimeout, true
 	default:
 		return waits + 2*o.CommandTimeout, true
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/keysync/confd/internal/pemcheck"
 
 	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/status"
 )
@@ -22,7 +23,7 @@ import (
 // with the reason on stderr otherwise. It needs etcd only with
 // --require-signing-keys, and then exits ExitError when etcd does not
 // answer: the bundle is refused either way.
-func (o *checkCmd) Run(ctx context.Context, a *Env) int {
+func (o *checkCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var errs []error
@@ -32,14 +33,14 @@ func (o *checkCmd) Run(ctx context.Context, a *Env) int {
 			// This host's own key, missing, is fixed by publishing it: for
 			// these paths (the defaults publish-key reads, or the key given
 			// by --signing-key) the error says so.
-			OwnKeys: []string{DefaultSigningKey, DefaultPublicKey, o.SigningKey},
+			OwnKeys: []string{cmdkit.DefaultSigningKey, cmdkit.DefaultPublicKey, o.SigningKey},
 			Now:     time.Now(), Warn: checkWarning(a),
 		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, PreflightInput(o.Preflight, o.SigningKey, checkWarning(a))))
+		errs = append(errs, preflight.Run(cctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, checkWarning(a))))
 	}
 	var etcdErr error
 	if o.RequireSigningKeys {
@@ -48,18 +49,18 @@ func (o *checkCmd) Run(ctx context.Context, a *Env) int {
 		errs = append(errs, missing...)
 	}
 	for _, w := range duplicateKeys(o.Argv) {
-		fmt.Fprintf(a.Stderr, "%s check: warning: %s\n", ProgName, w)
+		fmt.Fprintf(a.Stderr, "%s check: warning: %s\n", cmdkit.ProgName, w)
 	}
-	code := ExitOK
+	code := cmdkit.ExitOK
 	if err := errors.Join(errs...); err != nil {
-		for _, e := range SplitErrors(err) {
-			fmt.Fprintf(a.Stderr, "%s check: invalid: %v\n", ProgName, e)
+		for _, e := range cmdkit.SplitErrors(err) {
+			fmt.Fprintf(a.Stderr, "%s check: invalid: %v\n", cmdkit.ProgName, e)
 		}
-		code = ExitPreflight
+		code = cmdkit.ExitPreflight
 	}
 	if etcdErr != nil {
-		fmt.Fprintf(a.Stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", ProgName, etcdErr)
-		code = ExitError
+		fmt.Fprintf(a.Stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", cmdkit.ProgName, etcdErr)
+		code = cmdkit.ExitError
 	}
 	return code
 }
@@ -98,20 +99,20 @@ func duplicateKeys(files []string) []string {
 }
 
 // status is the `status` subcommand: exit 4 while a hold is active.
-func (o *statusCmd) Run(ctx context.Context, e *Env) int {
+func (o *statusCmd) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
 }
 
-func (o *statusCmd) status(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *statusCmd) status(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
 	r, err := status.Collect(sctx, cli, o.LockName, o.HoldKeyOrDefault(), o.RotationPrefix)
 	if err == nil {
-		err = r.AddKeys(sctx, KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
+		err = r.AddKeys(sctx, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
 	}
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("status")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if o.Output == "json" {
 		err = r.WriteJSON(a.Stdout)
@@ -120,21 +121,21 @@ func (o *statusCmd) status(ctx context.Context, a *Env, cli *clientv3.Client) in
 	}
 	if err != nil {
 		a.Log.WithError(err).Error("write status")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	// A script or monitoring check tells "the line is stopped" from
 	// "all clear" by the code, as restart's refusal does (4).
 	if r.Hold != nil {
-		return ExitHold
+		return cmdkit.ExitHold
 	}
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
-func (o *holdCmd) Run(ctx context.Context, e *Env) int {
+func (o *holdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
 }
 
-func (o *holdCmd) setHold(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *holdCmd) setHold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
 	key := o.HoldKeyOrDefault()
@@ -142,27 +143,27 @@ func (o *holdCmd) setHold(ctx context.Context, a *Env, cli *clientv3.Client) int
 	stored, err := hold.Add(hctx, cli, key, rec)
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("hold")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if len(stored.Also) > 0 {
 		fmt.Fprintf(a.Stdout, "a hold was already set; your reason is kept beside it\n")
 	}
-	fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, ProgName)
-	return ExitOK
+	fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, cmdkit.ProgName)
+	return cmdkit.ExitOK
 }
 
-func (o *unholdCmd) Run(ctx context.Context, e *Env) int {
+func (o *unholdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
 }
 
-func (o *unholdCmd) unhold(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *unholdCmd) unhold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
 	key := o.HoldKeyOrDefault()
 	prev, err := hold.Delete(hctx, cli, key)
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("unhold")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if prev == nil {
 		fmt.Fprintf(a.Stdout, "no hold at %s\n", key)
@@ -181,14 +182,14 @@ func (o *unholdCmd) unhold(ctx context.Context, a *Env, cli *clientv3.Client) in
 	}
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("unhold: restart intents")
-		return ExitError
+		return cmdkit.ExitError
 	}
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
 // checkWarning reports what check accepts but an operator should fix (an
 // RSA key under 2048 bits already published: refusing it would refuse the
 // tokens it signed).
-func checkWarning(a *Env) func(error) {
-	return func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", ProgName, err) }
+func checkWarning(a *cmdkit.Env) func(error) {
+	return func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", cmdkit.ProgName, err) }
 }

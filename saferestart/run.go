@@ -7,31 +7,11 @@ import (
 	"os"
 
 	"github.com/keysync/confd/internal/cli"
-	"github.com/keysync/confd/internal/fqdn"
-
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/sirupsen/logrus"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Env is what every command runs with: its output, its logger, this
-// host's names, its etcd connection settings.
-type Env struct {
-	Etcd *cli.Etcd
-	// Force closes on the second SIGTERM/SIGINT: stop the command now.
-	Force  <-chan struct{}
-	Stdout io.Writer
-	Stderr io.Writer
-	Log    *logrus.Logger
-	// Host names this host in holds and lock entries: --host, else the
-	// kernel's host name.
-	Host string
-	// HostFlag is --host, when the command has it.
-	HostFlag string
-	// fqdn is `hostname -f`, once asked (TrustHost).
-	fqdn string
-	// Dial connects to etcd (Etcd.Client; tests count the connections).
-	Dial func(context.Context) (*clientv3.Client, error)
-}
 
 // run is main without the process: ctx ending means the first SIGTERM,
 // SIGINT, SIGHUP or SIGQUIT; force closing means a second one.
@@ -42,15 +22,15 @@ func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stde
 // runWith is run with dial, when not nil, instead of the etcd flags'
 // client.
 func runWith(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer, dial func(*cli.Etcd, context.Context) (*clientv3.Client, error)) int {
-	p := &cli.Program{Name: ProgName, Stdout: stdout, Stderr: stderr, LookupEnv: os.LookupEnv, DefaultConfig: defaultConfig}
-	s := &Shared{}
+	p := &cli.Program{Name: cmdkit.ProgName, Stdout: stdout, Stderr: stderr, LookupEnv: os.LookupEnv, DefaultConfig: defaultConfig}
+	s := &cmdkit.Shared{}
 	root := newRoot(p, s, func(_ string, o options) int {
 		log, err := s.Logger(stderr, os.Getenv)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", ProgName, err)
-			return ExitUsage
+			fmt.Fprintf(stderr, "%s: %v\n", cmdkit.ProgName, err)
+			return cmdkit.ExitUsage
 		}
-		e := NewEnv(s, o, stdout, stderr, log)
+		e := newEnv(s, o, stdout, stderr, log)
 		e.Force = force
 		if dial != nil {
 			e.Dial = func(ctx context.Context) (*clientv3.Client, error) { return dial(&s.Etcd, ctx) }
@@ -65,50 +45,12 @@ func runWith(ctx context.Context, force <-chan struct{}, args []string, stdout, 
 	return p.Execute(root, args)
 }
 
-// NewEnv is the environment command o runs in.
-func NewEnv(s *Shared, o options, stdout, stderr io.Writer, log *logrus.Logger) *Env {
-	e := &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client}
-	// Holds and lock entries name the host as --host does, so that a hold
-	// reads like the trust records and the published keys of that host.
+// newEnv is the environment command o runs in, with its --host if it has
+// one.
+func newEnv(s *cmdkit.Shared, o options, stdout, stderr io.Writer, log *logrus.Logger) *cmdkit.Env {
+	host := ""
 	if h, ok := o.(interface{ HostFlag() string }); ok {
-		e.HostFlag = h.HostFlag()
+		host = h.HostFlag()
 	}
-	e.Host = e.HostFlag
-	if e.Host == "" {
-		e.Host = Hostname()
-	}
-	return e
-}
-
-func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
-	cli, err := e.Dial(ctx)
-	if err != nil {
-		e.Log.WithError(e.EtcdErr(err)).Error(EtcdConnectFailed)
-		return ExitError
-	}
-	defer cli.Close()
-	return f(ctx, cli)
-}
-
-// opCtx is the context of one etcd request: --command-timeout, not cut
-// short by a signal (cleanup after a signal must still reach etcd).
-func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
-}
-
-// EtcdConnectFailed is the message of a failed connection to etcd.
-const EtcdConnectFailed = cli.ConnectFailed
-
-// etcdErr names the endpoints in an etcd error and where they came from.
-func (e *Env) EtcdErr(err error) error { return e.Etcd.Err(err) }
-
-// trustHost is --host, or this host's FQDN, asked once per run.
-func (e *Env) TrustHost(ctx context.Context) string {
-	if e.HostFlag != "" {
-		return e.HostFlag
-	}
-	if e.fqdn == "" {
-		e.fqdn = fqdn.Lookup(ctx, e.Log, Hostname())
-	}
-	return e.fqdn
+	return cmdkit.NewEnv(s, host, stdout, stderr, log)
 }

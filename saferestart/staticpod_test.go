@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 func TestRestartModeFlags(t *testing.T) {
@@ -11,7 +14,7 @@ func TestRestartModeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Argv) < 2 || o.Argv[1] != staticPodArg ||
+	if len(o.Argv) < 2 || o.Argv[1] != restartcmd.StaticPodArg ||
 		strings.Join(o.Argv[2:], " ") != "--cri-endpoint unix:///run/containerd/containerd.sock --container kube-apiserver --static-pod-stop-timeout 30s" {
 		t.Errorf("static-pod command %q", o.Argv)
 	}
@@ -43,7 +46,7 @@ func TestRestartModeFlags(t *testing.T) {
 }
 
 func TestStaticPodMainUsage(t *testing.T) {
-	if code := staticPodMain([]string{"--cri-endpoint", "x"}); code != ExitUsage {
+	if code := restartcmd.StaticPodMain([]string{"--cri-endpoint", "x"}); code != cmdkit.ExitUsage {
 		t.Errorf("no --container: exit %d", code)
 	}
 }
@@ -55,7 +58,7 @@ func TestStaticPodMainUsage(t *testing.T) {
 func TestRestartModeFromFile(t *testing.T) {
 	path := writeConfig(t, "restart-mode = \"static-pod\"\n")
 	o, _, err := parseRestart(t, []string{"--config", path})
-	if err != nil || len(o.Argv) < 2 || o.Argv[1] != staticPodArg || o.RestartTimeout != 6*time.Minute {
+	if err != nil || len(o.Argv) < 2 || o.Argv[1] != restartcmd.StaticPodArg || o.RestartTimeout != 6*time.Minute {
 		t.Fatalf("%v: argv %q, restart-timeout %s", err, o.Argv, o.RestartTimeout)
 	}
 	path = writeConfig(t, "restart-mode = \"static-pod\"\nrestart-timeout = \"4m\"\n")

@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -14,44 +14,27 @@ import (
 	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keywatch"
 )
 
-const (
-	// DefaultReconcileInterval bounds how long etcd may lack what a
-	// master keeps published (issue 31: within 30 s).
-	DefaultReconcileInterval = 30 * time.Second
-	MaxReconcileInterval     = 30 * time.Second
-	DefaultStateDir          = "/var/lib/kube-apiserver-safe-restart"
-	KeywatchTombstones       = keywatch.TombstonesFile
-	// keyFilePoll: how often --watch reads the key files for a change.
-	keyFilePoll = 2 * time.Second
-)
-
-func (o *PublishWatchFlags) Validate() []error {
-	var errs []error
-	if o.ReconcileInterval <= 0 || o.ReconcileInterval > MaxReconcileInterval {
-		errs = append(errs, Usagef("--reconcile-interval %s: must be positive and at most %s", o.ReconcileInterval, MaxReconcileInterval))
-	}
-	// Without --watch the publisher's settings are ignored, not refused:
-	// the one file that sets them serves the one-shot publish-key too.
-	return errs
-}
+// keyFilePoll: how often --watch reads the key files for a change.
+const keyFilePoll = 2 * time.Second
 
 // publishWatch is `publish-key --watch`: the long-running publisher of
 // sa-key-publish.service. It keeps running through etcd outages; exit 3
 // when the key files are refused at start (nothing written), 1 when the
 // metrics address cannot be served.
-func (o *publishKeyCmd) publishWatch(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *PublishKey) publishWatch(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	host := a.TrustHost(ctx)
-	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
 	log := a.Log.WithField("host", host)
 	m := keywatch.NewMetrics()
 	if o.PublisherMetricsAddr != "" {
 		srv, err := promserve.Serve(ctx, "--publisher-metrics-addr", o.PublisherMetricsAddr, m.Registry)
 		if err != nil {
 			log.WithError(err).Error("publish-key --watch: cannot serve metrics; choose another address")
-			return ExitError
+			return cmdkit.ExitError
 		}
 		defer srv.Close()
 	}
@@ -69,10 +52,10 @@ func (o *publishKeyCmd) publishWatch(ctx context.Context, a *Env, cli *clientv3.
 		Source: o.publishSource,
 		Files:  files,
 		Trim: func(rec keystate.Record, log logrus.FieldLogger) {
-			TrimOwnFiles(rec, o.SigningKey, o.PublicKey, o.Certificate, log)
+			cmdkit.TrimOwnFiles(rec, o.SigningKey, o.PublicKey, o.Certificate, log)
 		},
 		Grace:          o.Grace,
-		By:             cmdPublishKey,
+		By:             byPublishKey,
 		Interval:       o.ReconcileInterval,
 		Poll:           min(keyFilePoll, o.ReconcileInterval),
 		TTL:            o.TTL,
@@ -85,7 +68,7 @@ func (o *publishKeyCmd) publishWatch(ctx context.Context, a *Env, cli *clientv3.
 	}
 	// The stale-token sampler lives as long as the publisher: one per
 	// master, reading its own apiserver (--apiserver-metrics-url).
-	if s := o.staleTokenSampler(ctx, a, cli); s != nil {
+	if s := o.StaleTokenSampler(ctx, a, cli); s != nil {
 		s.Failed = m.SampleFailed
 		w.Runners = append(w.Runners, s.Run)
 	}
@@ -94,12 +77,12 @@ func (o *publishKeyCmd) publishWatch(ctx context.Context, a *Env, cli *clientv3.
 	var refused *keywatch.Refused
 	if errors.As(err, &refused) {
 		log.Error("publish-key --watch: refusing to publish; nothing written (fix the key files; systemd starts it again)")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	if err != nil {
 		log.WithError(err).Error("publish-key --watch stopped")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	log.Info("publish-key --watch: stopped; alive record removed")
-	return ExitOK
+	return cmdkit.ExitOK
 }

@@ -1,4 +1,8 @@
-package saferestart
+// Package restartcmd restarts kube-apiserver through the lock on the etcd
+// client it is given: the restart command, and rotate-key's install step
+// (Step: the restart, or the signer's switch to the next key, then
+// kube-controller-manager). See safe-restart.md.
+package restartcmd
 
 import (
 	"context"
@@ -21,6 +25,7 @@ import (
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/health"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
@@ -41,13 +46,13 @@ var SecretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 // its own for the restart command, or the one rotate-key already holds
 // (rotation.Restarter).
 type restarter struct {
-	*Env
-	o      *Restarting
+	*cmdkit.Env
+	o      *cmdkit.Restarting
 	output string           // --output of --dry-run: text or json
 	cli    *clientv3.Client // nil: restart dials, after the checks that need no etcd
 }
 
-func (o *restartCmd) Run(ctx context.Context, e *Env) int {
+func (o *Command) Run(ctx context.Context, e *cmdkit.Env) int {
 	return (&restarter{Env: e, o: &o.Restarting, output: o.Output}).restart(ctx)
 }
 
@@ -55,18 +60,18 @@ func (r *restarter) restart(ctx context.Context) int {
 	a := r.Env
 	o := r.o
 	log := a.Log.WithField("lock", o.LockName)
-	if err := health.Validate(o.healthConfig()); err != nil {
-		for _, e := range SplitErrors(err) {
+	if err := health.Validate(healthConfig(&o.RestartFlags)); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
 		}
 		log.Error("preflight failed: not taking the lock, not restarting")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	// A command that cannot start is found before the lock wait; the guard
 	// reports one that fails to start all the same (restart.ErrNotStarted).
 	if _, err := exec.LookPath(o.Argv[0]); err != nil {
 		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.Argv))
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	env := runner.WithoutVars(os.Environ(), SecretEnv...)
 	run := &commandRunner{stdout: a.Stdout, stderr: a.Stderr, timeout: o.RestartTimeout}
@@ -76,8 +81,8 @@ func (r *restarter) restart(ctx context.Context) int {
 		// checked first.
 		c, err := a.Dial(ctx)
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Error(EtcdConnectFailed)
-			return ExitError
+			log.WithError(a.EtcdErr(err)).Error(cmdkit.EtcdConnectFailed)
+			return cmdkit.ExitError
 		}
 		defer c.Close()
 		cli = c
@@ -88,7 +93,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	// names do not.
 	holds := &hold.Store{C: cli, HoldKey: o.HoldKeyOrDefault(), Host: a.TrustHost(ctx)}
 	if o.DryRun {
-		if code := r.runPreflight(ctx); code != ExitOK {
+		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
 			return code
 		}
 		return r.dryRun(ctx, cli)
@@ -102,38 +107,38 @@ func (r *restarter) restart(ctx context.Context) int {
 	}
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
-			return preflight.Run(ctx, PreflightInput(o.Preflight, o.SigningKey, func(err error) { log.Warnf("preflight: %v", err) }))
+			return preflight.Run(ctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { log.Warnf("preflight: %v", err) }))
 		}
 	}
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
 	fc, err := r.newFleetCheck(a.TrustHost(ctx), cli, log, func(ctx context.Context) []string {
-		if snap := trustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log); snap != nil {
+		if snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log); snap != nil {
 			return snap.Trusted
 		}
 		return []string{}
 	})
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(r.trustGate(ctx, cli, log, trustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, cli, log, TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := trustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log)
+		snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log)
 		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
 		Name: o.LockName, TTL: o.TTL, OpTimeout: a.Etcd.CommandTimeout,
 		Info: lock.Info{Host: a.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: o.healthConfig(), backstop: a.Etcd.CommandTimeout, log: log}
+	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: a.Etcd.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.Force))
 }
 
@@ -143,13 +148,13 @@ func (r *restarter) runPreflight(ctx context.Context) int {
 	o := r.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, PreflightInput(o.Preflight, o.SigningKey, func(err error) { a.Log.Warnf("preflight: %v", err) })); err != nil {
-		for _, e := range SplitErrors(err) {
+	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { a.Log.Warnf("preflight: %v", err) })); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
 			a.Log.Errorf("preflight: %v", e)
 		}
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
 // etcdLocker opens lock sessions on etcd.
@@ -308,13 +313,13 @@ func (g *healthGate) Wait(ctx context.Context) error {
 	return &restart.GateError{Err: err, Final: final}
 }
 
-// worstCase is the longest a restart with these flags can take.
-func (o *Restarting) worstCase(e *cli.Etcd) time.Duration {
-	return restart.WorstCase(o.durations(e))
+// WorstCase is the longest a restart with these flags can take.
+func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
+	return restart.WorstCase(durations(o, e))
 }
 
 // durations are the bounded waits of a restart with these flags.
-func (o *Restarting) durations(e *cli.Etcd) restart.Durations {
+func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 	d := restart.Durations{
 		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
 		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
@@ -322,7 +327,7 @@ func (o *Restarting) durations(e *cli.Etcd) restart.Durations {
 		// The fleet check's wait and its two reads (0 without
 		// --kubeconfig). The kubelet's back-off in static-pod mode is
 		// inside --restart-timeout: the static-pod restart is the command.
-		FleetTimeout: o.fleetWorstCase(e), KubeletBackoff: 0,
+		FleetTimeout: fleetWorstCase(o, e), KubeletBackoff: 0,
 	}
 	if o.HostName == "" {
 		d.HostnameTimeout = fqdn.Timeout
@@ -344,25 +349,25 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	q, _, err := lock.Queue(qctx, cli, o.LockName)
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the lock")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), a.TrustHost(ctx))
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the hold")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if h != nil && !o.IgnoreHold {
 		a.Log.WithField("hold_key", o.HoldKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
-		return ExitHold
+		return cmdkit.ExitHold
 	}
-	worst := o.worstCase(a.Etcd)
+	worst := WorstCase(o, a.Etcd)
 	type part struct {
 		Name    string `json:"name"`
 		Times   int    `json:"times"`
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(o.durations(a.Etcd)) {
+	for _, w := range restart.Waits(durations(o, a.Etcd)) {
 		if w.Total() > 0 {
 			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
 		}
@@ -389,9 +394,9 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(plan); err != nil {
-			return ExitError
+			return cmdkit.ExitError
 		}
-		return ExitOK
+		return cmdkit.ExitOK
 	}
 	var b strings.Builder
 	b.WriteString("dry run: no lock taken, nothing run\n")
@@ -422,21 +427,13 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		b.WriteString("\n")
 	}
 	_, _ = a.Stdout.Write([]byte(b.String()))
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
 // healthConfig is the gate's configuration from the command line.
-func (o *RestartFlags) healthConfig() health.Config {
+func healthConfig(o *cmdkit.RestartFlags) health.Config {
 	return health.Config{
 		URL: o.HealthURL, CACert: o.HealthCACert, Cert: o.HealthCert, Key: o.HealthKey, TokenFile: o.HealthToken,
 		Settle: o.HealthSettle, Timeout: o.HealthTimeout, Interval: o.HealthInterval, JWKSKeyFiles: o.JWKSKeyFiles,
 	}
-}
-
-// SplitErrors undoes errors.Join, one level, so each problem gets its own line.
-func SplitErrors(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // signerReloadCommand makes kube-apiserver-sa-signer re-read its key file
@@ -26,16 +27,16 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // barrier holds the switch until every recorded host's apiserver fetched
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
-func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
+func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
 	a := k.Env
-	o := k.o
+	o := k.Opts
 	ids, err := trust.FileKeyIDs(o.SigningKey)
 	if err != nil || len(ids) != 1 {
 		return fmt.Errorf("installed signing key %s: %v (want one key)", o.SigningKey, err)
 	}
 	kid := ids[0]
 	argv := o.Argv
-	if slices.Equal(argv, defaultCommand) {
+	if slices.Equal(argv, DefaultCommand) {
 		argv = signerReloadCommand
 	}
 	log := a.Log.WithField("host", host).WithField("next", kid)
@@ -45,7 +46,7 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 		Stdout: a.Stderr, Stderr: a.Stderr, ParentDeathSignal: syscall.SIGKILL,
 	})
 	if !res.OK() {
-		return &codeError{code: ExitError, what: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
+		return &cmdkit.CodeError{Code: cmdkit.ExitError, What: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.TrustTimeout)
 	defer cancel()
@@ -73,17 +74,17 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 			}
 		}
 		if wctx.Err() != nil {
-			if Interrupted(ctx) {
+			if cmdkit.Interrupted(ctx) {
 				return ctx.Err()
 			}
-			return &codeError{code: ExitLockTimeout, what: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
+			return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
 				kid, o.TrustTimeout, strings.Join(notFetched(a, cli, o.TrustPrefix, kid), ", "))}
 		}
 	}
 }
 
 // notFetched names the hosts whose trust record does not list kid.
-func notFetched(a *Env, cli *clientv3.Client, trustPrefix, kid string) []string {
+func notFetched(a *cmdkit.Env, cli *clientv3.Client, trustPrefix, kid string) []string {
 	ctx, cancel := a.OpCtx(context.Background())
 	defer cancel()
 	rep, err := trust.CollectRecorded(ctx, cli, trustPrefix)

@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/restart"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -139,7 +140,7 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	case err == nil:
 		c.log.Errorf("fleet check %s: %s: not restarting (this apiserver would be one more down); no hold written", when, s)
 		return restart.LockTimeout
-	case Interrupted(ctx):
+	case cmdkit.Interrupted(ctx):
 		c.log.Warnf("fleet check %s interrupted", when)
 		return restart.Interrupted
 	case errors.As(err, &de):
@@ -158,24 +159,9 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 // fleetWorstCase is what the fleet check adds to a restart at worst: the
 // wait before queueing (its last read included) and the read under the
 // lock.
-func (o *Restarting) fleetWorstCase(e *cli.Etcd) time.Duration {
+func fleetWorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
 	if o.Kubeconfig == "" {
 		return 0
 	}
 	return o.FleetTimeout + 2*e.CommandTimeout
-}
-
-// ValidateFleetFlags checks the fleet check's flags.
-func ValidateFleetFlags(o *Restarting) []error {
-	var errs []error
-	if o.Kubeconfig == "" {
-		return nil
-	}
-	if o.FleetLeaseAge <= 0 {
-		errs = append(errs, Usagef("--fleet-lease-age %s: must be positive", o.FleetLeaseAge))
-	}
-	if o.FleetTimeout < 0 {
-		errs = append(errs, Usagef("--fleet-timeout %s: must not be negative", o.FleetTimeout))
-	}
-	return errs
 }

@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -13,149 +13,31 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// trustSnapshot computes the trust record of the apiserver about to be
-// restarted, from the service-account key files its flags name, read now.
-// Nil when the restart names no such files (nothing to record).
-func trustSnapshot(ctx context.Context, a *Env, p Preflight, cmFlagsFiles []string, log logrus.FieldLogger) *trust.Record {
-	keyFiles, signing, err := serviceAccountFiles(p)
-	if err != nil {
-		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
-		return nil
-	}
-	if len(keyFiles) == 0 {
-		log.Debug("no service-account key file among the preflight files: no trust record")
-		return nil
-	}
-	rec, err := trust.FromFiles(a.TrustHost(ctx), keyFiles, signing, time.Now())
-	if err != nil {
-		log.WithError(err).Error("cannot compute the trust record: none will be written for this restart")
-		return nil
-	}
-	// kube-controller-manager's key, when its flags are given.
-	if _, rec.ControllerManagerSigning, err = preflight.ControllerManagerKey(cmFlagsFiles); err != nil {
-		log.WithError(err).Error("the trust record will not name kube-controller-manager's key: retire-keys cannot check it")
-	}
-	return &rec
-}
-
-// serviceAccountFiles names the service-account key files and signing key
-// of the restarted apiserver: from the flags files when there are any,
-// otherwise the --preflight-file files holding keys (public ones are
-// trusted, a private one is the signing key).
-func serviceAccountFiles(o Preflight) ([]string, string, error) {
-	if len(o.PreflightFlagsFiles) > 0 {
-		return preflight.ServiceAccountFiles(o.PreflightFlagsFiles)
-	}
-	var keyFiles []string
-	signing := ""
-	for _, p := range o.PreflightFiles {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, "", err
-		}
-		switch {
-		case strings.Contains(string(data), "PRIVATE KEY-----"):
-			signing = p
-		case strings.Contains(string(data), "PUBLIC KEY-----"):
-			keyFiles = append(keyFiles, p)
-		}
-	}
-	return keyFiles, signing, nil
-}
-
-// writeTrust stores the record of a restart whose gate passed. A failure is
-// logged, not fatal: the restart itself succeeded, and a missing record
-// shows as a stale host in `trust` and in every wait.
-func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
-	a := r.Env
-	if rec == nil {
-		return
-	}
-	tctx, cancel := a.OpCtx(ctx)
-	defer cancel()
-	if err := trust.Put(tctx, cli, r.o.TrustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
-		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
-		return
-	} else if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
-		return
-	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
-		Info("trust record written")
-}
-
-// trustGate runs before queueing for the lock: when this host is about to
-// sign with a key it did not sign with at its last recorded restart (a
-// rotation, a reimaged host), it waits until every other publishing host
-// that has a trust record trusts that key, so that no token it signs is
-// refused elsewhere. Hosts without a record are new themselves and load the
-// bundle when they first start; waiting for them would deadlock a fleet
-// coming up. The wait holds no lock, so the other hosts can restart.
-func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
-	a := r.Env
-	if snap == nil || snap.Signing == "" || r.o.TrustTimeout == 0 {
-		return ExitOK
-	}
-	rctx, cancel := a.OpCtx(ctx)
-	rep, err := trust.Collect(rctx, cli, r.o.TrustPrefixes())
-	cancel()
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("cannot read key trust")
-		return ExitError
-	}
-	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
-		return ExitOK
-	}
-	exclude := []string{snap.Host}
-	log = log.WithField("signing", snap.Signing)
-	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
-		return ExitOK
-	}
-	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.TrustTimeout)
-	wctx, cancel := context.WithTimeout(ctx, r.o.TrustTimeout)
-	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.TrustPrefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.Etcd.CommandTimeout, Log: log})
-	var nt *trust.NotTrustedError
-	switch {
-	case err == nil:
-		log.Info("every other host trusts the new signing key")
-		return ExitOK
-	case Interrupted(ctx):
-		log.Warn("interrupted while waiting for the new signing key to be trusted")
-		return ExitInterrupted
-	case errors.As(err, &nt):
-		log.Errorf("new signing key %s not trusted by %s within --trust-timeout %s: not restarting (its tokens would be refused there)", snap.Signing, strings.Join(nt.Hosts, ", "), r.o.TrustTimeout)
-		return ExitLockTimeout
-	default:
-		log.WithError(err).Error("waiting for the new signing key to be trusted")
-		return ExitError
-	}
-}
-
 // showTrust is the `trust` subcommand.
-func (o *trustCmd) Run(ctx context.Context, e *Env) int {
+func (o *Trust) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.showTrust(ctx, e, cli) })
 }
 
-func (o *trustCmd) showTrust(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *Trust) showTrust(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	tctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	rep, err := trust.Collect(tctx, cli, o.TrustPrefixes())
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("trust")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	// The hosts whose apiserver waits for a key to be trusted: the ones a
 	// stale host keeps down.
 	recs, err := rotation.List(tctx, cli, o.RotationPrefix)
 	if err != nil {
 		a.Log.WithError(a.EtcdErr(err)).Error("trust: waiting records")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	waiting := []rotation.Waiting{}
 	for _, h := range recs {
@@ -186,13 +68,13 @@ func (o *trustCmd) showTrust(ctx context.Context, a *Env, cli *clientv3.Client) 
 	}
 	if err != nil {
 		a.Log.WithError(err).Error("write trust report")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if stale := rep.Stale(); len(stale) > 0 {
 		a.Log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
-		return ExitStale
+		return cmdkit.ExitStale
 	}
-	return ExitOK
+	return cmdkit.ExitOK
 }
 
 // waitTrusted is the `wait-trusted` subcommand. It runs before
@@ -201,11 +83,11 @@ func (o *trustCmd) showTrust(ctx context.Context, a *Env, cli *clientv3.Client) 
 // powered up at once): it keeps trying etcd until --timeout rather than
 // failing fast, which under systemd's Restart= would soon hit the unit's
 // start limit and leave the apiserver down for good.
-func (o *waitTrustedCmd) Run(ctx context.Context, a *Env) int {
+func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	kids, err := trust.FileKeyIDs(o.PublicKey)
 	if err != nil {
 		a.Log.WithError(err).Error("wait-trusted: --public-key")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	host := a.TrustHost(ctx)
 	exclude := o.ExcludeHosts
@@ -247,7 +129,7 @@ func (o *waitTrustedCmd) Run(ctx context.Context, a *Env) int {
 			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
 				o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
 				fmt.Fprintf(a.Stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
-				return ExitOK
+				return cmdkit.ExitOK
 			}
 		}
 		if o.IfNewKey {
@@ -259,21 +141,21 @@ func (o *waitTrustedCmd) Run(ctx context.Context, a *Env) int {
 			log.Infof("trusted by every host: %s", strings.Join(pubs, ", "))
 		}
 		fmt.Fprintf(a.Stdout, "key %s trusted by every publishing host\n", strings.Join(kids, ", "))
-		return ExitOK
-	case Interrupted(ctx):
+		return cmdkit.ExitOK
+	case cmdkit.Interrupted(ctx):
 		log.Warn("wait-trusted interrupted")
-		return ExitInterrupted
+		return cmdkit.ExitInterrupted
 	case errors.As(err, &nt) && rep == nil:
 		log.Errorf("etcd did not answer within --timeout %s (%v): could not read whether every host trusts key %s; check --endpoints and that etcd runs", o.Timeout, a.Etcd.Endpoints, strings.Join(kids, ", "))
 		fmt.Fprintf(a.Stdout, "etcd did not answer: key %s not known to be trusted\n", strings.Join(kids, ", "))
-		return ExitLockTimeout
+		return cmdkit.ExitLockTimeout
 	case errors.As(err, &nt):
 		log.Errorf("key %s not trusted within --timeout %s by: %s", strings.Join(kids, ", "), o.Timeout, strings.Join(nt.Hosts, ", "))
 		fmt.Fprintf(a.Stdout, "not trusted by: %s\n", strings.Join(nt.Hosts, " "))
-		return ExitLockTimeout
+		return cmdkit.ExitLockTimeout
 	default:
 		log.WithError(err).Error("wait-trusted")
-		return ExitError
+		return cmdkit.ExitError
 	}
 }
 
@@ -287,10 +169,10 @@ func (o *waitTrustedCmd) Run(ctx context.Context, a *Env) int {
 // would write, until --timeout. A restart by the helper writes the record
 // again after its health gate. A failure is logged, not fatal: the
 // apiserver may start either way.
-func (o *waitTrustedCmd) recordStart(a *Env, ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
+func (o *WaitTrusted) recordStart(a *cmdkit.Env, ctx context.Context, cli *clientv3.Client, recorded *trust.Record, log logrus.FieldLogger) {
 	// kubeadm's sa-signing-key.service runs wait-trusted before it links
 	// the signing key the manifest names: nothing to record yet.
-	if _, signing, err := serviceAccountFiles(o.Preflight); err == nil && signing != "" {
+	if _, signing, err := restartcmd.ServiceAccountFiles(o.Preflight); err == nil && signing != "" {
 		if _, err := os.Stat(signing); errors.Is(err, os.ErrNotExist) {
 			log.Infof("no trust record written: the apiserver's signing key %s does not exist yet", signing)
 			return
@@ -298,7 +180,7 @@ func (o *waitTrustedCmd) recordStart(a *Env, ctx context.Context, cli *clientv3.
 	}
 	// wait-trusted has no kube-controller-manager flags: the record's
 	// key of it is the recorded one (below).
-	snap := trustSnapshot(ctx, a, o.Preflight, nil, log)
+	snap := restartcmd.TrustSnapshot(ctx, a, o.Preflight, nil, log)
 	if snap == nil || cli == nil {
 		return
 	}
@@ -327,7 +209,7 @@ func (o *waitTrustedCmd) recordStart(a *Env, ctx context.Context, cli *clientv3.
 // trust this host's key reads it, and lets that restart go although this
 // host's apiserver is not serving (it waits for exactly that restart).
 type waitingRecord struct {
-	a      *Env
+	a      *cmdkit.Env
 	prefix string // --rotation-prefix
 	ttl    int    // of the record's lease
 	host   string
@@ -375,10 +257,4 @@ func (w *waitingRecord) withdraw() {
 		w.log.Debugf("waiting record %s removed", w.ann.Key())
 	}
 	w.ann = nil
-}
-
-// Interrupted reports whether ctx ended by a signal (canceled), not by a
-// deadline.
-func Interrupted(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled)
 }

@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 
 	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// staleTokenSampler is the sampler the long-running publisher runs beside
+// StaleTokenSampler is the sampler the long-running publisher runs beside
 // its reconcile loop when --apiserver-metrics-url is set (nil otherwise):
 // this host's apiserver, read with the health gate's credentials, recorded
 // under --rotation-prefix for --host.
-func (o *publishKeyCmd) staleTokenSampler(ctx context.Context, a *Env, kv clientv3.KV) *staletokens.Sampler {
+func (o *PublishKey) StaleTokenSampler(ctx context.Context, a *cmdkit.Env, kv clientv3.KV) *staletokens.Sampler {
 	if o.APIServerMetricsURL == "" {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -11,138 +11,40 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
-
-const (
-	DefaultSigningKey = "/etc/kubernetes/pki/sa.key"
-	DefaultPublicKey  = "/etc/kubernetes/pki/sa.pub"
-)
-
-// ValidatePrefixes: the prefixes given must not be empty, and the keys'
-// and the trust records' must differ (p: flag name -> value, in order).
-func ValidatePrefixes(keysPrefix, trustPrefix, rotationPrefix *string) []error {
-	var errs []error
-	for _, p := range []struct {
-		name string
-		v    *string
-	}{{"--keys-prefix", keysPrefix}, {"--trust-prefix", trustPrefix}, {"--rotation-prefix", rotationPrefix}} {
-		if p.v != nil && strings.TrimSuffix(*p.v, "/") == "" {
-			errs = append(errs, Usagef("%s %q: must not be empty", p.name, *p.v))
-		}
-	}
-	if keysPrefix != nil && trustPrefix != nil && etcdkey.Dir(*keysPrefix) == etcdkey.Dir(*trustPrefix) {
-		errs = append(errs, Usagef("--keys-prefix and --trust-prefix must differ (%q)", *keysPrefix))
-	}
-	return errs
-}
-
-func (p *Prefixes) Validate() []error {
-	return ValidatePrefixes(&p.KeysPrefix, &p.TrustPrefix, &p.RotationPrefix)
-}
-
-func (p *Prefixes) TrustPrefixes() trust.Prefixes {
-	// The rotation prefix holds the key records: which published keys are
-	// superseded and which hosts forget-host removed (not waited for).
-	return trust.Prefixes{Keys: p.KeysPrefix, Trust: p.TrustPrefix, Rotation: p.RotationPrefix}
-}
-
-func (h *Host) Validate() []error {
-	if h.HostName != "" {
-		if err := etcdkey.ValidHost(h.HostName); err != nil {
-			return []error{Usagef("--host: %v", err)}
-		}
-	}
-	return nil
-}
-
-// hostFlag is --host, for the invocation's host names.
-func (h *Host) HostFlag() string { return h.HostName }
-
-// KeyFileDefaults: rotate-key and retire-keys read sa.key and sa.pub unless
-// told otherwise.
-func KeyFileDefaults(signingKey, publicKey *string) {
-	if *signingKey == "" {
-		*signingKey = DefaultSigningKey
-	}
-	if *publicKey == "" {
-		*publicKey = DefaultPublicKey
-	}
-}
-
-func ValidateGrace(grace time.Duration) []error {
-	if grace < 0 {
-		return []error{Usagef("--grace %s: must not be negative", grace)}
-	}
-	return nil
-}
-
-func ValidateTimeout(timeout time.Duration) []error {
-	if timeout <= 0 {
-		return []error{Usagef("--timeout %s: must be positive", timeout)}
-	}
-	return nil
-}
-
-// codeError carries a subcommand's exit code through the rotation package.
-type codeError struct {
-	code int
-	what string
-}
-
-func (e *codeError) Error() string { return fmt.Sprintf("%s (exit %d)", e.what, e.code) }
 
 // keyRotation is rotate-key and retire-keys on one etcd client: the
 // rotation's restart (Restart) runs on it too, rather than through a
 // second connection.
 type keyRotation struct {
-	*Env
-	o    *rotateKeyCmd
+	*cmdkit.Env
+	o    *RotateKey
 	cli  *clientv3.Client
 	host string
 	log  logrus.FieldLogger
 }
 
-func (o *rotateKeyCmd) Run(ctx context.Context, e *Env) int {
+func (o *RotateKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		return (&keyRotation{Env: e, o: o, cli: cli}).rotateKey(ctx, cli)
 	})
 }
 
-// Restart is the rotation's restart step (rotation.Restarter): this
-// apiserver through the lock, or, with --signer, the signer's switch to
-// the next key; then kube-controller-manager when it holds the key.
-func (k *keyRotation) Restart(ctx context.Context) error {
-	if k.o.Signer {
-		// The signer's barrier switched the apiserver's tokens to the new
-		// key; kube-controller-manager has no external signer and still
-		// signs legacy tokens from its key file: restarted as in bundle
-		// mode, after every apiserver trusts the key.
-		if err := k.signerSwitch(ctx, k.cli, k.host); err != nil {
-			return err
-		}
-		return k.restartControllerManager(ctx, k.log)
-	}
-	if code := k.restarter().restart(ctx); code != ExitOK {
-		return &codeError{code: code, what: "restart through the lock failed"}
-	}
-	return k.restartControllerManager(ctx, k.log)
-}
-
-// restarter is the restart rotate-key runs, on its client (text output:
-// rotate-key has no --output).
-func (k *keyRotation) restarter() *restarter {
-	return &restarter{Env: k.Env, o: &k.o.Restarting, output: "text", cli: k.cli}
+// step is the rotation's install step, on rotate-key's one client.
+func (k *keyRotation) step(cli *clientv3.Client, host string, log logrus.FieldLogger) *restartcmd.Step {
+	return &restartcmd.Step{Env: k.Env, Opts: &k.o.Restarting, Signer: k.o.Signer, Client: cli, Name: host, Logger: log}
 }
 
 func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
 	a := k.Env
 	o := k.o
-	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
 	return &rotation.Rotator{
 		Host:      host,
 		Files:     rotation.Files{SigningKey: o.SigningKey, PublicKey: o.PublicKey},
@@ -155,8 +57,8 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 			if err != nil {
 				return err
 			}
-			return UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
-				next, _, err := cur.Publish(items, cmdRotateKey, time.Now(), o.Grace)
+			return cmdkit.UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
+				next, _, err := cur.Publish(items, byRotateKey, time.Now(), o.Grace)
 				return next, err
 			})
 		},
@@ -166,12 +68,12 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 			defer cancel()
 			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: []string{kid}, OpTimeout: a.Etcd.CommandTimeout, Log: log})
 			var nt *trust.NotTrustedError
-			if errors.As(err, &nt) && !Interrupted(ctx) {
-				return &codeError{code: ExitLockTimeout, what: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.Timeout, strings.Join(nt.Hosts, ", "))}
+			if errors.As(err, &nt) && !cmdkit.Interrupted(ctx) {
+				return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.Timeout, strings.Join(nt.Hosts, ", "))}
 			}
 			return err
 		},
-		Restarter: k,
+		Restarter: k.step(cli, host, log),
 	}
 }
 
@@ -189,13 +91,13 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	// anything is claimed, generated or published.
 	if err := r.Files.Check(); err != nil {
 		log.WithError(err).Error("rotate-key: the key files do not allow a rotation: nothing done")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	if o.DryRun {
 		lines, err := r.Plan(ctx)
 		if err != nil {
 			log.WithError(a.EtcdErr(err)).Error("rotate-key --dry-run")
-			return ExitError
+			return cmdkit.ExitError
 		}
 		fmt.Fprintln(a.Stdout, "dry run: nothing written, published or restarted")
 		for _, l := range lines {
@@ -203,7 +105,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		}
 		fmt.Fprintf(a.Stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.Timeout)
 		// The restart the install step would run.
-		return k.restarter().restart(ctx)
+		return k.step(cli, host, log).Run(ctx)
 	}
 	// A hold stops every restart: publishing the next key now would only
 	// queue restarts the hold refuses, and the wait would time out. An
@@ -215,21 +117,21 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		cancel()
 		if err != nil {
 			log.WithError(a.EtcdErr(err)).Error("rotate-key: cannot read the hold")
-			return ExitError
+			return cmdkit.ExitError
 		}
 		if rec != nil {
-			log.Errorf("hold active: %s; not rotating. Fix the cause and `%s unhold` first", rec, ProgName)
-			return ExitHold
+			log.Errorf("hold active: %s; not rotating. Fix the cause and `%s unhold` first", rec, cmdkit.ProgName)
+			return cmdkit.ExitHold
 		}
 	}
 	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d", a.Host, os.Getpid()), o.TTL, time.Duration(o.TTL+2)*time.Second)
 	if err != nil {
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Error("another rotate-key is running for this host: not starting a second one")
-			return ExitLockTimeout
+			return cmdkit.ExitLockTimeout
 		}
 		log.WithError(a.EtcdErr(err)).Error("rotate-key: cannot claim the rotation")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	defer func() { _ = claim.Release() }()
 	rctx, cancel := context.WithCancel(ctx)
@@ -250,40 +152,29 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	default:
 		err = r.Run(rctx)
 	}
-	var ce *codeError
+	var ce *cmdkit.CodeError
 	switch {
 	case err == nil:
-		return ExitOK
+		return cmdkit.ExitOK
 	case errors.Is(err, rotation.ErrState):
 		log.WithError(err).Error("rotate-key refused: nothing changed")
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	case errors.As(err, &ce):
 		log.Errorf("%v; re-run rotate-key to continue from this step", err)
-		return ce.code
-	case Interrupted(ctx):
+		return ce.Code
+	case cmdkit.Interrupted(ctx):
 		log.WithError(err).Warn("rotate-key interrupted; re-run it to continue from this step")
-		return ExitInterrupted
+		return cmdkit.ExitInterrupted
 	default:
 		log.WithError(err).Error("rotate-key failed; re-run it to continue from this step")
-		return ExitError
+		return cmdkit.ExitError
 	}
-}
-
-// UpdateKeys applies change to host's published key set (one
-// compare-and-swap, retried on conflict).
-func UpdateKeys(ctx context.Context, a *Env, store *keystate.Store, host string, change func(keystate.State) (keystate.State, error)) error {
-	uctx, cancel := a.OpCtx(ctx)
-	defer cancel()
-	if _, err := store.Update(uctx, host, change); err != nil {
-		return a.EtcdErr(err)
-	}
-	return nil
 }
 
 // rotationKeys is the rotation's side of the host's key record
 // (rotation.KeySet).
 type rotationKeys struct {
-	a     *Env
+	a     *cmdkit.Env
 	store *keystate.Store
 	host  string
 }
@@ -291,7 +182,7 @@ type rotationKeys struct {
 // Withdraw retires kid at once: rotate-key --abort's next key, which
 // nothing ever signed with.
 func (r *rotationKeys) Withdraw(ctx context.Context, kid string) error {
-	return UpdateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
+	return cmdkit.UpdateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
 		return cur.Retire([]string{kid}, time.Now())
 	})
 }
@@ -299,11 +190,11 @@ func (r *rotationKeys) Withdraw(ctx context.Context, kid string) error {
 // Supersede keeps kid published as superseded until retireAfter (the first
 // time recorded stands) and makes resumed a current key again.
 func (r *rotationKeys) Supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error {
-	by := cmdRotateKey
+	by := byRotateKey
 	if resumed != "" {
 		by += " --rollback"
 	}
-	return UpdateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
+	return cmdkit.UpdateKeys(ctx, r.a, r.store, r.host, func(cur keystate.State) (keystate.State, error) {
 		return cur.Supersede(kid, retireAfter, by, resumed, time.Now())
 	})
 }

@@ -1,11 +1,10 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,12 +14,12 @@ import (
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/internal/preflight"
-	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // publishSource is what publish-key publishes: --certificate, else
 // --public-key, else the public half of --signing-key.
-func (o *publishKeyCmd) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
+func (o *PublishKey) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
 	switch {
 	case o.Certificate != "":
 		name = o.Certificate
@@ -77,14 +76,8 @@ func (o *publishKeyCmd) publishSource(ctx context.Context) (name string, items [
 	return name, items, err
 }
 
-// KeyStore is the hosts' published keys (under keysPrefix) and key
-// records (under rotationPrefix).
-func KeyStore(cli clientv3.KV, keysPrefix, rotationPrefix string) *keystate.Store {
-	return &keystate.Store{KV: cli, KeysPrefix: keysPrefix, RecordPrefix: rotationPrefix}
-}
-
 // run is publish-key: once, or with --watch for as long as it runs.
-func (o *publishKeyCmd) Run(ctx context.Context, e *Env) int {
+func (o *PublishKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	if o.Watch {
 		return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })
 	}
@@ -98,16 +91,16 @@ func (o *publishKeyCmd) Run(ctx context.Context, e *Env) int {
 // --grace: tokens it signed keep verifying meanwhile. Nothing is written
 // when nothing changed, so a republished unchanged key makes no revision
 // (and no restart).
-func (o *publishKeyCmd) publishKey(ctx context.Context, a *Env, cli *clientv3.Client) int {
+func (o *PublishKey) publishKey(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
 	host := a.TrustHost(ctx)
-	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
 	log := a.Log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
 	name, items, err := o.publishSource(ctx)
 	if err != nil {
-		for _, e := range SplitErrors(err) {
+		for _, e := range cmdkit.SplitErrors(err) {
 			log.WithError(e).Error("publish-key: refusing to publish; nothing written")
 		}
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	var dropped []string
 	wctx, cancel := a.OpCtx(ctx)
@@ -116,23 +109,23 @@ func (o *publishKeyCmd) publishKey(ctx context.Context, a *Env, cli *clientv3.Cl
 			// A bad current value is replaced; the error says why, not what.
 			log.WithError(cur.ValueErr).Warn("the published value does not parse as public keys: replacing it")
 		}
-		next, d, err := cur.Publish(items, cmdPublishKey, time.Now(), o.Grace)
+		next, d, err := cur.Publish(items, byPublishKey, time.Now(), o.Grace)
 		dropped = d
 		return next, err
 	})
 	cancel()
 	if errors.Is(err, keystate.ErrRetired) {
 		log.WithError(err).Errorf("publish-key: %s holds only retired keys: nothing written", name)
-		return ExitPreflight
+		return cmdkit.ExitPreflight
 	}
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Error("publish-key: cannot write the published value")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if len(dropped) > 0 {
 		log.Warnf("%s holds retired key(s) %s: not published (retired keys are never published again)", name, strings.Join(dropped, ", "))
 	}
-	for _, kid := range SortedKeys(res.Record.Superseded) {
+	for _, kid := range cmdkit.SortedKeys(res.Record.Superseded) {
 		s := res.Record.Superseded[kid]
 		log.WithField("superseded", kid).Infof("superseded key %s stays published beside %s until retire-keys after %s", kid, name, s.RetireAfter.UTC().Format(time.RFC3339))
 	}
@@ -142,33 +135,6 @@ func (o *publishKeyCmd) publishKey(ctx context.Context, a *Env, cli *clientv3.Cl
 	} else {
 		log.WithField("keys", kids).Infof("%s: published value unchanged: nothing written", name)
 	}
-	TrimOwnFiles(res.Record, o.SigningKey, o.PublicKey, o.Certificate, log)
-	return ExitOK
-}
-
-// TrimOwnFiles removes keys retired (by any master's retire-keys) from
-// this host's own key files (signingKey, and publicKey unless a
-// certificate is published); a failure is logged, never fatal: the
-// published value already leaves them out.
-func TrimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string, log logrus.FieldLogger) {
-	if len(rec.Retired) == 0 {
-		return
-	}
-	files := rotation.Files{SigningKey: signingKey}
-	if certificate == "" {
-		files.PublicKey = publicKey
-	}
-	retired := func(kid string) bool { _, ok := rec.Retired[kid]; return ok }
-	if err := files.TrimRetired(retired, log); err != nil {
-		log.WithError(err).Warn("cannot remove retired keys from this host's key files")
-	}
-}
-
-func SortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	cmdkit.TrimOwnFiles(res.Record, o.SigningKey, o.PublicKey, o.Certificate, log)
+	return cmdkit.ExitOK
 }

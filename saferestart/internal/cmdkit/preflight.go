@@ -1,4 +1,4 @@
-package saferestart
+package cmdkit
 
 import (
 	"time"

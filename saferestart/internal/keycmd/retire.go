@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
@@ -25,7 +26,7 @@ import (
 // any apiserver's stale-token counter says a client may still hold a token
 // it signed (staleTokenGate). Then this host's own files lose the keys
 // retired so far.
-func (o *retireKeysCmd) Run(ctx context.Context, e *Env) int {
+func (o *RetireKeys) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		return (&retirer{Env: e, o: o, cli: cli}).retireKeys(ctx)
 	})
@@ -33,8 +34,8 @@ func (o *retireKeysCmd) Run(ctx context.Context, e *Env) int {
 
 // retirer is retire-keys on one etcd client.
 type retirer struct {
-	*Env
-	o   *retireKeysCmd
+	*cmdkit.Env
+	o   *RetireKeys
 	cli *clientv3.Client
 }
 
@@ -44,7 +45,7 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	cli := k.cli
 	self := a.TrustHost(ctx)
 	log := a.Log.WithField("host", self)
-	store := KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
 	lctx, cancel := a.OpCtx(ctx)
 	hosts, err := store.Hosts(lctx)
 	var recs map[string]trust.Record
@@ -58,20 +59,20 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	cancel()
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
-		return ExitError
+		return cmdkit.ExitError
 	}
 	if o.DryRun {
 		fmt.Fprintln(a.Stdout, "dry run: nothing retired, written or removed")
 	}
-	code, retired := ExitOK, 0
+	code, retired := cmdkit.ExitOK, 0
 	for _, h := range hosts {
 		c, n := k.retireHost(ctx, store, h, recs, stale)
 		retired += n
-		if c != ExitOK && (code == ExitOK || code == ExitPreflight) {
+		if c != cmdkit.ExitOK && (code == cmdkit.ExitOK || code == cmdkit.ExitPreflight) {
 			code = c
 		}
 	}
-	if retired == 0 && code == ExitOK && !o.DryRun {
+	if retired == 0 && code == cmdkit.ExitOK && !o.DryRun {
 		log.Info("no superseded key is due on any host: nothing to retire")
 	}
 	if !o.DryRun {
@@ -88,14 +89,14 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	cli := k.cli
 	log := a.Log.WithField("host", host)
 	if !o.DryRun {
-		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.Host, os.Getpid()), ClaimTTL, 0)
+		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Infof("%s is being rotated or retired by another run: skipped, its run retires its keys", host)
-			return ExitOK, 0
+			return cmdkit.ExitOK, 0
 		}
 		if err != nil {
 			log.WithError(a.EtcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
-			return ExitError, 0
+			return cmdkit.ExitError, 0
 		}
 		defer func() { _ = claim.Release() }()
 	}
@@ -105,17 +106,17 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	cancel()
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
-		return ExitError, 0
+		return cmdkit.ExitError, 0
 	}
 	// Upgrade in place: a rotation installed by an older helper recorded
 	// its previous key's retire time in its state only.
 	legacy := st != nil && st.Phase == rotation.PhaseInstalled && st.Previous != ""
 	if legacy && !o.DryRun {
-		if err := UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
-			return cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now())
+		if err := cmdkit.UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
+			return cur.Supersede(st.Previous, st.RetireAfter, byRotateKey, "", time.Now())
 		}); err != nil {
 			log.WithError(err).Errorf("retire-keys: cannot record %s's previous key %s as superseded: skipped", host, st.Previous)
-			return ExitError, 0
+			return cmdkit.ExitError, 0
 		}
 	}
 	lctx, cancel = a.OpCtx(ctx)
@@ -123,19 +124,19 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	cancel()
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
-		return ExitError, 0
+		return cmdkit.ExitError, 0
 	}
 	if legacy && o.DryRun {
-		if cur, err = cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now()); err != nil {
+		if cur, err = cur.Supersede(st.Previous, st.RetireAfter, byRotateKey, "", time.Now()); err != nil {
 			log.WithError(err).Errorf("retire-keys: %s skipped", host)
-			return ExitError, 0
+			return cmdkit.ExitError, 0
 		}
 	}
 	now := time.Now()
 	own := k.ownSigning(host)
-	code := ExitOK
+	code := cmdkit.ExitOK
 	var due []string
-	for _, kid := range SortedKeys(cur.Record.Superseded) {
+	for _, kid := range cmdkit.SortedKeys(cur.Record.Superseded) {
 		s := cur.Record.Superseded[kid]
 		klog := log.WithField("superseded", kid)
 		switch {
@@ -145,7 +146,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			klog.Warnf("%s: key %s is due, but %s still signs with it: kept", host, kid, o.SigningKey)
 		default:
 			ok, c := k.retireGates(ctx, kid, recs, klog)
-			if c != ExitOK {
+			if c != cmdkit.ExitOK {
 				code = c
 			}
 			if !ok || !k.staleTokenGate(kid, s.Since, stale, klog) {
@@ -177,7 +178,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	cancel()
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
-		return ExitError, 0
+		return cmdkit.ExitError, 0
 	}
 	n := 0
 	for _, kid := range due {
@@ -207,7 +208,7 @@ func (k *retirer) markRotationRetired(ctx context.Context, rs *rotation.EtcdStor
 	cancel()
 	if err != nil {
 		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
-		return ExitError
+		return cmdkit.ExitError
 	}
 	return code
 }
@@ -247,5 +248,5 @@ func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self strin
 		return
 	}
 	// retire-keys has no --certificate: the public key file is trimmed.
-	TrimOwnFiles(cur.Record, k.o.SigningKey, k.o.PublicKey, "", log)
+	cmdkit.TrimOwnFiles(cur.Record, k.o.SigningKey, k.o.PublicKey, "", log)
 }
