@@ -18,13 +18,13 @@ const (
 	cmdUnhold  = "unhold"
 	cmdCheck   = "check"
 	cmdVersion = "version"
-	// Service-account key trust and rotation (trust.go, rotate.go).
+	// Service-account key trust and rotation (internal/keycmd).
 	cmdTrust       = "trust"
 	cmdWaitTrusted = "wait-trusted"
 	cmdRotateKey   = "rotate-key"
 	cmdRetireKeys  = "retire-keys"
 	cmdPublishKey  = "publish-key"
-	// Removing a master for good (forget.go).
+	// Removing a master for good (internal/keycmd).
 	cmdForgetHost = "forget-host"
 	// The effective configuration and where each value came from.
 	cmdConfig = "config"

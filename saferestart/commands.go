@@ -28,8 +28,8 @@ type command struct {
 	args func(cmd *cobra.Command, args []string) error
 }
 
-// options is one command's: its flags' values (registered by flags),
-// checked once complete (validate), and the command itself (run).
+// options is one command's: its flags' values (registered by Flags),
+// checked once complete (Validate), and the command itself (Run).
 type options interface {
 	Flags(fs *pflag.FlagSet)
 	Validate() []error

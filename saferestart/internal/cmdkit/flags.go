@@ -120,7 +120,7 @@ type WaitTrustedFlags struct {
 type RotateKeyFlags struct {
 	Algorithm       string
 	Abort, Rollback bool
-	Signer          bool // this host signs through kube-apiserver-sa-signer (signer.go)
+	Signer          bool // this host signs through kube-apiserver-sa-signer (restartcmd.Step)
 }
 
 type PublishKeyFlags struct{ Certificate string }
@@ -134,7 +134,7 @@ type PublishWatchFlags struct {
 
 type RetireKeysFlags struct {
 	IgnoreLegacyTokens bool
-	// stale-token evidence (staletokens.go): retire-keys' window and override
+	// stale-token evidence (keycmd): retire-keys' window and override
 	StaleTokenWindow  time.Duration
 	IgnoreStaleTokens bool
 }
@@ -174,7 +174,7 @@ type UsageError = cli.UsageError
 func Usagef(format string, a ...any) error { return cli.Usagef(format, a...) }
 
 // The flags come in groups, each registered by the commands it means
-// something to (commands.go): a command's --help lists only its own, and
+// something to (saferestart.commands): a command's --help lists only its own, and
 // any other flag is unknown to it. Long names are config.Keys, shared
 // with kube-apiserver-sa-signer.
 
@@ -240,7 +240,7 @@ func (o *StaleToken) Flags(fs *pflag.FlagSet) {
 // is younger as live.
 const DefaultFleetLeaseAge = 30 * time.Second
 
-// TTLOpt flags: the lease of what a command keeps in etcd while it runs (the
+// TTLFlag flags: the lease of what a command keeps in etcd while it runs (the
 // lock's session; wait-trusted's waiting record), gone this long after the
 // process dies.
 // ClaimTTL is --ttl's default, and the lease of the rotation claim of the

@@ -209,7 +209,7 @@ func (s etcdSession) Lock(ctx context.Context) error {
 }
 
 // commandRunner runs the restart command with the shared runner: its own
-// process group under a group guard (guard.go) that the kernel signals when
+// process group under a group guard (internal/groupguard; the binary is it, saferestart.Main) that the kernel signals when
 // this process dies, and which then kills the whole group, so that a killed
 // helper never leaves a restart running while the next host takes the
 // lock; output passed through redacted. Each attempt starts its guard when
