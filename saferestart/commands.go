@@ -80,7 +80,7 @@ func commands(s *cmdkit.Shared) []command {
 // order its --help lists them.
 
 type statusCmd struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.RotationPrefixFlag
 	cmdkit.KeysPrefixFlag
@@ -101,7 +101,7 @@ func (o *statusCmd) Validate() []error {
 }
 
 type holdCmd struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Host
 	cmdkit.HoldFlags
@@ -120,7 +120,7 @@ func (o *holdCmd) Validate() []error {
 }
 
 type unholdCmd struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 }
 
@@ -129,8 +129,8 @@ func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
 func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
 
 type checkCmd struct {
-	*cmdkit.Shared
-	Argv []string // the FILEs
+	Shared *cmdkit.Shared
+	Argv   []string // the FILEs
 	cmdkit.Preflight
 	cmdkit.SigningKeyFlag
 	cmdkit.CheckFlags
@@ -151,7 +151,7 @@ func (o *checkCmd) Validate() []error {
 	if !o.RequireSigningKeys {
 		return nil
 	}
-	return append(o.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
+	return append(o.Shared.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
 // usesEtcd: check reads etcdctl's environment only when it talks to etcd:
@@ -173,8 +173,8 @@ func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
 // configCmd shows what every command would read: it registers every
 // command's flags, with the same functions.
 type configCmd struct {
-	*cmdkit.Shared
-	fs *pflag.FlagSet // the flags shown
+	Shared *cmdkit.Shared
+	fs     *pflag.FlagSet // the flags shown
 	cmdkit.Restarting
 	cmdkit.OutputFlag
 	cmdkit.HoldFlags

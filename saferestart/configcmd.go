@@ -21,12 +21,12 @@ func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int { return o.showCon
 
 func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	switch {
-	case o.File != nil:
-		fmt.Fprintf(w, "# configuration file: %s\n", o.File.Path)
-	case o.ConfigPath == "":
+	case o.Shared.File != nil:
+		fmt.Fprintf(w, "# configuration file: %s\n", o.Shared.File.Path)
+	case o.Shared.ConfigPath == "":
 		fmt.Fprintf(w, "# configuration file: none (--config '')\n")
 	default:
-		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.ConfigPath)
+		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.Shared.ConfigPath)
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if slices.Contains(config.CommandLineOnly, f.Name) {
@@ -36,13 +36,13 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 		if !ok {
 			k = config.Key{Name: f.Name}
 		}
-		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Origin[f.Name])
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Shared.Origin[f.Name])
 	})
-	if o.File != nil {
+	if o.Shared.File != nil {
 		var other []string
 		for _, k := range config.Keys {
-			if v, ok := o.File.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
-				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.File.Where(k.Name)))
+			if v, ok := o.Shared.File.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
+				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.Shared.File.Where(k.Name)))
 			}
 		}
 		if len(other) > 0 {

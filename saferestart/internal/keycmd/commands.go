@@ -22,7 +22,7 @@ const (
 )
 
 type Trust struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Prefixes
 	cmdkit.OutputFlag
@@ -43,7 +43,7 @@ func (o *Trust) Validate() []error {
 }
 
 type WaitTrusted struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Prefixes
 	cmdkit.Host
@@ -78,7 +78,7 @@ func (o *WaitTrusted) Validate() []error {
 }
 
 type RotateKey struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	cmdkit.PublicKeyFlag
 	cmdkit.TimeoutFlag
@@ -96,7 +96,7 @@ func (o *RotateKey) Flags(fs *pflag.FlagSet) {
 
 // Args takes the command after --, as restart does.
 func (o *RotateKey) Args(cmd *cobra.Command, args []string) error {
-	return restartcmd.RestartArgs(&o.Restarting, cmd, args, o.Origin)
+	return restartcmd.RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
 }
 
 func (o *RotateKey) Validate() []error {
@@ -117,7 +117,7 @@ func (o *RotateKey) Validate() []error {
 }
 
 type RetireKeys struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.DryRunFlag
 	cmdkit.Prefixes
@@ -152,7 +152,7 @@ func (o *RetireKeys) Validate() []error {
 }
 
 type PublishKey struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.KeysPrefixFlag
 	cmdkit.Host
@@ -199,8 +199,8 @@ func (o *PublishKey) Validate() []error {
 }
 
 type ForgetHost struct {
-	*cmdkit.Shared
-	host string // the HOST forgotten
+	Shared *cmdkit.Shared
+	host   string // the HOST forgotten
 	cmdkit.Lock
 	cmdkit.DryRunFlag
 	cmdkit.Prefixes

@@ -9,7 +9,7 @@ import (
 // Command is the restart command's options: the restart flags, --output,
 // and the shared ones.
 type Command struct {
-	*cmdkit.Shared
+	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	cmdkit.OutputFlag
 }
@@ -21,7 +21,7 @@ func (o *Command) Flags(fs *pflag.FlagSet) {
 
 // Args takes the command after --.
 func (o *Command) Args(cmd *cobra.Command, args []string) error {
-	return RestartArgs(&o.Restarting, cmd, args, o.Origin)
+	return RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
 }
 
 func (o *Command) Validate() []error {
