@@ -345,7 +345,7 @@ retire-keys of HOST runs. --dry-run prints what it would do.`
 const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
 ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
 
-const restartHelp = `cmdkit.Preflight the files the new apiserver will read; refuse if a hold is
+const restartHelp = `Preflight the files the new apiserver will read; refuse if a hold is
 active; take the etcd lock (interoperable with ` + "`etcdctl lock NAME`" + `; the command
 gets ETCD_LOCK_KEY and ETCD_LOCK_REV); check the hold again; run the command in
 its own process group; hold the lock until the health URL reports ready; on
