@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// ProgName is the binary's name, in messages and help.
 const ProgName = "kube-apiserver-safe-restart"
 
 // Shared is what every command has: --config, --log-level, --log-format,
@@ -36,8 +37,11 @@ type Shared struct {
 
 type Lock struct{ LockName, HoldKey string }
 
+// TTLFlag is --ttl.
 type TTLFlag struct{ TTL int }
 
+// HealthCreds are the health gate's credentials (--health-cacert,
+// --health-cert, --health-key, --health-token-file).
 type HealthCreds struct{ HealthCACert, HealthCert, HealthKey, HealthToken string }
 
 // RestartFlags: how restart and rotate-key restart kube-apiserver.
@@ -63,14 +67,19 @@ type RestartFlags struct {
 	FleetTimeout      time.Duration
 }
 
+// Preflight is --preflight-file and --preflight-flags-file.
 type Preflight struct{ PreflightFiles, PreflightFlagsFiles []string }
 
+// DryRunFlag is --dry-run.
 type DryRunFlag struct{ DryRun bool }
 
+// KeysPrefixFlag is --keys-prefix.
 type KeysPrefixFlag struct{ KeysPrefix string }
 
+// TrustPrefixFlag is --trust-prefix.
 type TrustPrefixFlag struct{ TrustPrefix string }
 
+// RotationPrefixFlag is --rotation-prefix.
 type RotationPrefixFlag struct{ RotationPrefix string }
 
 // Prefixes: the three prefixes, for the commands that read trust.
@@ -80,18 +89,25 @@ type Prefixes struct {
 	RotationPrefixFlag
 }
 
+// Host is --host.
 type Host struct{ HostName string }
 
+// PublicKeyFlag is --public-key.
 type PublicKeyFlag struct{ PublicKey string }
 
+// SigningKeyFlag is --signing-key.
 type SigningKeyFlag struct{ SigningKey string }
 
+// TimeoutFlag is --timeout.
 type TimeoutFlag struct{ Timeout time.Duration }
 
+// KubeconfigFlag is --kubeconfig.
 type KubeconfigFlag struct{ Kubeconfig string }
 
+// GraceFlag is --grace.
 type GraceFlag struct{ Grace time.Duration }
 
+// OutputFlag is --output.
 type OutputFlag struct{ Output string }
 
 // ControllerManager: kube-controller-manager's flags.
@@ -102,29 +118,36 @@ type ControllerManager struct {
 	CMHealthCACert string
 }
 
+// StaleToken is --apiserver-metrics-url, the stale-token sampler's.
 type StaleToken struct{ APIServerMetricsURL string }
 
+// HoldFlags are hold's own flags.
 type HoldFlags struct{ Reason string }
 
+// CheckFlags are check's own flags.
 type CheckFlags struct {
 	PublicOnly, KeysOnly bool
 	RequireKeys          []string
 	RequireSigningKeys   bool
 }
 
+// WaitTrustedFlags are wait-trusted's own flags.
 type WaitTrustedFlags struct {
 	ExcludeHosts             []string
 	SkipUnrecorded, IfNewKey bool
 }
 
+// RotateKeyFlags are rotate-key's own flags.
 type RotateKeyFlags struct {
 	Algorithm       string
 	Abort, Rollback bool
 	Signer          bool // this host signs through kube-apiserver-sa-signer (restartcmd.Step)
 }
 
+// PublishKeyFlags are publish-key's own flags.
 type PublishKeyFlags struct{ Certificate string }
 
+// PublishWatchFlags are publish-key --watch's flags.
 type PublishWatchFlags struct {
 	Watch                bool
 	PublisherMetricsAddr string
@@ -132,6 +155,7 @@ type PublishWatchFlags struct {
 	ReconcileInterval    time.Duration
 }
 
+// RetireKeysFlags are retire-keys' own flags.
 type RetireKeysFlags struct {
 	IgnoreLegacyTokens bool
 	// stale-token evidence (keycmd): retire-keys' window and override
@@ -154,6 +178,7 @@ type Restarting struct {
 	ControllerManager
 }
 
+// Flags registers the restarting commands' flags, in --help's order.
 func (o *Restarting) Flags(fs *pflag.FlagSet) {
 	o.Lock.Flags(fs)
 	o.RestartFlags.Flags(fs)
@@ -171,6 +196,7 @@ func (o *Restarting) Flags(fs *pflag.FlagSet) {
 // UsageError is a command-line mistake (exit 2).
 type UsageError = cli.UsageError
 
+// Usagef is a usage error (exit 2).
 func Usagef(format string, a ...any) error { return cli.Usagef(format, a...) }
 
 // The flags come in groups, each registered by the commands it means
