@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
-	"github.com/sirupsen/logrus"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // run is main without the process: ctx ending means the first SIGTERM,

@@ -9,11 +9,11 @@ import (
 	"context"
 	"io"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/fqdn"
-	"github.com/sirupsen/logrus"
 )
 
 // Env is what every command runs with: its output, its logger, this

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/redact"
@@ -17,7 +19,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/keywatch"
 	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
-	"github.com/spf13/pflag"
 )
 
 // ProgName is the binary's name, in messages and help.

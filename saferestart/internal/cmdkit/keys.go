@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/saferestart/internal/rotation"
-	"github.com/sirupsen/logrus"
 )
 
 // CodeError carries a subcommand's exit code through the rotation package.

@@ -7,11 +7,12 @@ package keycmd
 import (
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 // The commands' names, as the key records name what changed them.

@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/keystate"
-
 	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/internal/version"

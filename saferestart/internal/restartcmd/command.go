@@ -1,9 +1,10 @@
 package restartcmd
 
 import (
-	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // Command is the restart command's options: the restart flags, --output,

@@ -6,12 +6,13 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/health"
-	"github.com/sirupsen/logrus"
 )
 
 // The controller-manager's restart command in systemd mode.

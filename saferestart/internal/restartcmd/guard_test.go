@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restart"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is

@@ -7,11 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
-	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TrustSnapshot computes the trust record of the apiserver about to be
