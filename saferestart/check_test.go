@@ -10,6 +10,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // A key present twice in a bundle is a warning naming it and its lines;
@@ -27,10 +28,10 @@ func TestCheckWarnsAboutADuplicateKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"check", "--public-only", bundle}, &out, &errb); code != exitOK {
+	if code := run(context.Background(), nil, []string{"check", "--public-only", bundle}, &out, &errb); code != cmdkit.ExitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	want := progName + " check: warning: " + bundle + ": key " + akid + " appears 2 times (lines 1, 9): harmless when several hosts publish the same key (a shared sa.key); otherwise a host publishes its key twice\n"
+	want := cmdkit.ProgName + " check: warning: " + bundle + ": key " + akid + " appears 2 times (lines 1, 9): harmless when several hosts publish the same key (a shared sa.key); otherwise a host publishes its key twice\n"
 	if errb.String() != want {
 		t.Fatalf("stderr %q\nwant   %q", errb.String(), want)
 	}
@@ -39,7 +40,7 @@ func TestCheckWarnsAboutADuplicateKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	errb.Reset()
-	if code := run(context.Background(), nil, []string{"check", bundle}, &out, &errb); code != exitOK || errb.Len() != 0 {
+	if code := run(context.Background(), nil, []string{"check", bundle}, &out, &errb); code != cmdkit.ExitOK || errb.Len() != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
@@ -74,8 +75,8 @@ func TestCheckOwnKeyMissingSaysPublish(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, tc.args, &out, &errb)
-		if code != exitPreflight || !bytes.Contains(errb.Bytes(), []byte(tc.want)) {
-			t.Errorf("%v: exit %d (want %d), stderr lacks %q:\n%s", tc.args, code, exitPreflight, tc.want, errb.String())
+		if code != cmdkit.ExitPreflight || !bytes.Contains(errb.Bytes(), []byte(tc.want)) {
+			t.Errorf("%v: exit %d (want %d), stderr lacks %q:\n%s", tc.args, code, cmdkit.ExitPreflight, tc.want, errb.String())
 		}
 		if tc.args[2] == "--require-key" && bytes.Contains(errb.Bytes(), []byte("publish it")) {
 			t.Errorf("%v: another host's key is not this host's to publish:\n%s", tc.args, errb.String())
@@ -102,12 +103,12 @@ func TestCheckRequireSigningKeysEtcdDown(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	code := run(context.Background(), nil, []string{"check", "--config", conf, "--public-only", "--require-signing-keys", bundle}, &out, &errb)
-	if code != exitError || !strings.Contains(errb.String(), "etcd did not answer") || !strings.Contains(errb.String(), dead) ||
+	if code != cmdkit.ExitError || !strings.Contains(errb.String(), "etcd did not answer") || !strings.Contains(errb.String(), dead) ||
 		!strings.Contains(errb.String(), conf) {
-		t.Fatalf("etcd down: exit %d, want %d naming etcd, %s and %s\n%s", code, exitError, dead, conf, errb.String())
+		t.Fatalf("etcd down: exit %d, want %d naming etcd, %s and %s\n%s", code, cmdkit.ExitError, dead, conf, errb.String())
 	}
 	errb.Reset()
-	if code := run(context.Background(), nil, []string{"check", "--config", conf, "--public-only", bundle}, &out, &errb); code != exitOK || errb.Len() != 0 {
+	if code := run(context.Background(), nil, []string{"check", "--config", conf, "--public-only", bundle}, &out, &errb); code != cmdkit.ExitOK || errb.Len() != 0 {
 		t.Fatalf("without --require-signing-keys: exit %d\n%s", code, errb.String())
 	}
 }

@@ -4,28 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
-	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/rotation"
 )
-
-// validateCheck: check needs etcd settings only to read the trust records.
-func validateCheck(o *options) []error {
-	if !o.requireSigningKeys {
-		return nil
-	}
-	errs := o.Etcd.Validate()
-	for name, p := range map[string]string{"--keys-prefix": o.keysPrefix, "--trust-prefix": o.trustPrefix} {
-		if strings.TrimSuffix(p, "/") == "" {
-			errs = append(errs, usagef("%s %q: must not be empty", name, p))
-		}
-	}
-	if etcdkey.Dir(o.keysPrefix) == etcdkey.Dir(o.trustPrefix) {
-		errs = append(errs, usagef("--keys-prefix and --trust-prefix must differ (%q)", o.keysPrefix))
-	}
-	return errs
-}
 
 // errEtcdSilent is check --require-signing-keys without the trust records:
 // it cannot tell whether a bundle drops a live signing key, so it refuses,
@@ -37,17 +20,20 @@ var errEtcdSilent = errors.New("etcd did not answer")
 // FILE lacks; an error wrapping errEtcdSilent when the records cannot be
 // read. A bundle without such a key makes every apiserver that loads it
 // refuse the tokens signed with it: the live file must stay.
-func (a *app) signingKeysMissing(ctx context.Context, files []string) ([]error, error) {
-	cli, err := a.etcdClient(ctx)
+func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files []string) ([]error, error) {
+	cli, err := a.Dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.etcdErr(err), a.o.trustPrefix)
+		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err), o.TrustPrefix)
 	}
 	defer cli.Close()
-	rctx, cancel := a.opCtx(ctx)
-	rep, err := trust.Collect(rctx, cli, a.prefixes())
+	rctx, cancel := a.OpCtx(ctx)
+	rep, err := trust.Collect(rctx, cli, trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix,
+		// check has no --rotation-prefix: the key records are where every
+		// other command keeps them by default.
+		Rotation: rotation.DefaultPrefix})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.etcdErr(err))
+		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err))
 	}
 	var out []error
 	for _, f := range files {
@@ -57,7 +43,7 @@ func (a *app) signingKeysMissing(ctx context.Context, files []string) ([]error, 
 		}
 		for _, k := range rep.SigningKeysNotIn(kids) {
 			out = append(out, fmt.Errorf("%s lacks key %s, which %s on %s signs with (trust record %s): every apiserver loading this bundle would refuse its tokens; publish that key again (kube-apiserver-safe-restart publish-key on %s), or, if nothing on %s signs with it any more (host removed or reinstalled), delete its trust record (etcdctl del %s)",
-				f, k.Kid, k.Signer, k.Host, trust.Key(a.o.trustPrefix, k.Host), k.Host, k.Host, trust.Key(a.o.trustPrefix, k.Host)))
+				f, k.Kid, k.Signer, k.Host, trust.Key(o.TrustPrefix, k.Host), k.Host, k.Host, trust.Key(o.TrustPrefix, k.Host)))
 		}
 	}
 	return out, nil

@@ -14,6 +14,9 @@ import (
 
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 func env(m map[string]string) lookupEnv {
@@ -26,8 +29,8 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 		sub  string
 		argv []string
 	}{
-		{nil, cmdRestart, defaultCommand},
-		{[]string{"restart"}, cmdRestart, defaultCommand},
+		{nil, cmdRestart, restartcmd.DefaultCommand},
+		{[]string{"restart"}, cmdRestart, restartcmd.DefaultCommand},
 		{[]string{"--ttl", "3", "--", "sh", "-c", "echo hi"}, cmdRestart, []string{"sh", "-c", "echo hi"}},
 		{[]string{"restart", "--", "true", "--flag"}, cmdRestart, []string{"true", "--flag"}},
 		// confd's reload_cmd: the command may name a subcommand, and flags.
@@ -48,8 +51,8 @@ func TestParseSubcommandsAndCommand(t *testing.T) {
 			t.Errorf("%q: %v", tc.args, err)
 			continue
 		}
-		if o.sub != tc.sub || !reflect.DeepEqual(o.argv, tc.argv) {
-			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv, tc.sub, tc.argv)
+		if o.sub != tc.sub || !reflect.DeepEqual(o.argv(), tc.argv) {
+			t.Errorf("%q: sub %q argv %q, want %q %q", tc.args, o.sub, o.argv(), tc.sub, tc.argv)
 		}
 	}
 }
@@ -83,13 +86,13 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "l", "--hold-key", "l-info", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *usageError
+		var ue *cmdkit.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitUsage {
-			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, exitUsage, errb.String())
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitUsage {
+			t.Errorf("%q: run exit %d, want %d; stderr %s", args, code, cmdkit.ExitUsage, errb.String())
 		}
 	}
 }
@@ -123,23 +126,24 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	o, _, err := parseArgs(nil, env(nil))
+	p, _, err := parseArgs(nil, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.lockName != "kube-apiserver-restart" || o.ttl != 10 || o.holdKeyOrDefault() != "kube-apiserver-restart-hold" ||
-		o.healthURL != "https://127.0.0.1:6443/readyz" {
+	o := restartOf(t, p)
+	if o.LockName != "kube-apiserver-restart" || o.TTL != 10 || o.HoldKeyOrDefault() != "kube-apiserver-restart-hold" ||
+		o.HealthURL != "https://127.0.0.1:6443/readyz" {
 		t.Fatalf("defaults %+v", o)
 	}
-	o, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
-	if o.healthURL != "" || o.holdKeyOrDefault() != "/h" {
+	p, _, _ = parseArgs([]string{"--health-url", "", "--hold-key", "/h"}, env(nil))
+	if o = restartOf(t, p); o.HealthURL != "" || o.HoldKeyOrDefault() != "/h" {
 		t.Fatalf("overrides %+v", o)
 	}
 }
 
 func TestExitCodesDistinctAndDocumented(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != exitOK {
+	if code := run(context.Background(), nil, []string{"--help"}, &help, &bytes.Buffer{}); code != cmdkit.ExitOK {
 		t.Fatalf("--help exit %d", code)
 	}
 	seen := map[int]bool{}
@@ -152,7 +156,7 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 			t.Errorf("exit code %d missing from --help", c.code)
 		}
 	}
-	for _, c := range []int{exitOK, exitError, exitUsage, exitPreflight, exitHold, exitLockTimeout, exitRestart, exitHealth, exitLeaseLost, exitInterrupted, exitStale} {
+	for _, c := range []int{cmdkit.ExitOK, cmdkit.ExitError, cmdkit.ExitUsage, cmdkit.ExitPreflight, cmdkit.ExitHold, cmdkit.ExitLockTimeout, cmdkit.ExitRestart, cmdkit.ExitHealth, cmdkit.ExitLeaseLost, cmdkit.ExitInterrupted, cmdkit.ExitStale} {
 		if !seen[c] {
 			t.Errorf("exit code %d not documented", c)
 		}
@@ -170,31 +174,35 @@ func TestExitCodesDistinctAndDocumented(t *testing.T) {
 // version and --version (wherever it is before --, whatever else the line
 // says) print the version, the commit and its date.
 func TestVersion(t *testing.T) {
-	want := progName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
+	want := cmdkit.ProgName + " " + version.Version + "\ncommit: " + version.Commit + "\ndate: " + version.Date + "\n"
 	for _, args := range [][]string{{"version"}, {"--version"}, {"--endpoints", "x", "status", "--version"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitOK || out.String() != want {
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitOK || out.String() != want {
 			t.Errorf("%q: %d %q %q, want %q", args, code, out.String(), errb.String(), want)
 		}
 	}
 }
 
 func TestKeySubcommandArgs(t *testing.T) {
-	o, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
+	p, _, err := parseArgs([]string{"rotate-key", "--grace", "1h", "--ttl", "3", "--", "sh", "-c", "x"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.sub != cmdRotateKey || !reflect.DeepEqual(o.argv, []string{"sh", "-c", "x"}) || o.signingKey != defaultSigningKey ||
-		o.publicKey != defaultPublicKey || o.algorithm != "rsa-2048" || o.grace != time.Hour || o.ttl != 3 {
+	o := opts[*keycmd.RotateKey](t, p)
+	if p.sub != cmdRotateKey || !reflect.DeepEqual(o.Argv, []string{"sh", "-c", "x"}) || o.SigningKey != cmdkit.DefaultSigningKey ||
+		o.PublicKey != cmdkit.DefaultPublicKey || o.Algorithm != "rsa-2048" || o.Grace != time.Hour || o.TTL != 3 {
 		t.Fatalf("rotate-key options: %+v", o)
 	}
-	o, _, err = parseArgs([]string{"rotate-key"}, env(nil))
-	if err != nil || !reflect.DeepEqual(o.argv, defaultCommand) || o.grace != 24*time.Hour {
-		t.Fatalf("rotate-key defaults: %+v %v", o, err)
+	p, _, err = parseArgs([]string{"rotate-key"}, env(nil))
+	if err != nil || !reflect.DeepEqual(opts[*keycmd.RotateKey](t, p).Argv, restartcmd.DefaultCommand) || opts[*keycmd.RotateKey](t, p).Grace != 24*time.Hour {
+		t.Fatalf("rotate-key defaults: %+v %v", p, err)
 	}
-	o, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
-	if err != nil || o.timeout != 15*time.Minute || !reflect.DeepEqual(o.excludeHosts, []string{"a", "b"}) {
-		t.Fatalf("wait-trusted: %+v %v", o, err)
+	p, _, err = parseArgs([]string{"wait-trusted", "--public-key", "f", "--exclude-host", "a", "--exclude-host", "b"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := opts[*keycmd.WaitTrusted](t, p); w.Timeout != 15*time.Minute || !reflect.DeepEqual(w.ExcludeHosts, []string{"a", "b"}) {
+		t.Fatalf("wait-trusted: %+v %v", w, err)
 	}
 	for _, args := range [][]string{
 		{"wait-trusted"}, // no --public-key
@@ -208,7 +216,7 @@ func TestKeySubcommandArgs(t *testing.T) {
 		{"restart", "--host", "a/b"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *usageError
+		var ue *cmdkit.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -234,7 +242,7 @@ func TestUserAndPassword(t *testing.T) {
 	} {
 		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
 		if tc.usage {
-			var ue *usageError
+			var ue *cmdkit.UsageError
 			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
 				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
 			}
@@ -255,8 +263,8 @@ func TestHoldReasonWithKeyIsRefused(t *testing.T) {
 	for _, reason := range []string{keyPEM, "bad key: " + body, base64.StdEncoding.EncodeToString([]byte("#\n" + keyPEM))} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"hold", "--reason", reason, "--endpoints", "http://127.0.0.1:1"}, &out, &errb)
-		if code != exitUsage {
-			t.Errorf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
+		if code != cmdkit.ExitUsage {
+			t.Errorf("exit %d, want %d; stderr %s", code, cmdkit.ExitUsage, errb.String())
 		}
 		if strings.Contains(out.String()+errb.String(), body[10:30]) || !strings.Contains(errb.String(), "--reason holds private key material") {
 			t.Errorf("output: %s / %s", out.String(), errb.String())

@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -10,69 +11,231 @@ import (
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/etcdflags"
+	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
-// command describes one subcommand: its flags, its arguments, whether it
-// talks to etcd (then it takes the etcd flags and ETCDCTL_*).
+// command describes one subcommand: its options (its own flags' values),
+// its arguments, whether it talks to etcd (then it takes the etcd flags and
+// ETCDCTL_*).
 type command struct {
 	name, use, short, long string
 	etcd                   bool
-	flags                  []func(*options, *pflag.FlagSet)
-	args                   func(o *options, cmd *cobra.Command, args []string) error
+	opts                   options
+	// args takes the command's arguments; nil: it takes none.
+	args func(cmd *cobra.Command, args []string) error
 }
 
-// commands are the subcommands; restart is the default.
-func (o *options) commands() []command {
-	restarting := []func(*options, *pflag.FlagSet){lockFlags, restartFlags, preflightFlags, dryRunFlag, keysPrefixFlag,
-		trustPrefixFlag, rotationPrefixFlag, hostFlag, signingKeyFlag, kubeconfigFlag, cmFlags, metricsTextfileFlag}
+// options is one command's: its flags' values (registered by Flags),
+// checked once complete (Validate), and the command itself (Run).
+type options interface {
+	Flags(fs *pflag.FlagSet)
+	Validate() []error
+	Run(ctx context.Context, e *cmdkit.Env) int
+}
+
+// commands are the subcommands; restart is the default. Each gets its own
+// options, sharing s (the configuration file, logging and etcd flags).
+func commands(s *cmdkit.Shared) []command {
+	restart := &restartcmd.Command{Shared: s}
+	check := &checkCmd{Shared: s}
+	rotate := &keycmd.RotateKey{Shared: s}
+	forget := &keycmd.ForgetHost{Shared: s}
+	cfg := &configCmd{Shared: s}
 	return []command{
-		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restart.Args,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, flags: append(restarting, outputFlag)},
+			long:  restartHelp, opts: restart},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, rotationPrefixFlag, keysPrefixFlag, outputFlag}},
-		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, hostFlag, holdFlags}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", flags: []func(*options, *pflag.FlagSet){lockFlags}},
+			opts: &statusCmd{Shared: s}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{Shared: s}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{Shared: s}},
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
-		{name: cmdCheck, use: "check [flags] [FILE...]", args: checkArgs, etcd: true,
+		{name: cmdCheck, use: "check [flags] [FILE...]", args: check.checkArgs, etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
-			long:  checkHelp,
-			flags: []func(*options, *pflag.FlagSet){preflightFlags, signingKeyFlag, checkFlags, keysPrefixFlag, trustPrefixFlag}},
-		{name: cmdVersion, short: "print the version"},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, outputFlag}},
+			long:  checkHelp, opts: check},
+		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, timeoutFlag, waitTrustedFlags, preflightFlags,
-				rotationPrefixFlag, ttlFlag}},
-		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: restartArgs,
-			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)",
-			flags: append(restarting, publicKeyFlag, timeoutFlag, graceFlag, rotateKeyFlags)},
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: rotate.Args,
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag,
-				signingKeyFlag, rotationPrefixFlag, kubeconfigFlag, cmFlags, retireKeysFlags}},
+			opts: &keycmd.RetireKeys{Shared: s}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp,
-			flags: []func(*options, *pflag.FlagSet){lockFlags, keysPrefixFlag, trustPrefixFlag, hostFlag, publicKeyFlag, signingKeyFlag,
-				rotationPrefixFlag, graceFlag, publishKeyFlags, publishWatchFlags, ttlFlag, staleTokenFlags, healthCredFlags, tokenProbeFlags}},
-		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forgetArgs, long: forgetHelp,
+			long: publishKeyHelp, opts: &keycmd.PublishKey{Shared: s}},
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.Args, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
-			flags: []func(*options, *pflag.FlagSet){lockFlags, dryRunFlag, keysPrefixFlag, trustPrefixFlag, rotationPrefixFlag, hostFlag, graceFlag, kubeconfigFlag}},
+			opts:  forget},
 		// config shows what every command would read: it takes all flags.
-		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from",
-			flags: append(restarting, outputFlag, holdFlags, checkFlags, publicKeyFlag, timeoutFlag, waitTrustedFlags,
-				graceFlag, rotateKeyFlags, publishKeyFlags, publishWatchFlags, retireKeysFlags, staleTokenFlags, tokenProbeFlags)},
+		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", args: cfg.configArgs, opts: cfg},
 	}
+}
+
+// The options of each command: the flag groups it registers, in the
+// order its --help lists them.
+
+type statusCmd struct {
+	Shared *cmdkit.Shared
+	cmdkit.Lock
+	cmdkit.RotationPrefixFlag
+	cmdkit.KeysPrefixFlag
+	cmdkit.OutputFlag
+}
+
+func (o *statusCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.RotationPrefixFlag.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.OutputFlag.Flags(fs)
+}
+
+func (o *statusCmd) Validate() []error {
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
+	return append(errs, o.OutputFlag.Validate()...)
+}
+
+type holdCmd struct {
+	Shared *cmdkit.Shared
+	cmdkit.Lock
+	cmdkit.Host
+	cmdkit.HoldFlags
+}
+
+func (o *holdCmd) Flags(fs *pflag.FlagSet) {
+	o.Lock.Flags(fs)
+	o.Host.Flags(fs)
+	o.HoldFlags.Flags(fs)
+}
+
+func (o *holdCmd) Validate() []error {
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Host.Validate()...)
+	return append(errs, o.HoldFlags.Validate()...)
+}
+
+type unholdCmd struct {
+	Shared *cmdkit.Shared
+	cmdkit.Lock
+}
+
+func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
+
+func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
+
+type checkCmd struct {
+	Shared *cmdkit.Shared
+	Argv   []string // the FILEs
+	cmdkit.Preflight
+	cmdkit.SigningKeyFlag
+	cmdkit.CheckFlags
+	cmdkit.KeysPrefixFlag
+	cmdkit.TrustPrefixFlag
+}
+
+func (o *checkCmd) Flags(fs *pflag.FlagSet) {
+	o.Preflight.Flags(fs)
+	o.SigningKeyFlag.Flags(fs)
+	o.CheckFlags.Flags(fs)
+	o.KeysPrefixFlag.Flags(fs)
+	o.TrustPrefixFlag.Flags(fs)
+}
+
+// validate: check needs etcd settings only to read the trust records.
+func (o *checkCmd) Validate() []error {
+	if !o.RequireSigningKeys {
+		return nil
+	}
+	return append(o.Shared.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
+}
+
+// usesEtcd: check reads etcdctl's environment only when it talks to etcd:
+// a plain file check must not fail on an unrelated ETCDCTL_* (fileUse
+// keeps --require-signing-keys off the file).
+func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
+
+type versionCmd struct{}
+
+func (versionCmd) Flags(*pflag.FlagSet) {}
+
+func (versionCmd) Validate() []error { return nil }
+
+func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
+	fmt.Fprint(e.Stdout, version.Text(cmdkit.ProgName))
+	return cmdkit.ExitOK
+}
+
+// configCmd shows what every command would read: it registers every
+// command's flags, with the same functions.
+type configCmd struct {
+	Shared *cmdkit.Shared
+	fs     *pflag.FlagSet // the flags shown
+	cmdkit.Restarting
+	cmdkit.OutputFlag
+	cmdkit.HoldFlags
+	cmdkit.CheckFlags
+	cmdkit.PublicKeyFlag
+	cmdkit.TimeoutFlag
+	cmdkit.WaitTrustedFlags
+	cmdkit.GraceFlag
+	cmdkit.RotateKeyFlags
+	cmdkit.PublishKeyFlags
+	cmdkit.PublishWatchFlags
+	cmdkit.RetireKeysFlags
+	cmdkit.StaleToken
+	cmdkit.TokenProbe
+}
+
+func (o *configCmd) Flags(fs *pflag.FlagSet) {
+	o.Restarting.Flags(fs)
+	o.OutputFlag.Flags(fs)
+	o.HoldFlags.Flags(fs)
+	o.CheckFlags.Flags(fs)
+	o.PublicKeyFlag.Flags(fs)
+	o.TimeoutFlag.Flags(fs)
+	o.WaitTrustedFlags.Flags(fs)
+	o.GraceFlag.Flags(fs)
+	o.RotateKeyFlags.Flags(fs)
+	o.PublishKeyFlags.Flags(fs)
+	o.PublishWatchFlags.Flags(fs)
+	o.RetireKeysFlags.Flags(fs)
+	o.StaleToken.Flags(fs)
+	o.TokenProbe.Flags(fs)
+}
+
+func (o *configCmd) Validate() []error {
+	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, o.Host.Validate()...)
+	if o.TrustTimeout < 0 {
+		errs = append(errs, cmdkit.Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
+	}
+	errs = append(errs, o.PublishWatchFlags.Validate()...)
+	errs = append(errs, o.TokenProbe.Validate(true)...)
+	errs = append(errs, cmdkit.ValidateFleetFlags(&o.Restarting)...)
+	errs = append(errs, o.ControllerManager.Validate()...)
+	return append(errs, o.OutputFlag.Validate()...)
+}
+
+// configArgs: config takes no arguments, and shows its flags.
+func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return cmdkit.Usagef("%s takes no arguments, got %q", cmdConfig, args)
+	}
+	o.fs = cmd.Flags()
+	return nil
 }
 
 // newRoot is the command tree; act runs a command whose options are
 // complete and valid, and returns its exit code.
-func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command {
-	root := p.Root(&o.Common, progName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
-	for _, c := range o.commands() {
+func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
+	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
+	for _, c := range commands(s) {
 		use := c.use
 		if use == "" {
 			use = c.name
@@ -88,52 +251,47 @@ func newRoot(p *cli.Program, o *options, act func(*options) int) *cobra.Command 
 		fs := cmd.Flags()
 		fs.SortFlags = false
 		if c.etcd {
-			o.Etcd.Register(fs)
+			s.Etcd.Register(fs)
 		}
-		for _, register := range c.flags {
-			register(o, fs)
-		}
+		c.opts.Flags(fs)
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			o.sub, o.flags = c.name, cmd.Flags()
-			// check reads etcdctl's environment only when it talks to
-			// etcd: a plain file check must not fail on an unrelated
-			// ETCDCTL_* (fileUse keeps --require-signing-keys off the file).
 			var e *cli.Etcd
-			if c.etcd && (c.name != cmdCheck || o.requireSigningKeys) {
-				e = &o.Etcd
+			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
+				e = &s.Etcd
 			}
 			if c.args == nil && len(args) > 0 {
-				return usagef("%s takes no arguments, got %q", c.name, args)
+				return cmdkit.Usagef("%s takes no arguments, got %q", c.name, args)
 			}
-			if err := p.Resolve(cmd, &o.Common, e, o.fileUse(cmd, args)); err != nil {
+			var use func(string) bool
+			if chk, ok := c.opts.(*checkCmd); ok {
+				use = chk.fileUse(cmd, args)
+			}
+			if err := p.Resolve(cmd, &s.Common, e, use); err != nil {
 				return err
 			}
 			if c.args != nil {
-				if err := c.args(o, cmd, args); err != nil {
-					return o.FromFile(err)
+				if err := c.args(cmd, args); err != nil {
+					return s.FromFile(err)
 				}
 			}
-			if err := o.FromFile(validate(o)); err != nil {
+			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate())); err != nil {
 				return err
 			}
-			return cli.Exit(act(o))
+			return cli.Exit(act(c.name, c.opts))
 		}
 		root.AddCommand(cmd)
 	}
 	return root
 }
 
-// fileUse says which of the file's keys a command reads: all it has flags
-// for, but check reads the restart's preflight inputs only when its
-// command line names nothing to check (then it checks what the restart
-// would preflight), and never require-signing-keys: the check_cmd that
-// wants etcd says so itself, and a file shared by every command must not
-// make each plain file check depend on etcd.
-func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
-	if o.sub != cmdCheck {
-		return nil
-	}
+// fileUse says which of the file's keys check reads: all it has flags
+// for, but the restart's preflight inputs only when its command line
+// names nothing to check (then it checks what the restart would
+// preflight), and never require-signing-keys: the check_cmd that wants
+// etcd says so itself, and a file shared by every command must not make
+// each plain file check depend on etcd.
+func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 	fs := cmd.Flags()
 	given := len(args) > 0 || fs.Changed("preflight-file") || fs.Changed("preflight-flags-file")
 	return func(name string) bool {
@@ -144,41 +302,17 @@ func (o *options) fileUse(cmd *cobra.Command, args []string) func(string) bool {
 	}
 }
 
-// restartArgs: restart and rotate-key take their command after --, and
-// nothing before it.
-func restartArgs(o *options, cmd *cobra.Command, args []string) error {
-	dash := cmd.ArgsLenAtDash()
-	before := args
-	if dash >= 0 {
-		before = args[:dash]
-	}
-	if len(before) > 0 {
-		return usagef("unexpected argument %q: put the restart command after --", before[0])
-	}
-	if err := applyRestartMode(o); err != nil {
-		return err
-	}
-	o.argv = modeCommand(o)
-	if dash >= 0 {
-		if len(args) == dash {
-			return usagef("no command after --")
-		}
-		o.argv = args[dash:]
-	}
-	return nil
-}
-
 // checkArgs: check's FILEs, before or after --.
-func checkArgs(o *options, _ *cobra.Command, args []string) error {
-	o.argv = args
-	if len(o.argv)+len(o.preflightFiles)+len(o.preflightFlagsFiles) == 0 {
-		return usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
+	o.Argv = args
+	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
+		return cmdkit.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 	}
-	if len(o.requireKeys) > 0 && len(o.argv) == 0 {
-		return usagef("--require-key applies to bundle FILEs, and none was given")
+	if len(o.RequireKeys) > 0 && len(o.Argv) == 0 {
+		return cmdkit.Usagef("--require-key applies to bundle FILEs, and none was given")
 	}
-	if o.requireSigningKeys && len(o.argv) == 0 {
-		return usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+	if o.RequireSigningKeys && len(o.Argv) == 0 {
+		return cmdkit.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
 	}
 	return nil
 }
@@ -248,7 +382,7 @@ command ignores the keys it has no flag for.
 %[4]s
 
 Exit codes:
-`, progName, strings.Join(defaultCommand, " "), config.DefaultPath, etcdHelp)
+`, cmdkit.ProgName, strings.Join(restartcmd.DefaultCommand, " "), config.DefaultPath, etcdHelp)
 	for _, c := range exitCodeDocs {
 		fmt.Fprintf(&b, "  %d  %s\n", c.code, c.text)
 	}

@@ -4,35 +4,112 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
+
+type lookupEnv func(string) (string, bool)
+
+// parsed is a command line up to the command's start.
+type parsed struct {
+	sub  string
+	opts options
+	*cmdkit.Shared
+}
 
 // parseArgs is the command line up to the command's start: its complete
 // options, its flags, or the usage error.
-func parseArgs(args []string, env lookupEnv) (*options, *pflag.FlagSet, error) {
+func parseArgs(args []string, env lookupEnv) (*parsed, *pflag.FlagSet, error) {
 	var out strings.Builder
-	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
-	o := &options{}
-	ran := false
-	root := newRoot(p, o, func(*options) int { ran = true; return exitOK })
+	p := &cli.Program{Name: cmdkit.ProgName, Stdout: &out, Stderr: &out, LookupEnv: env, DefaultConfig: defaultConfig}
+	s := &cmdkit.Shared{}
+	var res *parsed
+	var fs *pflag.FlagSet
+	root := newRoot(p, s, func(name string, o options) int { res = &parsed{sub: name, opts: o, Shared: s}; return cmdkit.ExitOK })
 	args, err := cli.Dispatch(root, args, cmdRestart)
 	if err != nil {
 		return nil, nil, err
 	}
 	root.SetArgs(args)
-	if _, err := root.ExecuteContextC(context.Background()); err != nil {
-		return nil, o.flags, err
+	cmd, err := root.ExecuteContextC(context.Background())
+	if cmd != nil {
+		fs = cmd.Flags()
 	}
-	if !ran {
+	if err != nil {
+		return nil, fs, err
+	}
+	if res == nil {
 		return nil, nil, errors.New("not run: " + out.String())
 	}
-	return o, o.flags, nil
+	return res, fs, nil
+}
+
+// env is the environment the command runs in, its output to w.
+func (p *parsed) env(w io.Writer, log *logrus.Logger) *cmdkit.Env {
+	return newEnv(p.Shared, p.opts, w, w, log)
+}
+
+// argv is the command's arguments: the restart command, check's FILEs.
+func (p *parsed) argv() []string {
+	switch o := p.opts.(type) {
+	case *restartcmd.Command:
+		return o.Argv
+	case *keycmd.RotateKey:
+		return o.Argv
+	case *checkCmd:
+		return o.Argv
+	}
+	return nil
+}
+
+// The options of the command parsed, as type T; the test fails when it is
+// another command's.
+func opts[T options](t *testing.T, p *parsed) T {
+	t.Helper()
+	o, ok := p.opts.(T)
+	if !ok {
+		t.Fatalf("%s: options %T", p.sub, p.opts)
+	}
+	return o
+}
+
+// restartParsed is a restart command line's options.
+type restartParsed struct {
+	*cmdkit.Restarting
+	*cmdkit.Shared
+}
+
+// parseRestart parses a restart or rotate-key command line.
+func parseRestart(t *testing.T, args []string) (restartParsed, *pflag.FlagSet, error) {
+	t.Helper()
+	p, fs, err := parseArgs(args, env(nil))
+	if err != nil {
+		return restartParsed{}, fs, err
+	}
+	return restartParsed{restartOf(t, p), p.Shared}, fs, nil
+}
+
+// restartOf is the restart options of restart or rotate-key.
+func restartOf(t *testing.T, p *parsed) *cmdkit.Restarting {
+	t.Helper()
+	switch o := p.opts.(type) {
+	case *restartcmd.Command:
+		return &o.Restarting
+	case *keycmd.RotateKey:
+		return &o.Restarting
+	}
+	t.Fatalf("%s: not a restarting command", p.sub)
+	return nil
 }
 
 // oldFlagScope is the scope table the single flag set kept before the
@@ -171,7 +248,7 @@ func TestHelpPerCommand(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, tc.args, &out, &errb)
-		if code != exitOK || errb.Len() != 0 {
+		if code != cmdkit.ExitOK || errb.Len() != 0 {
 			t.Errorf("%q: exit %d, stderr %q", tc.args, code, errb.String())
 		}
 		for _, s := range tc.has {
@@ -191,15 +268,15 @@ func TestHelpPerCommand(t *testing.T) {
 // command completion through the hidden __complete command.
 func TestCompletion(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "__start_"+progName) {
+	if code := run(context.Background(), nil, []string{"completion", "bash"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "__start_"+cmdkit.ProgName) {
 		t.Fatalf("completion bash: exit %d, %d bytes, stderr %q", code, out.Len(), errb.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "--if-new-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "wait-trusted", "--if"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "--if-new-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "rotate-key") {
+	if code := run(context.Background(), nil, []string{"__complete", "rot"}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(out.String(), "rotate-key") {
 		t.Fatalf("__complete: exit %d, %q", code, out.String())
 	}
 }

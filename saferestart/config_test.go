@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
 )
 
 // Tests never read the real configuration file.
@@ -50,11 +52,15 @@ restart-mode = "systemd"
 // the file's; keys of other subcommands and binaries are ignored.
 func TestConfigPrecedence(t *testing.T) {
 	path := writeConfig(t, sampleConfig)
-	o, _, err := parseArgs([]string{"--config", path, "--jwks-key-file", "/cmd/a.pem", "--ttl", "3"},
+	p, fs, err := parseArgs([]string{"--config", path, "--jwks-key-file", "/cmd/a.pem", "--ttl", "3"},
 		env(map[string]string{"ETCDCTL_CACERT": "/env/ca.crt"}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := struct {
+		*parsed
+		*cmdkit.Restarting
+	}{p, restartOf(t, p)}
 	want := map[string]struct {
 		got    any
 		want   any
@@ -63,12 +69,12 @@ func TestConfigPrecedence(t *testing.T) {
 		"endpoints":            {o.Endpoints, []string{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}, path + ":2"},
 		"cacert":               {o.CACert, "/env/ca.crt", "env ETCDCTL_CACERT"},
 		"cert":                 {o.Cert, "/file/c.crt", path + ":4"},
-		"jwks-key-file":        {o.jwksKeyFiles, []string{"/cmd/a.pem"}, "flag"},
-		"preflight-flags-file": {o.preflightFlagsFiles, []string{"/file/apiserver-sa.env"}, path + ":10"},
-		"ttl":                  {o.ttl, 3, "flag"},
-		"lock-timeout":         {o.lockTimeout, 7 * time.Minute, path + ":12"},
+		"jwks-key-file":        {o.JWKSKeyFiles, []string{"/cmd/a.pem"}, "flag"},
+		"preflight-flags-file": {o.PreflightFlagsFiles, []string{"/file/apiserver-sa.env"}, path + ":10"},
+		"ttl":                  {o.TTL, 3, "flag"},
+		"lock-timeout":         {o.LockTimeout, 7 * time.Minute, path + ":12"},
 		"password":             {o.Password, "s3cret-from-file", path + ":6"},
-		"restart-timeout":      {o.restartTimeout, 3 * time.Minute, "default"},
+		"restart-timeout":      {o.RestartTimeout, 3 * time.Minute, "default"},
 	}
 	for name, w := range want {
 		if !reflect.DeepEqual(w.got, w.want) || o.Origin[name] != w.origin {
@@ -77,14 +83,14 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	// grace is rotate-key's: restart ignores it; status ignores the
 	// restart's keys (no "does not apply" error for a file).
-	if o.grace != 24*time.Hour {
-		t.Errorf("restart took rotate-key's grace from the file: %s", o.grace)
+	if fs.Lookup("grace") != nil || p.Origin["grace"] != "" {
+		t.Errorf("restart took rotate-key's grace from the file: %s", p.Origin["grace"])
 	}
-	if o, _, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || o.lockTimeout != 10*time.Minute {
-		t.Fatalf("status with the file: %v, lock-timeout %s", err, o.lockTimeout)
+	if _, fs, err = parseArgs([]string{"status", "--config", path}, env(nil)); err != nil || fs.Lookup("lock-timeout") != nil {
+		t.Fatalf("status with the file: %v, lock-timeout %v", err, fs.Lookup("lock-timeout"))
 	}
-	if o, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || o.grace != 2*time.Hour || o.ttl != 20 {
-		t.Fatalf("rotate-key with the file: %v, grace %s ttl %d", err, o.grace, o.ttl)
+	if p, _, err = parseArgs([]string{"rotate-key", "--config", path}, env(nil)); err != nil || opts[*keycmd.RotateKey](t, p).Grace != 2*time.Hour || opts[*keycmd.RotateKey](t, p).TTL != 20 {
+		t.Fatalf("rotate-key with the file: %v", err)
 	}
 }
 
@@ -95,18 +101,18 @@ func TestConfigDefaultPath(t *testing.T) {
 	defer func(d string) { defaultConfig = d }(defaultConfig)
 	defaultConfig = path
 	o, _, err := parseArgs(nil, env(nil))
-	if err != nil || o.ttl != 42 || o.File == nil {
-		t.Fatalf("default present: %v ttl %d", err, o.ttl)
+	if err != nil || restartOf(t, o).TTL != 42 || o.File == nil {
+		t.Fatalf("default present: %v", err)
 	}
-	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || o.ttl != 10 || o.File != nil {
-		t.Fatalf("--config '': %v ttl %d", err, o.ttl)
+	if o, _, err = parseArgs([]string{"--config", ""}, env(nil)); err != nil || restartOf(t, o).TTL != 10 || o.File != nil {
+		t.Fatalf("--config '': %v", err)
 	}
 	defaultConfig = filepath.Join(t.TempDir(), "absent.toml")
-	if o, _, err = parseArgs(nil, env(nil)); err != nil || o.ttl != 10 {
+	if o, _, err = parseArgs(nil, env(nil)); err != nil || restartOf(t, o).TTL != 10 {
 		t.Fatalf("default absent: %v", err)
 	}
 	_, _, err = parseArgs([]string{"--config", defaultConfig}, env(nil))
-	var ue *usageError
+	var ue *cmdkit.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "absent.toml") {
 		t.Fatalf("named file missing: %v", err)
 	}
@@ -128,7 +134,7 @@ func TestConfigErrors(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), nil, []string{"--config", path, "--dry-run"}, &out, &errb)
 		want := strings.ReplaceAll(tc.want, "FILE", path)
-		if code != exitUsage || !strings.Contains(errb.String(), want) {
+		if code != cmdkit.ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.text, code, errb.String(), want)
 		}
 	}
@@ -138,13 +144,16 @@ func TestConfigErrors(t *testing.T) {
 // command line names nothing to check.
 func TestConfigCheckInputs(t *testing.T) {
 	path := writeConfig(t, "preflight-flags-file = [\"/file/sa.env\"]\npublic-only = true\nendpoints = [\"x\"]\n")
-	o, _, err := parseArgs([]string{"check", "--config", path, "bundle.pem"}, env(nil))
-	if err != nil || o.preflightFlagsFiles != nil || !o.publicOnly || !reflect.DeepEqual(o.argv, []string{"bundle.pem"}) {
-		t.Fatalf("check FILE: %v %+v", err, o)
+	p, _, err := parseArgs([]string{"check", "--config", path, "bundle.pem"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
 	}
-	o, _, err = parseArgs([]string{"check", "--config", path}, env(nil))
-	if err != nil || !reflect.DeepEqual(o.preflightFlagsFiles, []string{"/file/sa.env"}) {
-		t.Fatalf("check alone: %v %+v", err, o)
+	if o := opts[*checkCmd](t, p); o.PreflightFlagsFiles != nil || !o.PublicOnly || !reflect.DeepEqual(o.Argv, []string{"bundle.pem"}) {
+		t.Fatalf("check FILE: %+v", o)
+	}
+	p, _, err = parseArgs([]string{"check", "--config", path}, env(nil))
+	if err != nil || !reflect.DeepEqual(opts[*checkCmd](t, p).PreflightFlagsFiles, []string{"/file/sa.env"}) {
+		t.Fatalf("check alone: %v %+v", err, p)
 	}
 }
 
@@ -154,7 +163,7 @@ func TestConfigSubcommand(t *testing.T) {
 	path := writeConfig(t, sampleConfig)
 	t.Setenv("ETCDCTL_DIAL_TIMEOUT", "4s")
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != exitOK {
+	if code := run(context.Background(), nil, []string{"config", "--config", path, "--attempts", "5"}, &out, &errb); code != cmdkit.ExitOK {
 		t.Fatalf("config: exit %d %s", code, errb.String())
 	}
 	text := out.String()
@@ -212,15 +221,22 @@ func TestConfigSignerKeysSkipped(t *testing.T) {
 	path := writeConfig(t, "metrics-addr = \"127.0.0.1:9731\"\nsocket = \"/run/x/signer.sock\"\nlock-name = \"/l\"\npublisher-metrics-addr = \"127.0.0.1:9732\"\n")
 	for _, args := range [][]string{{"restart"}, {"status"}, {"config"}, {"publish-key", "--watch"}} {
 		sub := args[0]
-		o, fs, err := parseArgs(append(args, "--config="+path), env(nil))
+		_, fs, err := parseArgs(append(args, "--config="+path), env(nil))
 		if err != nil {
 			t.Fatalf("%s: %v", sub, err)
 		}
-		if o.lockName != "/l" || fs.Lookup("metrics-addr") != nil {
-			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, o.lockName, fs.Lookup("metrics-addr"))
+		// The command's own values, whatever its options' type.
+		value := func(name string) string {
+			if f := fs.Lookup(name); f != nil {
+				return f.Value.String()
+			}
+			return ""
 		}
-		if want := sub == "publish-key" || sub == "config"; (o.publisherMetricsAddr == "127.0.0.1:9732") != want {
-			t.Errorf("%s: --publisher-metrics-addr %q", sub, o.publisherMetricsAddr)
+		if value("lock-name") != "/l" || fs.Lookup("metrics-addr") != nil {
+			t.Errorf("%s: lock-name %q, --metrics-addr %v", sub, value("lock-name"), fs.Lookup("metrics-addr"))
+		}
+		if want := sub == "publish-key" || sub == "config"; (value("publisher-metrics-addr") == "127.0.0.1:9732") != want {
+			t.Errorf("%s: --publisher-metrics-addr %q", sub, value("publisher-metrics-addr"))
 		}
 	}
 }
@@ -235,13 +251,13 @@ func TestUnknownFlagAndHelp(t *testing.T) {
 		"rotate-keys":             `unknown subcommand "rotate-keys"; did you mean rotate-key?`,
 	} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != exitUsage || !strings.Contains(errb.String(), want) {
+		if code := run(context.Background(), nil, strings.Fields(args), &out, &errb); code != cmdkit.ExitUsage || !strings.Contains(errb.String(), want) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", args, code, errb.String(), want)
 		}
 	}
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"rotate-key", "--help"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), nil, args, &out, &errb); code != exitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
+		if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitOK || errb.Len() != 0 || !strings.Contains(out.String(), "Usage:") {
 			t.Errorf("%q: exit %d, stdout %d bytes, stderr %q", args, code, out.Len(), errb.String())
 		}
 	}

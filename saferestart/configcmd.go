@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -10,20 +11,22 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // showConfig is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
-	o := a.o
+func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int { return o.showConfig(e.Stdout, o.fs) }
+
+func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	switch {
-	case o.File != nil:
-		fmt.Fprintf(w, "# configuration file: %s\n", o.File.Path)
-	case o.ConfigPath == "":
+	case o.Shared.File != nil:
+		fmt.Fprintf(w, "# configuration file: %s\n", o.Shared.File.Path)
+	case o.Shared.ConfigPath == "":
 		fmt.Fprintf(w, "# configuration file: none (--config '')\n")
 	default:
-		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.ConfigPath)
+		fmt.Fprintf(w, "# configuration file: none (%s does not exist)\n", o.Shared.ConfigPath)
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if slices.Contains(config.CommandLineOnly, f.Name) {
@@ -33,25 +36,25 @@ func (a *app) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 		if !ok {
 			k = config.Key{Name: f.Name}
 		}
-		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o), o.Origin[f.Name])
+		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Shared.Origin[f.Name])
 	})
-	if o.File != nil {
+	if o.Shared.File != nil {
 		var other []string
 		for _, k := range config.Keys {
-			if v, ok := o.File.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
-				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.File.Where(k.Name)))
+			if v, ok := o.Shared.File.Values[k.Name]; ok && fs.Lookup(k.Name) == nil {
+				other = append(other, fmt.Sprintf("# %s = %s  # %s", k.Name, quoteItems(k, v.Items), o.Shared.File.Where(k.Name)))
 			}
 		}
 		if len(other) > 0 {
-			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", progName, strings.Join(other, "\n"))
+			fmt.Fprintf(w, "# Not read by this %s (keys of the other binaries or of other versions):\n%s\n", cmdkit.ProgName, strings.Join(other, "\n"))
 		}
 	}
-	return exitOK
+	return cmdkit.ExitOK
 }
 
 // tomlValue formats a flag's effective value. user and password are read
 // from the options: an ETCDCTL_USER of name:password was split there.
-func tomlValue(k config.Key, f *pflag.Flag, o *options) string {
+func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
 	switch f.Name {
 	case "user":
 		return strconv.Quote(o.User)

@@ -7,18 +7,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
-
-// The command lines and configuration of README, docs and examples are
-// parsed and loaded by the built binaries in internal/docrun.
 
 // commandFlags are the names of the flags a subcommand takes, the
 // shared ones included.
 func commandFlags(t *testing.T, name string) []string {
 	t.Helper()
 	var out strings.Builder
-	p := &cli.Program{Name: progName, Stdout: &out, Stderr: &out, LookupEnv: env(nil)}
-	root := newRoot(p, &options{}, func(*options) int { return exitOK })
+	p := &cli.Program{Name: cmdkit.ProgName, Stdout: &out, Stderr: &out, LookupEnv: env(nil)}
+	root := newRoot(p, &cmdkit.Shared{}, func(string, options) int { return cmdkit.ExitOK })
 	c, _, err := root.Find([]string{name})
 	if err != nil || c == root {
 		t.Fatalf("no command %s: %v", name, err)

@@ -14,6 +14,9 @@ import (
 
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/fqdn"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 // The shipped timeouts are above the worst case of the commands they bound,
@@ -148,7 +151,7 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 	words := strings.Fields(strings.NewReplacer("'", " ", `"`, " ", ";", " ").Replace(cmdline))
 	at := -1
 	for i, w := range words {
-		if filepath.Base(w) == progName {
+		if filepath.Base(w) == cmdkit.ProgName {
 			at = i
 			break
 		}
@@ -174,25 +177,27 @@ func commandWorstCase(t *testing.T, conf, where, cmdline string) (time.Duration,
 		t.Fatalf("%s: %q: %v", where, cmdline, err)
 	}
 	waits := o.DialTimeout // every subcommand but check connects first
-	switch o.sub {
-	case cmdRestart, cmdRotateKey:
-		return o.worstCase(), true
-	case cmdWaitTrusted:
-		if o.trustHostName == "" && o.ifNewKey {
+	switch c := o.opts.(type) {
+	case *restartcmd.Command:
+		return restartcmd.WorstCase(&c.Restarting, &o.Etcd), true
+	case *keycmd.RotateKey:
+		return restartcmd.WorstCase(&c.Restarting, &o.Etcd), true
+	case *keycmd.WaitTrusted:
+		if c.HostName == "" && c.IfNewKey {
 			waits += fqdn.Timeout
 		}
-		return waits + o.CommandTimeout + o.timeout, true // read the trust records, then wait
-	case cmdCheck:
-		if o.requireSigningKeys {
+		return waits + o.CommandTimeout + c.Timeout, true // read the trust records, then wait
+	case *checkCmd:
+		if c.RequireSigningKeys {
 			return waits + o.CommandTimeout, true // connect, read the trust records
 		}
 		return 0, true // reads local files: no wait
-	case cmdRetireKeys:
-		if o.trustHostName == "" {
+	case *keycmd.RetireKeys:
+		if c.HostName == "" {
 			waits += fqdn.Timeout
 		}
 		// the rotation claim, waited for up to a lease, then a few requests
-		return waits + time.Duration(o.ttl+2)*time.Second + 5*o.CommandTimeout, true
+		return waits + time.Duration(cmdkit.ClaimTTL+2)*time.Second + 5*o.CommandTimeout, true
 	default:
 		return waits + 2*o.CommandTimeout, true
 	}

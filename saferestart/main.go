@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 // Main runs the command with os.Args and returns its exit code.
@@ -17,8 +19,8 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == guardArg {
 		return groupGuard(os.Args[2:])
 	}
-	if len(os.Args) > 1 && os.Args[1] == staticPodArg {
-		return staticPodMain(os.Args[2:])
+	if len(os.Args) > 1 && os.Args[1] == restartcmd.StaticPodArg {
+		return restartcmd.StaticPodMain(os.Args[2:])
 	}
 	ctx, force, stop := signals()
 	defer stop()

@@ -12,54 +12,54 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/pemcheck"
-
 	"github.com/keysync/confd/internal/preflight"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/status"
 )
 
-// check validates files for confd's check_cmd: exit 0 valid, exitPreflight
+// check validates files for confd's check_cmd: exit 0 valid, ExitPreflight
 // with the reason on stderr otherwise. It needs etcd only with
-// --require-signing-keys, and then exits exitError when etcd does not
+// --require-signing-keys, and then exits ExitError when etcd does not
 // answer: the bundle is refused either way.
-func (a *app) check(ctx context.Context) int {
+func (o *checkCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var errs []error
-	if len(a.o.argv) > 0 {
-		errs = append(errs, preflight.CheckFiles(cctx, a.o.argv, preflight.CheckOptions{
-			PublicOnly: a.o.publicOnly, KeysOnly: a.o.keysOnly, RequireKeys: a.o.requireKeys,
+	if len(o.Argv) > 0 {
+		errs = append(errs, preflight.CheckFiles(cctx, o.Argv, preflight.CheckOptions{
+			PublicOnly: o.PublicOnly, KeysOnly: o.KeysOnly, RequireKeys: o.RequireKeys,
 			// This host's own key, missing, is fixed by publishing it: for
 			// these paths (the defaults publish-key reads, or the key given
 			// by --signing-key) the error says so.
-			OwnKeys: []string{defaultSigningKey, defaultPublicKey, a.o.signingKey},
-			Now:     time.Now(), Warn: a.checkWarning,
+			OwnKeys: []string{cmdkit.DefaultSigningKey, cmdkit.DefaultPublicKey, o.SigningKey},
+			Now:     time.Now(), Warn: checkWarning(a),
 		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
-	if len(a.o.preflightFiles)+len(a.o.preflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, a.o.preflightInput(a.checkWarning)))
+	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
+		errs = append(errs, preflight.Run(cctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, checkWarning(a))))
 	}
 	var etcdErr error
-	if a.o.requireSigningKeys {
+	if o.RequireSigningKeys {
 		var missing []error
-		missing, etcdErr = a.signingKeysMissing(cctx, a.o.argv)
+		missing, etcdErr = o.signingKeysMissing(cctx, a, o.Argv)
 		errs = append(errs, missing...)
 	}
-	for _, w := range duplicateKeys(a.o.argv) {
-		fmt.Fprintf(a.stderr, "%s check: warning: %s\n", progName, w)
+	for _, w := range duplicateKeys(o.Argv) {
+		fmt.Fprintf(a.Stderr, "%s check: warning: %s\n", cmdkit.ProgName, w)
 	}
-	code := exitOK
+	code := cmdkit.ExitOK
 	if err := errors.Join(errs...); err != nil {
-		for _, e := range splitErrors(err) {
-			fmt.Fprintf(a.stderr, "%s check: invalid: %v\n", progName, e)
+		for _, e := range cmdkit.SplitErrors(err) {
+			fmt.Fprintf(a.Stderr, "%s check: invalid: %v\n", cmdkit.ProgName, e)
 		}
-		code = exitPreflight
+		code = cmdkit.ExitPreflight
 	}
 	if etcdErr != nil {
-		fmt.Fprintf(a.stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", progName, etcdErr)
-		code = exitError
+		fmt.Fprintf(a.Stderr, "%s check: refused: %v; check etcd and the settings in --config, confd keeps the live file and retries\n", cmdkit.ProgName, etcdErr)
+		code = cmdkit.ExitError
 	}
 	return code
 }
@@ -98,65 +98,77 @@ func duplicateKeys(files []string) []string {
 }
 
 // status is the `status` subcommand: exit 4 while a hold is active.
-func (a *app) status(ctx context.Context, cli *clientv3.Client) int {
-	sctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *statusCmd) Run(ctx context.Context, e *cmdkit.Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
+}
+
+func (o *statusCmd) status(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
+	sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	r, err := status.Collect(sctx, cli, a.o.lockName, a.o.holdKeyOrDefault(), a.o.rotationPrefix)
+	r, err := status.Collect(sctx, cli, o.LockName, o.HoldKeyOrDefault(), o.RotationPrefix)
 	if err == nil {
-		err = r.AddKeys(sctx, a.keyStore(cli))
+		err = r.AddKeys(sctx, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
 	}
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("status")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("status")
+		return cmdkit.ExitError
 	}
-	if a.o.output == "json" {
-		err = r.WriteJSON(a.stdout)
+	if o.Output == "json" {
+		err = r.WriteJSON(a.Stdout)
 	} else {
-		err = r.WriteText(a.stdout)
+		err = r.WriteText(a.Stdout)
 	}
 	if err != nil {
-		a.log.WithError(err).Error("write status")
-		return exitError
+		a.Log.WithError(err).Error("write status")
+		return cmdkit.ExitError
 	}
 	// A script or monitoring check tells "the line is stopped" from
 	// "all clear" by the code, as restart's refusal does (4).
 	if r.Hold != nil {
-		return exitHold
+		return cmdkit.ExitHold
 	}
-	return exitOK
+	return cmdkit.ExitOK
 }
 
-func (a *app) setHold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *holdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
+}
+
+func (o *holdCmd) setHold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	key := a.o.holdKeyOrDefault()
-	rec := hold.Record{Host: a.host, PID: os.Getpid(), User: operatorUser(), Reason: a.o.reason, Time: time.Now(), Lock: a.o.lockName}
+	key := o.HoldKeyOrDefault()
+	rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: operatorUser(), Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
 	stored, err := hold.Add(hctx, cli, key, rec)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("hold")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("hold")
+		return cmdkit.ExitError
 	}
 	if len(stored.Also) > 0 {
-		fmt.Fprintf(a.stdout, "a hold was already set; your reason is kept beside it\n")
+		fmt.Fprintf(a.Stdout, "a hold was already set; your reason is kept beside it\n")
 	}
-	fmt.Fprintf(a.stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, progName)
-	return exitOK
+	fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, cmdkit.ProgName)
+	return cmdkit.ExitOK
 }
 
-func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.o.CommandTimeout)
+func (o *unholdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
+}
+
+func (o *unholdCmd) unhold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
+	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 	defer cancel()
-	key := a.o.holdKeyOrDefault()
+	key := o.HoldKeyOrDefault()
 	prev, err := hold.Delete(hctx, cli, key)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("unhold")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("unhold")
+		return cmdkit.ExitError
 	}
 	if prev == nil {
-		fmt.Fprintf(a.stdout, "no hold at %s\n", key)
+		fmt.Fprintf(a.Stdout, "no hold at %s\n", key)
 	} else {
-		a.log.WithField("hold_key", key).Infof("hold removed: %s", prev)
-		fmt.Fprintf(a.stdout, "hold removed from %s: %s\n", key, prev)
+		a.Log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+		fmt.Fprintf(a.Stdout, "hold removed from %s: %s\n", key, prev)
 	}
 	// A helper killed mid-restart left an intent that holds like a hold
 	// (hold.Intent); unhold is the operator's word that its apiserver is
@@ -164,19 +176,19 @@ func (a *app) unhold(ctx context.Context, cli *clientv3.Client) int {
 	gone, err := hold.ClearOrphans(hctx, cli, key)
 	for _, in := range gone {
 		r := in.AsHold()
-		a.log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
-		fmt.Fprintf(a.stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
+		a.Log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
+		fmt.Fprintf(a.Stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
 	}
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("unhold: restart intents")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("unhold: restart intents")
+		return cmdkit.ExitError
 	}
-	return exitOK
+	return cmdkit.ExitOK
 }
 
 // checkWarning reports what check accepts but an operator should fix (an
 // RSA key under 2048 bits already published: refusing it would refuse the
 // tokens it signed).
-func (a *app) checkWarning(err error) {
-	fmt.Fprintf(a.stderr, "%s check: warning: %v\n", progName, err)
+func checkWarning(a *cmdkit.Env) func(error) {
+	return func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", cmdkit.ProgName, err) }
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 type testKey struct {
@@ -103,12 +104,12 @@ func TestPublishKey(t *testing.T) {
 	// them, one with CRLF line endings.
 	pub := e.file(t, "sa.pub", append(append([]byte(nil), b.pkix...), bytes.ReplaceAll(a.pkix, []byte("\n"), []byte("\r\n"))...))
 	code, value, rev, stderr := e.run(t, "--public-key", pub)
-	if code != exitOK || value != want {
+	if code != cmdkit.ExitOK || value != want {
 		t.Fatalf("first publish: exit %d, value:\n%s\nwant:\n%s\n%s", code, value, want, stderr)
 	}
 	// The same keys in another order and encoding: no new revision.
 	e.file(t, "sa.pub", append(append([]byte(nil), a.pkix...), b.pkix...))
-	if code, value2, rev2, stderr := e.run(t, "--public-key", pub); code != exitOK || value2 != want || rev2 != rev || !strings.Contains(stderr, "unchanged") {
+	if code, value2, rev2, stderr := e.run(t, "--public-key", pub); code != cmdkit.ExitOK || value2 != want || rev2 != rev || !strings.Contains(stderr, "unchanged") {
 		t.Fatalf("republish: exit %d rev %d -> %d\n%s", code, rev, rev2, stderr)
 	}
 	// Refused as check refuses them: a private key, a byte-order mark,
@@ -122,7 +123,7 @@ func TestPublishKey(t *testing.T) {
 	} {
 		p := e.file(t, name+".pub", data)
 		code, value3, rev3, stderr := e.run(t, "--public-key", p)
-		if code != exitPreflight || value3 != want || rev3 != rev {
+		if code != cmdkit.ExitPreflight || value3 != want || rev3 != rev {
 			t.Errorf("%s: exit %d, rev %d -> %d; want 3 and nothing written\n%s", name, code, rev, rev3, stderr)
 		}
 		if strings.Contains(stderr, strings.Split(string(b.pkcs8), "\n")[1]) {
@@ -133,10 +134,10 @@ func TestPublishKey(t *testing.T) {
 	// published as superseded (a key leaves only by retirement). Both:
 	// --public-key wins.
 	key := e.file(t, "sa.key", a.pkcs8)
-	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != exitOK || value4 != want || !strings.Contains(stderr, "superseded key "+b.kid) {
+	if code, value4, _, stderr := e.run(t, "--signing-key", key); code != cmdkit.ExitOK || value4 != want || !strings.Contains(stderr, "superseded key "+b.kid) {
 		t.Fatalf("--signing-key: exit %d value %q\n%s", code, value4, stderr)
 	}
-	if code, value5, _, stderr := e.run(t, "--signing-key", key, "--public-key", pub); code != exitOK || value5 != want {
+	if code, value5, _, stderr := e.run(t, "--signing-key", key, "--public-key", pub); code != cmdkit.ExitOK || value5 != want {
 		t.Fatalf("--signing-key with --public-key: exit %d value %q\n%s", code, value5, stderr)
 	}
 }
@@ -149,7 +150,7 @@ func TestPublishKeyFromConfig(t *testing.T) {
 	pub := e.file(t, "sa.pub", a.pkix)
 	cfg := writeConfig(t, "endpoints = [\""+e.srv.Endpoint+"\"]\npublic-key = \""+pub+"\"\nhost = \"cfg.example\"\n")
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"publish-key", "--config", cfg}, &out, &errb); code != exitOK {
+	if code := run(context.Background(), nil, []string{"publish-key", "--config", cfg}, &out, &errb); code != cmdkit.ExitOK {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	resp, err := e.srv.Client(t).Get(context.Background(), "/kubernetes/service-account-keys/cfg.example")
@@ -166,12 +167,12 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	a, b := newTestKey(t, false), newTestKey(t, true)
 	certA1, certA2, certB := a.certificate(t), a.certificate(t), b.certificate(t)
 	crt := e.file(t, "sa.crt", certA1)
-	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA1) {
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != cmdkit.ExitOK || value != string(certA1) {
 		t.Fatalf("first certificate: exit %d value %q\n%s", code, value, stderr)
 	}
 	// Renewed with the same key: the new certificate replaces the old.
 	e.file(t, "sa.crt", certA2)
-	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitOK || value != string(certA2) {
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != cmdkit.ExitOK || value != string(certA2) {
 		t.Fatalf("same-key renewal: exit %d value %q\n%s", code, value, stderr)
 	}
 	// Renewed with a new key: both published, sorted by key ID.
@@ -181,11 +182,11 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 		both = string(certB) + string(certA2)
 	}
 	code, value, rev, stderr := e.run(t, "--certificate", crt, "--grace", "1h")
-	if code != exitOK || value != both || !strings.Contains(stderr, a.kid) {
+	if code != cmdkit.ExitOK || value != both || !strings.Contains(stderr, a.kid) {
 		t.Fatalf("new-key renewal: exit %d value %q\n%s", code, value, stderr)
 	}
 	// Again: nothing changes, no revision.
-	if code, value, rev2, stderr := e.run(t, "--certificate", crt, "--grace", "1h"); code != exitOK || value != both || rev2 != rev {
+	if code, value, rev2, stderr := e.run(t, "--certificate", crt, "--grace", "1h"); code != cmdkit.ExitOK || value != both || rev2 != rev {
 		t.Fatalf("republish: exit %d rev %d -> %d\n%s", code, rev, rev2, stderr)
 	}
 	retire := func(extra ...string) (int, string, string) {
@@ -199,7 +200,7 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 		return code, string(resp.Kvs[0].Value), errb.String()
 	}
 	e.file(t, "sa.key", b.pkcs8)
-	if code, value, stderr := retire(); code != exitOK || value != both {
+	if code, value, stderr := retire(); code != cmdkit.ExitOK || value != both {
 		t.Fatalf("retire-keys before the grace: exit %d value %q\n%s", code, value, stderr)
 	}
 	// The grace is over (the record says so).
@@ -207,17 +208,17 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	e.srv.Put(t, keptKey, `{"host":"`+e.host+`","keep":{"`+a.kid+`":"`+time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)+`"}}`)
 	// Not while sa.key still signs with the previous key.
 	e.file(t, "sa.key", a.pkcs8)
-	if code, value, stderr := retire(); code != exitOK || value != both || !strings.Contains(stderr, "still signs with it") {
+	if code, value, stderr := retire(); code != cmdkit.ExitOK || value != both || !strings.Contains(stderr, "still signs with it") {
 		t.Fatalf("retire-keys while signing with the kept key: exit %d value %q\n%s", code, value, stderr)
 	}
 	e.file(t, "sa.key", b.pkcs8)
-	if code, value, stderr := retire(); code != exitOK || value != string(certB) {
+	if code, value, stderr := retire(); code != cmdkit.ExitOK || value != string(certB) {
 		t.Fatalf("retire-keys after the grace: exit %d value %q\n%s", code, value, stderr)
 	}
 	// A retired key is never published again: a source of retired keys
 	// only is refused (exit 3), naming the key.
 	e.file(t, "sa.crt", certA1)
-	if code, value, _, stderr := e.run(t, "--certificate", crt); code != exitPreflight || value != string(certB) || !strings.Contains(stderr, a.kid) {
+	if code, value, _, stderr := e.run(t, "--certificate", crt); code != cmdkit.ExitPreflight || value != string(certB) || !strings.Contains(stderr, a.kid) {
 		t.Fatalf("republish of a retired key: exit %d value %q\n%s", code, value, stderr)
 	}
 	// --grace 0: the replaced key is still superseded, not dropped, and the
@@ -229,11 +230,11 @@ func TestPublishCertificateKeepsThePreviousKey(t *testing.T) {
 	if c.kid < b.kid {
 		bc = string(certC) + string(certB)
 	}
-	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != exitOK || value != bc {
+	if code, value, _, stderr := e.run(t, "--certificate", crt, "--grace", "0s"); code != cmdkit.ExitOK || value != bc {
 		t.Fatalf("--grace 0: exit %d value %q\n%s", code, value, stderr)
 	}
 	e.file(t, "sa.key", c.pkcs8)
-	if code, value, stderr := retire(); code != exitOK || value != string(certC) {
+	if code, value, stderr := retire(); code != cmdkit.ExitOK || value != string(certC) {
 		t.Fatalf("retire-keys after --grace 0: exit %d value %q\n%s", code, value, stderr)
 	}
 }
@@ -267,13 +268,13 @@ func TestPublishKeyRefusesCAsLeavesAndWeakKeys(t *testing.T) {
 	} {
 		p := e.file(t, c.name, c.data)
 		code, value, _, stderr := e.run(t, c.flag, p)
-		if code != exitPreflight || value != "" || !strings.Contains(stderr, p) || !strings.Contains(stderr, c.want) {
+		if code != cmdkit.ExitPreflight || value != "" || !strings.Contains(stderr, p) || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s %s: exit %d, published %q; want 3 naming the file and %q, nothing written:\n%s", c.flag, c.name, code, value, c.want, stderr)
 		}
 	}
 	bundle := e.file(t, "bundle.pem", append(keytest.PublicPEM(t, leafKey.Public()), keytest.PublicPEM(t, weak.Public())...))
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), nil, []string{"check", "--config", "", "--public-only", bundle}, &out, &errb); code != exitOK || !strings.Contains(errb.String(), "warning") || !strings.Contains(errb.String(), "under 2048 bits") {
+	if code := run(context.Background(), nil, []string{"check", "--config", "", "--public-only", bundle}, &out, &errb); code != cmdkit.ExitOK || !strings.Contains(errb.String(), "warning") || !strings.Contains(errb.String(), "under 2048 bits") {
 		t.Errorf("check of a bundle with a published RSA-1024 key: exit %d, want 0 with a warning:\n%s", code, errb.String())
 	}
 }
@@ -290,17 +291,17 @@ func TestPublishKeySupersedesAndHeals(t *testing.T) {
 		both = string(cur.pkix) + string(old.pkix)
 	}
 	pub := e.file(t, "sa.pub", old.pkix)
-	if code, _, _, stderr := e.run(t, "--public-key", pub); code != exitOK {
+	if code, _, _, stderr := e.run(t, "--public-key", pub); code != cmdkit.ExitOK {
 		t.Fatalf("first publish: exit %d\n%s", code, stderr)
 	}
 	// Reimaged: a new key pair, the old one lost.
 	e.file(t, "sa.pub", cur.pkix)
-	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both || !strings.Contains(stderr, "superseded key "+old.kid) {
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != cmdkit.ExitOK || value != both || !strings.Contains(stderr, "superseded key "+old.kid) {
 		t.Fatalf("publish after the reimage: exit %d value %q\n%s", code, value, stderr)
 	}
 	// An operator drops the old key by hand: the next write puts it back.
 	e.srv.Put(t, "/kubernetes/service-account-keys/"+e.host, string(cur.pkix))
-	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != exitOK || value != both {
+	if code, value, _, stderr := e.run(t, "--public-key", pub, "--grace", "1h"); code != cmdkit.ExitOK || value != both {
 		t.Fatalf("publish after the edit: exit %d value %q\n%s", code, value, stderr)
 	}
 	// Retired (as retire-keys writes it); sa.pub holds it again beside
@@ -309,7 +310,7 @@ func TestPublishKeySupersedesAndHeals(t *testing.T) {
 	e.srv.Put(t, "/kubernetes/service-account-keys-rotation/"+e.host+"/kept", rec)
 	e.file(t, "sa.pub", []byte(both))
 	code, value, _, stderr := e.run(t, "--public-key", pub)
-	if code != exitOK || value != string(cur.pkix) || !strings.Contains(stderr, "retired key(s) ["+old.kid+"] removed from "+pub) {
+	if code != cmdkit.ExitOK || value != string(cur.pkix) || !strings.Contains(stderr, "retired key(s) ["+old.kid+"] removed from "+pub) {
 		t.Fatalf("publish with a retired key in sa.pub: exit %d value %q\n%s", code, value, stderr)
 	}
 	if data, _ := os.ReadFile(pub); string(data) != string(cur.pkix) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdtest"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // An unreachable etcd is exit 1 within the deadlines, with a JSON log line
@@ -26,8 +27,8 @@ func TestUnreachableEtcdJSONLog(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(context.Background(), nil, []string{"status", "--endpoints", dead, "--dial-timeout", "100ms",
 		"--command-timeout", "300ms", "--log-format", "json"}, &out, &errb)
-	if code != exitError {
-		t.Fatalf("exit %d, want %d; stderr %s", code, exitError, errb.String())
+	if code != cmdkit.ExitError {
+		t.Fatalf("exit %d, want %d; stderr %s", code, cmdkit.ExitError, errb.String())
 	}
 	var entry map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(errb.String())), &entry); err != nil {
@@ -110,14 +111,14 @@ func TestEtcdErrorNamesTheEndpointsSetting(t *testing.T) {
 			t.Setenv("ETCDCTL_ENDPOINTS", tc.env)
 			var out, errb bytes.Buffer
 			args := append([]string{"status", "--dial-timeout", "300ms", "--log-format", "json"}, tc.args...)
-			if code := run(context.Background(), nil, args, &out, &errb); code != exitError {
-				t.Fatalf("exit %d, want %d; stderr %s", code, exitError, errb.String())
+			if code := run(context.Background(), nil, args, &out, &errb); code != cmdkit.ExitError {
+				t.Fatalf("exit %d, want %d; stderr %s", code, cmdkit.ExitError, errb.String())
 			}
 			var entry map[string]any
 			if err := json.Unmarshal([]byte(strings.TrimSpace(errb.String())), &entry); err != nil {
 				t.Fatalf("log is not one JSON line: %v\n%s", err, errb.String())
 			}
-			if entry["msg"] != etcdConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
+			if entry["msg"] != cmdkit.EtcdConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
 				t.Errorf("msg %q", entry["msg"])
 			}
 			if e, _ := entry["error"].(string); !strings.Contains(e, tc.want) {
@@ -134,9 +135,9 @@ func TestEtcdErrorDefaultEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &app{o: o}
+	a := o.env(io.Discard, nil)
 	cause := errors.New("etcd http://127.0.0.1:2379: no connection within 2s: http://127.0.0.1:2379: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused")
-	got := a.etcdErr(cause)
+	got := a.EtcdErr(cause)
 	want := "etcd 127.0.0.1:2379 (the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them): no connection within 2s: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused"
 	if got.Error() != want || !errors.Is(got, cause) {
 		t.Fatalf("got %q, want %q", got, want)

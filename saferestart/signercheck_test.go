@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/keytest"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/sasigner/signer"
 )
 
@@ -67,13 +68,13 @@ func TestCheckSigningEndpoint(t *testing.T) {
 		code int
 		want string // in stderr
 	}{
-		{"signer serves the key", []string{"--preflight-flags-file", flags, "--signing-key", selfFile}, exitOK, ""},
-		{"signer lacks the key", []string{"--preflight-flags-file", flags, "--signing-key", otherFile}, exitPreflight,
+		{"signer serves the key", []string{"--preflight-flags-file", flags, "--signing-key", selfFile}, cmdkit.ExitOK, ""},
+		{"signer lacks the key", []string{"--preflight-flags-file", flags, "--signing-key", otherFile}, cmdkit.ExitPreflight,
 			"--service-account-signing-endpoint (" + flags + ":1): the external signer does not serve the signing key"},
-		{"endpoint with key file", []string{"--preflight-flags-file", both, "--signing-key", selfFile}, exitPreflight,
+		{"endpoint with key file", []string{"--preflight-flags-file", both, "--signing-key", selfFile}, cmdkit.ExitPreflight,
 			"--service-account-signing-endpoint (" + both + ":1) with --service-account-signing-key-file (" + both + ":2): kube-apiserver refuses"},
 		// Last: it stops the signer.
-		{"no signer", []string{"--preflight-flags-file", flags, "--signing-key", selfFile}, exitPreflight, "does not answer FetchKeys"},
+		{"no signer", []string{"--preflight-flags-file", flags, "--signing-key", selfFile}, cmdkit.ExitPreflight, "does not answer FetchKeys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "no signer" {

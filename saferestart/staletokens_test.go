@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,56 +20,9 @@ import (
 
 	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
 )
-
-// The retire decision as retire-keys takes it: growth within the window,
-// over an hour after the key stopped signing, keeps the key (exit 0,
-// naming host and time); earlier growth does not; a host without a sample
-// is named and does not; --ignore-stale-tokens retires, logging what it
-// overrode.
-func TestStaleTokenGate(t *testing.T) {
-	now := time.Now()
-	since := now.Add(-5 * time.Hour)
-	grew := func(ago time.Duration) map[string]staletokens.Record {
-		return map[string]staletokens.Record{"m1": {Host: "m1", LastGrowth: now.Add(-ago), LastSample: now}}
-	}
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		recs   map[string]staletokens.Record
-		hosts  []string
-		retire bool
-		logs   []string
-	}{
-		{"grew within the window after since+1h: refused", nil, grew(10 * time.Minute), []string{"m1"}, false,
-			[]string{"level=warning", "stale service-account tokens were used on m1 at " + now.Add(-10*time.Minute).UTC().Format(time.RFC3339), "--ignore-stale-tokens"}},
-		{"grew before since+1h: allowed", []string{"--stale-token-window", "24h"}, grew(4*time.Hour + 30*time.Minute), []string{"m1"}, true, nil},
-		{"grew before the window: allowed", nil, grew(2 * time.Hour), []string{"m1"}, true, nil},
-		{"no sample: unknown, allowed, named", nil, nil, []string{"m1", "m2"}, true, []string{"m1 (never sampled), m2 (never sampled)"}},
-		{"--ignore-stale-tokens: allowed, logged", []string{"--ignore-stale-tokens"}, grew(10 * time.Minute), []string{"m1"}, true,
-			[]string{"level=warning", "--ignore-stale-tokens: retiring OLDKID although stale service-account tokens were used on m1 at"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o, _, err := parseArgs(append([]string{"retire-keys"}, tc.args...), env(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs bytes.Buffer
-			log := logrus.New()
-			log.Out = &logs
-			a := &app{o: o, stdout: &logs, stderr: &logs, log: log}
-			ok := (&keyRotation{a: a}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
-			if ok != tc.retire {
-				t.Errorf("retire %v, want %v:\n%s", ok, tc.retire, logs.String())
-			}
-			for _, s := range tc.logs {
-				if !strings.Contains(logs.String(), s) {
-					t.Errorf("log lacks %q:\n%s", s, logs.String())
-				}
-			}
-		})
-	}
-}
 
 // On a real etcd: the sampler, configured by the flags the publisher
 // takes (--apiserver-metrics-url and the health gate's credentials),
@@ -92,11 +46,11 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	tok := e.file(t, "metrics.token", []byte(secret+"\n"))
 	a, b := newTestKey(t, true), newTestKey(t, true)
 	pub := e.file(t, "sa.pub", a.pkix)
-	if code, _, _, stderr := e.run(t, "--public-key", pub); code != exitOK {
+	if code, _, _, stderr := e.run(t, "--public-key", pub); code != cmdkit.ExitOK {
 		t.Fatalf("publish a: %s", stderr)
 	}
 	e.file(t, "sa.pub", b.pkix)
-	if code, _, _, stderr := e.run(t, "--public-key", pub, "--grace", "0"); code != exitOK {
+	if code, _, _, stderr := e.run(t, "--public-key", pub, "--grace", "0"); code != cmdkit.ExitOK {
 		t.Fatalf("publish b: %s", stderr)
 	}
 	// a stopped signing three hours ago, its grace is over.
@@ -112,7 +66,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 		}
 	}
 
-	o, _, err := parseArgs([]string{"config", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
+	o, _, err := parseArgs([]string{"publish-key", "--config", "", "--endpoints", e.srv.Endpoint, "--host", e.host,
 		"--apiserver-metrics-url", srv.URL + "/metrics", "--health-cacert", ca, "--health-token-file", tok}, env(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +74,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	var logs bytes.Buffer
 	log := logrus.New()
 	log.Out = &logs
-	s := (&app{o: o, log: log}).staleTokenSampler(ctx, cli)
+	s := opts[*keycmd.PublishKey](t, o).StaleTokenSampler(ctx, o.env(io.Discard, log), cli)
 	clock := now.Add(-20 * time.Minute)
 	s.Now = func() time.Time { return clock }
 	if err := s.Once(ctx); err != nil {
@@ -145,7 +99,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 	}
 	e.file(t, "sa.key", b.pkcs8)
 	code, value, stderr := retire()
-	if code != exitOK || !strings.Contains(value, string(a.pkix)) {
+	if code != cmdkit.ExitOK || !strings.Contains(value, string(a.pkix)) {
 		t.Fatalf("retire-keys while stale tokens are used: exit %d, a retired: %v\n%s", code, !strings.Contains(value, string(a.pkix)), stderr)
 	}
 	for _, want := range []string{"stale service-account tokens were used on " + e.host + " at " + grew, "m2.example (never sampled)"} {
@@ -154,7 +108,7 @@ func TestRetireKeysWeighsStaleTokens(t *testing.T) {
 		}
 	}
 	// The window has passed (a window shorter than the growth's age).
-	if code, value, stderr := retire("--stale-token-window", "5m"); code != exitOK || strings.Contains(value, string(a.pkix)) {
+	if code, value, stderr := retire("--stale-token-window", "5m"); code != cmdkit.ExitOK || strings.Contains(value, string(a.pkix)) {
 		t.Fatalf("retire-keys once the window passed: exit %d value %q\n%s", code, value, stderr)
 	}
 	if strings.Contains(logs.String()+stderr, secret) {

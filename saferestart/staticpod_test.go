@@ -4,32 +4,35 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 func TestRestartModeFlags(t *testing.T) {
-	o, _, err := parseArgs([]string{"--restart-mode", "static-pod", "--cri-endpoint", "unix:///run/containerd/containerd.sock"}, env(nil))
+	o, _, err := parseRestart(t, []string{"--restart-mode", "static-pod", "--cri-endpoint", "unix:///run/containerd/containerd.sock"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.argv) < 2 || o.argv[1] != staticPodArg ||
-		strings.Join(o.argv[2:], " ") != "--cri-endpoint unix:///run/containerd/containerd.sock --container kube-apiserver --static-pod-stop-timeout 30s" {
-		t.Errorf("static-pod command %q", o.argv)
+	if len(o.Argv) < 2 || o.Argv[1] != restartcmd.StaticPodArg ||
+		strings.Join(o.Argv[2:], " ") != "--cri-endpoint unix:///run/containerd/containerd.sock --container kube-apiserver --static-pod-stop-timeout 30s" {
+		t.Errorf("static-pod command %q", o.Argv)
 	}
-	if o.restartTimeout != 30*time.Second+5*time.Minute+30*time.Second {
-		t.Errorf("static-pod --restart-timeout default %s, want the stop timeout, the kubelet's 5m back-off and 30s", o.restartTimeout)
+	if o.RestartTimeout != 30*time.Second+5*time.Minute+30*time.Second {
+		t.Errorf("static-pod --restart-timeout default %s, want the stop timeout, the kubelet's 5m back-off and 30s", o.RestartTimeout)
 	}
-	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--restart-timeout", "2m", "--static-pod-stop-timeout", "10s"}, env(nil))
-	if err != nil || o.restartTimeout != 2*time.Minute || !strings.Contains(strings.Join(o.argv, " "), "--static-pod-stop-timeout 10s") {
-		t.Errorf("explicit --restart-timeout: %v %s %q", err, o.restartTimeout, o.argv)
+	o, _, err = parseRestart(t, []string{"--restart-mode", "static-pod", "--restart-timeout", "2m", "--static-pod-stop-timeout", "10s"})
+	if err != nil || o.RestartTimeout != 2*time.Minute || !strings.Contains(strings.Join(o.Argv, " "), "--static-pod-stop-timeout 10s") {
+		t.Errorf("explicit --restart-timeout: %v %s %q", err, o.RestartTimeout, o.Argv)
 	}
 	// The command after -- overrides both modes.
-	o, _, err = parseArgs([]string{"--restart-mode", "static-pod", "--", "my-restart"}, env(nil))
-	if err != nil || strings.Join(o.argv, " ") != "my-restart" {
-		t.Errorf("-- COMMAND: %v %q", err, o.argv)
+	o, _, err = parseRestart(t, []string{"--restart-mode", "static-pod", "--", "my-restart"})
+	if err != nil || strings.Join(o.Argv, " ") != "my-restart" {
+		t.Errorf("-- COMMAND: %v %q", err, o.Argv)
 	}
-	o, _, err = parseArgs(nil, env(nil))
-	if err != nil || strings.Join(o.argv, " ") != "systemctl restart kube-apiserver.service" || o.restartTimeout != 3*time.Minute {
-		t.Errorf("systemd default: %v %q %s", err, o.argv, o.restartTimeout)
+	o, _, err = parseRestart(t, nil)
+	if err != nil || strings.Join(o.Argv, " ") != "systemctl restart kube-apiserver.service" || o.RestartTimeout != 3*time.Minute {
+		t.Errorf("systemd default: %v %q %s", err, o.Argv, o.RestartTimeout)
 	}
 	for _, bad := range [][]string{
 		{"--restart-mode", "docker"},
@@ -43,7 +46,7 @@ func TestRestartModeFlags(t *testing.T) {
 }
 
 func TestStaticPodMainUsage(t *testing.T) {
-	if code := staticPodMain([]string{"--cri-endpoint", "x"}); code != exitUsage {
+	if code := restartcmd.StaticPodMain([]string{"--cri-endpoint", "x"}); code != cmdkit.ExitUsage {
 		t.Errorf("no --container: exit %d", code)
 	}
 }
@@ -54,12 +57,12 @@ func TestStaticPodMainUsage(t *testing.T) {
 // chosen before the file was read: a file's static-pod ran systemctl.)
 func TestRestartModeFromFile(t *testing.T) {
 	path := writeConfig(t, "restart-mode = \"static-pod\"\n")
-	o, _, err := parseArgs([]string{"--config", path}, env(nil))
-	if err != nil || len(o.argv) < 2 || o.argv[1] != staticPodArg || o.restartTimeout != 6*time.Minute {
-		t.Fatalf("%v: argv %q, restart-timeout %s", err, o.argv, o.restartTimeout)
+	o, _, err := parseRestart(t, []string{"--config", path})
+	if err != nil || len(o.Argv) < 2 || o.Argv[1] != restartcmd.StaticPodArg || o.RestartTimeout != 6*time.Minute {
+		t.Fatalf("%v: argv %q, restart-timeout %s", err, o.Argv, o.RestartTimeout)
 	}
 	path = writeConfig(t, "restart-mode = \"static-pod\"\nrestart-timeout = \"4m\"\n")
-	if o, _, err = parseArgs([]string{"--config", path}, env(nil)); err != nil || o.restartTimeout != 4*time.Minute {
-		t.Fatalf("%v: restart-timeout %s, want the file's", err, o.restartTimeout)
+	if o, _, err = parseRestart(t, []string{"--config", path}); err != nil || o.RestartTimeout != 4*time.Minute {
+		t.Fatalf("%v: restart-timeout %s, want the file's", err, o.RestartTimeout)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/keycmd"
 )
 
 // The probe's settings come from safe-restart.toml as from the command
@@ -19,9 +22,9 @@ token-probe-apiservers = ["m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := o.tokenProbe
-	want := tokenProbeOptions{kubeconfig: "/etc/kubernetes/token-probe.conf", serviceAccount: "kube-system/kube-apiserver-token-probe",
-		interval: 2 * time.Second, apiservers: []string{"m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"}}
+	p := opts[*keycmd.PublishKey](t, o).TokenProbe
+	want := cmdkit.TokenProbe{TokenProbeKubeconfig: "/etc/kubernetes/token-probe.conf", TokenProbeServiceAccount: "kube-system/kube-apiserver-token-probe",
+		TokenProbeInterval: 2 * time.Second, TokenProbeAPIServers: []string{"m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"}}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("from the file: %+v, want %+v", p, want)
 	}
@@ -29,7 +32,7 @@ token-probe-apiservers = ["m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.tokenProbe.apiservers; len(got) != 3 {
+	if got := opts[*keycmd.PublishKey](t, o).TokenProbeAPIServers; len(got) != 3 {
 		t.Errorf("comma list and repeated flag: %q, want 3 items replacing the file's", got)
 	}
 	for _, args := range [][]string{
@@ -37,7 +40,7 @@ token-probe-apiservers = ["m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"
 		{"publish-key", "--watch", "--token-probe-kubeconfig", "k", "--token-probe-service-account", "probe"},
 		{"publish-key", "--watch", "--token-probe-kubeconfig", "k", "--token-probe-interval", "0s"},
 	} {
-		var ue *usageError
+		var ue *cmdkit.UsageError
 		if _, _, err := parseArgs(append([]string{"--endpoints", "https://e:2379"}, args...), env(nil)); !errors.As(err, &ue) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}

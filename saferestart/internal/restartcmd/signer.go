@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
 // signerReloadCommand makes kube-apiserver-sa-signer re-read its key file
@@ -26,33 +27,33 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // barrier holds the switch until every recorded host's apiserver fetched
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
-func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
-	a := k.a
-	o := a.o
-	ids, err := trust.FileKeyIDs(o.signingKey)
+func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
+	a := k.Env
+	o := k.Opts
+	ids, err := trust.FileKeyIDs(o.SigningKey)
 	if err != nil || len(ids) != 1 {
-		return fmt.Errorf("installed signing key %s: %v (want one key)", o.signingKey, err)
+		return fmt.Errorf("installed signing key %s: %v (want one key)", o.SigningKey, err)
 	}
 	kid := ids[0]
-	argv := o.argv
-	if slices.Equal(argv, defaultCommand) {
+	argv := o.Argv
+	if slices.Equal(argv, DefaultCommand) {
 		argv = signerReloadCommand
 	}
-	log := a.log.WithField("host", host).WithField("next", kid)
+	log := a.Log.WithField("host", host).WithField("next", kid)
 	log.WithField("command", runner.Quote(argv)).Info("reloading the signer: the apiserver is not restarted")
 	res := runner.Run(ctx, runner.Spec{
-		Argv: argv, Env: runner.WithoutVars(os.Environ(), secretEnv...), Timeout: o.restartTimeout,
-		Stdout: a.stderr, Stderr: a.stderr, ParentDeathSignal: syscall.SIGKILL,
+		Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: o.RestartTimeout,
+		Stdout: a.Stderr, Stderr: a.Stderr, ParentDeathSignal: syscall.SIGKILL,
 	})
 	if !res.OK() {
-		return &codeError{code: exitError, what: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
+		return &cmdkit.CodeError{Code: cmdkit.ExitError, What: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
 	}
-	wctx, cancel := context.WithTimeout(ctx, o.trustTimeout)
+	wctx, cancel := context.WithTimeout(ctx, o.TrustTimeout)
 	defer cancel()
 	start := time.Now()
 	for {
-		rctx, rcancel := a.opCtx(wctx)
-		recs, rev, err := trust.List(rctx, cli, o.trustPrefix)
+		rctx, rcancel := a.OpCtx(wctx)
+		recs, rev, err := trust.List(rctx, cli, o.TrustPrefix)
 		rcancel()
 		if err == nil {
 			if r, ok := recs[host]; ok && r.Signing == kid {
@@ -63,7 +64,7 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 		if err == nil {
 			w := clientv3.WithRequireLeader(wctx)
 			select {
-			case <-cli.Watch(w, etcdkey.Dir(o.trustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
+			case <-cli.Watch(w, etcdkey.Dir(o.TrustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
 			case <-wctx.Done():
 			}
 		} else {
@@ -73,20 +74,20 @@ func (k *keyRotation) signerSwitch(ctx context.Context, cli *clientv3.Client, ho
 			}
 		}
 		if wctx.Err() != nil {
-			if interrupted(ctx) {
+			if cmdkit.Interrupted(ctx) {
 				return ctx.Err()
 			}
-			return &codeError{code: exitLockTimeout, what: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
-				kid, o.trustTimeout, strings.Join(notFetched(a, cli, kid), ", "))}
+			return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
+				kid, o.TrustTimeout, strings.Join(notFetched(a, cli, o.TrustPrefix, kid), ", "))}
 		}
 	}
 }
 
 // notFetched names the hosts whose trust record does not list kid.
-func notFetched(a *app, cli *clientv3.Client, kid string) []string {
-	ctx, cancel := a.opCtx(context.Background())
+func notFetched(a *cmdkit.Env, cli *clientv3.Client, trustPrefix, kid string) []string {
+	ctx, cancel := a.OpCtx(context.Background())
 	defer cancel()
-	rep, err := trust.CollectRecorded(ctx, cli, a.o.trustPrefix)
+	rep, err := trust.CollectRecorded(ctx, cli, trustPrefix)
 	if err != nil {
 		return []string{"(unknown: " + err.Error() + ")"}
 	}

@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/restart"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -39,13 +41,13 @@ type fleetCheck struct {
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
 func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
-	a := r.a
-	o := a.o
-	if o.kubeconfig == "" {
+	a := r.Env
+	o := r.o
+	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
+	leases, err := fleet.NewLeases(o.Kubeconfig, a.Etcd.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +56,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// A master forget-host removed publishes no current key (not
 	// expected) and its lingering Lease is not a member's.
 	expected := func(ctx context.Context) ([]string, []string, error) {
-		rctx, cancel := a.opCtx(ctx)
+		rctx, cancel := a.OpCtx(ctx)
 		defer cancel()
-		rep, err := trust.Collect(rctx, cli, a.prefixes())
+		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
 		if err != nil {
-			return nil, nil, a.etcdErr(err)
+			return nil, nil, a.EtcdErr(err)
 		}
 		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
@@ -67,11 +69,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// restart: counting it would refuse the one restart that brings it
 	// back (a reimaged master's new key).
 	waiting := func(ctx context.Context) ([]string, error) {
-		rctx, cancel := a.opCtx(ctx)
+		rctx, cancel := a.OpCtx(ctx)
 		defer cancel()
-		recs, err := rotation.List(rctx, cli, o.rotationPrefix)
+		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
 		if err != nil {
-			return nil, a.etcdErr(err)
+			return nil, a.EtcdErr(err)
 		}
 		var out []string
 		var will []string
@@ -91,8 +93,8 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 		return out, nil
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
-		Host: host, LeaseAge: o.fleetLeaseAge, MinLive: o.minLiveAPIServers, Timeout: o.fleetTimeout,
-		Interval: fleetInterval, OpTimeout: o.CommandTimeout, Log: log,
+		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
+		Interval: fleetInterval, OpTimeout: a.Etcd.CommandTimeout, Log: log,
 	}}, nil
 }
 
@@ -138,7 +140,7 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	case err == nil:
 		c.log.Errorf("fleet check %s: %s: not restarting (this apiserver would be one more down); no hold written", when, s)
 		return restart.LockTimeout
-	case interrupted(ctx):
+	case cmdkit.Interrupted(ctx):
 		c.log.Warnf("fleet check %s interrupted", when)
 		return restart.Interrupted
 	case errors.As(err, &de):
@@ -157,24 +159,9 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 // fleetWorstCase is what the fleet check adds to a restart at worst: the
 // wait before queueing (its last read included) and the read under the
 // lock.
-func (o *options) fleetWorstCase() time.Duration {
-	if o.kubeconfig == "" {
+func fleetWorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
+	if o.Kubeconfig == "" {
 		return 0
 	}
-	return o.fleetTimeout + 2*o.CommandTimeout
-}
-
-// validateFleetFlags checks the fleet check's flags.
-func validateFleetFlags(o *options) []error {
-	var errs []error
-	if o.kubeconfig == "" {
-		return nil
-	}
-	if o.fleetLeaseAge <= 0 {
-		errs = append(errs, usagef("--fleet-lease-age %s: must be positive", o.fleetLeaseAge))
-	}
-	if o.fleetTimeout < 0 {
-		errs = append(errs, usagef("--fleet-timeout %s: must not be negative", o.fleetTimeout))
-	}
-	return errs
+	return o.FleetTimeout + 2*e.CommandTimeout
 }

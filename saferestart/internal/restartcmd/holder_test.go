@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"

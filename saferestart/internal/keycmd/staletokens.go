@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -10,23 +10,23 @@ import (
 
 	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// staleTokenSampler is the sampler the long-running publisher runs beside
+// StaleTokenSampler is the sampler the long-running publisher runs beside
 // its reconcile loop when --apiserver-metrics-url is set (nil otherwise):
 // this host's apiserver, read with the health gate's credentials, recorded
 // under --rotation-prefix for --host.
-func (a *app) staleTokenSampler(ctx context.Context, kv clientv3.KV) *staletokens.Sampler {
-	o := a.o
-	if o.apiserverMetricsURL == "" {
+func (o *PublishKey) StaleTokenSampler(ctx context.Context, a *cmdkit.Env, kv clientv3.KV) *staletokens.Sampler {
+	if o.APIServerMetricsURL == "" {
 		return nil
 	}
-	host := a.trustHost(ctx)
+	host := a.TrustHost(ctx)
 	return &staletokens.Sampler{
-		Client: staletokens.ClientConfig{URL: o.apiserverMetricsURL, CACert: o.healthCACert, Cert: o.healthCert,
-			Key: o.healthKey, TokenFile: o.healthToken},
-		KV: kv, Prefix: o.rotationPrefix, Host: host,
-		Log: a.log.WithField("host", host).WithField("sampler", "stale-tokens"),
+		Client: staletokens.ClientConfig{URL: o.APIServerMetricsURL, CACert: o.HealthCACert, Cert: o.HealthCert,
+			Key: o.HealthKey, TokenFile: o.HealthToken},
+		KV: kv, Prefix: o.RotationPrefix, Host: host,
+		Log: a.Log.WithField("host", host).WithField("sampler", "stale-tokens"),
 	}
 }
 
@@ -40,8 +40,8 @@ type staleTokenEvidence struct {
 
 // readStaleTokens reads the sampler records; a record that does not parse
 // is logged and its host counted as unknown.
-func (k *keyRotation) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
-	recs, problems, err := staletokens.List(ctx, cli, k.a.o.rotationPrefix)
+func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
+	recs, problems, err := staletokens.List(ctx, cli, r.o.RotationPrefix)
 	if err != nil {
 		return staleTokenEvidence{}, err
 	}
@@ -64,9 +64,9 @@ func (k *keyRotation) readStaleTokens(ctx context.Context, cli clientv3.KV, trus
 // warning naming hosts and times): the hourly timer retires kid once the
 // counters stop growing, and must not fail every hour meanwhile.
 // --ignore-stale-tokens retires it anyway, logging what it overrode.
-func (k *keyRotation) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
-	o := k.a.o
-	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.staleTokenWindow)
+func (r *retirer) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
+	o := r.o
+	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.StaleTokenWindow)
 	if len(v.Unknown) > 0 {
 		log.Infof("stale-token evidence about %s unknown on %s: not counted (run the sampler: --apiserver-metrics-url)", kid, v.UnknownString())
 	}
@@ -74,12 +74,12 @@ func (k *keyRotation) staleTokenGate(kid string, since time.Time, ev staleTokenE
 		return true
 	}
 	stopped := since.UTC().Format(time.RFC3339)
-	if o.ignoreStaleTokens {
+	if o.IgnoreStaleTokens {
 		log.Warnf("--ignore-stale-tokens: retiring %s although stale service-account tokens were used on %s, within --stale-token-window %s and over an hour after it stopped signing (%s): clients still holding tokens it signed are refused once every apiserver drops it",
-			kid, v, o.staleTokenWindow, stopped)
+			kid, v, o.StaleTokenWindow, stopped)
 		return true
 	}
 	log.Warnf("key %s is due, but stale service-account tokens were used on %s (%s grew within --stale-token-window %s, over an hour after %s stopped signing at %s): a client may still hold a token it signed; kept until no counter grows for that long (find the clients by the audit annotation authentication.k8s.io/stale-token), or pass --ignore-stale-tokens",
-		kid, v, staletokens.CounterMetric, o.staleTokenWindow, kid, stopped)
+		kid, v, staletokens.CounterMetric, o.StaleTokenWindow, kid, stopped)
 	return false
 }

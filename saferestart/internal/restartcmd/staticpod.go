@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"context"
@@ -11,22 +11,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/cri"
 )
 
-// Restart modes (--restart-mode): how kube-apiserver is restarted when no
-// command is given after --.
-const (
-	modeSystemd   = "systemd"
-	modeStaticPod = "static-pod"
-)
-
-// staticPodArg is the hidden first argument that makes this binary the
+// StaticPodArg is the hidden first argument that makes this binary the
 // static-pod restart command: it runs under the group guard and
 // --restart-timeout like any restart command, so that a helper killed
 // mid-restart leaves no crictl behind and the timeout covers the kubelet's
 // back-off.
-const staticPodArg = "__static-pod-restart"
+const StaticPodArg = "__static-pod-restart"
 
 // kubeletMaxBackOff is the kubelet's longest restart back-off for a
 // container that exited (CrashLoopBackOff's cap, 5 minutes): a static pod
@@ -46,29 +40,29 @@ func staticPodRestartTimeout(stop time.Duration) time.Duration {
 
 // applyRestartMode checks --restart-mode and gives static-pod mode its
 // default --restart-timeout.
-func applyRestartMode(o *options) error {
-	switch o.restartMode {
-	case modeSystemd:
-	case modeStaticPod:
-		if o.staticPodStopTimeout < time.Second {
-			return usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.staticPodStopTimeout)
+func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
+	switch o.RestartMode {
+	case cmdkit.ModeSystemd:
+	case cmdkit.ModeStaticPod:
+		if o.StaticPodStopTimeout < time.Second {
+			return cmdkit.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
 		}
 		// Unless given (by a flag or the file).
-		if o.Origin["restart-timeout"] == "default" {
-			o.restartTimeout = staticPodRestartTimeout(o.staticPodStopTimeout)
+		if origin["restart-timeout"] == "default" {
+			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
 		}
 	default:
-		return usagef("--restart-mode %q: want %s or %s", o.restartMode, modeSystemd, modeStaticPod)
+		return cmdkit.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
 	}
 	return nil
 }
 
 // modeCommand is the restart command when none follows --.
-func modeCommand(o *options) []string {
-	if o.restartMode != modeStaticPod {
-		return defaultCommand
+func modeCommand(o *cmdkit.Restarting) []string {
+	if o.RestartMode != cmdkit.ModeStaticPod {
+		return DefaultCommand
 	}
-	return staticPodCommand(o.criEndpoint, "kube-apiserver", o.staticPodStopTimeout)
+	return staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
 }
 
 // staticPodCommand runs this binary as the restart command of container
@@ -76,22 +70,22 @@ func modeCommand(o *options) []string {
 func staticPodCommand(endpoint, name string, stop time.Duration) []string {
 	self, err := os.Executable()
 	if err != nil {
-		self = progName // found on PATH, as the units run it
+		self = cmdkit.ProgName // found on PATH, as the units run it
 	}
-	return []string{self, staticPodArg, "--cri-endpoint", endpoint, "--container", name, "--static-pod-stop-timeout", stop.String()}
+	return []string{self, StaticPodArg, "--cri-endpoint", endpoint, "--container", name, "--static-pod-stop-timeout", stop.String()}
 }
 
-// staticPodMain is the static-pod restart command: stop the running
+// StaticPodMain is the static-pod restart command: stop the running
 // container through the CRI, wait for the kubelet to run a new one. Its
 // deadline is the helper's --restart-timeout (the runner kills its group).
-func staticPodMain(args []string) int {
-	fs := pflag.NewFlagSet(staticPodArg, pflag.ContinueOnError)
+func StaticPodMain(args []string) int {
+	fs := pflag.NewFlagSet(StaticPodArg, pflag.ContinueOnError)
 	endpoint := fs.String("cri-endpoint", "", "")
 	name := fs.String("container", "", "")
 	stop := fs.Duration("static-pod-stop-timeout", 30*time.Second, "")
 	if err := fs.Parse(args); err != nil || *name == "" || fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", progName, staticPodArg, args, err)
-		return exitUsage
+		fmt.Fprintf(os.Stderr, "%s %s: bad arguments %q: %v\n", cmdkit.ProgName, StaticPodArg, args, err)
+		return cmdkit.ExitUsage
 	}
 	log, _ := (&cli.Common{LogLevel: "info", LogFormat: "text"}).Logger(os.Stderr, os.Getenv)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

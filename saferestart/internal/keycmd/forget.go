@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -14,20 +14,21 @@ import (
 
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// forgetArgs: forget-host takes the one HOST it removes.
-func forgetArgs(o *options, _ *cobra.Command, args []string) error {
+// Args: forget-host takes the one HOST it removes.
+func (o *ForgetHost) Args(_ *cobra.Command, args []string) error {
 	if len(args) != 1 || args[0] == "" {
-		return usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
+		return cmdkit.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
 	}
 	if strings.Contains(args[0], "/") {
-		return usagef("forget-host %q: a host name holds no /", args[0])
+		return cmdkit.Usagef("forget-host %q: a host name holds no /", args[0])
 	}
-	o.argv = args
+	o.host = args[0]
 	return nil
 }
 
@@ -50,21 +51,21 @@ func (p *forgetPlan) empty() bool {
 }
 
 // steps lists, in order, what the plan changes.
-func (p *forgetPlan) steps(a *app) []string {
+func (p *forgetPlan) steps(o *ForgetHost) []string {
 	var out []string
-	for _, kid := range sortedKeys(p.next.Record.Superseded) {
+	for _, kid := range cmdkit.SortedKeys(p.next.Record.Superseded) {
 		s := p.next.Record.Superseded[kid]
 		if _, already := p.state.Record.Superseded[kid]; already {
 			out = append(out, fmt.Sprintf("key %s stays superseded (by %s), retired after %s", kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339)))
 			continue
 		}
-		out = append(out, fmt.Sprintf("supersede key %s: published until retire-keys retires it after %s (--grace %s)", kid, s.RetireAfter.UTC().Format(time.RFC3339), a.o.grace))
+		out = append(out, fmt.Sprintf("supersede key %s: published until retire-keys retires it after %s (--grace %s)", kid, s.RetireAfter.UTC().Format(time.RFC3339), o.Grace))
 	}
-	store := a.keyStore(nil)
+	store := cmdkit.KeyStore(nil, o.KeysPrefix, o.RotationPrefix)
 	if p.state.Record.Forgotten.IsZero() {
 		out = append(out, fmt.Sprintf("mark %s forgotten in its key record %s (kept until its keys are retired; its value goes with its last key)", p.host, store.RecordKey(p.host)))
 	}
-	for _, key := range sortedKeys(p.present) {
+	for _, key := range cmdkit.SortedKeys(p.present) {
 		out = append(out, fmt.Sprintf("delete %s %s", p.present[key], key))
 	}
 	return out
@@ -78,115 +79,116 @@ func (p *forgetPlan) steps(a *app) []string {
 // and restart intent go, so that no trust wait, fleet check or signer
 // barrier waits for it and no orphaned intent holds the line. It refuses
 // while the host shows any sign of running.
-func (a *app) forgetHost(ctx context.Context, cli *clientv3.Client) int {
-	o := a.o
-	host := o.argv[0]
-	log := a.log.WithField("forget", host)
-	if self := a.trustHost(ctx); host == self {
+func (o *ForgetHost) Run(ctx context.Context, e *cmdkit.Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.forgetHost(ctx, e, cli) })
+}
+
+func (o *ForgetHost) forgetHost(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
+	host := o.host
+	log := a.Log.WithField("forget", host)
+	if self := a.TrustHost(ctx); host == self {
 		log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
-	if code := a.forgetEvidence(ctx, cli, host, log); code != exitOK {
+	if code := o.forgetEvidence(ctx, a, cli, host, log); code != cmdkit.ExitOK {
 		return code
 	}
-	p, err := a.readForgetPlan(ctx, cli, host, time.Now())
+	p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
-		return exitError
+		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+		return cmdkit.ExitError
 	}
 	if p.empty() {
-		return a.forgetUnknown(host, log)
+		return o.forgetUnknown(host, log)
 	}
-	if o.dryRun {
-		fmt.Fprintf(a.stdout, "dry run: nothing written or removed\n")
-		for _, s := range p.steps(a) {
-			fmt.Fprintf(a.stdout, "would %s\n", s)
+	if o.DryRun {
+		fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
+		for _, s := range p.steps(o) {
+			fmt.Fprintf(a.Stdout, "would %s\n", s)
 		}
-		return exitOK
+		return cmdkit.ExitOK
 	}
 	// Claimed as rotate-key and retire-keys claim a host: a retire-keys
 	// retiring its keys meanwhile would race the supersede.
-	claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.host, os.Getpid()), o.ttl, 0)
+	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
 	if errors.Is(err, rotation.ErrBusy) {
 		log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
-		return exitLockTimeout
+		return cmdkit.ExitLockTimeout
 	}
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.rotationPrefix)
-		return exitError
+		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
+		return cmdkit.ExitError
 	}
 	defer func() { _ = claim.Release() }()
 	// Read again under the claim: what is done is what is logged.
-	if p, err = a.readForgetPlan(ctx, cli, host, time.Now()); err != nil {
-		log.WithError(a.etcdErr(err)).Error("forget-host: nothing done")
-		return exitError
+	if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
+		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+		return cmdkit.ExitError
 	}
-	steps := p.steps(a)
+	steps := p.steps(o)
 	// The keys first: from then on the host publishes no current key and
 	// no wait counts it, whatever else a kill leaves behind (a second run
 	// finishes the rest).
-	uctx, cancel := a.opCtx(ctx)
-	_, err = a.keyStore(cli).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
-		return cur.Forget(cmdForgetHost, time.Now(), o.grace), nil
+	uctx, cancel := a.OpCtx(ctx)
+	_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+		return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
 	})
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
-		return exitError
+		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+		return cmdkit.ExitError
 	}
 	var ops []clientv3.Op
-	intent := hold.IntentKey(o.holdKeyOrDefault(), host)
+	intent := hold.IntentKey(o.HoldKeyOrDefault(), host)
 	for key := range p.present {
 		if key != intent {
 			ops = append(ops, clientv3.OpDelete(key))
 		}
 	}
-	dctx, cancel := a.opCtx(ctx)
+	dctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	if len(ops) > 0 {
 		if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
-			log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
-			return exitError
+			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
+			return cmdkit.ExitError
 		}
 	}
 	if _, ok := p.present[intent]; ok {
-		if _, err := hold.DeleteIntent(dctx, cli, o.holdKeyOrDefault(), host); err != nil {
-			log.WithError(a.etcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
-			return exitError
+		if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
+			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
+			return cmdkit.ExitError
 		}
 	}
 	for _, s := range steps {
 		log.Info(s)
 	}
-	fmt.Fprintf(a.stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
-	return exitOK
+	fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
+	return cmdkit.ExitOK
 }
 
 // forgetUnknown refuses a name etcd knows nothing of.
-func (a *app) forgetUnknown(host string, log logrus.FieldLogger) int {
-	o := a.o
+func (o *ForgetHost) forgetUnknown(host string, log logrus.FieldLogger) int {
 	log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
-		host, o.keysPrefix, o.trustPrefix, o.rotationPrefix)
-	return exitPreflight
+		host, o.KeysPrefix, o.TrustPrefix, o.RotationPrefix)
+	return cmdkit.ExitPreflight
 }
 
 // readForgetPlan reads what forget-host would change.
-func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
-	o := a.o
-	rctx, cancel := a.opCtx(ctx)
+func (o *ForgetHost) readForgetPlan(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
+	rctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	st, err := a.keyStore(cli).Load(rctx, host)
+	st, err := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Load(rctx, host)
 	if err != nil {
 		return nil, err
 	}
-	p := &forgetPlan{host: host, state: st, next: st.Forget(cmdForgetHost, now, o.grace), present: map[string]string{}}
+	p := &forgetPlan{host: host, state: st, next: st.Forget(byForgetHost, now, o.Grace), present: map[string]string{}}
 	what := map[string]string{
-		trust.Key(o.trustPrefix, host):                                    "trust record",
-		(&rotation.EtcdStore{Prefix: o.rotationPrefix, Host: host}).Key(): "rotation state",
-		rotation.WaitingKey(o.rotationPrefix, host):                       "waiting record",
-		hold.IntentKey(o.holdKeyOrDefault(), host):                        "restart intent",
+		trust.Key(o.TrustPrefix, host):                                    "trust record",
+		(&rotation.EtcdStore{Prefix: o.RotationPrefix, Host: host}).Key(): "rotation state",
+		rotation.WaitingKey(o.RotationPrefix, host):                       "waiting record",
+		hold.IntentKey(o.HoldKeyOrDefault(), host):                        "restart intent",
 	}
-	keys := sortedKeys(what)
+	keys := cmdkit.SortedKeys(what)
 	var gets []clientv3.Op
 	for _, k := range keys {
 		gets = append(gets, clientv3.OpGet(k, clientv3.WithCountOnly()))
@@ -207,60 +209,59 @@ func (a *app) readForgetPlan(ctx context.Context, cli *clientv3.Client, host str
 // its publisher's lease-bound alive record, a restart intent whose lock
 // lease is alive, or (--kubeconfig) its apiserver's fresh identity Lease. Forgetting a running master would make
 // every rotation stop waiting for an apiserver that still serves tokens.
-func (a *app) forgetEvidence(ctx context.Context, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
-	o := a.o
-	key := rotation.AliveKey(o.rotationPrefix, host)
-	rctx, cancel := a.opCtx(ctx)
+func (o *ForgetHost) forgetEvidence(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client, host string, log logrus.FieldLogger) int {
+	key := rotation.AliveKey(o.RotationPrefix, host)
+	rctx, cancel := a.OpCtx(ctx)
 	resp, err := cli.Get(rctx, key)
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
-		return exitError
+		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
+		return cmdkit.ExitError
 	}
 	if len(resp.Kvs) > 0 {
 		log.Errorf("forget-host %s: refused: %s exists (lease %x): the host's key publisher runs; stop it there (systemctl disable --now sa-key-publish), or wait for its lease to expire if the host is dead, then run forget-host again",
 			host, key, resp.Kvs[0].Lease)
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
 	// A restart intent whose lock lease is alive is a restart of HOST
 	// under way now; an orphaned one is what forget-host clears.
-	rctx, cancel = a.opCtx(ctx)
-	intents, err := hold.Intents(rctx, cli, o.holdKeyOrDefault())
+	rctx, cancel = a.OpCtx(ctx)
+	intents, err := hold.Intents(rctx, cli, o.HoldKeyOrDefault())
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
-		return exitError
+		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
+		return cmdkit.ExitError
 	}
 	for _, in := range intents {
 		if in.Host == host && !in.Orphaned {
 			log.Errorf("forget-host %s: refused: its restart intent %s is live (lock lease %x): %s restarts its apiserver now; run forget-host again once it is shut down",
 				host, in.Key, in.Lease, host)
-			return exitPreflight
+			return cmdkit.ExitPreflight
 		}
 	}
-	if o.kubeconfig == "" {
+	if o.Kubeconfig == "" {
 		log.Infof("no --kubeconfig: %s's apiserver identity Lease not checked", host)
-		return exitOK
+		return cmdkit.ExitOK
 	}
-	leases, err := fleet.NewLeases(o.kubeconfig, o.CommandTimeout)
+	leases, err := fleet.NewLeases(o.Kubeconfig, a.Etcd.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Errorf("forget-host %s: nothing done", host)
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
-	s, err := fleet.Check(ctx, leases, fleet.Config{Host: a.trustHost(ctx), LeaseAge: defaultFleetLeaseAge, MinLive: 0, OpTimeout: o.CommandTimeout})
+	s, err := fleet.Check(ctx, leases, fleet.Config{Host: a.TrustHost(ctx), LeaseAge: cmdkit.DefaultFleetLeaseAge, MinLive: 0, OpTimeout: a.Etcd.CommandTimeout})
 	switch {
 	case errors.Is(err, fleet.ErrAccess):
 		log.WithError(err).Errorf("forget-host %s: refused: the local apiserver refuses --kubeconfig's credentials (they need list on leases in kube-system)", host)
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	case err != nil:
-		log.WithError(err).Errorf("forget-host %s: cannot read the apiservers' identity Leases through --kubeconfig %s: nothing done; run it again once the local apiserver answers (or without --kubeconfig, having checked %s is down)", host, o.kubeconfig, host)
-		return exitError
+		log.WithError(err).Errorf("forget-host %s: cannot read the apiservers' identity Leases through --kubeconfig %s: nothing done; run it again once the local apiserver answers (or without --kubeconfig, having checked %s is down)", host, o.Kubeconfig, host)
+		return cmdkit.ExitError
 	}
 	if live := s.LiveAs(host); live != "" {
 		log.Errorf("forget-host %s: refused: the identity Lease of apiserver %s (in %s) was renewed within %s: it is serving; shut it down, then run forget-host again",
-			host, live, fleet.Namespace, defaultFleetLeaseAge)
-		return exitPreflight
+			host, live, fleet.Namespace, cmdkit.DefaultFleetLeaseAge)
+		return cmdkit.ExitPreflight
 	}
 	log.Infof("%s's apiserver has no live identity Lease (%s)", host, s)
-	return exitOK
+	return cmdkit.ExitOK
 }

@@ -1,4 +1,8 @@
-package saferestart
+// Package restartcmd restarts kube-apiserver through the lock on the etcd
+// client it is given: the restart command, and rotate-key's install step
+// (Step: the restart, or the signer's switch to the next key, then
+// kube-controller-manager). See safe-restart.md.
+package restartcmd
 
 import (
 	"context"
@@ -15,11 +19,13 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/preflight"
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/version"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/health"
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
@@ -33,44 +39,50 @@ const killGrace = 5 * time.Second
 // preflightTimeout bounds one preflight run.
 const preflightTimeout = 30 * time.Second
 
-// secretEnv are the variables that must not reach the restart command.
-var secretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
+// SecretEnv are the variables that must not reach the restart command.
+var SecretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
 // restarter restarts kube-apiserver through the lock on one etcd client:
 // its own for the restart command, or the one rotate-key already holds
 // (rotation.Restarter).
 type restarter struct {
-	a   *app
-	cli *clientv3.Client // nil: restart dials, after the checks that need no etcd
+	*cmdkit.Env
+	o      *cmdkit.Restarting
+	output string           // --output of --dry-run: text or json
+	cli    *clientv3.Client // nil: restart dials, after the checks that need no etcd
+}
+
+func (o *Command) Run(ctx context.Context, e *cmdkit.Env) int {
+	return (&restarter{Env: e, o: &o.Restarting, output: o.Output}).restart(ctx)
 }
 
 func (r *restarter) restart(ctx context.Context) int {
-	a := r.a
-	o := a.o
-	log := a.log.WithField("lock", o.lockName)
-	if err := checkGate(o); err != nil {
-		for _, e := range splitErrors(err) {
+	a := r.Env
+	o := r.o
+	log := a.Log.WithField("lock", o.LockName)
+	if err := health.Validate(healthConfig(&o.RestartFlags)); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
 		}
 		log.Error("preflight failed: not taking the lock, not restarting")
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
 	// A command that cannot start is found before the lock wait; the guard
 	// reports one that fails to start all the same (restart.ErrNotStarted).
-	if _, err := exec.LookPath(o.argv[0]); err != nil {
-		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.argv))
-		return exitPreflight
+	if _, err := exec.LookPath(o.Argv[0]); err != nil {
+		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.Argv))
+		return cmdkit.ExitPreflight
 	}
-	env := runner.WithoutVars(os.Environ(), secretEnv...)
-	run := &commandRunner{stdout: a.stdout, stderr: a.stderr, timeout: o.restartTimeout}
+	env := runner.WithoutVars(os.Environ(), SecretEnv...)
+	run := &commandRunner{stdout: a.Stdout, stderr: a.Stderr, timeout: o.RestartTimeout}
 	cli := r.cli
 	if cli == nil {
 		// The restart command dials only now: what needs no etcd is
 		// checked first.
-		c, err := a.etcdClient(ctx)
+		c, err := a.Dial(ctx)
 		if err != nil {
-			log.WithError(a.etcdErr(err)).Error(etcdConnectFailed)
-			return exitError
+			log.WithError(a.EtcdErr(err)).Error(cmdkit.EtcdConnectFailed)
+			return cmdkit.ExitError
 		}
 		defer c.Close()
 		cli = c
@@ -79,70 +91,70 @@ func (r *restarter) restart(ctx context.Context) int {
 	// record do (--host, else hostname -f): the name `forget-host` takes,
 	// and one that differs between hosts even where their kernel host
 	// names do not.
-	holds := &hold.Store{C: cli, HoldKey: o.holdKeyOrDefault(), Host: a.trustHost(ctx)}
-	if o.dryRun {
-		if code := r.runPreflight(ctx); code != exitOK {
+	holds := &hold.Store{C: cli, HoldKey: o.HoldKeyOrDefault(), Host: a.TrustHost(ctx)}
+	if o.DryRun {
+		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
 			return code
 		}
 		return r.dryRun(ctx, cli)
 	}
 	cfg := restart.Config{
-		Argv: o.argv, Env: env,
-		Attempts: o.attempts, RetryDelay: o.retryDelay, LockTimeout: o.lockTimeout,
-		OpTimeout: o.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.ignoreHold,
-		HoldRetry: restart.MinHoldRetry, Host: a.host, PID: os.Getpid(), LockName: o.lockName,
+		Argv: o.Argv, Env: env,
+		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
+		OpTimeout: a.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
+		HoldRetry: restart.MinHoldRetry, Host: a.Host, PID: os.Getpid(), LockName: o.LockName,
 		PreflightTimeout: preflightTimeout, Log: log,
 	}
-	if len(o.preflightFiles)+len(o.preflightFlagsFiles) > 0 {
+	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
-			return preflight.Run(ctx, o.preflightInput(func(err error) { log.Warnf("preflight: %v", err) }))
+			return preflight.Run(ctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { log.Warnf("preflight: %v", err) }))
 		}
 	}
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(a.trustHost(ctx), cli, log, func(ctx context.Context) []string {
-		if snap := r.trustSnapshot(ctx, log); snap != nil {
+	fc, err := r.newFleetCheck(a.TrustHost(ctx), cli, log, func(ctx context.Context) []string {
+		if snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log); snap != nil {
 			return snap.Trusted
 		}
 		return []string{}
 	})
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(r.trustGate(ctx, cli, log, r.trustSnapshot(ctx, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, cli, log, TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := r.trustSnapshot(ctx, log)
+		snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log)
 		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
 	}
 	locker := &etcdLocker{cli: cli, cfg: lock.Config{
-		Name: o.lockName, TTL: o.ttl, OpTimeout: o.CommandTimeout,
-		Info: lock.Info{Host: a.host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
+		Name: o.LockName, TTL: o.TTL, OpTimeout: a.Etcd.CommandTimeout,
+		Info: lock.Info{Host: a.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: o.healthConfig(), backstop: o.CommandTimeout, log: log}
-	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.force))
+	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: a.Etcd.CommandTimeout, log: log}
+	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.Force))
 }
 
 // runPreflight is preflight for --dry-run, which runs no state machine.
 func (r *restarter) runPreflight(ctx context.Context) int {
-	a := r.a
-	o := a.o
+	a := r.Env
+	o := r.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, o.preflightInput(func(err error) { a.log.Warnf("preflight: %v", err) })); err != nil {
-		for _, e := range splitErrors(err) {
-			a.log.Errorf("preflight: %v", e)
+	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { a.Log.Warnf("preflight: %v", err) })); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
+			a.Log.Errorf("preflight: %v", e)
 		}
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
-	return exitOK
+	return cmdkit.ExitOK
 }
 
 // etcdLocker opens lock sessions on etcd.
@@ -197,7 +209,7 @@ func (s etcdSession) Lock(ctx context.Context) error {
 }
 
 // commandRunner runs the restart command with the shared runner: its own
-// process group under a group guard (guard.go) that the kernel signals when
+// process group under a group guard (internal/groupguard; the binary is it, saferestart.Main) that the kernel signals when
 // this process dies, and which then kills the whole group, so that a killed
 // helper never leaves a restart running while the next host takes the
 // lock; output passed through redacted. Each attempt starts its guard when
@@ -301,25 +313,27 @@ func (g *healthGate) Wait(ctx context.Context) error {
 	return &restart.GateError{Err: err, Final: final}
 }
 
-// worstCase is the longest a restart with these flags can take.
-func (o *options) worstCase() time.Duration { return restart.WorstCase(o.durations()) }
+// WorstCase is the longest a restart with these flags can take.
+func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
+	return restart.WorstCase(durations(o, e))
+}
 
 // durations are the bounded waits of a restart with these flags.
-func (o *options) durations() restart.Durations {
+func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 	d := restart.Durations{
-		Attempts: o.attempts, LockTimeout: o.lockTimeout, RestartTimeout: o.restartTimeout, KillGrace: killGrace,
-		RetryDelay: o.retryDelay, OpTimeout: o.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		DialTimeout: o.DialTimeout, TrustTimeout: o.trustTimeout,
+		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
+		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
 		// The fleet check's wait and its two reads (0 without
 		// --kubeconfig). The kubelet's back-off in static-pod mode is
 		// inside --restart-timeout: the static-pod restart is the command.
-		FleetTimeout: o.fleetWorstCase(), KubeletBackoff: 0,
+		FleetTimeout: fleetWorstCase(o, e), KubeletBackoff: 0,
 	}
-	if o.trustHostName == "" {
+	if o.HostName == "" {
 		d.HostnameTimeout = fqdn.Timeout
 	}
-	if o.healthURL != "" {
-		d.HealthTimeout = o.healthTimeout + o.CommandTimeout
+	if o.HealthURL != "" {
+		d.HealthTimeout = o.HealthTimeout + e.CommandTimeout
 	}
 	return d
 }
@@ -328,82 +342,82 @@ func (o *options) durations() restart.Durations {
 // long it could take at worst (for confd's reload_cmd_timeout). It takes no
 // lock and runs nothing.
 func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
-	a := r.a
-	o := a.o
-	qctx, cancel := a.opCtx(ctx)
+	a := r.Env
+	o := r.o
+	qctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	q, _, err := lock.Queue(qctx, cli, o.lockName)
+	q, _, err := lock.Queue(qctx, cli, o.LockName)
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("dry run: read the lock")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the lock")
+		return cmdkit.ExitError
 	}
-	h, err := hold.Active(qctx, cli, o.holdKeyOrDefault(), a.trustHost(ctx))
+	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), a.TrustHost(ctx))
 	if err != nil {
-		a.log.WithError(a.etcdErr(err)).Error("dry run: read the hold")
-		return exitError
+		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the hold")
+		return cmdkit.ExitError
 	}
-	if h != nil && !o.ignoreHold {
-		a.log.WithField("hold_key", o.holdKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
-		return exitHold
+	if h != nil && !o.IgnoreHold {
+		a.Log.WithField("hold_key", o.HoldKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
+		return cmdkit.ExitHold
 	}
-	worst := o.worstCase()
+	worst := WorstCase(o, a.Etcd)
 	type part struct {
 		Name    string `json:"name"`
 		Times   int    `json:"times"`
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(o.durations()) {
+	for _, w := range restart.Waits(durations(o, a.Etcd)) {
 		if w.Total() > 0 {
 			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
 		}
 	}
-	if o.output == "json" {
+	if r.output == "json" {
 		plan := map[string]any{
 			"dry_run":            true,
-			"preflight_files":    len(o.preflightFiles) + len(o.preflightFlagsFiles),
-			"lock":               o.lockName,
-			"ttl_seconds":        o.ttl,
-			"lock_timeout":       o.lockTimeout.String(),
+			"preflight_files":    len(o.PreflightFiles) + len(o.PreflightFlagsFiles),
+			"lock":               o.LockName,
+			"ttl_seconds":        o.TTL,
+			"lock_timeout":       o.LockTimeout.String(),
 			"queue_length":       len(q),
-			"command":            o.argv,
-			"restart_timeout":    o.restartTimeout.String(),
-			"attempts":           o.attempts,
-			"health_url":         o.healthURL,
-			"hold_key":           o.holdKeyOrDefault(),
+			"command":            o.Argv,
+			"restart_timeout":    o.RestartTimeout.String(),
+			"attempts":           o.Attempts,
+			"health_url":         o.HealthURL,
+			"hold_key":           o.HoldKeyOrDefault(),
 			"hold":               h,
 			"worst_case":         worst.String(),
 			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
 			"worst_case_parts":   parts,
 		}
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(a.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(plan); err != nil {
-			return exitError
+			return cmdkit.ExitError
 		}
-		return exitOK
+		return cmdkit.ExitOK
 	}
 	var b strings.Builder
 	b.WriteString("dry run: no lock taken, nothing run\n")
-	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.preflightFiles)+len(o.preflightFlagsFiles))
+	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.PreflightFiles)+len(o.PreflightFlagsFiles))
 	if h != nil {
-		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.holdKeyOrDefault(), h)
+		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.HoldKeyOrDefault(), h)
 	} else {
-		fmt.Fprintf(&b, "hold: none at %s\n", o.holdKeyOrDefault())
+		fmt.Fprintf(&b, "hold: none at %s\n", o.HoldKeyOrDefault())
 	}
 	if len(q) == 0 {
-		fmt.Fprintf(&b, "would take lock %s (free now; TTL %ds)\n", o.lockName, o.ttl)
+		fmt.Fprintf(&b, "would take lock %s (free now; TTL %ds)\n", o.LockName, o.TTL)
 	} else {
-		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.lockName, len(q), q[0], o.lockTimeout)
+		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.LockName, len(q), q[0], o.LockTimeout)
 	}
-	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.argv), o.restartTimeout, o.attempts)
-	if o.healthURL == "" {
+	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.Argv), o.RestartTimeout, o.Attempts)
+	if o.HealthURL == "" {
 		b.WriteString("health gate: off\n")
 	} else {
-		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.healthURL, o.healthSettle, o.healthTimeout)
+		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.HealthURL, o.HealthSettle, o.HealthTimeout)
 	}
-	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.holdKeyOrDefault())
+	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.HoldKeyOrDefault())
 	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
 	for _, p := range parts {
 		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
@@ -412,29 +426,14 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		}
 		b.WriteString("\n")
 	}
-	_, _ = a.stdout.Write([]byte(b.String()))
-	return exitOK
-}
-
-// checkGate catches a health gate that cannot work (bad URL, missing CA,
-// client certificate, token or JWKS key file) before the restart rather
-// than after it. Contents are never logged.
-func checkGate(o *options) error {
-	return health.Validate(o.healthConfig())
+	_, _ = a.Stdout.Write([]byte(b.String()))
+	return cmdkit.ExitOK
 }
 
 // healthConfig is the gate's configuration from the command line.
-func (o *options) healthConfig() health.Config {
+func healthConfig(o *cmdkit.RestartFlags) health.Config {
 	return health.Config{
-		URL: o.healthURL, CACert: o.healthCACert, Cert: o.healthCert, Key: o.healthKey, TokenFile: o.healthToken,
-		Settle: o.healthSettle, Timeout: o.healthTimeout, Interval: o.healthInterval, JWKSKeyFiles: o.jwksKeyFiles,
+		URL: o.HealthURL, CACert: o.HealthCACert, Cert: o.HealthCert, Key: o.HealthKey, TokenFile: o.HealthToken,
+		Settle: o.HealthSettle, Timeout: o.HealthTimeout, Interval: o.HealthInterval, JWKSKeyFiles: o.JWKSKeyFiles,
 	}
-}
-
-// splitErrors undoes errors.Join, one level, so each problem gets its own line.
-func splitErrors(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

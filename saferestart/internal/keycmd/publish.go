@@ -1,11 +1,10 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,24 +14,19 @@ import (
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/pemcheck"
 	"github.com/keysync/confd/internal/preflight"
-	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
-
-// publisher is publish-key.
-type publisher struct{ a *app }
 
 // publishSource is what publish-key publishes: --certificate, else
 // --public-key, else the public half of --signing-key.
-func (p *publisher) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
-	a := p.a
-	o := a.o
+func (o *PublishKey) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
 	switch {
-	case o.certificate != "":
-		name = o.certificate
-	case o.publicKey != "":
-		name = o.publicKey
+	case o.Certificate != "":
+		name = o.Certificate
+	case o.PublicKey != "":
+		name = o.PublicKey
 	default:
-		name = o.signingKey
+		name = o.SigningKey
 		f, err := pemcheck.ReadFile(name)
 		if err != nil {
 			return name, nil, err
@@ -78,13 +72,16 @@ func (p *publisher) publishSource(ctx context.Context) (name string, items []key
 	if err != nil {
 		return name, nil, err
 	}
-	items, err = keystate.ParseValue(name, data, o.certificate != "")
+	items, err = keystate.ParseValue(name, data, o.Certificate != "")
 	return name, items, err
 }
 
-// keyStore is the hosts' published keys and key records.
-func (a *app) keyStore(cli clientv3.KV) *keystate.Store {
-	return &keystate.Store{KV: cli, KeysPrefix: a.o.keysPrefix, RecordPrefix: a.o.rotationPrefix}
+// run is publish-key: once, or with --watch for as long as it runs.
+func (o *PublishKey) Run(ctx context.Context, e *cmdkit.Env) int {
+	if o.Watch {
+		return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })
+	}
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishKey(ctx, e, cli) })
 }
 
 // publishKey is the `publish-key` subcommand: this host's public key(s)
@@ -94,43 +91,41 @@ func (a *app) keyStore(cli clientv3.KV) *keystate.Store {
 // --grace: tokens it signed keep verifying meanwhile. Nothing is written
 // when nothing changed, so a republished unchanged key makes no revision
 // (and no restart).
-func (p *publisher) publishKey(ctx context.Context, cli *clientv3.Client) int {
-	a := p.a
-	o := a.o
-	host := a.trustHost(ctx)
-	store := a.keyStore(cli)
-	log := a.log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
-	name, items, err := p.publishSource(ctx)
+func (o *PublishKey) publishKey(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
+	host := a.TrustHost(ctx)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	log := a.Log.WithFields(logrus.Fields{"host": host, "key": store.ValueKey(host)})
+	name, items, err := o.publishSource(ctx)
 	if err != nil {
-		for _, e := range splitErrors(err) {
+		for _, e := range cmdkit.SplitErrors(err) {
 			log.WithError(e).Error("publish-key: refusing to publish; nothing written")
 		}
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
 	var dropped []string
-	wctx, cancel := a.opCtx(ctx)
+	wctx, cancel := a.OpCtx(ctx)
 	res, err := store.Update(wctx, host, func(cur keystate.State) (keystate.State, error) {
 		if cur.ValueErr != nil {
 			// A bad current value is replaced; the error says why, not what.
 			log.WithError(cur.ValueErr).Warn("the published value does not parse as public keys: replacing it")
 		}
-		next, d, err := cur.Publish(items, cmdPublishKey, time.Now(), o.grace)
+		next, d, err := cur.Publish(items, byPublishKey, time.Now(), o.Grace)
 		dropped = d
 		return next, err
 	})
 	cancel()
 	if errors.Is(err, keystate.ErrRetired) {
 		log.WithError(err).Errorf("publish-key: %s holds only retired keys: nothing written", name)
-		return exitPreflight
+		return cmdkit.ExitPreflight
 	}
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("publish-key: cannot write the published value")
-		return exitError
+		log.WithError(a.EtcdErr(err)).Error("publish-key: cannot write the published value")
+		return cmdkit.ExitError
 	}
 	if len(dropped) > 0 {
 		log.Warnf("%s holds retired key(s) %s: not published (retired keys are never published again)", name, strings.Join(dropped, ", "))
 	}
-	for _, kid := range sortedKeys(res.Record.Superseded) {
+	for _, kid := range cmdkit.SortedKeys(res.Record.Superseded) {
 		s := res.Record.Superseded[kid]
 		log.WithField("superseded", kid).Infof("superseded key %s stays published beside %s until retire-keys after %s", kid, name, s.RetireAfter.UTC().Format(time.RFC3339))
 	}
@@ -140,33 +135,6 @@ func (p *publisher) publishKey(ctx context.Context, cli *clientv3.Client) int {
 	} else {
 		log.WithField("keys", kids).Infof("%s: published value unchanged: nothing written", name)
 	}
-	p.trimOwnFiles(res.Record, log)
-	return exitOK
-}
-
-// trimOwnFiles removes keys retired (by any master's retire-keys) from
-// this host's own key files; a failure is logged, never fatal: the
-// published value already leaves them out.
-func (p *publisher) trimOwnFiles(rec keystate.Record, log logrus.FieldLogger) {
-	if len(rec.Retired) == 0 {
-		return
-	}
-	o := p.a.o
-	files := rotation.Files{SigningKey: o.signingKey}
-	if o.certificate == "" {
-		files.PublicKey = o.publicKey
-	}
-	retired := func(kid string) bool { _, ok := rec.Retired[kid]; return ok }
-	if err := files.TrimRetired(retired, log); err != nil {
-		log.WithError(err).Warn("cannot remove retired keys from this host's key files")
-	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	cmdkit.TrimOwnFiles(res.Record, o.SigningKey, o.PublicKey, o.Certificate, log)
+	return cmdkit.ExitOK
 }

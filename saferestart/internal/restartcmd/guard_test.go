@@ -1,4 +1,4 @@
-package saferestart
+package restartcmd
 
 import (
 	"bytes"
@@ -13,16 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keysync/confd/saferestart/internal/restart"
-
 	"golang.org/x/sys/unix"
+
+	"github.com/keysync/confd/internal/groupguard"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/restart"
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is
 // (groupguard.Wrap re-executes os.Executable()).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == guardArg {
-		os.Exit(groupGuard(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == groupguard.Arg {
+		os.Exit(groupguard.Main(cmdkit.ProgName, os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }

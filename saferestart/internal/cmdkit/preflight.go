@@ -1,4 +1,4 @@
-package saferestart
+package cmdkit
 
 import (
 	"time"
@@ -6,15 +6,15 @@ import (
 	"github.com/keysync/confd/internal/preflight"
 )
 
-// preflightInput is what restart, rotate-key and check preflight. On a
+// PreflightInput is what restart, rotate-key and check preflight. On a
 // signer host the apiserver's flags name --service-account-signing-endpoint
 // instead of key files; preflight then asks the signer for its keys and
 // looks there for --signing-key's public half (by default the file the
 // signer itself signs with, /etc/kubernetes/pki/sa.key).
-func (o *options) preflightInput(warn func(error)) preflight.Input {
-	key := o.signingKey
+func PreflightInput(o Preflight, signingKey string, warn func(error)) preflight.Input {
+	key := signingKey
 	if key == "" {
-		key = defaultSigningKey
+		key = DefaultSigningKey
 	}
-	return preflight.Input{Files: o.preflightFiles, FlagsFiles: o.preflightFlagsFiles, Now: time.Now(), SigningKey: key, Warn: warn}
+	return preflight.Input{Files: o.PreflightFiles, FlagsFiles: o.PreflightFlagsFiles, Now: time.Now(), SigningKey: key, Warn: warn}
 }

@@ -1,4 +1,4 @@
-package saferestart
+package keycmd
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
@@ -25,17 +26,31 @@ import (
 // any apiserver's stale-token counter says a client may still hold a token
 // it signed (staleTokenGate). Then this host's own files lose the keys
 // retired so far.
-func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int {
-	a := k.a
-	o := a.o
-	self := a.trustHost(ctx)
-	log := a.log.WithField("host", self)
-	store := a.keyStore(cli)
-	lctx, cancel := a.opCtx(ctx)
+func (o *RetireKeys) Run(ctx context.Context, e *cmdkit.Env) int {
+	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		return (&retirer{Env: e, o: o, cli: cli}).retireKeys(ctx)
+	})
+}
+
+// retirer is retire-keys on one etcd client.
+type retirer struct {
+	*cmdkit.Env
+	o   *RetireKeys
+	cli *clientv3.Client
+}
+
+func (k *retirer) retireKeys(ctx context.Context) int {
+	a := k.Env
+	o := k.o
+	cli := k.cli
+	self := a.TrustHost(ctx)
+	log := a.Log.WithField("host", self)
+	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
+	lctx, cancel := a.OpCtx(ctx)
 	hosts, err := store.Hosts(lctx)
 	var recs map[string]trust.Record
 	if err == nil {
-		recs, _, err = trust.List(lctx, cli, o.trustPrefix)
+		recs, _, err = trust.List(lctx, cli, o.TrustPrefix)
 	}
 	var stale staleTokenEvidence
 	if err == nil {
@@ -43,94 +58,95 @@ func (k *keyRotation) retireKeys(ctx context.Context, cli *clientv3.Client) int 
 	}
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
-		return exitError
+		log.WithError(a.EtcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
+		return cmdkit.ExitError
 	}
-	if o.dryRun {
-		fmt.Fprintln(a.stdout, "dry run: nothing retired, written or removed")
+	if o.DryRun {
+		fmt.Fprintln(a.Stdout, "dry run: nothing retired, written or removed")
 	}
-	code, retired := exitOK, 0
+	code, retired := cmdkit.ExitOK, 0
 	for _, h := range hosts {
-		c, n := k.retireHost(ctx, cli, store, h, recs, stale)
+		c, n := k.retireHost(ctx, store, h, recs, stale)
 		retired += n
-		if c != exitOK && (code == exitOK || code == exitPreflight) {
+		if c != cmdkit.ExitOK && (code == cmdkit.ExitOK || code == cmdkit.ExitPreflight) {
 			code = c
 		}
 	}
-	if retired == 0 && code == exitOK && !o.dryRun {
+	if retired == 0 && code == cmdkit.ExitOK && !o.DryRun {
 		log.Info("no superseded key is due on any host: nothing to retire")
 	}
-	if !o.dryRun {
-		k.trimOwnFiles(ctx, store, self, log)
+	if !o.DryRun {
+		k.trimOwn(ctx, store, self, log)
 	}
 	return code
 }
 
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
-func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
-	a := k.a
-	o := a.o
-	log := a.log.WithField("host", host)
-	if !o.dryRun {
-		claim, err := rotation.Acquire(ctx, cli, o.rotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.host, os.Getpid()), o.ttl, 0)
+func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
+	a := k.Env
+	o := k.o
+	cli := k.cli
+	log := a.Log.WithField("host", host)
+	if !o.DryRun {
+		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Infof("%s is being rotated or retired by another run: skipped, its run retires its keys", host)
-			return exitOK, 0
+			return cmdkit.ExitOK, 0
 		}
 		if err != nil {
-			log.WithError(a.etcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
-			return exitError, 0
+			log.WithError(a.EtcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
+			return cmdkit.ExitError, 0
 		}
 		defer func() { _ = claim.Release() }()
 	}
-	rs := &rotation.EtcdStore{KV: cli, Prefix: o.rotationPrefix, Host: host}
-	lctx, cancel := a.opCtx(ctx)
+	rs := &rotation.EtcdStore{KV: cli, Prefix: o.RotationPrefix, Host: host}
+	lctx, cancel := a.OpCtx(ctx)
 	st, err := rs.Load(lctx)
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s skipped", host)
-		return exitError, 0
+		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		return cmdkit.ExitError, 0
 	}
 	// Upgrade in place: a rotation installed by an older helper recorded
 	// its previous key's retire time in its state only.
 	legacy := st != nil && st.Phase == rotation.PhaseInstalled && st.Previous != ""
-	if legacy && !o.dryRun {
-		if err := k.updateKeys(ctx, cli, host, func(cur keystate.State) (keystate.State, error) {
-			return cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now())
+	if legacy && !o.DryRun {
+		if err := cmdkit.UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
+			return cur.Supersede(st.Previous, st.RetireAfter, byRotateKey, "", time.Now())
 		}); err != nil {
 			log.WithError(err).Errorf("retire-keys: cannot record %s's previous key %s as superseded: skipped", host, st.Previous)
-			return exitError, 0
+			return cmdkit.ExitError, 0
 		}
 	}
-	lctx, cancel = a.opCtx(ctx)
+	lctx, cancel = a.OpCtx(ctx)
 	cur, err := store.Load(lctx, host)
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s skipped", host)
-		return exitError, 0
+		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		return cmdkit.ExitError, 0
 	}
-	if legacy && o.dryRun {
-		if cur, err = cur.Supersede(st.Previous, st.RetireAfter, cmdRotateKey, "", time.Now()); err != nil {
+	if legacy && o.DryRun {
+		if cur, err = cur.Supersede(st.Previous, st.RetireAfter, byRotateKey, "", time.Now()); err != nil {
 			log.WithError(err).Errorf("retire-keys: %s skipped", host)
-			return exitError, 0
+			return cmdkit.ExitError, 0
 		}
 	}
 	now := time.Now()
 	own := k.ownSigning(host)
-	code := exitOK
+	code := cmdkit.ExitOK
 	var due []string
-	for _, kid := range sortedKeys(cur.Record.Superseded) {
+	for _, kid := range cmdkit.SortedKeys(cur.Record.Superseded) {
 		s := cur.Record.Superseded[kid]
 		klog := log.WithField("superseded", kid)
 		switch {
 		case now.Before(s.RetireAfter):
 			k.plan(klog, "%s: key %s (superseded by %s) stays published until %s", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
 		case slices.Contains(own, kid):
-			klog.Warnf("%s: key %s is due, but %s still signs with it: kept", host, kid, o.signingKey)
+			klog.Warnf("%s: key %s is due, but %s still signs with it: kept", host, kid, o.SigningKey)
 		default:
 			ok, c := k.retireGates(ctx, kid, recs, klog)
-			if c != exitOK {
+			if c != cmdkit.ExitOK {
 				code = c
 			}
 			if !ok || !k.staleTokenGate(kid, s.Since, stale, klog) {
@@ -140,14 +156,14 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 			due = append(due, kid)
 		}
 	}
-	if o.dryRun {
+	if o.DryRun {
 		return code, 0
 	}
 	if len(due) == 0 {
 		return k.markRotationRetired(ctx, rs, st, cur.Record, log, code), 0
 	}
 	var res keystate.Result
-	uctx, cancel := a.opCtx(ctx)
+	uctx, cancel := a.OpCtx(ctx)
 	res, err = store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
 		// Only what is still superseded: a key made current again
 		// meanwhile (a rollback) is not retired.
@@ -161,8 +177,8 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 	})
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
-		return exitError, 0
+		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
+		return cmdkit.ExitError, 0
 	}
 	n := 0
 	for _, kid := range due {
@@ -181,26 +197,26 @@ func (k *keyRotation) retireHost(ctx context.Context, cli *clientv3.Client, stor
 // markRotationRetired records a host's installed rotation as retired once
 // its previous key is: rotate-key --rollback then refuses, and a new
 // rotate-key starts afresh.
-func (k *keyRotation) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
-	a := k.a
+func (k *retirer) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
+	a := k.Env
 	if st == nil || st.Phase != rotation.PhaseInstalled || rec.Retired[st.Previous].IsZero() {
 		return code
 	}
 	st.Phase, st.Updated = rotation.PhaseRetired, time.Now().UTC()
-	sctx, cancel := a.opCtx(ctx)
+	sctx, cancel := a.OpCtx(ctx)
 	err := rs.Save(sctx, *st)
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
-		return exitError
+		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
+		return cmdkit.ExitError
 	}
 	return code
 }
 
 // plan logs a line, and prints it under --dry-run.
-func (k *keyRotation) plan(log logrus.FieldLogger, format string, args ...any) {
-	if k.a.o.dryRun {
-		fmt.Fprintf(k.a.stdout, format+"\n", args...)
+func (k *retirer) plan(log logrus.FieldLogger, format string, args ...any) {
+	if k.o.DryRun {
+		fmt.Fprintf(k.Stdout, format+"\n", args...)
 		return
 	}
 	log.Infof(format, args...)
@@ -209,28 +225,28 @@ func (k *keyRotation) plan(log logrus.FieldLogger, format string, args ...any) {
 // ownSigning is the key ID in --signing-key when host is this host: a key
 // this apiserver signs with is never retired, whatever its trust record
 // says yet.
-func (k *keyRotation) ownSigning(host string) []string {
-	a := k.a
-	if host != a.trustHost(context.Background()) || a.o.signingKey == "" {
+func (k *retirer) ownSigning(host string) []string {
+	if host != k.TrustHost(context.Background()) || k.o.SigningKey == "" {
 		return nil
 	}
-	ids, err := trust.FileKeyIDs(a.o.signingKey)
+	ids, err := trust.FileKeyIDs(k.o.SigningKey)
 	if err != nil {
 		return nil
 	}
 	return ids
 }
 
-// trimOwnFiles removes the keys retired (by this run or any other) from
+// TrimOwnFiles removes the keys retired (by this run or any other) from
 // this host's --public-key and --signing-key's backup.
-func (k *keyRotation) trimOwnFiles(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
-	a := k.a
-	lctx, cancel := a.opCtx(ctx)
+func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
+	a := k.Env
+	lctx, cancel := a.OpCtx(ctx)
 	cur, err := store.Load(lctx, self)
 	cancel()
 	if err != nil {
-		log.WithError(a.etcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		log.WithError(a.EtcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
 		return
 	}
-	(&publisher{a: a}).trimOwnFiles(cur.Record, log)
+	// retire-keys has no --certificate: the public key file is trimmed.
+	cmdkit.TrimOwnFiles(cur.Record, k.o.SigningKey, k.o.PublicKey, "", log)
 }

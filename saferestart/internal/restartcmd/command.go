@@ -1,0 +1,58 @@
+package restartcmd
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
+)
+
+// Command is the restart command's options: the restart flags, --output,
+// and the shared ones.
+type Command struct {
+	Shared *cmdkit.Shared
+	cmdkit.Restarting
+	cmdkit.OutputFlag
+}
+
+func (o *Command) Flags(fs *pflag.FlagSet) {
+	o.Restarting.Flags(fs)
+	o.OutputFlag.Flags(fs)
+}
+
+// Args takes the command after --.
+func (o *Command) Args(cmd *cobra.Command, args []string) error {
+	return RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
+}
+
+func (o *Command) Validate() []error {
+	return append(o.Restarting.Validate(o.Shared, nil), o.OutputFlag.Validate()...)
+}
+
+// RestartArgs: restart and rotate-key take their command after --, and
+// nothing before it.
+func RestartArgs(o *cmdkit.Restarting, cmd *cobra.Command, args []string, origin map[string]string) error {
+	dash := cmd.ArgsLenAtDash()
+	before := args
+	if dash >= 0 {
+		before = args[:dash]
+	}
+	if len(before) > 0 {
+		return cmdkit.Usagef("unexpected argument %q: put the restart command after --", before[0])
+	}
+	if err := applyRestartMode(o, origin); err != nil {
+		return err
+	}
+	o.Argv = modeCommand(o)
+	if dash >= 0 {
+		if len(args) == dash {
+			return cmdkit.Usagef("no command after --")
+		}
+		o.Argv = args[dash:]
+	}
+	return nil
+}
+
+// DefaultCommand restarts kube-apiserver when no command follows -- (systemd
+// mode).
+var DefaultCommand = []string{"systemctl", "restart", "kube-apiserver.service"}
