@@ -4,10 +4,12 @@ package testbin
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/keysync/confd/internal/etcdtest"
 )
@@ -40,5 +42,42 @@ func Build(flags []string, binaries map[string]string) (map[string]string, func(
 		}
 		paths[name] = out
 	}
+	if err := statSources(slices.Collect(maps.Values(binaries))); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
 	return paths, cleanup, nil
+}
+
+// statSources stats every source file of the module that the packages are
+// built from. `go test` caches a result by the files the test process
+// opened or statted: without this, a test package that runs a binary built
+// here would be served from the cache after the binary's code changed,
+// since the build ran in another process.
+func statSources(pkgs []string) error {
+	files, err := Sources(pkgs)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("source of a test binary: %w", err)
+		}
+	}
+	return nil
+}
+
+// Sources are the module's files the packages are built from (go.mod,
+// go.sum and the Go files of every package of this module they import).
+func Sources(pkgs []string) ([]string, error) {
+	root := etcdtest.RepoRoot()
+	args := append([]string{"list", "-deps", "-f", `{{if and .Module .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}`}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s: %w", strings.Join(pkgs, " "), err)
+	}
+	files := []string{filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum")}
+	return append(files, strings.Fields(string(out))...), nil
 }
