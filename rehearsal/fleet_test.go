@@ -129,8 +129,9 @@ func newHost(t *testing.T, f *fleet, root, name, kas string) *host {
 	t.Helper()
 	port := etcdtest.FreePort(t)
 	h := &host{
-		Host: Host{Root: root, EtcdURL: f.etcd.Endpoint, APIServerURL: fmt.Sprintf("https://127.0.0.1:%d", port)},
-		t:    t, f: f, name: name, port: port, sa: newSAKey(t),
+		Host: Host{Root: root, EtcdURL: f.etcd.Endpoint, APIServerURL: fmt.Sprintf("https://127.0.0.1:%d", port),
+			ConfdMetricsAddr: fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))},
+		t: t, f: f, name: name, port: port, sa: newSAKey(t),
 	}
 	h.install(kas)
 	h.systemd = startSystemd(t, h)

@@ -20,16 +20,20 @@ type Host struct {
 	EtcdURL string
 	// APIServerURL replaces the examples' apiserver URL, https://127.0.0.1:6443.
 	APIServerURL string
+	// ConfdMetricsAddr replaces confd's -metrics-addr in confd.service,
+	// 127.0.0.1:9095: a port of its own, taken once like the apiserver's.
+	// Not 127.0.0.1:0: a confd restarted while an apiserver of the
+	// machine is down could take that apiserver's port, and the apiserver
+	// would then not start (the kernel hands out the same range).
+	ConfdMetricsAddr string
 }
 
 // The examples' loopback addresses, each of which belongs to one host.
 const (
 	exampleEtcdURL      = "https://127.0.0.1:2379"
 	exampleAPIServerURL = "https://127.0.0.1:6443"
-	// confd's -metrics-addr in confd.service: every host's confd listens
-	// on a free port of the shared loopback instead.
+	// confd's -metrics-addr in confd.service.
 	exampleConfdMetricsAddr = "127.0.0.1:9095"
-	hostConfdMetricsAddr    = "127.0.0.1:0"
 )
 
 // hostPaths matches an absolute path that belongs to one host (its
@@ -45,13 +49,13 @@ func hostPaths() *regexp.Regexp {
 // Restore gives the original text back.
 func (h Host) Rewrite(text string) string {
 	text = hostPaths().ReplaceAllString(text, "${1}"+escapeDollar(h.Root)+"${2}")
-	r := strings.NewReplacer(exampleEtcdURL, h.EtcdURL, exampleAPIServerURL, h.APIServerURL, exampleConfdMetricsAddr, hostConfdMetricsAddr)
+	r := strings.NewReplacer(exampleEtcdURL, h.EtcdURL, exampleAPIServerURL, h.APIServerURL, exampleConfdMetricsAddr, h.ConfdMetricsAddr)
 	return r.Replace(text)
 }
 
 // Restore undoes Rewrite.
 func (h Host) Restore(text string) string {
-	r := strings.NewReplacer(h.EtcdURL, exampleEtcdURL, h.APIServerURL, exampleAPIServerURL, hostConfdMetricsAddr, exampleConfdMetricsAddr)
+	r := strings.NewReplacer(h.EtcdURL, exampleEtcdURL, h.APIServerURL, exampleAPIServerURL, h.ConfdMetricsAddr, exampleConfdMetricsAddr)
 	text = r.Replace(text)
 	return strings.ReplaceAll(text, h.Root+"/", "/")
 }

@@ -35,7 +35,7 @@ func exampleFiles(t *testing.T) map[string]string {
 }
 
 func TestRewriteMovesOnlyHostPathsAndAddresses(t *testing.T) {
-	h := Host{Root: "/tmp/fleet/m1", EtcdURL: "https://127.0.0.1:40001", APIServerURL: "https://127.0.0.1:40002"}
+	h := Host{Root: "/tmp/fleet/m1", EtcdURL: "https://127.0.0.1:40001", APIServerURL: "https://127.0.0.1:40002", ConfdMetricsAddr: "127.0.0.1:40003"}
 	in := `ExecStart=/usr/local/bin/confd -confdir /etc/confd -watch
 EnvironmentFile=-/etc/kubernetes/safe-restart.env
 ExecStart=/bin/sh -c 'exec /usr/bin/etcdctl put "/kubernetes/service-account-keys/$(hostname -f)" < /etc/kubernetes/pki/sa.pub'
@@ -66,7 +66,7 @@ dest = "/tmp/fleet/m1/etc/kubernetes/pki/sa-bundle.pem" # not /etcetera, not /us
 // rewrite gives the example back byte for byte: the rehearsal runs the
 // examples with nothing but their host paths and addresses changed.
 func TestRewriteEveryExample(t *testing.T) {
-	h := Host{Root: "/tmp/fleet/m2", EtcdURL: "https://127.0.0.1:40011", APIServerURL: "https://127.0.0.1:40012"}
+	h := Host{Root: "/tmp/fleet/m2", EtcdURL: "https://127.0.0.1:40011", APIServerURL: "https://127.0.0.1:40012", ConfdMetricsAddr: "127.0.0.1:40013"}
 	abs := regexp.MustCompile(`(?:^|[\s"'=(<-])(/[A-Za-z0-9_.][A-Za-z0-9_./-]*)`)
 	// System tools every host shares, and the apiserver's /metrics URL path
 	// (RBAC nonResourceURLs, comments): not a file.
