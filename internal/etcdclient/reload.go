@@ -183,10 +183,6 @@ type reloadingCreds struct {
 	base  credentials.TransportCredentials
 }
 
-func newReloadingCreds(files *tlsFiles, initial *tls.Config) *reloadingCreds {
-	return &reloadingCreds{files: files, base: credentials.NewTLS(initial)}
-}
-
 func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	tc, err := c.files.config()
 	if err != nil {
