@@ -140,22 +140,15 @@ func (p *prober) redact(s string) string {
 // outcome is one answer, or the failure to get one, already scrubbed of
 // the token.
 type outcome struct {
-	status  int
-	text    string // "503 Service Unavailable: excerpt" or the transport error
-	err     bool
-	cause   error // the transport error, when there was no answer
-	body    []byte
-	excerpt string
+	status int
+	text   string // "503 Service Unavailable: excerpt" or the transport error
+	err    bool
+	cause  error // the transport error, when there was no answer
+	body   []byte
 }
 
 func (o outcome) ok() bool       { return !o.err && o.status == http.StatusOK }
 func (o outcome) String() string { return o.text }
-func (o *outcome) describe(status string) {
-	o.text = status
-	if o.excerpt != "" {
-		o.text += ": " + o.excerpt
-	}
-}
 
 // get fetches target. Failing to reach the server is an outcome (the
 // apiserver may be restarting); only a problem of our own making — the
@@ -181,8 +174,10 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	o := outcome{status: resp.StatusCode, body: body, excerpt: p.redact(excerpt(body))}
-	o.describe(p.redact(resp.Status))
+	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status)}
+	if ex := p.redact(excerpt(body)); ex != "" {
+		o.text += ": " + ex
+	}
 	if err != nil {
 		o.err = true
 		o.text += " (reading body: " + p.redact(err.Error()) + ")"

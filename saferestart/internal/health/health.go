@@ -52,6 +52,12 @@ func Probe(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return p.refused(out)
+}
+
+// refused is an answer no restart fixes: a certificate the gate does not
+// trust (ErrTLS), 401 or 403 (ErrUnauthorized); nil for any other.
+func (p *prober) refused(out outcome) error {
 	switch {
 	case certError(out.cause):
 		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
@@ -188,6 +194,9 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			// Cut short by our own deadline: keep the last real answer.
 			continue
 		}
+		if err := p.refused(out); err != nil {
+			return err
+		}
 		probes++
 		now := time.Now()
 		entry := log.WithFields(logrus.Fields{"probe": probes, "status": out.String()})
@@ -204,10 +213,6 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
 				return nil
 			}
-		case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
-			return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
-		case certError(out.cause):
-			return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
 		default:
 			switch {
 			case okCount > 0:
