@@ -554,15 +554,13 @@ func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan
 			send(TriggerWatch)
 			return false
 		}
+		var r *etcdrestore.Restored
 		if wr.CompactRevision != 0 {
-			if r := w.restore.Compaction(wr.CompactRevision); r != nil {
-				w.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected by the watch: " + r.Error())
-				w.Metrics.restore(r.Evidence)
-			}
-			send(TriggerRestore)
-			return false
+			r = w.restore.Compaction(wr.CompactRevision)
+		} else {
+			r = w.restore.Check(etcdrestore.HeaderOf(wr.Header), false)
 		}
-		if r := w.restore.Check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
+		if r != nil {
 			w.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected by the watch: " + r.Error())
 			w.Metrics.restore(r.Evidence)
 			send(TriggerRestore)
