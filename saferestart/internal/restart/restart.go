@@ -380,18 +380,16 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
 		return LeaseLost
-	case out.ran && out.groupAlive:
-		if r.writeHold(ctx, force, out, log) {
-			r.clearIntent(ctx, log)
-		}
-		sess.Abandon()
-		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
-		return out.code
 	case out.ran:
 		if r.writeHold(ctx, force, out, log) {
 			r.clearIntent(ctx, log)
 		}
-		r.release(ctx, sess, log)
+		if !out.groupAlive {
+			r.release(ctx, sess, log)
+			return out.code
+		}
+		sess.Abandon()
+		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
 		return out.code
 	default:
 		r.clearIntent(ctx, log)
