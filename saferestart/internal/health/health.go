@@ -144,7 +144,7 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 		defer cancel()
 	}
 	log = log.WithField("url", p.target.Redacted())
-	if p.tokenFile != "" && p.target.Scheme == "http" {
+	if p.TokenFile != "" && p.target.Scheme == "http" {
 		log.Warn("sending a bearer token over plain HTTP")
 	}
 	if err := p.waitReady(ctx, log); err != nil {
@@ -157,7 +157,7 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 }
 
 func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
-	log.WithFields(logrus.Fields{"settle": p.settle, "interval": p.interval, "timeout": p.timeout}).
+	log.WithFields(logrus.Fields{"settle": p.Settle, "interval": p.Interval, "timeout": p.Timeout}).
 		Info("waiting for kube-apiserver to become ready")
 	var (
 		okSince time.Time
@@ -176,11 +176,11 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			}
 			if okCount > 0 {
 				desc += fmt.Sprintf(", but only for %s of the %s settle time",
-					time.Since(okSince).Round(time.Millisecond), p.settle)
+					time.Since(okSince).Round(time.Millisecond), p.Settle)
 			}
 			within := ""
-			if p.timeout > 0 {
-				within = " within " + p.timeout.String()
+			if p.Timeout > 0 {
+				within = " within " + p.Timeout.String()
 			}
 			return fmt.Errorf("%w%s: %s after %d probes (last: %s): %w",
 				ErrNotReady, within, p.target.Redacted(), probes, desc, ctx.Err())
@@ -209,7 +209,7 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 				logged = true
 			}
 			okCount++
-			if okCount >= 2 && now.Sub(okSince) >= p.settle {
+			if okCount >= 2 && now.Sub(okSince) >= p.Settle {
 				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
 				return nil
 			}
@@ -229,6 +229,6 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			entry.Debug("readiness probe")
 		}
 		last = &out
-		timer.Reset(p.interval)
+		timer.Reset(p.Interval)
 	}
 }
