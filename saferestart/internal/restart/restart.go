@@ -428,7 +428,12 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PreflightTimeout)
 	defer cancel()
 	if err := r.cfg.Preflight(pctx); err != nil {
-		for _, e := range splitErrors(err) {
+		// Each problem errors.Join joined gets its own line.
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
 			r.log.Errorf("preflight: %v", e)
 		}
 		r.log.Errorf("preflight failed %s: not restarting", when)
@@ -610,14 +615,14 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 	cmdErr := p.Wait()
 	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
+	if cmdErr != nil {
+		failure = cmdErr.Error()
+	}
 	switch {
-	case notStarted:
-		failure = cmdErr.Error()
-	case cmdErr != nil:
-		failure = cmdErr.Error()
-		log.Error(failure)
-	default:
+	case cmdErr == nil:
 		log.Info("restart command succeeded")
+	case !notStarted:
+		log.Error(failure)
 	}
 	if !lost && sess.Lost() {
 		lost = true
@@ -685,14 +690,6 @@ func joinReason(a, b string) string {
 		return a
 	}
 	return a + "; " + b
-}
-
-// splitErrors undoes errors.Join, one level, so each problem gets its own line.
-func splitErrors(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // Durations is what WorstCase adds up: every bounded wait of a run. A zero
