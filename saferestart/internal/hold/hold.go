@@ -53,14 +53,11 @@ func (r *Record) String() string {
 	}
 	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), orUnknown(r.Reason))
 	if len(r.Also) > 0 {
-		fmt.Fprintf(&b, " (and %d later: ", len(r.Also))
+		also := make([]string, len(r.Also))
 		for i := range r.Also {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(r.Also[i].String())
+			also[i] = r.Also[i].String()
 		}
-		b.WriteString(")")
+		fmt.Fprintf(&b, " (and %d later: %s)", len(r.Also), strings.Join(also, "; "))
 	}
 	return b.String()
 }
