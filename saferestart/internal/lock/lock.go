@@ -132,8 +132,9 @@ func (s *Session) putInfo(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	if _, err := s.cli.Put(pctx, s.InfoKey(), string(data), clientv3.WithLease(s.sess.Lease())); err != nil {
-		return fmt.Errorf("publish holder info %s: %w", s.InfoKey(), err)
+	key := InfoPrefix(s.cfg.Name) + s.LeaseHex()
+	if _, err := s.cli.Put(pctx, key, string(data), clientv3.WithLease(s.sess.Lease())); err != nil {
+		return fmt.Errorf("publish holder info %s: %w", key, err)
 	}
 	return nil
 }
@@ -146,9 +147,6 @@ func (s *Session) LeaseHex() string { return strconv.FormatInt(int64(s.sess.Leas
 
 // Key is the mutex key, NAME/<lease hex>; what etcdctl passes as ETCD_LOCK_KEY.
 func (s *Session) Key() string { return Prefix(s.cfg.Name) + s.LeaseHex() }
-
-// InfoKey is where this participant's Info lives.
-func (s *Session) InfoKey() string { return InfoPrefix(s.cfg.Name) + s.LeaseHex() }
 
 // Rev is the revision at which the lock was acquired (etcdctl's ETCD_LOCK_REV).
 func (s *Session) Rev() int64 { return s.rev }
