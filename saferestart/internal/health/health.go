@@ -93,12 +93,8 @@ func Validate(cfg Config) error {
 	if cfg.URL == "" {
 		return nil
 	}
-	p, err := newProber(cfg)
-	if err != nil {
-		return err
-	}
-	p.client.CloseIdleConnections()
-	return nil
+	_, err := newProber(cfg) // no request made: no connection to close
+	return err
 }
 
 // certError reports a server certificate the client does not accept: the
