@@ -63,22 +63,13 @@ func (f *tlsFiles) currentStamp() string {
 	return s
 }
 
+// leafOf is tc's client certificate, parsed: tls.LoadX509KeyPair (in
+// tlsconf.Client) fills Leaf in since Go 1.23.
 func leafOf(tc *tls.Config) *x509.Certificate {
 	if tc == nil || len(tc.Certificates) == 0 {
 		return nil
 	}
-	c := tc.Certificates[0]
-	if c.Leaf != nil {
-		return c.Leaf
-	}
-	if len(c.Certificate) == 0 {
-		return nil
-	}
-	leaf, err := x509.ParseCertificate(c.Certificate[0])
-	if err != nil {
-		return nil
-	}
-	return leaf
+	return tc.Certificates[0].Leaf
 }
 
 // config is the configuration for the next handshake.
