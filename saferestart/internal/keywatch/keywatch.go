@@ -261,13 +261,11 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 // tombstones this master knows written back first.
 func (w *Watcher) publishOwn(ctx context.Context, log logrus.FieldLogger, name string, items []keystate.Item) (keystate.Result, error) {
 	log = log.WithFields(logrus.Fields{"host": w.Host, "key": w.Store.ValueKey(w.Host)})
-	var why []string
-	var added, dropped []string
+	var why, added, dropped []string
 	res, err := w.Store.Update(ctx, w.Host, func(cur keystate.State) (keystate.State, error) {
 		kept, a := cur.KeepRetired(w.tombs[w.Host])
 		next, d, err := kept.Publish(items, w.By, time.Now(), w.Grace)
-		added, dropped = a, d
-		why = w.reasons(cur, next, items, a)
+		added, dropped, why = a, d, w.reasons(cur, next, items, a)
 		return next, err
 	})
 	if errors.Is(err, keystate.ErrRetired) {
@@ -369,12 +367,12 @@ func (w *Watcher) keepRetired(ctx context.Context, log logrus.FieldLogger, host 
 	}
 	var added, removed []string
 	res, err := w.Store.Update(ctx, host, func(cur keystate.State) (keystate.State, error) {
+		added, removed = nil, nil
 		if !cur.Stored() {
-			added, removed = nil, nil
 			return cur, nil
 		}
 		next, a := cur.KeepRetired(missing)
-		added, removed = a, nil
+		added = a
 		for _, it := range cur.Items {
 			if _, gone := next.Record.Retired[it.KID]; gone {
 				removed = append(removed, it.KID)
