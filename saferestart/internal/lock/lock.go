@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -75,10 +74,8 @@ type Session struct {
 	// lost closes, once (lose), when the lock must be taken as lost: by
 	// the lease monitor (monitor) or the watch on our own mutex key
 	// (watchKey).
-	lost     chan struct{}
-	loseOnce sync.Once
-	// deleted is set when someone deleted our mutex key while we held it.
-	deleted   atomic.Bool
+	lost      chan struct{}
+	loseOnce  sync.Once
 	margin    time.Duration
 	stopWatch context.CancelFunc
 }
@@ -307,7 +304,6 @@ func (s *Session) watchKey(ctx context.Context) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					s.deleted.Store(true)
 					s.lose()
 					return
 				}
@@ -319,10 +315,6 @@ func (s *Session) watchKey(ctx context.Context) {
 		}
 	}
 }
-
-// KeyDeleted reports whether the lock was lost because our mutex key was
-// deleted while we held it (rather than the lease).
-func (s *Session) KeyDeleted() bool { return s.deleted.Load() }
 
 // Held reports whether Lock succeeded and Release has not run.
 func (s *Session) Held() bool {
