@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -43,7 +42,7 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if tc != nil {
 		// Certificate, key and CA are read again when they change on
 		// disk: a renewed certificate needs no restart.
-		dialOpts = append(dialOpts, grpc.WithTransportCredentials(&reloadingCreds{files: newTLSFiles(cfg, tc), base: credentials.NewTLS(tc)}))
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(newTLSFiles(cfg, tc)))
 	}
 	// gRPC's default reconnect backoff grows to two minutes; a renewed
 	// certificate or a restarted etcd should be picked up within seconds.
