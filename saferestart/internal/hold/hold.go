@@ -5,6 +5,7 @@ package hold
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,14 +45,14 @@ func (r *Record) String() string {
 		return fmt.Sprintf("hold with a value that is not a record: %q", r.Raw)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "host %s", orUnknown(r.Host))
+	fmt.Fprintf(&b, "host %s", cmp.Or(r.Host, "(unknown)"))
 	if r.PID != 0 {
 		fmt.Fprintf(&b, " (pid %d)", r.PID)
 	}
 	if r.User != "" {
 		fmt.Fprintf(&b, " user %s", r.User)
 	}
-	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), orUnknown(r.Reason))
+	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), cmp.Or(r.Reason, "(unknown)"))
 	if len(r.Also) > 0 {
 		also := make([]string, len(r.Also))
 		for i := range r.Also {
@@ -60,13 +61,6 @@ func (r *Record) String() string {
 		fmt.Fprintf(&b, " (and %d later: %s)", len(r.Also), strings.Join(also, "; "))
 	}
 	return b.String()
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "(unknown)"
-	}
-	return s
 }
 
 // Decode turns a stored value into a record. A value that is not a JSON

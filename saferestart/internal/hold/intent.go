@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,17 +118,14 @@ func leaseAlive(ctx context.Context, c clientv3.Lease, lease int64) (bool, error
 // AsHold is an orphaned intent as the hold it amounts to: it names the
 // host, when its restart started, and what clears it.
 func (in Intent) AsHold() Record {
-	what := in.What
-	if what == "" {
-		what = "its restart"
-	}
+	what := cmp.Or(in.What, "its restart")
 	if in.Raw != "" {
 		what = fmt.Sprintf("a value that is not a record: %q", in.Raw)
 	}
 	return Record{
 		Host: in.Host, PID: in.PID, Time: in.Started,
 		Reason: fmt.Sprintf("the helper on %s died mid-restart (intent %s: %s; its lock lease %x is gone): its apiserver may still be down. "+
-			"%s's next successful restart clears this; or check that apiserver and `unhold`", orUnknown(in.Host), in.Key, what, in.Lease, orUnknown(in.Host)),
+			"%s's next successful restart clears this; or check that apiserver and `unhold`", cmp.Or(in.Host, "(unknown)"), in.Key, what, in.Lease, cmp.Or(in.Host, "(unknown)")),
 	}
 }
 

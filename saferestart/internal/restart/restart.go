@@ -7,6 +7,7 @@
 package restart
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -477,10 +478,7 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 // is not written lets the next host restart while this apiserver may be
 // down.
 func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) bool {
-	reason := out.failure
-	if reason == "" {
-		reason = fmt.Sprintf("exit code %d", out.code)
-	}
+	reason := cmp.Or(out.failure, fmt.Sprintf("exit code %d", out.code))
 	rec := hold.Record{Host: r.cfg.Host, PID: r.cfg.PID, Reason: reason, Time: time.Now(), Lock: r.cfg.LockName, ExitCode: int(out.code)}
 	deadline := time.Now().Add(r.cfg.HoldRetry)
 	for try := 1; ; try++ {
