@@ -42,7 +42,7 @@ func New(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if tc != nil {
 		// Certificate, key and CA are read again when they change on
 		// disk: a renewed certificate needs no restart.
-		dialOpts = append(dialOpts, grpc.WithTransportCredentials(newReloadingCreds(newTLSFiles(cfg, tc), tc)))
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(newTLSFiles(cfg, tc)))
 	}
 	// gRPC's default reconnect backoff grows to two minutes; a renewed
 	// certificate or a restarted etcd should be picked up within seconds.

@@ -1,6 +1,7 @@
 package etcdclient
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -67,12 +68,7 @@ type SRVResolver interface {
 }
 
 // caSetting is CAFlag, or a neutral name for callers that set none.
-func (cfg Config) caSetting() string {
-	if cfg.CAFlag != "" {
-		return cfg.CAFlag
-	}
-	return "the CA file setting"
-}
+func (cfg Config) caSetting() string { return cmp.Or(cfg.CAFlag, "the CA file setting") }
 
 func (cfg Config) wantsTLS() bool {
 	return cfg.ClientCAKeys != "" || cfg.ClientCert != "" || cfg.ClientKey != "" || cfg.ClientInsecure
@@ -136,9 +132,7 @@ func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error)
 // srvServices are the services tried, in order, for SRVDomain: confd's
 // "_<backend>._tcp.<domain>", then etcd's own convention.
 func srvServices(backend string) []string {
-	if backend == "" {
-		backend = "etcdv3"
-	}
+	backend = cmp.Or(backend, "etcdv3")
 	if backend == "etcd-client" {
 		return []string{backend}
 	}

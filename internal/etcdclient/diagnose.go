@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -23,25 +24,17 @@ func diagnose(ctx context.Context, cfg Config, eps []string, tc *tls.Config) err
 	errs := make([]error, len(eps))
 	var wg sync.WaitGroup
 	for i, ep := range eps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := probe(ctx, cfg, ep, tc); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", ep, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	var found endpointErrors
-	for _, err := range errs {
-		if err != nil {
-			found = append(found, err)
-		}
+	if found := endpointErrors(slices.DeleteFunc(errs, func(err error) bool { return err == nil })); len(found) > 0 {
+		return found
 	}
-	if len(found) == 0 {
-		return nil
-	}
-	return found
+	return nil
 }
 
 // endpointErrors is errors.Join on one line, which suits log lines better.

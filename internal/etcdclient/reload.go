@@ -23,11 +23,13 @@ import (
 // certificate (or a rotated CA) is used without a restart. The files are
 // parsed again only when one of them changed (size, mtime, inode); a
 // half-finished renewal (a certificate that does not match its key yet)
-// keeps the last good configuration.
+// keeps the last good configuration. It is the connection's gRPC
+// transport credentials: every handshake takes a fresh configuration.
 type tlsFiles struct {
 	ca, cert, key string
 	insecure      bool
 	now           func() time.Time
+	info          credentials.ProtocolInfo
 
 	mu    sync.Mutex
 	stamp string
@@ -36,7 +38,8 @@ type tlsFiles struct {
 }
 
 func newTLSFiles(cfg Config, initial *tls.Config) *tlsFiles {
-	f := &tlsFiles{ca: cfg.ClientCAKeys, cert: cfg.ClientCert, key: cfg.ClientKey, insecure: cfg.ClientInsecure, now: time.Now}
+	f := &tlsFiles{ca: cfg.ClientCAKeys, cert: cfg.ClientCert, key: cfg.ClientKey, insecure: cfg.ClientInsecure, now: time.Now,
+		info: credentials.NewTLS(initial).Info()}
 	f.stamp = f.currentStamp()
 	f.cfg = initial
 	f.leaf = leafOf(initial)
@@ -63,22 +66,13 @@ func (f *tlsFiles) currentStamp() string {
 	return s
 }
 
+// leafOf is tc's client certificate, parsed: tls.LoadX509KeyPair (in
+// tlsconf.Client) fills Leaf in since Go 1.23.
 func leafOf(tc *tls.Config) *x509.Certificate {
 	if tc == nil || len(tc.Certificates) == 0 {
 		return nil
 	}
-	c := tc.Certificates[0]
-	if c.Leaf != nil {
-		return c.Leaf
-	}
-	if len(c.Certificate) == 0 {
-		return nil
-	}
-	leaf, err := x509.ParseCertificate(c.Certificate[0])
-	if err != nil {
-		return nil
-	}
-	return leaf
+	return tc.Certificates[0].Leaf
 }
 
 // config is the configuration for the next handshake.
@@ -176,34 +170,23 @@ func resolve(ctx context.Context, cfg Config) ([]string, *tls.Config, error) {
 	return eps, tc, err
 }
 
-// reloadingCreds are gRPC transport credentials that take a fresh TLS
-// configuration from tlsFiles for every handshake.
-type reloadingCreds struct {
-	files *tlsFiles
-	base  credentials.TransportCredentials
-}
-
-func newReloadingCreds(files *tlsFiles, initial *tls.Config) *reloadingCreds {
-	return &reloadingCreds{files: files, base: credentials.NewTLS(initial)}
-}
-
-func (c *reloadingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	tc, err := c.files.config()
+func (f *tlsFiles) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, err := f.config()
 	if err != nil {
 		return nil, nil, err
 	}
 	return credentials.NewTLS(tc).ClientHandshake(ctx, authority, raw)
 }
 
-func (c *reloadingCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (f *tlsFiles) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return nil, nil, errors.New("etcdclient: client credentials only")
 }
 
-func (c *reloadingCreds) Info() credentials.ProtocolInfo { return c.base.Info() }
+func (f *tlsFiles) Info() credentials.ProtocolInfo { return f.info }
 
-func (c *reloadingCreds) Clone() credentials.TransportCredentials {
-	return &reloadingCreds{files: c.files, base: c.base.Clone()}
-}
+// Clone shares f: its files, and the configuration last read from them,
+// are the same for every copy.
+func (f *tlsFiles) Clone() credentials.TransportCredentials { return f }
 
 //nolint:staticcheck // part of the interface
-func (c *reloadingCreds) OverrideServerName(string) error { return nil }
+func (f *tlsFiles) OverrideServerName(string) error { return nil }

@@ -15,6 +15,7 @@ package cri
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,11 +61,7 @@ type Container struct {
 }
 
 func (c Crictl) base() []string {
-	bin := c.Bin
-	if bin == "" {
-		bin = "crictl"
-	}
-	argv := []string{bin}
+	argv := []string{cmp.Or(c.Bin, "crictl")}
 	if c.Endpoint != "" {
 		argv = append(argv, "--runtime-endpoint", c.Endpoint)
 	}

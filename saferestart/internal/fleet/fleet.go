@@ -11,7 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -293,16 +294,9 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 			seen++
 		}
 	}
-	for h := range self {
-		s.Self = append(s.Self, h)
-	}
-	for h := range waiting {
-		s.Waiting = append(s.Waiting, h)
-	}
-	sort.Strings(s.Waiting)
-	sort.Strings(s.Self)
-	sort.Strings(s.Live)
-	sort.Strings(s.Missing)
+	s.Self, s.Waiting = slices.Sorted(maps.Keys(self)), slices.Sorted(maps.Keys(waiting))
+	slices.Sort(s.Live)
+	slices.Sort(s.Missing)
 	s.Want = seen
 	if cfg.MinLive >= 0 {
 		s.Want = cfg.MinLive

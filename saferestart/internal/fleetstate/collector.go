@@ -1,6 +1,7 @@
 package fleetstate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -156,7 +157,7 @@ func (c *Collector) fleet(gauge gaugeFunc, now time.Time) {
 	}
 	if h := s.Hold; h != nil {
 		gauge(descHoldActive, 1)
-		gauge(descHoldInfo, 1, orUnknown(h.Host))
+		gauge(descHoldInfo, 1, cmp.Or(h.Host, "unknown"))
 	} else {
 		gauge(descHoldActive, 0)
 	}
@@ -181,7 +182,7 @@ func (c *Collector) fleet(gauge gaugeFunc, now time.Time) {
 	}
 	gauge(descLockHeld, 1)
 	gauge(descLockAge, max(0, now.Sub(since).Seconds()))
-	gauge(descLockInfo, 1, orUnknown(host))
+	gauge(descLockInfo, 1, cmp.Or(host, "unknown"))
 }
 
 // hosts sends the per-host gauges, every one for every host.
@@ -226,11 +227,4 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 	for host, r := range s.StaleTokens {
 		gauge(descStaleTokens, r.Counter, host)
 	}
-}
-
-func orUnknown(host string) string {
-	if host == "" {
-		return "unknown"
-	}
-	return host
 }

@@ -8,6 +8,7 @@ package fleetstate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -92,25 +93,20 @@ func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
 // Hosts is every host with a published value, a key record, a trust
 // record or a rotation record, sorted.
 func (s *Snapshot) Hosts() []string {
-	var hosts []string
-	add := func(h string) {
-		if h != "" && !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
-		}
-	}
+	hosts := map[string]bool{}
 	for h := range s.Keys {
-		add(h)
+		hosts[h] = true
 	}
 	if s.Trust != nil {
 		for _, h := range s.Trust.Hosts {
-			add(h.Host)
+			hosts[h.Host] = true
 		}
 	}
 	for _, r := range s.Rotations {
-		add(r.Host)
+		hosts[r.Host] = true
 	}
-	slices.Sort(hosts)
-	return hosts
+	delete(hosts, "")
+	return slices.Sorted(maps.Keys(hosts))
 }
 
 // Published is the number of key IDs in host's published value, as `trust`

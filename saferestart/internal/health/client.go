@@ -27,15 +27,14 @@ const (
 )
 
 type prober struct {
-	target    *url.URL
-	client    *http.Client
-	tokenFile string
+	Config // Interval defaulted
+	target *url.URL
+	client *http.Client
 	// token is the last token read, kept only to scrub it from anything we
 	// print, in case a server or proxy echoes it back.
-	token                     string
-	interval, settle, timeout time.Duration
-	requestTimeout            time.Duration
-	wantKIDs                  map[string]bool
+	token          string
+	requestTimeout time.Duration
+	wantKIDs       map[string]bool
 }
 
 // newProber validates cfg and builds the client, so that a bad CA or an
@@ -76,18 +75,12 @@ func newProber(cfg Config) (*prober, error) {
 		}
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
-	p := &prober{
-		target:    u,
-		tokenFile: cfg.TokenFile,
-		interval:  cfg.Interval,
-		settle:    cfg.Settle,
-		timeout:   cfg.Timeout,
+	p := &prober{Config: cfg, target: u}
+	if p.Interval <= 0 {
+		p.Interval = defaultInterval
 	}
-	if p.interval <= 0 {
-		p.interval = defaultInterval
-	}
-	p.requestTimeout = max(p.interval, minRequestTimeout)
-	if p.tokenFile != "" {
+	p.requestTimeout = max(p.Interval, minRequestTimeout)
+	if p.TokenFile != "" {
 		if _, err := p.readToken(); err != nil {
 			return nil, err
 		}
@@ -118,13 +111,13 @@ func newProber(cfg Config) (*prober, error) {
 }
 
 func (p *prober) readToken() (string, error) {
-	data, err := os.ReadFile(p.tokenFile)
+	data, err := os.ReadFile(p.TokenFile)
 	if err != nil {
 		return "", fmt.Errorf("%w: token file: %w", ErrConfig, err)
 	}
 	tok := strings.TrimSpace(string(data))
 	if tok == "" {
-		return "", fmt.Errorf("%w: token file %s is empty", ErrConfig, p.tokenFile)
+		return "", fmt.Errorf("%w: token file %s is empty", ErrConfig, p.TokenFile)
 	}
 	p.token = tok
 	return tok, nil
@@ -140,22 +133,15 @@ func (p *prober) redact(s string) string {
 // outcome is one answer, or the failure to get one, already scrubbed of
 // the token.
 type outcome struct {
-	status  int
-	text    string // "503 Service Unavailable: excerpt" or the transport error
-	err     bool
-	cause   error // the transport error, when there was no answer
-	body    []byte
-	excerpt string
+	status int
+	text   string // "503 Service Unavailable: excerpt" or the transport error
+	err    bool
+	cause  error // the transport error, when there was no answer
+	body   []byte
 }
 
 func (o outcome) ok() bool       { return !o.err && o.status == http.StatusOK }
 func (o outcome) String() string { return o.text }
-func (o *outcome) describe(status string) {
-	o.text = status
-	if o.excerpt != "" {
-		o.text += ": " + o.excerpt
-	}
-}
 
 // get fetches target. Failing to reach the server is an outcome (the
 // apiserver may be restarting); only a problem of our own making — the
@@ -168,7 +154,7 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 		return outcome{}, fmt.Errorf("%w: request: %s", ErrConfig, p.redact(err.Error()))
 	}
 	req.Header.Set("Accept", "application/json, */*")
-	if p.tokenFile != "" {
+	if p.TokenFile != "" {
 		tok, err := p.readToken()
 		if err != nil {
 			return outcome{}, err
@@ -181,8 +167,10 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	o := outcome{status: resp.StatusCode, body: body, excerpt: p.redact(excerpt(body))}
-	o.describe(p.redact(resp.Status))
+	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status)}
+	if ex := p.redact(excerpt(body)); ex != "" {
+		o.text += ": " + ex
+	}
 	if err != nil {
 		o.err = true
 		o.text += " (reading body: " + p.redact(err.Error()) + ")"

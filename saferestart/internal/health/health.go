@@ -52,6 +52,12 @@ func Probe(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return p.refused(out)
+}
+
+// refused is an answer no restart fixes: a certificate the gate does not
+// trust (ErrTLS), 401 or 403 (ErrUnauthorized); nil for any other.
+func (p *prober) refused(out outcome) error {
 	switch {
 	case certError(out.cause):
 		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
@@ -87,12 +93,8 @@ func Validate(cfg Config) error {
 	if cfg.URL == "" {
 		return nil
 	}
-	p, err := newProber(cfg)
-	if err != nil {
-		return err
-	}
-	p.client.CloseIdleConnections()
-	return nil
+	_, err := newProber(cfg) // no request made: no connection to close
+	return err
 }
 
 // certError reports a server certificate the client does not accept: the
@@ -138,7 +140,7 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 		defer cancel()
 	}
 	log = log.WithField("url", p.target.Redacted())
-	if p.tokenFile != "" && p.target.Scheme == "http" {
+	if p.TokenFile != "" && p.target.Scheme == "http" {
 		log.Warn("sending a bearer token over plain HTTP")
 	}
 	if err := p.waitReady(ctx, log); err != nil {
@@ -151,7 +153,7 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 }
 
 func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
-	log.WithFields(logrus.Fields{"settle": p.settle, "interval": p.interval, "timeout": p.timeout}).
+	log.WithFields(logrus.Fields{"settle": p.Settle, "interval": p.Interval, "timeout": p.Timeout}).
 		Info("waiting for kube-apiserver to become ready")
 	var (
 		okSince time.Time
@@ -170,11 +172,11 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			}
 			if okCount > 0 {
 				desc += fmt.Sprintf(", but only for %s of the %s settle time",
-					time.Since(okSince).Round(time.Millisecond), p.settle)
+					time.Since(okSince).Round(time.Millisecond), p.Settle)
 			}
 			within := ""
-			if p.timeout > 0 {
-				within = " within " + p.timeout.String()
+			if p.Timeout > 0 {
+				within = " within " + p.Timeout.String()
 			}
 			return fmt.Errorf("%w%s: %s after %d probes (last: %s): %w",
 				ErrNotReady, within, p.target.Redacted(), probes, desc, ctx.Err())
@@ -188,6 +190,9 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			// Cut short by our own deadline: keep the last real answer.
 			continue
 		}
+		if err := p.refused(out); err != nil {
+			return err
+		}
 		probes++
 		now := time.Now()
 		entry := log.WithFields(logrus.Fields{"probe": probes, "status": out.String()})
@@ -200,14 +205,10 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 				logged = true
 			}
 			okCount++
-			if okCount >= 2 && now.Sub(okSince) >= p.settle {
+			if okCount >= 2 && now.Sub(okSince) >= p.Settle {
 				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
 				return nil
 			}
-		case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
-			return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
-		case certError(out.cause):
-			return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
 		default:
 			switch {
 			case okCount > 0:
@@ -224,6 +225,6 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			entry.Debug("readiness probe")
 		}
 		last = &out
-		timer.Reset(p.interval)
+		timer.Reset(p.Interval)
 	}
 }

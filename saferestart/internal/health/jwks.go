@@ -42,7 +42,7 @@ func (p *prober) checkJWKS(ctx context.Context, log logrus.FieldLogger) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %s (last: %s): %w", ErrJWKS, u, last, ctx.Err())
-		case <-time.After(p.interval):
+		case <-time.After(p.Interval):
 		}
 	}
 }

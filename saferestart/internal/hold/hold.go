@@ -5,6 +5,7 @@ package hold
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,32 +45,22 @@ func (r *Record) String() string {
 		return fmt.Sprintf("hold with a value that is not a record: %q", r.Raw)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "host %s", orUnknown(r.Host))
+	fmt.Fprintf(&b, "host %s", cmp.Or(r.Host, "(unknown)"))
 	if r.PID != 0 {
 		fmt.Fprintf(&b, " (pid %d)", r.PID)
 	}
 	if r.User != "" {
 		fmt.Fprintf(&b, " user %s", r.User)
 	}
-	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), orUnknown(r.Reason))
+	fmt.Fprintf(&b, " at %s: %s", r.Time.UTC().Format(time.RFC3339), cmp.Or(r.Reason, "(unknown)"))
 	if len(r.Also) > 0 {
-		fmt.Fprintf(&b, " (and %d later: ", len(r.Also))
+		also := make([]string, len(r.Also))
 		for i := range r.Also {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(r.Also[i].String())
+			also[i] = r.Also[i].String()
 		}
-		b.WriteString(")")
+		fmt.Fprintf(&b, " (and %d later: %s)", len(r.Also), strings.Join(also, "; "))
 	}
 	return b.String()
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "(unknown)"
-	}
-	return s
 }
 
 // Decode turns a stored value into a record. A value that is not a JSON

@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,25 +58,6 @@ func IntentPrefix(holdKey string) string { return holdKey + "/intent/" }
 
 // IntentKey is host's intent key.
 func IntentKey(holdKey, host string) string { return IntentPrefix(holdKey) + host }
-
-// PutIntent records in, with no lease, at in.Host's key (replacing that
-// host's earlier intent: a host's new run is what clears its old one).
-func PutIntent(ctx context.Context, kv clientv3.KV, holdKey string, in Intent) error {
-	if in.Host == "" {
-		return errors.New("intent without a host")
-	}
-	in.Key, in.Revision, in.Orphaned, in.Raw = "", 0, false, ""
-	in.Started = in.Started.UTC()
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	key := IntentKey(holdKey, in.Host)
-	if _, err := kv.Put(ctx, key, string(b)); err != nil {
-		return fmt.Errorf("write restart intent %s: %w", key, err)
-	}
-	return nil
-}
 
 // DeleteIntent removes host's intent; it reports whether there was one.
 // It is the owner's own clean-up after a restart whose end it saw, and the
@@ -136,17 +118,14 @@ func leaseAlive(ctx context.Context, c clientv3.Lease, lease int64) (bool, error
 // AsHold is an orphaned intent as the hold it amounts to: it names the
 // host, when its restart started, and what clears it.
 func (in Intent) AsHold() Record {
-	what := in.What
-	if what == "" {
-		what = "its restart"
-	}
+	what := cmp.Or(in.What, "its restart")
 	if in.Raw != "" {
 		what = fmt.Sprintf("a value that is not a record: %q", in.Raw)
 	}
 	return Record{
 		Host: in.Host, PID: in.PID, Time: in.Started,
 		Reason: fmt.Sprintf("the helper on %s died mid-restart (intent %s: %s; its lock lease %x is gone): its apiserver may still be down. "+
-			"%s's next successful restart clears this; or check that apiserver and `unhold`", orUnknown(in.Host), in.Key, what, in.Lease, orUnknown(in.Host)),
+			"%s's next successful restart clears this; or check that apiserver and `unhold`", cmp.Or(in.Host, "(unknown)"), in.Key, what, in.Lease, cmp.Or(in.Host, "(unknown)")),
 	}
 }
 
@@ -225,10 +204,24 @@ func (s *Store) Add(ctx context.Context, r Record) error {
 	return err
 }
 
-// SetIntent records this host's restart as under way.
+// SetIntent records this host's restart as under way: in, with no lease,
+// at the host's intent key (replacing its earlier intent: a host's new run
+// is what clears its old one).
 func (s *Store) SetIntent(ctx context.Context, in Intent) error {
-	in.Host = s.Host
-	return PutIntent(ctx, s.C, s.HoldKey, in)
+	if s.Host == "" {
+		return errors.New("intent without a host")
+	}
+	in.Host, in.Key, in.Revision, in.Orphaned, in.Raw = s.Host, "", 0, false, ""
+	in.Started = in.Started.UTC()
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	key := IntentKey(s.HoldKey, s.Host)
+	if _, err := s.C.Put(ctx, key, string(b)); err != nil {
+		return fmt.Errorf("write restart intent %s: %w", key, err)
+	}
+	return nil
 }
 
 // ClearIntent removes this host's intent.

@@ -21,7 +21,7 @@ func putIntent(t *testing.T, cli *clientv3.Client, host string, revoked bool) {
 		t.Fatal(err)
 	}
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := PutIntent(ctx, cli, "h", Intent{Host: host, PID: 7, Lease: int64(l.ID), Started: at, What: "systemctl restart kube-apiserver"}); err != nil {
+	if err := (&Store{C: cli, HoldKey: "h", Host: host}).SetIntent(ctx, Intent{PID: 7, Lease: int64(l.ID), Started: at, What: "systemctl restart kube-apiserver"}); err != nil {
 		t.Fatal(err)
 	}
 	if revoked {

@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,7 +79,8 @@ type Watcher struct {
 	// that their absence later is a repair, not a first publish.
 	published map[string]bool
 	tombs     tombstones
-	saved     tombstones
+	// unsaved: tombs holds tombstones the file does not.
+	unsaved   bool
 	alive     *rotation.Announcement
 	lastFiles string
 }
@@ -221,9 +223,9 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 		log.WithError(e).Warn("a key record does not parse: its tombstones are not read")
 	}
 	for host, r := range etcdRetired {
-		w.tombs.add(host, r)
+		w.remember(host, r)
 	}
-	for _, host := range sortedHosts(w.tombs) {
+	for _, host := range slices.Sorted(maps.Keys(w.tombs)) {
 		if host == w.Host {
 			continue
 		}
@@ -236,7 +238,7 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 	if err != nil {
 		return err
 	}
-	w.tombs.add(w.Host, res.Record.Retired)
+	w.remember(w.Host, res.Record.Retired)
 	w.saveTombstones(log)
 	if w.Trim != nil {
 		w.Trim(res.Record, log)
@@ -259,13 +261,11 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 // tombstones this master knows written back first.
 func (w *Watcher) publishOwn(ctx context.Context, log logrus.FieldLogger, name string, items []keystate.Item) (keystate.Result, error) {
 	log = log.WithFields(logrus.Fields{"host": w.Host, "key": w.Store.ValueKey(w.Host)})
-	var why []string
-	var added, dropped []string
+	var why, added, dropped []string
 	res, err := w.Store.Update(ctx, w.Host, func(cur keystate.State) (keystate.State, error) {
 		kept, a := cur.KeepRetired(w.tombs[w.Host])
 		next, d, err := kept.Publish(items, w.By, time.Now(), w.Grace)
-		added, dropped = a, d
-		why = w.reasons(cur, next, items, a)
+		added, dropped, why = a, d, w.reasons(cur, next, items, a)
 		return next, err
 	})
 	if errors.Is(err, keystate.ErrRetired) {
@@ -367,12 +367,12 @@ func (w *Watcher) keepRetired(ctx context.Context, log logrus.FieldLogger, host 
 	}
 	var added, removed []string
 	res, err := w.Store.Update(ctx, host, func(cur keystate.State) (keystate.State, error) {
+		added, removed = nil, nil
 		if !cur.Stored() {
-			added, removed = nil, nil
 			return cur, nil
 		}
 		next, a := cur.KeepRetired(missing)
-		added, removed = a, nil
+		added = a
 		for _, it := range cur.Items {
 			if _, gone := next.Record.Retired[it.KID]; gone {
 				removed = append(removed, it.KID)
@@ -415,14 +415,20 @@ func (w *Watcher) loadTombstones() {
 		w.Log.WithError(err).Warn("--state-dir: tombstones seen before are not known; those in etcd are kept from now on")
 	}
 	w.tombs = t
-	w.saved = t.clone()
+}
+
+// remember adds tombstones seen and reports whether any was new.
+func (w *Watcher) remember(host string, more map[string]time.Time) bool {
+	changed := w.tombs.add(host, more)
+	w.unsaved = w.unsaved || changed
+	return changed
 }
 
 // saveTombstones writes the tombstone file when it changed. A failure is
 // logged and counted: etcd still holds the tombstones.
 func (w *Watcher) saveTombstones(log logrus.FieldLogger) {
 	path := w.tombstonePath()
-	if path == "" || equalTombstones(w.tombs, w.saved) {
+	if path == "" || !w.unsaved {
 		return
 	}
 	if err := w.tombs.write(path); err != nil {
@@ -430,29 +436,12 @@ func (w *Watcher) saveTombstones(log logrus.FieldLogger) {
 		log.WithError(err).Warn("--state-dir: cannot keep the tombstones seen on disk; a restore of etcd from an older snapshot may bring retired keys back until another master writes them back (fix the directory)")
 		return
 	}
-	w.saved = w.tombs.clone()
+	w.unsaved = false
 	n := 0
 	for _, m := range w.tombs {
 		n += len(m)
 	}
 	log.WithField("file", path).WithField("tombstones", n).Info("tombstones seen kept on disk")
-}
-
-func equalTombstones(a, b tombstones) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for h, m := range a {
-		if len(b[h]) != len(m) {
-			return false
-		}
-		for kid := range m {
-			if _, ok := b[h][kid]; !ok {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // announce writes the alive record; a failure is logged and counted, and
@@ -563,15 +552,13 @@ func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan
 			send(TriggerWatch)
 			return false
 		}
+		var r *etcdrestore.Restored
 		if wr.CompactRevision != 0 {
-			if r := w.restore.Compaction(wr.CompactRevision); r != nil {
-				w.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected by the watch: " + r.Error())
-				w.Metrics.restore(r.Evidence)
-			}
-			send(TriggerRestore)
-			return false
+			r = w.restore.Compaction(wr.CompactRevision)
+		} else {
+			r = w.restore.Check(etcdrestore.HeaderOf(wr.Header), false)
 		}
-		if r := w.restore.Check(etcdrestore.HeaderOf(wr.Header), false); r != nil {
+		if r != nil {
 			w.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected by the watch: " + r.Error())
 			w.Metrics.restore(r.Evidence)
 			send(TriggerRestore)
@@ -591,13 +578,4 @@ func (w *Watcher) follow(ctx context.Context, values, records clientv3.WatchChan
 			}
 		}
 	}
-}
-
-func sortedHosts(t tombstones) []string {
-	out := make([]string, 0, len(t))
-	for h := range t {
-		out = append(out, h)
-	}
-	slices.Sort(out)
-	return out
 }

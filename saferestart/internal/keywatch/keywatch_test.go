@@ -29,7 +29,7 @@ func TestTombstoneFile(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	w := &Watcher{StateDir: filepath.Join(dir, "state"), Log: quietLog(), Metrics: NewMetrics()}
 	w.loadTombstones()
-	if !w.tombs.add("m1", map[string]time.Time{"kidA": at}) || w.tombs.add("m1", map[string]time.Time{"kidA": at.Add(time.Hour)}) {
+	if !w.remember("m1", map[string]time.Time{"kidA": at}) || w.remember("m1", map[string]time.Time{"kidA": at.Add(time.Hour)}) {
 		t.Fatal("add: a new tombstone must change the set, a known one (whatever its time) must not")
 	}
 	w.saveTombstones(w.Log)
@@ -47,7 +47,7 @@ func TestTombstoneFile(t *testing.T) {
 	}
 	w2 := &Watcher{StateDir: filepath.Join(ro, "state"), Log: quietLog(), Metrics: NewMetrics()}
 	w2.loadTombstones()
-	w2.tombs.add("m1", map[string]time.Time{"kidA": at})
+	w2.remember("m1", map[string]time.Time{"kidA": at})
 	w2.saveTombstones(w2.Log)
 	// Once unreadable at start, once unwritable.
 	if n := errorsCounted(t, w2.Metrics, ErrStateDir); n != 2 {

@@ -57,14 +57,11 @@ var (
 	reasons  = []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing}
 	triggers = []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore}
 	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens, ErrFleetState}
-	// keyStates are the keys gauge's state label: the host's own keys.
-	keyStates = []string{"current", "superseded", "retired"}
 )
 
 // Metrics counts what the publisher does
 // (kube_apiserver_safe_restart_publisher_...), every series initialised
-// so that rate() and absent() work from the first scrape. A nil *Metrics
-// counts nothing.
+// so that rate() and absent() work from the first scrape.
 type Metrics struct {
 	Registry   *prometheus.Registry
 	repairs    *prometheus.CounterVec
@@ -78,53 +75,44 @@ type Metrics struct {
 
 // NewMetrics registers every metric in a registry of its own.
 func NewMetrics() *Metrics {
-	const ns = "kube_apiserver_safe_restart_publisher_"
-	m := &Metrics{Registry: prometheus.NewRegistry()}
-	m.repairs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "repairs_total",
-		Help: "Published values and key records repaired, by reason (value-missing, value-invalid, current-missing, superseded-missing, retired-present, tombstone-missing)."}, []string{"reason"})
-	m.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "reconciles_total",
-		Help: "Reconciles run, by trigger (start, interval, file, watch, restore)."}, []string{"trigger"})
-	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "errors_total",
-		Help: "Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics; fleet-state: a failed read of the fleet state from etcd)."}, []string{"kind"})
-	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "etcd_restores_total",
-		Help: "etcd restores noticed, by evidence (revision, cluster, compacted)."}, []string{"evidence"})
-	m.keys = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
-		Help: "This host's keys after the last reconcile, by state (current, superseded, retired)."}, []string{"state"})
-	m.alive = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "alive_record",
-		Help: "1 while this host's alive record is in etcd."})
-	m.lastOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "last_reconcile_timestamp_seconds",
-		Help: "When the last reconcile succeeded (Unix time)."})
+	evidence := []string{string(etcdrestore.RevisionBack), string(etcdrestore.ClusterChanged), string(etcdrestore.Compacted)}
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		repairs: counterVec("repairs_total", "reason", reasons,
+			"Published values and key records repaired, by reason (value-missing, value-invalid, current-missing, superseded-missing, retired-present, tombstone-missing)."),
+		reconciles: counterVec("reconciles_total", "trigger", triggers,
+			"Reconciles run, by trigger (start, interval, file, watch, restore)."),
+		errors: counterVec("errors_total", "kind", kinds,
+			"Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics; fleet-state: a failed read of the fleet state from etcd)."),
+		restores: counterVec("etcd_restores_total", "evidence", evidence,
+			"etcd restores noticed, by evidence (revision, cluster, compacted)."),
+		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
+			Help: "This host's keys after the last reconcile, by state (current, superseded, retired)."}, []string{"state"}),
+		alive: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "alive_record",
+			Help: "1 while this host's alive record is in etcd."}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "last_reconcile_timestamp_seconds",
+			Help: "When the last reconcile succeeded (Unix time)."}),
+	}
 	m.Registry.MustRegister(m.repairs, m.reconciles, m.errors, m.restores, m.keys, m.alive, m.lastOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, r := range reasons {
-		m.repairs.WithLabelValues(r)
-	}
-	for _, t := range triggers {
-		m.reconciles.WithLabelValues(t)
-	}
-	for _, k := range kinds {
-		m.errors.WithLabelValues(k)
-	}
-	for _, e := range []etcdrestore.Evidence{etcdrestore.RevisionBack, etcdrestore.ClusterChanged, etcdrestore.Compacted} {
-		m.restores.WithLabelValues(string(e))
-	}
-	for _, s := range keyStates {
-		m.keys.WithLabelValues(s)
-	}
+	m.setKeys(0, 0, 0)
 	return m
 }
 
-func (m *Metrics) repair(reason string) {
-	if m != nil {
-		m.repairs.WithLabelValues(reason).Inc()
+const ns = "kube_apiserver_safe_restart_publisher_"
+
+// counterVec is a counter with one label, every value of it initialised.
+func counterVec(name, label string, values []string, help string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + name, Help: help}, []string{label})
+	for _, v := range values {
+		c.WithLabelValues(v)
 	}
+	return c
 }
 
-func (m *Metrics) reconcile(trigger string) {
-	if m != nil {
-		m.reconciles.WithLabelValues(trigger).Inc()
-	}
-}
+func (m *Metrics) repair(reason string) { m.repairs.WithLabelValues(reason).Inc() }
+
+func (m *Metrics) reconcile(trigger string) { m.reconciles.WithLabelValues(trigger).Inc() }
 
 // SampleFailed counts a failed stale-token sample (the sampler runs
 // beside the loop, as one of its Runners).
@@ -134,38 +122,22 @@ func (m *Metrics) SampleFailed() { m.fail(ErrStaleTokens) }
 // reads at scrape time, beside the loop).
 func (m *Metrics) FleetStateFailed() { m.fail(ErrFleetState) }
 
-func (m *Metrics) fail(kind string) {
-	if m != nil {
-		m.errors.WithLabelValues(kind).Inc()
-	}
-}
+func (m *Metrics) fail(kind string) { m.errors.WithLabelValues(kind).Inc() }
 
-func (m *Metrics) restore(e etcdrestore.Evidence) {
-	if m != nil {
-		m.restores.WithLabelValues(string(e)).Inc()
-	}
-}
+func (m *Metrics) restore(e etcdrestore.Evidence) { m.restores.WithLabelValues(string(e)).Inc() }
 
 func (m *Metrics) setKeys(current, superseded, retired int) {
-	if m != nil {
-		m.keys.WithLabelValues("current").Set(float64(current))
-		m.keys.WithLabelValues("superseded").Set(float64(superseded))
-		m.keys.WithLabelValues("retired").Set(float64(retired))
-	}
+	m.keys.WithLabelValues("current").Set(float64(current))
+	m.keys.WithLabelValues("superseded").Set(float64(superseded))
+	m.keys.WithLabelValues("retired").Set(float64(retired))
 }
 
 func (m *Metrics) setAlive(up bool) {
-	if m != nil {
-		v := 0.0
-		if up {
-			v = 1
-		}
-		m.alive.Set(v)
+	v := 0.0
+	if up {
+		v = 1
 	}
+	m.alive.Set(v)
 }
 
-func (m *Metrics) ok(at time.Time) {
-	if m != nil {
-		m.lastOK.Set(float64(at.Unix()))
-	}
-}
+func (m *Metrics) ok(at time.Time) { m.lastOK.Set(float64(at.Unix())) }

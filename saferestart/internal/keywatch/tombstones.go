@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -83,12 +82,4 @@ func (t tombstones) missing(host string, has map[string]time.Time) map[string]ti
 		}
 	}
 	return out
-}
-
-func (t tombstones) clone() tombstones {
-	c := tombstones{}
-	for h, m := range t {
-		c[h] = maps.Clone(m)
-	}
-	return c
 }

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -72,8 +71,11 @@ type Session struct {
 	relMu sync.Mutex
 	held  bool
 
-	// loss is raised when the lock must be taken as lost (see loss).
-	loss      *loss
+	// lost closes, once (lose), when the lock must be taken as lost: by
+	// the lease monitor (monitor) or the watch on our own mutex key
+	// (watchKey).
+	lost      chan struct{}
+	loseOnce  sync.Once
 	margin    time.Duration
 	stopWatch context.CancelFunc
 }
@@ -104,9 +106,8 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), loss: &loss{ch: make(chan struct{})}}
-	s.margin = SafetyMargin(cfg.TTL)
-	go s.loss.monitor(s.cli, s.sess, time.Duration(s.cfg.TTL)*time.Second, s.margin, granted)
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), lost: make(chan struct{}), margin: SafetyMargin(cfg.TTL)}
+	go s.monitor(granted)
 	if err := s.putInfo(ctx); err != nil {
 		sess.Orphan()
 		revoke(cli, lease.ID, cfg.OpTimeout)
@@ -128,8 +129,9 @@ func (s *Session) putInfo(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	if _, err := s.cli.Put(pctx, s.InfoKey(), string(data), clientv3.WithLease(s.sess.Lease())); err != nil {
-		return fmt.Errorf("publish holder info %s: %w", s.InfoKey(), err)
+	key := InfoPrefix(s.cfg.Name) + s.LeaseHex()
+	if _, err := s.cli.Put(pctx, key, string(data), clientv3.WithLease(s.sess.Lease())); err != nil {
+		return fmt.Errorf("publish holder info %s: %w", key, err)
 	}
 	return nil
 }
@@ -143,9 +145,6 @@ func (s *Session) LeaseHex() string { return strconv.FormatInt(int64(s.sess.Leas
 // Key is the mutex key, NAME/<lease hex>; what etcdctl passes as ETCD_LOCK_KEY.
 func (s *Session) Key() string { return Prefix(s.cfg.Name) + s.LeaseHex() }
 
-// InfoKey is where this participant's Info lives.
-func (s *Session) InfoKey() string { return InfoPrefix(s.cfg.Name) + s.LeaseHex() }
-
 // Rev is the revision at which the lock was acquired (etcdctl's ETCD_LOCK_REV).
 func (s *Session) Rev() int64 { return s.rev }
 
@@ -157,12 +156,12 @@ func (s *Session) Env() []string {
 // Done closes when the lease must be taken as lost (revoked or expired, or
 // no refresh confirmed by etcd for TTL minus SafetyMargin), or was given up
 // by Release/Abandon.
-func (s *Session) Done() <-chan struct{} { return s.loss.ch }
+func (s *Session) Done() <-chan struct{} { return s.lost }
 
 // Lost reports whether Done is closed.
 func (s *Session) Lost() bool {
 	select {
-	case <-s.loss.ch:
+	case <-s.lost:
 		return true
 	default:
 		return false
@@ -187,7 +186,8 @@ func (s *Session) Margin() time.Duration { return s.margin }
 // own KeepAliveOnce, and when none has been confirmed for TTL minus margin
 // (measured from when the confirmed request was sent, so the server's
 // expiry is later still) the lease is taken as lost.
-func (l *loss) monitor(cli *clientv3.Client, sess *concurrency.Session, ttl, margin time.Duration, lastOK time.Time) {
+func (s *Session) monitor(lastOK time.Time) {
+	ttl, margin := time.Duration(s.cfg.TTL)*time.Second, s.margin
 	period := max(ttl/5, 100*time.Millisecond)
 	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - margin)))
 	defer deadline.Stop()
@@ -201,11 +201,11 @@ func (l *loss) monitor(cli *clientv3.Client, sess *concurrency.Session, ttl, mar
 	inflight := false
 	for {
 		select {
-		case <-sess.Done():
-			l.mark()
+		case <-s.sess.Done():
+			s.lose()
 			return
 		case <-deadline.C:
-			l.mark()
+			s.lose()
 			return
 		case <-tick.C:
 			if inflight {
@@ -216,7 +216,7 @@ func (l *loss) monitor(cli *clientv3.Client, sess *concurrency.Session, ttl, mar
 				ctx, cancel := context.WithTimeout(context.Background(), period)
 				defer cancel()
 				sent := time.Now()
-				_, err := cli.KeepAliveOnce(ctx, sess.Lease())
+				_, err := s.cli.KeepAliveOnce(ctx, s.sess.Lease())
 				results <- probe{sent, err}
 			}()
 		case r := <-results:
@@ -226,24 +226,14 @@ func (l *loss) monitor(cli *clientv3.Client, sess *concurrency.Session, ttl, mar
 				lastOK = r.sent
 				deadline.Reset(time.Until(lastOK.Add(ttl - margin)))
 			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				l.mark()
+				s.lose()
 				return
 			}
 		}
 	}
 }
 
-// loss is a session's "the lock may be someone else's now": raised once,
-// by the lease monitor (monitor) or the watch on our own mutex key
-// (watchKey).
-type loss struct {
-	ch   chan struct{} // closed when raised
-	once sync.Once
-	// deleted is set when someone deleted our mutex key while we held it.
-	deleted atomic.Bool
-}
-
-func (l *loss) mark() { l.once.Do(func() { close(l.ch) }) }
+func (s *Session) lose() { s.loseOnce.Do(func() { close(s.lost) }) }
 
 // Lock queues for the mutex (FIFO by create revision) and returns once it is
 // held. It returns ctx's error when ctx ends first (the waiter key is then
@@ -254,7 +244,7 @@ func (s *Session) Lock(ctx context.Context) error {
 	defer cancel()
 	go func() {
 		select {
-		case <-s.loss.ch:
+		case <-s.lost:
 			cancel()
 		case <-lctx.Done():
 		}
@@ -289,7 +279,7 @@ func (s *Session) Lock(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.Background())
 	s.stopWatch = stop
 	s.relMu.Unlock()
-	go s.loss.watchKey(wctx, s.cli, s.mu.Key(), s.rev)
+	go s.watchKey(wctx)
 	now := time.Now().UTC()
 	s.cfg.Info.Acquired = &now
 	// Best effort: status shows since when the lock is held.
@@ -300,13 +290,13 @@ func (s *Session) Lock(ctx context.Context) error {
 // watchKey treats the deletion of our mutex key (`etcdctl del`, an
 // operator clearing a stuck lock) as the loss of the lock: the next waiter
 // now holds it, whatever our lease says.
-func (l *loss) watchKey(ctx context.Context, cli *clientv3.Client, key string, rev int64) {
-	wc := cli.Watch(ctx, key, clientv3.WithRev(rev+1))
+func (s *Session) watchKey(ctx context.Context) {
+	wc := s.cli.Watch(ctx, s.mu.Key(), clientv3.WithRev(s.rev+1))
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.ch:
+		case <-s.lost:
 			return
 		case resp, ok := <-wc:
 			if !ok {
@@ -314,8 +304,7 @@ func (l *loss) watchKey(ctx context.Context, cli *clientv3.Client, key string, r
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					l.deleted.Store(true)
-					l.mark()
+					s.lose()
 					return
 				}
 			}
@@ -326,10 +315,6 @@ func (l *loss) watchKey(ctx context.Context, cli *clientv3.Client, key string, r
 		}
 	}
 }
-
-// KeyDeleted reports whether the lock was lost because our mutex key was
-// deleted while we held it (rather than the lease).
-func (s *Session) KeyDeleted() bool { return s.loss.deleted.Load() }
 
 // Held reports whether Lock succeeded and Release has not run.
 func (s *Session) Held() bool {

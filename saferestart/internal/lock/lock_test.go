@@ -352,8 +352,9 @@ func testDeletedKeyIsLost(t *testing.T, cli *clientv3.Client) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("holder did not notice its key was deleted")
 	}
-	if !a.KeyDeleted() {
-		t.Fatal("KeyDeleted false")
+	// The deletion, not the lease, lost it: the lease still lives.
+	if ttl, err := cli.TimeToLive(ctxT(t), a.Lease()); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("lock lost with its lease gone (TTL %v, %v), want lost by the key's deletion", ttl, err)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("next waiter: %v", err)

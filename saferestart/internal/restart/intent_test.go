@@ -53,7 +53,7 @@ func killedOwner(t *testing.T, cli *clientv3.Client, host string) {
 	t.Helper()
 	ctx := context.Background()
 	lease := grant(t, cli)
-	if err := hold.PutIntent(ctx, cli, holdKey, hold.Intent{Host: host, PID: 4242, Lease: int64(lease),
+	if err := (&hold.Store{C: cli, HoldKey: holdKey, Host: host}).SetIntent(ctx, hold.Intent{PID: 4242, Lease: int64(lease),
 		Started: time.Now(), What: "systemctl restart kube-apiserver"}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestKilledOwnerHoldsOthersUntilItsRetry(t *testing.T) {
 func TestLiveIntentIsNoHold(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
 	lease := grant(t, cli)
-	if err := hold.PutIntent(context.Background(), cli, holdKey, hold.Intent{Host: "m2", Lease: int64(lease), Started: time.Now()}); err != nil {
+	if err := (&hold.Store{C: cli, HoldKey: holdKey, Host: "m2"}).SetIntent(context.Background(), hold.Intent{Lease: int64(lease), Started: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if code, starts, log := runAs(t, cli, "m1", grant(t, cli)); code != OK || starts != 1 {

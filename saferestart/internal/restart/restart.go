@@ -7,6 +7,7 @@
 package restart
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -380,18 +381,16 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
 		return LeaseLost
-	case out.ran && out.groupAlive:
-		if r.writeHold(ctx, force, out, log) {
-			r.clearIntent(ctx, log)
-		}
-		sess.Abandon()
-		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
-		return out.code
 	case out.ran:
 		if r.writeHold(ctx, force, out, log) {
 			r.clearIntent(ctx, log)
 		}
-		r.release(ctx, sess, log)
+		if !out.groupAlive {
+			r.release(ctx, sess, log)
+			return out.code
+		}
+		sess.Abandon()
+		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
 		return out.code
 	default:
 		r.clearIntent(ctx, log)
@@ -430,7 +429,12 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PreflightTimeout)
 	defer cancel()
 	if err := r.cfg.Preflight(pctx); err != nil {
-		for _, e := range splitErrors(err) {
+		// Each problem errors.Join joined gets its own line.
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
 			r.log.Errorf("preflight: %v", e)
 		}
 		r.log.Errorf("preflight failed %s: not restarting", when)
@@ -474,10 +478,7 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 // is not written lets the next host restart while this apiserver may be
 // down.
 func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) bool {
-	reason := out.failure
-	if reason == "" {
-		reason = fmt.Sprintf("exit code %d", out.code)
-	}
+	reason := cmp.Or(out.failure, fmt.Sprintf("exit code %d", out.code))
 	rec := hold.Record{Host: r.cfg.Host, PID: r.cfg.PID, Reason: reason, Time: time.Now(), Lock: r.cfg.LockName, ExitCode: int(out.code)}
 	deadline := time.Now().Add(r.cfg.HoldRetry)
 	for try := 1; ; try++ {
@@ -612,14 +613,14 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 	cmdErr := p.Wait()
 	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
+	if cmdErr != nil {
+		failure = cmdErr.Error()
+	}
 	switch {
-	case notStarted:
-		failure = cmdErr.Error()
-	case cmdErr != nil:
-		failure = cmdErr.Error()
-		log.Error(failure)
-	default:
+	case cmdErr == nil:
 		log.Info("restart command succeeded")
+	case !notStarted:
+		log.Error(failure)
 	}
 	if !lost && sess.Lost() {
 		lost = true
@@ -687,14 +688,6 @@ func joinReason(a, b string) string {
 		return a
 	}
 	return a + "; " + b
-}
-
-// splitErrors undoes errors.Join, one level, so each problem gets its own line.
-func splitErrors(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // Durations is what WorstCase adds up: every bounded wait of a run. A zero

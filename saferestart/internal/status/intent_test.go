@@ -26,7 +26,7 @@ func TestCollectIntents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := hold.PutIntent(ctx, cli, "l-hold", hold.Intent{Host: host, Lease: int64(l.ID), Started: started, What: "systemctl restart kube-apiserver"}); err != nil {
+		if err := (&hold.Store{C: cli, HoldKey: "l-hold", Host: host}).SetIntent(ctx, hold.Intent{Lease: int64(l.ID), Started: started, What: "systemctl restart kube-apiserver"}); err != nil {
 			t.Fatal(err)
 		}
 		return int64(l.ID)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -52,10 +53,7 @@ func (r *Report) AddKeys(ctx context.Context, store *keystate.Store) error {
 		return err
 	}
 	r.KeysPrefix = store.KeysPrefix
-	r.Keys = make([]keystate.HostKeys, 0, len(life))
-	for _, h := range life {
-		r.Keys = append(r.Keys, h)
-	}
+	r.Keys = slices.AppendSeq(make([]keystate.HostKeys, 0, len(life)), maps.Values(life))
 	slices.SortFunc(r.Keys, func(a, b keystate.HostKeys) int { return strings.Compare(a.Host, b.Host) })
 	return nil
 }

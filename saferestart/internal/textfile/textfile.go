@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -51,12 +52,7 @@ func Write(path, command string, code int, end time.Time) error {
 	var b strings.Builder
 	for _, name := range []string{TimestampMetric, ExitCodeMetric} {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help[name], name)
-		cmds := make([]string, 0, len(samples[name]))
-		for c := range samples[name] {
-			cmds = append(cmds, c)
-		}
-		slices.Sort(cmds)
-		for _, c := range cmds {
+		for _, c := range slices.Sorted(maps.Keys(samples[name])) {
 			fmt.Fprintf(&b, "%s{command=%q} %s\n", name, c, samples[name][c])
 		}
 	}

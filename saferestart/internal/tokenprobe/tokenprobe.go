@@ -335,14 +335,9 @@ func (p *Prober) token(ctx context.Context) (string, error) {
 		Spec:     authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp},
 	})
 	u := p.server + "/api/v1/namespaces/" + url.PathEscape(p.namespace) + "/serviceaccounts/" + url.PathEscape(p.name) + "/token"
-	resp, err := p.post(ctx, p.api, u, body, "")
+	resp, data, err := p.call(ctx, p.api, http.MethodPost, u, body, "", 1<<20)
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("POST %s: reading the answer: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("POST %s: %s%s (the kubeconfig's identity needs create on serviceaccounts/token for %s: examples/rbac/token-probe.yaml)",
@@ -362,14 +357,9 @@ func (p *Prober) token(ctx context.Context) (string, error) {
 func (p *Prober) present(ctx context.Context, tg Target, token string) (bool, error) {
 	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
 	u := tg.URL + "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-	resp, err := p.post(ctx, p.review, u, body, token)
+	resp, data, err := p.call(ctx, p.review, http.MethodPost, u, body, token, 1<<20)
 	if err != nil {
 		return false, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return false, fmt.Errorf("POST %s: reading the answer: %w", u, err)
 	}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
@@ -389,27 +379,37 @@ func (p *Prober) present(ctx context.Context, tg Target, token string) (bool, er
 	return true, nil
 }
 
-// post sends a JSON body, with token as the bearer when given. Errors
-// name the URL, never the token.
-func (p *Prober) post(ctx context.Context, c *http.Client, u string, body []byte, token string) (*http.Response, error) {
+// call sends a request, with a JSON body and token as the bearer when
+// given, and reads the answer, all within Timeout. Errors name the method
+// and URL, never the token.
+func (p *Prober) call(ctx context.Context, c *http.Client, method, u string, body []byte, token string, limit int64) (*http.Response, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("POST %s: %w", u, err)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Accept", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("POST %s: %w", u, unwrapURL(err))
+		return nil, nil, fmt.Errorf("%s %s: %w", method, u, unwrapURL(err))
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
+	}
+	return resp, data, nil
 }
 
 // endpointSlices is the part of an EndpointSliceList the probe reads
@@ -434,23 +434,11 @@ type endpointSlices struct {
 // host's apiserver: every ready endpoint address, at the slice's https
 // port (its only port when unnamed).
 func (p *Prober) endpoints(ctx context.Context) ([]Target, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
 	q := url.Values{"labelSelector": {"kubernetes.io/service-name=kubernetes"}}
 	u := p.server + "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, data, err := p.call(ctx, p.api, http.MethodGet, u, nil, "", 8<<20)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := p.api.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, unwrapURL(err))
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: reading the answer: %w", u, err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s%s (the kubeconfig's identity needs list on endpointslices in default, or set --token-probe-apiservers)", u, resp.Status, statusMessage(data))
@@ -512,17 +500,5 @@ func unwrapURL(err error) error {
 	if errors.As(err, &ue) {
 		return ue.Err
 	}
-	return err
-}
-
-// cancelBody ends a request's timeout when its body is closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
 	return err
 }
