@@ -135,14 +135,6 @@ func NewSecrets(values ...[]byte) *Secrets {
 	return s
 }
 
-// Len is the number of distinct windows (for tests and diagnostics).
-func (s *Secrets) Len() int {
-	if s == nil {
-		return 0
-	}
-	return len(s.windows)
-}
-
 // has reports whether w is a window of some encoding.
 func (s *Secrets) has(w window) bool {
 	h := w.hash()
