@@ -27,16 +27,8 @@ var urlToStd = strings.NewReplacer("-", "+", "_", "/")
 // runs are only looked at as lines of a block.
 const minRun = 64
 
-// b64Chars holds the standard and the URL-safe alphabets.
-var b64Chars = func() (t [256]bool) {
-	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_") {
-		t[c] = true
-	}
-	return t
-}()
-
 // isB64 reports whether c is in the standard or the URL-safe alphabet.
-func isB64(c byte) bool { return b64Chars[c] }
+func isB64(c byte) bool { return b64Val[c] >= 0 }
 
 // runs returns the [start, end) of every base64 run in s at least n long,
 // trailing "=" padding included.
@@ -71,15 +63,15 @@ func runs(s string, n int) [][2]int {
 // around those is a run measured (this is on every log record's path).
 func hasRun(s string, n int) bool {
 	for i := n - 1; i < len(s); {
-		if !b64Chars[s[i]] {
+		if !isB64(s[i]) {
 			i += n
 			continue
 		}
 		l, r := i, i+1
-		for l > 0 && b64Chars[s[l-1]] {
+		for l > 0 && isB64(s[l-1]) {
 			l--
 		}
-		for r < len(s) && b64Chars[s[r]] {
+		for r < len(s) && isB64(s[r]) {
 			r++
 		}
 		if r-l >= n {
