@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -174,11 +175,5 @@ func MatchKey(cert *x509.Certificate, key crypto.PrivateKey) error {
 // loadedAt reports whether kube-apiserver loads block b: a key from the same
 // BEGIN line with the same public key.
 func loadedAt(keys []APIServerKey, b *Block) bool {
-	eq, ok := b.Public.(interface{ Equal(crypto.PublicKey) bool })
-	for _, k := range keys {
-		if k.Line == b.Line && ok && eq.Equal(k.Public) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(keys, func(k APIServerKey) bool { return k.Line == b.Line && sameKey(b.Public, k.Public) })
 }

@@ -35,12 +35,9 @@ const (
 
 func (k Kind) String() string {
 	var names []string
-	for _, n := range []struct {
-		k    Kind
-		name string
-	}{{Certificate, "certificate"}, {PublicKey, "public key"}, {PrivateKey, "private key"}, {ECParameters, "EC parameters"}} {
-		if k&n.k != 0 {
-			names = append(names, n.name)
+	for i, name := range []string{"certificate", "public key", "private key", "EC parameters"} {
+		if k&(1<<i) != 0 {
+			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
