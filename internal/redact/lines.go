@@ -134,24 +134,22 @@ func (f *Lines) Line(l string) string { return maskRuns(f.armour(l)) }
 
 // maskEncodedLines masks, in place, base64 runs that decode to a key:
 // single long runs anywhere in a line, and blocks of lines that end in
-// base64 runs, judged as a whole.
+// base64 runs, judged as a whole. The lines are without their newlines.
 func maskEncodedLines(lines []string) {
 	for i := 0; i < len(lines); {
-		body, nl := strings.CutSuffix(lines[i], "\n")
-		start, end, ok := tailRun(body)
+		start, end, ok := tailRun(lines[i])
 		if !ok || end-start < minRunLine {
-			lines[i] = maskRuns(body) + nlIf(nl)
+			lines[i] = maskRuns(lines[i])
 			i++
 			continue
 		}
 		j := i + 1
 		for j < len(lines) {
-			b, _ := strings.CutSuffix(lines[j], "\n")
-			s, e, ok := tailRun(b)
+			s, e, ok := tailRun(lines[j])
 			if !ok {
 				break
 			}
-			how := joins(end-start, e-s, b[s:e])
+			how := joins(end-start, e-s, lines[j][s:e])
 			if how == joinNone {
 				break
 			}
@@ -160,24 +158,9 @@ func maskEncodedLines(lines []string) {
 				break
 			}
 		}
-		block := make([]string, j-i)
-		nls := make([]bool, j-i)
-		for k := range block {
-			block[k], nls[k] = strings.CutSuffix(lines[i+k], "\n")
-		}
-		maskBlock(block)
-		for k := range block {
-			lines[i+k] = block[k] + nlIf(nls[k])
-		}
+		maskBlock(lines[i:j])
 		i = j
 	}
-}
-
-func nlIf(nl bool) string {
-	if nl {
-		return "\n"
-	}
-	return ""
 }
 
 // maskBlock masks, in place, a block of lines that each end in a base64
