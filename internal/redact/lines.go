@@ -133,10 +133,6 @@ func (f *Lines) release(emit func(string)) bool {
 	return key
 }
 
-// Line masks one line on its own, for callers that cannot wait for a
-// block to end; blocks are then judged line by line only.
-func (f *Lines) Line(l string) string { return maskRuns(f.armour(l)) }
-
 // maskEncodedLines masks, in place, base64 runs that decode to a key:
 // single long runs anywhere in a line, and blocks of lines that end in
 // base64 runs, judged as a whole. The lines are without their newlines.
