@@ -141,17 +141,12 @@ func (s *Secrets) has(w window) bool {
 	if b := uint64(1)<<(h&63) | 1<<(h>>6&63); s.bloom[h>>s.shift]&b != b {
 		return false
 	}
-	i := s.search(w)
-	return i < len(s.windows) && s.windows[i] == w
+	return s.hasPrefix(w, MinEncoded)
 }
 
-// search returns the index of the first window not less than w.
-func (s *Secrets) search(w window) int {
-	return sort.Search(len(s.windows), func(i int) bool { return !s.windows[i].less(w) })
-}
-
-// hasPrefix reports whether the last j (< MinEncoded) characters of w
-// start some window.
+// hasPrefix reports whether the last j (<= MinEncoded) characters of w
+// start some window: whether some window lies between them followed by
+// the lowest characters and them followed by the highest.
 func (s *Secrets) hasPrefix(w window, j int) bool {
 	var lo, hi window
 	for i := 0; i < MinEncoded; i++ {
@@ -162,7 +157,7 @@ func (s *Secrets) hasPrefix(w window, j int) bool {
 			lo, hi = lo.push(0), hi.push(63)
 		}
 	}
-	i := s.search(lo)
+	i := sort.Search(len(s.windows), func(i int) bool { return !s.windows[i].less(lo) })
 	return i < len(s.windows) && !hi.less(s.windows[i])
 }
 
