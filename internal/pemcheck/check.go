@@ -123,7 +123,8 @@ func (f *File) Certificates() []*x509.Certificate {
 	return out
 }
 
-func (f *File) first(k Kind) *Block {
+// First returns the file's first block of kind k, or nil.
+func (f *File) First(k Kind) *Block {
 	for i := range f.Blocks {
 		if f.Blocks[i].Kind == k {
 			return &f.Blocks[i]
@@ -136,11 +137,11 @@ func (f *File) first(k Kind) *Block {
 // tls.X509KeyPair takes it) belongs to the first private key in keys. The
 // two may be the same File, for combined cert-and-key files.
 func MatchPair(certs, keys *File) error {
-	leaf := certs.first(Certificate)
+	leaf := certs.First(Certificate)
 	if leaf == nil {
 		return &Error{File: certs.Name, Err: fmt.Errorf("%w: no certificate", ErrMissingKind)}
 	}
-	key := keys.first(PrivateKey)
+	key := keys.First(PrivateKey)
 	if key == nil {
 		return &Error{File: keys.Name, Err: fmt.Errorf("%w: no private key", ErrMissingKind)}
 	}

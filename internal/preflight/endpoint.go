@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -125,11 +124,10 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 		c.add("--signing-key", err)
 		return
 	}
-	i := slices.IndexFunc(f.Blocks, func(b pemcheck.Block) bool { return b.Kind == pemcheck.PrivateKey })
-	if i < 0 {
+	key := f.First(pemcheck.PrivateKey)
+	if key == nil {
 		return // Check required a private key and reported its absence
 	}
-	key := f.Blocks[i]
 	id, err := pemcheck.KeyID(key.Public)
 	if err != nil {
 		c.add("--signing-key "+in.SigningKey, err)

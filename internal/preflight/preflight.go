@@ -333,21 +333,18 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 // signingKeyPublished checks the apiserver can verify the tokens it signs:
 // the whole point of distributing every master's public key.
 func (c *checker) signingKeyPublished(path string, saKeys map[string]bool) error {
-	f := c.cache[path]
-	if f == nil {
+	var key *pemcheck.Block
+	if f := c.cache[path]; f != nil {
+		key = f.First(pemcheck.PrivateKey)
+	}
+	if key == nil {
 		return nil
 	}
-	for _, b := range f.Blocks {
-		if b.Kind != pemcheck.PrivateKey {
-			continue
-		}
-		id, err := pemcheck.KeyID(b.Public)
-		if err != nil || saKeys[id] {
-			return nil
-		}
-		return fmt.Errorf("%s: %w: its key ID %s is missing, so the apiserver would reject the tokens it issues", path, ErrSigningKeyNotPublished, id)
+	id, err := pemcheck.KeyID(key.Public)
+	if err != nil || saKeys[id] {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%s: %w: its key ID %s is missing, so the apiserver would reject the tokens it issues", path, ErrSigningKeyNotPublished, id)
 }
 
 // splitSNI parses --tls-sni-cert-key's certfile,keyfile[:name,...].
