@@ -138,7 +138,7 @@ func (f *Lines) release(emit func(string)) bool {
 // base64 runs, judged as a whole. The lines are without their newlines.
 func maskEncodedLines(lines []string) {
 	f := Lines{whole: true}
-	out := lines[:0]
+	out := lines[:0] // emit never runs ahead of the line pushed
 	emit := func(l string) { out = append(out, l) }
 	for _, l := range lines {
 		f.pushEncoded(l, emit)

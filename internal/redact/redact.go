@@ -74,7 +74,7 @@ func maskKeys(s string) string {
 	if armoured {
 		var f Lines
 		for i, l := range lines {
-			if i < len(lines)-1 || l != "" { // after the last newline: no line
+			if i < len(lines)-1 || l != "" { // "" after the last newline is no line
 				lines[i] = f.armour(l)
 			}
 		}
