@@ -3,10 +3,9 @@ package pemcheck
 import (
 	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/rsa"
-	"crypto/x509"
 	"encoding/pem"
+
+	"k8s.io/client-go/util/keyutil"
 )
 
 // APIServerKey is one key that kube-apiserver's --service-account-key-file
@@ -17,7 +16,7 @@ type APIServerKey struct {
 }
 
 // APIServerKeys returns the keys kube-apiserver would load from data, in
-// order, following client-go's keyutil.ParsePublicKeysPEM exactly: blocks
+// order, as client-go's keyutil.ParsePublicKeysPEM reads them: blocks
 // come from encoding/pem's Decode, which skips everything up to a line that
 // starts with "-----BEGIN " (so a BEGIN after a byte-order mark or
 // indentation is invisible), and each block's bytes are tried as an RSA
@@ -35,9 +34,11 @@ func APIServerKeys(data []byte) []APIServerKey {
 		if p == nil {
 			return keys
 		}
-		if pub := apiserverPublic(p.Bytes); pub != nil {
+		// keyutil on the one block: the reader itself, which returns an
+		// error when it skips the block.
+		if pub, err := keyutil.ParsePublicKeysPEM(pem.EncodeToMemory(p)); err == nil {
 			consumed := len(data) - len(before)
-			keys = append(keys, APIServerKey{Line: beginLine(data, consumed, len(data)-len(rest)), Public: pub})
+			keys = append(keys, APIServerKey{Line: beginLine(data, consumed, len(data)-len(rest)), Public: pub[0]})
 		}
 	}
 }
@@ -55,36 +56,4 @@ func beginLine(data []byte, from, to int) int {
 		begin = 0
 	}
 	return bytes.Count(data[:from+begin], []byte("\n")) + 1
-}
-
-func apiserverPublic(der []byte) crypto.PublicKey {
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return &k.PublicKey
-	}
-	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
-		if rk, ok := k.(*rsa.PrivateKey); ok {
-			return &rk.PublicKey
-		}
-	}
-	pub := pkixOrCert(der)
-	if rk, ok := pub.(*rsa.PublicKey); ok {
-		return rk
-	}
-	if k, err := x509.ParseECPrivateKey(der); err == nil {
-		return &k.PublicKey
-	}
-	if ek, ok := pub.(*ecdsa.PublicKey); ok {
-		return ek
-	}
-	return nil
-}
-
-func pkixOrCert(der []byte) any {
-	if k, err := x509.ParsePKIXPublicKey(der); err == nil {
-		return k
-	}
-	if c, err := x509.ParseCertificate(der); err == nil {
-		return c.PublicKey
-	}
-	return nil
 }

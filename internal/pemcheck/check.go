@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -122,7 +123,8 @@ func (f *File) Certificates() []*x509.Certificate {
 	return out
 }
 
-func (f *File) first(k Kind) *Block {
+// First returns the file's first block of kind k, or nil.
+func (f *File) First(k Kind) *Block {
 	for i := range f.Blocks {
 		if f.Blocks[i].Kind == k {
 			return &f.Blocks[i]
@@ -135,11 +137,11 @@ func (f *File) first(k Kind) *Block {
 // tls.X509KeyPair takes it) belongs to the first private key in keys. The
 // two may be the same File, for combined cert-and-key files.
 func MatchPair(certs, keys *File) error {
-	leaf := certs.first(Certificate)
+	leaf := certs.First(Certificate)
 	if leaf == nil {
 		return &Error{File: certs.Name, Err: fmt.Errorf("%w: no certificate", ErrMissingKind)}
 	}
-	key := keys.first(PrivateKey)
+	key := keys.First(PrivateKey)
 	if key == nil {
 		return &Error{File: keys.Name, Err: fmt.Errorf("%w: no private key", ErrMissingKind)}
 	}
@@ -174,11 +176,5 @@ func MatchKey(cert *x509.Certificate, key crypto.PrivateKey) error {
 // loadedAt reports whether kube-apiserver loads block b: a key from the same
 // BEGIN line with the same public key.
 func loadedAt(keys []APIServerKey, b *Block) bool {
-	eq, ok := b.Public.(interface{ Equal(crypto.PublicKey) bool })
-	for _, k := range keys {
-		if k.Line == b.Line && ok && eq.Equal(k.Public) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(keys, func(k APIServerKey) bool { return k.Line == b.Line && sameKey(b.Public, k.Public) })
 }

@@ -6,6 +6,7 @@ package pemcheck
 
 import (
 	"bytes"
+	"cmp"
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
@@ -34,12 +35,9 @@ const (
 
 func (k Kind) String() string {
 	var names []string
-	for _, n := range []struct {
-		k    Kind
-		name string
-	}{{Certificate, "certificate"}, {PublicKey, "public key"}, {PrivateKey, "private key"}, {ECParameters, "EC parameters"}} {
-		if k&n.k != 0 {
-			names = append(names, n.name)
+	for i, name := range []string{"certificate", "public key", "private key", "EC parameters"} {
+		if k&(1<<i) != 0 {
+			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
@@ -225,10 +223,8 @@ func parseBlock(b *Block, p *pem.Block) error {
 		}
 		b.Kind, b.Encoding, b.Cert, b.Public = Certificate, X509, c, c.PublicKey
 		return nil
-	case "PUBLIC KEY", "RSA PUBLIC KEY":
-		return parsePublic(b, p)
-	case "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY":
-		return parsePrivate(b, p)
+	case "PUBLIC KEY", "RSA PUBLIC KEY", "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY":
+		return parseKey(b, p, keyParsers[p.Type])
 	case "ENCRYPTED PRIVATE KEY":
 		return ErrEncrypted
 	case "EC PARAMETERS":
@@ -239,64 +235,51 @@ func parseBlock(b *Block, p *pem.Block) error {
 	}
 }
 
-func parsePublic(b *Block, p *pem.Block) error {
-	pkix := func() (any, error) { return x509.ParsePKIXPublicKey(p.Bytes) }
-	pkcs1 := func() (any, error) { return x509.ParsePKCS1PublicKey(p.Bytes) }
-	tries := []struct {
-		enc   Encoding
-		parse func() (any, error)
-	}{{PKIX, pkix}, {PKCS1, pkcs1}}
-	if p.Type == "RSA PUBLIC KEY" {
-		tries[0], tries[1] = tries[1], tries[0]
-	}
-	var first error
-	for _, t := range tries {
-		k, err := t.parse()
-		if err == nil {
-			b.Kind, b.Encoding, b.Public = PublicKey, t.enc, k
-			return nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	// The labelled format's error is the one that explains the problem.
-	return fmt.Errorf("%w: public key: %w", ErrParse, first)
+// parser reads a key's DER in one encoding.
+type parser struct {
+	enc   Encoding
+	parse func([]byte) (any, error)
 }
 
-func parsePrivate(b *Block, p *pem.Block) error {
-	type try struct {
-		enc   Encoding
-		parse func([]byte) (any, error)
+var (
+	pkixPublic  = parser{PKIX, x509.ParsePKIXPublicKey}
+	pkcs1Public = parser{PKCS1, func(d []byte) (any, error) { return x509.ParsePKCS1PublicKey(d) }}
+	pkcs1       = parser{PKCS1, func(d []byte) (any, error) { return x509.ParsePKCS1PrivateKey(d) }}
+	pkcs8       = parser{PKCS8, x509.ParsePKCS8PrivateKey}
+	sec1        = parser{SEC1, func(d []byte) (any, error) { return x509.ParseECPrivateKey(d) }}
+	// keyParsers are the encodings tried for each key type, the labelled
+	// one first: its error is the one that explains the problem.
+	keyParsers = map[string][]parser{
+		"PUBLIC KEY":      {pkixPublic, pkcs1Public},
+		"RSA PUBLIC KEY":  {pkcs1Public, pkixPublic},
+		"PRIVATE KEY":     {pkcs8, pkcs1, sec1},
+		"RSA PRIVATE KEY": {pkcs1, pkcs8, sec1},
+		"EC PRIVATE KEY":  {sec1, pkcs8, pkcs1},
 	}
-	pkcs1 := try{PKCS1, func(d []byte) (any, error) { return x509.ParsePKCS1PrivateKey(d) }}
-	pkcs8 := try{PKCS8, x509.ParsePKCS8PrivateKey}
-	sec1 := try{SEC1, func(d []byte) (any, error) { return x509.ParseECPrivateKey(d) }}
-	var tries []try
-	switch p.Type {
-	case "RSA PRIVATE KEY":
-		tries = []try{pkcs1, pkcs8, sec1}
-	case "EC PRIVATE KEY":
-		tries = []try{sec1, pkcs8, pkcs1}
-	default:
-		tries = []try{pkcs8, pkcs1, sec1}
+)
+
+func parseKey(b *Block, p *pem.Block, tries []parser) error {
+	kind, what := PublicKey, "public key"
+	if strings.HasSuffix(p.Type, "PRIVATE KEY") {
+		kind, what = PrivateKey, "private key"
 	}
 	var first error
 	for _, t := range tries {
 		k, err := t.parse(p.Bytes)
 		if err != nil {
-			if first == nil {
-				first = err
-			}
+			first = cmp.Or(first, err)
 			continue
 		}
-		signer, ok := k.(interface{ Public() crypto.PublicKey })
-		if !ok {
-			return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, k)
+		if kind == PrivateKey {
+			signer, ok := k.(interface{ Public() crypto.PublicKey })
+			if !ok {
+				return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, k)
+			}
+			b.Private, k = k, signer.Public()
 		}
-		b.Kind, b.Encoding, b.Private, b.Public = PrivateKey, t.enc, k, signer.Public()
+		b.Kind, b.Encoding, b.Public = kind, t.enc, k
 		return nil
 	}
 	// x509 and asn1 errors describe structure, never the key's bytes.
-	return fmt.Errorf("%w: private key: %w", ErrParse, first)
+	return fmt.Errorf("%w: %s: %w", ErrParse, what, first)
 }

@@ -7,36 +7,25 @@ import (
 	"github.com/keysync/confd/internal/trust"
 )
 
-// ControllerManagerKeyFile is the --service-account-private-key-file that
+// ControllerManagerKey is the --service-account-private-key-file that
 // kube-controller-manager's flags files (flags file, EnvironmentFile or
-// static-pod manifest, read as the apiserver's are) name: the key it signs
-// legacy token Secrets with. "" when none names one.
-func ControllerManagerKeyFile(flagsFiles []string) (string, error) {
+// static-pod manifest, read as the apiserver's are) name, with the key ID
+// of the one key in that file: the key kube-controller-manager signs legacy
+// token Secrets with. Both are "" when flagsFiles is empty or names no such
+// flag. kube-apiserver-safe-restart (its trust record, rotate-key's
+// restart) and kube-apiserver-sa-signer (its trust record) read the
+// controller-manager through this one function.
+func ControllerManagerKey(flagsFiles []string) (file, kid string, err error) {
 	specs := map[string]flagSpec{"service-account-private-key-file": {role: roleSigningKey}}
 	occ, errs := readFlags(flagsFiles, specs)
 	if len(errs) > 0 {
-		return "", errors.Join(errs...)
+		return "", "", errors.Join(errs...)
 	}
-	path := ""
 	for _, o := range effective(occ, specs) {
-		path = o.value
+		file = o.value
 	}
-	return path, nil
-}
-
-// ControllerManagerKey is ControllerManagerKeyFile with the key ID of the
-// one key in that file: the key kube-controller-manager signs legacy token
-// Secrets with. Both are "" when flagsFiles is empty or names no such flag.
-// kube-apiserver-safe-restart (its trust record, rotate-key's restart) and
-// kube-apiserver-sa-signer (its trust record) read the controller-manager
-// through this one function.
-func ControllerManagerKey(flagsFiles []string) (file, kid string, err error) {
-	if len(flagsFiles) == 0 {
+	if file == "" {
 		return "", "", nil
-	}
-	file, err = ControllerManagerKeyFile(flagsFiles)
-	if err != nil || file == "" {
-		return "", "", err
 	}
 	kids, err := trust.FileKeyIDs(file)
 	if err != nil {

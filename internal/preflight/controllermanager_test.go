@@ -3,7 +3,10 @@ package preflight
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/keysync/confd/internal/keytest"
 )
 
 // kubeadm's kube-controller-manager manifest, trimmed.
@@ -24,7 +27,7 @@ spec:
     name: kube-controller-manager
 `
 
-func TestControllerManagerKeyFile(t *testing.T) {
+func TestControllerManagerKey(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -33,22 +36,29 @@ func TestControllerManagerKeyFile(t *testing.T) {
 		}
 		return p
 	}
+	keys := map[string]string{}
+	for _, name := range []string{"sa.key", "a.key", "one", "two"} {
+		k := keytest.EC(t)
+		write(name, string(keytest.SEC1PEM(t, k)))
+		keys[filepath.Join(dir, name)] = keytest.KeyID(t, k.Public())
+	}
 	for _, tt := range []struct {
 		files []string
 		want  string
 	}{
-		{[]string{write("kube-controller-manager.yaml", kcmManifest)}, "/etc/kubernetes/pki/sa.key"},
-		{[]string{write("kcm.env", "KUBE_CONTROLLER_MANAGER_ARGS=\"--service-account-private-key-file /srv/a.key --leader-elect=true\"\n")}, "/srv/a.key"},
+		{[]string{write("kube-controller-manager.yaml", strings.ReplaceAll(kcmManifest, "/etc/kubernetes/pki", dir))}, filepath.Join(dir, "sa.key")},
+		{[]string{write("kcm.env", "KUBE_CONTROLLER_MANAGER_ARGS=\"--service-account-private-key-file "+dir+"/a.key --leader-elect=true\"\n")}, filepath.Join(dir, "a.key")},
 		// The last occurrence wins, as for the apiserver's single-valued flags.
-		{[]string{write("one.env", "A=\"--service-account-private-key-file=/one\"\n"), write("two.env", "B=\"--service-account-private-key-file=/two\"\n")}, "/two"},
+		{[]string{write("one.env", "A=\"--service-account-private-key-file="+dir+"/one\"\n"), write("two.env", "B=\"--service-account-private-key-file="+dir+"/two\"\n")}, filepath.Join(dir, "two")},
 		{[]string{write("none.env", "A=\"--leader-elect=true\"\n")}, ""},
+		{nil, ""},
 	} {
-		got, err := ControllerManagerKeyFile(tt.files)
-		if err != nil || got != tt.want {
-			t.Errorf("%v: %q, %v; want %q", tt.files, got, err, tt.want)
+		got, kid, err := ControllerManagerKey(tt.files)
+		if err != nil || got != tt.want || kid != keys[tt.want] {
+			t.Errorf("%v: %q, %q, %v; want %q, %q", tt.files, got, kid, err, tt.want, keys[tt.want])
 		}
 	}
-	if _, err := ControllerManagerKeyFile([]string{filepath.Join(dir, "missing")}); err == nil {
+	if _, _, err := ControllerManagerKey([]string{filepath.Join(dir, "missing")}); err == nil {
 		t.Error("a missing flags file passed")
 	}
 }

@@ -68,26 +68,20 @@ type GRPCFetcher struct{}
 
 // FetchKeys dials endpoint, calls FetchKeys once and closes the connection.
 func (GRPCFetcher) FetchKeys(ctx context.Context, endpoint string) (*externaljwtv1.FetchKeysResponse, error) {
-	var resp *externaljwtv1.FetchKeysResponse
-	err := dialSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (err error) {
-		resp, err = c.FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{})
-		return err
+	return callSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (*externaljwtv1.FetchKeysResponse, error) {
+		return c.FetchKeys(ctx, &externaljwtv1.FetchKeysRequest{})
 	})
-	return resp, err
 }
 
 // Metadata dials endpoint, calls Metadata once and closes the connection.
 func (GRPCFetcher) Metadata(ctx context.Context, endpoint string) (*externaljwtv1.MetadataResponse, error) {
-	var resp *externaljwtv1.MetadataResponse
-	err := dialSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (err error) {
-		resp, err = c.Metadata(ctx, &externaljwtv1.MetadataRequest{})
-		return err
+	return callSigner(endpoint, func(c externaljwtv1.ExternalJWTSignerClient) (*externaljwtv1.MetadataResponse, error) {
+		return c.Metadata(ctx, &externaljwtv1.MetadataRequest{})
 	})
-	return resp, err
 }
 
-// dialSigner runs call on a connection to the signer at endpoint.
-func dialSigner(endpoint string, call func(externaljwtv1.ExternalJWTSignerClient) error) error {
+// callSigner runs call on a connection to the signer at endpoint.
+func callSigner[T any](endpoint string, call func(externaljwtv1.ExternalJWTSignerClient) (T, error)) (T, error) {
 	// passthrough hands the path to the dialer unchanged (the default
 	// resolver would look it up in DNS).
 	conn, err := grpc.NewClient("passthrough:///"+endpoint,
@@ -97,7 +91,8 @@ func dialSigner(endpoint string, call func(externaljwtv1.ExternalJWTSignerClient
 			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}))
 	if err != nil {
-		return fmt.Errorf("gRPC client: %w", err)
+		var zero T
+		return zero, fmt.Errorf("gRPC client: %w", err)
 	}
 	defer func() { _ = conn.Close() }()
 	return call(externaljwtv1.NewExternalJWTSignerClient(conn))
@@ -129,13 +124,7 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 		c.add("--signing-key", err)
 		return
 	}
-	var key *pemcheck.Block
-	for i := range f.Blocks {
-		if f.Blocks[i].Kind == pemcheck.PrivateKey {
-			key = &f.Blocks[i]
-			break
-		}
-	}
+	key := f.First(pemcheck.PrivateKey)
 	if key == nil {
 		return // Check required a private key and reported its absence
 	}

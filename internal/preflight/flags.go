@@ -3,6 +3,7 @@ package preflight
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -23,20 +24,8 @@ type token struct {
 	line int
 }
 
-// isAssignment reports whether w is NAME=value with a shell variable name.
-func isAssignment(w string) bool {
-	name, _, ok := strings.Cut(w, "=")
-	if !ok || name == "" {
-		return false
-	}
-	for i, c := range name {
-		letter := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
-		if !letter && (i == 0 || c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
+// assignmentRE is NAME=value with a shell variable name.
+var assignmentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
 // tokenize turns a flags file into the words a command line built from it
 // would hold. It understands, line by line: systemd EnvironmentFile
@@ -72,7 +61,7 @@ func tokenize(source string, data []byte) ([]token, []error) {
 		if len(words) > 0 && words[0] == "export" {
 			words = words[1:]
 		}
-		if len(words) > 0 && isAssignment(words[0]) {
+		if len(words) > 0 && assignmentRE.MatchString(words[0]) {
 			name, value, _ := strings.Cut(words[0], "=")
 			inner, err := splitWords(value)
 			if err != nil {

@@ -185,14 +185,9 @@ func (c *checker) requireKeys(f *pemcheck.File, required, own []string) error {
 	return errors.Join(errs...)
 }
 
-type loaded struct {
-	f   *pemcheck.File
-	err error
-}
-
 type checker struct {
 	now   time.Time
-	cache map[string]loaded
+	cache map[string]*pemcheck.File // nil for a file that did not load
 	errs  []error
 	warn  func(error) // Input.Warn
 	// warned holds the files warned about, so that a file several flags
@@ -204,17 +199,17 @@ func newChecker(now time.Time) *checker {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return &checker{now: now, cache: map[string]loaded{}, warned: map[string]bool{}}
+	return &checker{now: now, cache: map[string]*pemcheck.File{}, warned: map[string]bool{}}
 }
 
 // load reads and parses path once. A file several flags name gets its read
 // or parse errors reported once, under the first flag.
 func (c *checker) load(path, context string) *pemcheck.File {
-	if l, ok := c.cache[path]; ok {
-		return l.f
+	if f, ok := c.cache[path]; ok {
+		return f
 	}
 	f, err := pemcheck.ReadFile(path)
-	c.cache[path] = loaded{f, err}
+	c.cache[path] = f
 	c.add(context, err)
 	return f
 }
@@ -318,7 +313,7 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 		if !ok {
 			continue
 		}
-		cf, kf := c.cache[o.value].f, c.cache[k.value].f
+		cf, kf := c.cache[o.value], c.cache[k.value]
 		if cf != nil && kf != nil {
 			c.add(fmt.Sprintf("%s with %s", o, k), pemcheck.MatchPair(cf, kf))
 		}
@@ -338,21 +333,18 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 // signingKeyPublished checks the apiserver can verify the tokens it signs:
 // the whole point of distributing every master's public key.
 func (c *checker) signingKeyPublished(path string, saKeys map[string]bool) error {
-	f := c.cache[path].f
-	if f == nil {
+	var key *pemcheck.Block
+	if f := c.cache[path]; f != nil {
+		key = f.First(pemcheck.PrivateKey)
+	}
+	if key == nil {
 		return nil
 	}
-	for _, b := range f.Blocks {
-		if b.Kind != pemcheck.PrivateKey {
-			continue
-		}
-		id, err := pemcheck.KeyID(b.Public)
-		if err != nil || saKeys[id] {
-			return nil
-		}
-		return fmt.Errorf("%s: %w: its key ID %s is missing, so the apiserver would reject the tokens it issues", path, ErrSigningKeyNotPublished, id)
+	id, err := pemcheck.KeyID(key.Public)
+	if err != nil || saKeys[id] {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%s: %w: its key ID %s is missing, so the apiserver would reject the tokens it issues", path, ErrSigningKeyNotPublished, id)
 }
 
 // splitSNI parses --tls-sni-cert-key's certfile,keyfile[:name,...].

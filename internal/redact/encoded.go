@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"encoding/base64"
+	"slices"
 	"strings"
 )
 
@@ -18,21 +19,16 @@ import (
 // armour, the OpenSSH key magic, or a DER structure of PKCS#1, PKCS#8 (plain
 // or encrypted) or SEC 1 at the start.
 
+// urlToStd folds the URL-safe alphabet onto the standard one.
+var urlToStd = strings.NewReplacer("-", "+", "_", "/")
+
 // minRun is the shortest base64 run decoded on its own: the smallest private
 // key (an Ed25519 PKCS#8 DER, 48 bytes) encodes to 64 characters. Shorter
 // runs are only looked at as lines of a block.
 const minRun = 64
 
-// b64Chars holds the standard and the URL-safe alphabets.
-var b64Chars = func() (t [256]bool) {
-	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_") {
-		t[c] = true
-	}
-	return t
-}()
-
 // isB64 reports whether c is in the standard or the URL-safe alphabet.
-func isB64(c byte) bool { return b64Chars[c] }
+func isB64(c byte) bool { return b64Val[c] >= 0 }
 
 // runs returns the [start, end) of every base64 run in s at least n long,
 // trailing "=" padding included.
@@ -67,15 +63,15 @@ func runs(s string, n int) [][2]int {
 // around those is a run measured (this is on every log record's path).
 func hasRun(s string, n int) bool {
 	for i := n - 1; i < len(s); {
-		if !b64Chars[s[i]] {
+		if !isB64(s[i]) {
 			i += n
 			continue
 		}
 		l, r := i, i+1
-		for l > 0 && b64Chars[s[l-1]] {
+		for l > 0 && isB64(s[l-1]) {
 			l--
 		}
-		for r < len(s) && b64Chars[s[r]] {
+		for r < len(s) && isB64(s[r]) {
 			r++
 		}
 		if r-l >= n {
@@ -94,15 +90,7 @@ func EncodedKey(enc string) bool {
 	if len(enc) < 8 {
 		return false
 	}
-	norm := []byte(enc)
-	for i, c := range norm {
-		switch c {
-		case '-':
-			norm[i] = '+'
-		case '_':
-			norm[i] = '/'
-		}
-	}
+	norm := []byte(urlToStd.Replace(enc))
 	buf := make([]byte, base64.RawStdEncoding.DecodedLen(len(norm)))
 	for skip := 0; skip < 4 && len(norm)-skip >= 8; skip++ {
 		t := norm[skip:]
@@ -148,15 +136,10 @@ func KeyMaterial(b []byte) bool {
 	if beginRE.Match(b) || bytes.Contains(b, opensshMagic) {
 		return true
 	}
-	for i := bytes.IndexByte(b, 0x30); i >= 0; {
-		if derKey(b[i:]) {
+	for i, c := range b {
+		if c == 0x30 && derKey(b[i:]) {
 			return true
 		}
-		j := bytes.IndexByte(b[i+1:], 0x30)
-		if j < 0 {
-			break
-		}
-		i += 1 + j
 	}
 	return false
 }
@@ -187,7 +170,7 @@ func derKey(b []byte) bool {
 		return true
 	case version <= 1 && rest[0] == 0x30: // PKCS#8
 		inner, ok := derSeq(rest)
-		return ok && hasOIDPrefix(inner)
+		return ok && slices.ContainsFunc(pkcs8OIDs, func(oid []byte) bool { return bytes.HasPrefix(inner, oid) })
 	}
 	return false
 }
@@ -201,21 +184,8 @@ func derSeq(b []byte) ([]byte, bool) {
 	switch l := b[1]; {
 	case l < 0x80:
 		return b[2:], l >= 2
-	case l == 0x81 && len(b) >= 3:
-		return b[3:], true
-	case l == 0x82 && len(b) >= 4:
-		return b[4:], true
-	case l == 0x83 && len(b) >= 5:
-		return b[5:], true
+	case l >= 0x81 && l <= 0x83 && len(b) >= int(l)-0x7e:
+		return b[int(l)-0x7e:], true
 	}
 	return nil, false
-}
-
-func hasOIDPrefix(b []byte) bool {
-	for _, oid := range pkcs8OIDs {
-		if bytes.HasPrefix(b, oid) {
-			return true
-		}
-	}
-	return false
 }

@@ -3,6 +3,7 @@ package redact
 import (
 	"encoding/base64"
 	"math/bits"
+	"slices"
 	"sort"
 )
 
@@ -77,9 +78,6 @@ func (w window) push(v uint64) window {
 	return window{(w.hi<<6 | w.lo>>42) & half, (w.lo<<6 | v) & half}
 }
 
-// start4 hashes the 24 bits of 4 characters.
-func start4(v uint64) uint64 { return v * 0x9e3779b97f4a7c15 }
-
 func (w window) hash() uint64 {
 	h := w.hi*0x9e3779b97f4a7c15 ^ w.lo*0xc2b2ae3d27d4eb4f
 	return h ^ h>>31
@@ -89,15 +87,8 @@ func (w window) hash() uint64 {
 // holds none. It is read-only once built and may be shared.
 type Secrets struct {
 	windows []window // sorted, without duplicates
-	// first[p] is the index of the first window whose first two
-	// characters are p or more: the range a search needs to look at.
-	first []int32
-	bloom []uint64 // two bits per window in one word, by its hash
-	shift uint     // 64 - log2(len(bloom))
-	// starts has a bit, by hash, for the first 4 characters of every
-	// window: most runs that start no window are refused without a
-	// search.
-	starts []uint64
+	bloom   []uint64 // two bits per window in one word, by its hash
+	shift   uint     // 64 - log2(len(bloom))
 }
 
 // NewSecrets compiles the base64 encodings of values at the three offsets.
@@ -131,40 +122,17 @@ func NewSecrets(values ...[]byte) *Secrets {
 		return nil
 	}
 	sort.Slice(ws, func(i, j int) bool { return ws[i].less(ws[j]) })
-	out := ws[:1]
-	for _, w := range ws[1:] {
-		if w != out[len(out)-1] {
-			out = append(out, w)
-		}
-	}
+	out := slices.Compact(ws)
 	words := 16
 	for words*4 < len(out) {
 		words <<= 1
 	}
-	s := &Secrets{windows: out, bloom: make([]uint64, words), shift: uint(64 - bits.TrailingZeros(uint(words))),
-		starts: make([]uint64, 2*words), first: make([]int32, 4097)}
+	s := &Secrets{windows: out, bloom: make([]uint64, words), shift: uint(64 - bits.TrailingZeros(uint(words)))}
 	for _, w := range out {
 		h := w.hash()
 		s.bloom[h>>s.shift] |= 1<<(h&63) | 1<<(h>>6&63)
-		i := start4(w.hi >> 24)
-		s.starts[i>>(s.shift-1)] |= 1 << (i & 63)
-	}
-	i := 0
-	for p := range s.first {
-		for i < len(out) && int(out[i].hi>>36) < p {
-			i++
-		}
-		s.first[p] = int32(i)
 	}
 	return s
-}
-
-// Len is the number of distinct windows (for tests and diagnostics).
-func (s *Secrets) Len() int {
-	if s == nil {
-		return 0
-	}
-	return len(s.windows)
 }
 
 // has reports whether w is a window of some encoding.
@@ -173,41 +141,13 @@ func (s *Secrets) has(w window) bool {
 	if b := uint64(1)<<(h&63) | 1<<(h>>6&63); s.bloom[h>>s.shift]&b != b {
 		return false
 	}
-	i := s.search(w)
-	return i < len(s.windows) && s.windows[i] == w
+	return s.hasPrefix(w, MinEncoded)
 }
 
-// search returns the index of the first window not less than w.
-func (s *Secrets) search(w window) int {
-	p := w.hi >> 36
-	lo, hi := int(s.first[p]), int(s.first[p+1])
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if s.windows[m].less(w) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
-
-// hasPrefix reports whether the last j (< MinEncoded) characters of w
-// start some window.
+// hasPrefix reports whether the last j (<= MinEncoded) characters of w
+// start some window: whether some window lies between them followed by
+// the lowest characters and them followed by the highest.
 func (s *Secrets) hasPrefix(w window, j int) bool {
-	if j == 1 {
-		c := w.char(MinEncoded - 1)
-		return s.first[c<<6] < s.first[(c+1)<<6]
-	}
-	if j >= 4 {
-		var v uint64
-		for i := MinEncoded - j; i < MinEncoded-j+4; i++ {
-			v = v<<6 | w.char(i)
-		}
-		if i := start4(v); s.starts[i>>(s.shift-1)]&(1<<(i&63)) == 0 {
-			return false
-		}
-	}
 	var lo, hi window
 	for i := 0; i < MinEncoded; i++ {
 		if i < j {
@@ -217,7 +157,7 @@ func (s *Secrets) hasPrefix(w window, j int) bool {
 			lo, hi = lo.push(0), hi.push(63)
 		}
 	}
-	i := s.search(lo)
+	i := sort.Search(len(s.windows), func(i int) bool { return !s.windows[i].less(lo) })
 	return i < len(s.windows) && !hi.less(s.windows[i])
 }
 

@@ -35,12 +35,17 @@ type Lines struct {
 	// inEncKey: the held part of the current block was a key, and the
 	// block goes on past what could be held.
 	inEncKey bool
+	// whole: the whole text is at hand (String), so any line ending in a
+	// long enough run opens a block, and nothing bounds what is held.
+	whole bool
 }
 
 // Push takes the next line and hands emit every line that is ready, masked,
 // in order.
-func (f *Lines) Push(l string, emit func(string)) {
-	l = f.armour(l)
+func (f *Lines) Push(l string, emit func(string)) { f.pushEncoded(f.armour(l), emit) }
+
+// pushEncoded is Push after the armour: base64 runs and blocks.
+func (f *Lines) pushEncoded(l string, emit func(string)) {
 	start, end, ok := tailRun(l)
 	n := end - start
 	if ok && f.inEncKey {
@@ -60,7 +65,7 @@ func (f *Lines) Push(l string, emit func(string)) {
 		}
 	}
 	f.Flush(emit)
-	if ok && n >= minRunLine && holdable(l[:start], l[start:end]) {
+	if ok && n >= minRunLine && (f.whole || holdable(l[:start], l[start:end])) {
 		f.hold(l, n, emit)
 		return
 	}
@@ -81,7 +86,7 @@ func (f *Lines) hold(l string, n int, emit func(string)) {
 	}
 	f.held = append(f.held, l)
 	f.heldBytes += len(l)
-	if len(f.held) >= maxHeldLines || f.heldBytes >= maxHeldBytes {
+	if !f.whole && (len(f.held) >= maxHeldLines || f.heldBytes >= maxHeldBytes) {
 		f.inEncKey = f.release(emit)
 	}
 }
@@ -128,56 +133,17 @@ func (f *Lines) release(emit func(string)) bool {
 	return key
 }
 
-// Line masks one line on its own, for callers that cannot wait for a
-// block to end; blocks are then judged line by line only.
-func (f *Lines) Line(l string) string { return maskRuns(f.armour(l)) }
-
 // maskEncodedLines masks, in place, base64 runs that decode to a key:
 // single long runs anywhere in a line, and blocks of lines that end in
-// base64 runs, judged as a whole.
+// base64 runs, judged as a whole. The lines are without their newlines.
 func maskEncodedLines(lines []string) {
-	for i := 0; i < len(lines); {
-		body, nl := strings.CutSuffix(lines[i], "\n")
-		start, end, ok := tailRun(body)
-		if !ok || end-start < minRunLine {
-			lines[i] = maskRuns(body) + nlIf(nl)
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(lines) {
-			b, _ := strings.CutSuffix(lines[j], "\n")
-			s, e, ok := tailRun(b)
-			if !ok {
-				break
-			}
-			how := joins(end-start, e-s, b[s:e])
-			if how == joinNone {
-				break
-			}
-			j++
-			if how == joinLast {
-				break
-			}
-		}
-		block := make([]string, j-i)
-		nls := make([]bool, j-i)
-		for k := range block {
-			block[k], nls[k] = strings.CutSuffix(lines[i+k], "\n")
-		}
-		maskBlock(block)
-		for k := range block {
-			lines[i+k] = block[k] + nlIf(nls[k])
-		}
-		i = j
+	f := Lines{whole: true}
+	out := lines[:0] // emit never runs ahead of the line pushed
+	emit := func(l string) { out = append(out, l) }
+	for _, l := range lines {
+		f.pushEncoded(l, emit)
 	}
-}
-
-func nlIf(nl bool) string {
-	if nl {
-		return "\n"
-	}
-	return ""
+	f.Flush(emit)
 }
 
 // maskBlock masks, in place, a block of lines that each end in a base64

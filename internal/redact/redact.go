@@ -57,12 +57,12 @@ func maskKeys(s string) string {
 	if !armoured {
 		// One line, as a log record is: no block to judge, and no
 		// allocation unless something is masked.
-		if body, nl := strings.CutSuffix(s, "\n"); !strings.Contains(body, "\n") {
+		if body := strings.TrimSuffix(s, "\n"); !strings.Contains(body, "\n") {
 			if !hasRun(body, minRun) {
 				return s
 			}
 			if m := maskRuns(body); m != body {
-				return m + nlIf(nl)
+				return m + s[len(body):]
 			}
 			return s
 		}
@@ -70,26 +70,18 @@ func maskKeys(s string) string {
 			return s
 		}
 	}
-	lines := strings.SplitAfter(s, "\n")
-	var f Lines
-	for i, l := range lines {
-		body, nl := strings.CutSuffix(l, "\n")
-		if body == "" && !nl {
-			continue // after the last newline: no line
-		}
-		if armoured {
-			body = f.armour(body)
-		}
-		lines[i] = body
-		if nl {
-			lines[i] += "\n"
-		}
-	}
+	lines := strings.Split(s, "\n")
 	if armoured {
+		var f Lines
+		for i, l := range lines {
+			if i < len(lines)-1 || l != "" { // "" after the last newline is no line
+				lines[i] = f.armour(l)
+			}
+		}
 		maskOrphanBodies(lines)
 	}
 	maskEncodedLines(lines)
-	return strings.Join(lines, "")
+	return strings.Join(lines, "\n")
 }
 
 // maskOrphanBodies masks key bodies whose BEGIN line is not in the text
@@ -108,7 +100,7 @@ func maskOrphanBodies(lines []string) {
 			if !looksLikeKeyBody(lines[j]) {
 				break
 			}
-			lines[j] = Mask + "\n"
+			lines[j] = Mask
 		}
 	}
 }

@@ -136,9 +136,11 @@ func TestStringMasksEveryFormBehindEveryPrefix(t *testing.T) {
 			// The streaming filter must agree, line by line.
 			var f Lines
 			var b strings.Builder
+			emit := func(l string) { b.WriteString(l + "\n") }
 			for _, l := range strings.Split(strings.TrimSuffix(in, "\n"), "\n") {
-				b.WriteString(f.Line(l) + "\n")
+				f.Push(l, emit)
 			}
+			f.Flush(emit)
 			for _, p := range pieces {
 				if strings.Contains(b.String(), p) {
 					t.Errorf("%s/%s: Lines let %q through:\n%s", name, pname, p, b.String())
@@ -195,7 +197,7 @@ func TestLinesStream(t *testing.T) {
 	var f Lines
 	got := []string{}
 	for _, l := range []string{"x", "-----BEGIN EC PRIVATE KEY-----", "SECRET", "-----END EC PRIVATE KEY-----", "y"} {
-		got = append(got, f.Line(l))
+		f.Push(l, func(l string) { got = append(got, l) })
 	}
 	if strings.Contains(strings.Join(got, "\n"), "SECRET\n") || got[2] != Mask || got[4] != "y" {
 		t.Fatalf("Lines = %q", got)
@@ -242,7 +244,9 @@ func TestStringMasksBase64EncodedPEM(t *testing.T) {
 		t.Fatalf("String =\n%s", out)
 	}
 	var f Lines
-	if got := f.Line("client-key-data: " + key[:100]); got != "client-key-data: "+Mask {
+	var got []string
+	f.Push("client-key-data: "+key[:100], func(l string) { got = append(got, l) })
+	if len(got) != 1 || got[0] != "client-key-data: "+Mask {
 		t.Errorf("cut-off encoded key: %q", got)
 	}
 }
