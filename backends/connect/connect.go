@@ -22,12 +22,6 @@ const (
 	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout   // 30s
 )
 
-var (
-	_ backends.StoreClient = (*etcdv3.Client)(nil)
-	_ backends.StoreClient = (*env.Client)(nil)
-	_ backends.StoreClient = (*file.Client)(nil)
-)
-
 // New returns the store cfg.Backend names, connected: for etcd, New fails
 // (within about cfg.DialTimeout) when no endpoint answers, instead of the
 // first read failing later.

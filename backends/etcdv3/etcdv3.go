@@ -72,11 +72,10 @@ type Client struct {
 	cli            *clientv3.Client
 	endpoints      []string
 	requestTimeout time.Duration
-	closeOnce      sync.Once
-	closeErr       error
+	close          func() error // the client's Close, once
 	cfg            Config
 	// StallTimeout is how long a watch waits for any answer before it
-	// ends with ErrStalled; zero means DefaultStallTimeout.
+	// ends with backends.ErrStalled; zero means DefaultStallTimeout.
 	StallTimeout time.Duration
 	// maxRanges, when set by tests, replaces the package's.
 	maxRanges int
@@ -97,11 +96,10 @@ type Client struct {
 // Config is how to reach etcd; see etcdclient.Config.
 type Config = etcdclient.Config
 
-// Defaults for zero durations, and the node confd used when none was given.
+// Defaults for zero durations.
 const (
 	DefaultDialTimeout    = etcdclient.DefaultDialTimeout
 	DefaultRequestTimeout = etcdclient.DefaultRequestTimeout
-	DefaultNode           = etcdclient.DefaultNode
 )
 
 // New connects to etcd through etcdclient.New, which proves the connection
@@ -114,10 +112,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg,
+		close: sync.OnceValue(cli.Close)}, nil
 }
-
-func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // GetValues returns every key equal to or below (as a path) one of keys,
 // all read at one revision, and that revision; see GetPairs.
@@ -378,8 +375,7 @@ func prefixEnd(from string) string {
 // Close releases the connection; later calls fail. It may be called more
 // than once.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() { c.closeErr = c.cli.Close() })
-	return c.closeErr
+	return c.close()
 }
 
 // describe names keys for an error message without flooding it.
