@@ -161,7 +161,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	s.all(clock.Now())
 	var w *watcher
 	if d.o.Watch != nil {
-		w = newWatcher(d.o.Watch, log, d.o.Observer, clock, d.signal)
+		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: d.signal}
 		// The watch starts at the revision etcd had before the first
 		// reads, so that nothing between a read and the watch is missed.
 		// If etcd cannot say now, the watcher re-reads all once it can.
@@ -235,7 +235,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			s.all(clock.Now())
 			resyncAt = clock.Now().Add(plan.Resync)
 			if w != nil {
-				w.restart(ctx, s.keys())
+				// Other keys, from where the old watch stopped.
+				w.stop()
+				w.start(ctx, s.keys())
 			}
 		}
 	}

@@ -51,10 +51,6 @@ type timedEvent struct {
 	gen     int64             // the watch stream it came from
 }
 
-func newWatcher(store WatchStore, log logrus.FieldLogger, obs Observer, clock Clock, notify func()) *watcher {
-	return &watcher{store: store, log: log, obs: obs, clock: clock, notify: notify}
-}
-
 func (w *watcher) start(ctx context.Context, keys []string) {
 	ctx, w.cancel = context.WithCancel(ctx)
 	w.done = make(chan struct{})
@@ -67,12 +63,6 @@ func (w *watcher) start(ctx context.Context, keys []string) {
 func (w *watcher) stop() {
 	w.cancel()
 	<-w.done
-}
-
-// restart watches other keys from where the old watch stopped.
-func (w *watcher) restart(ctx context.Context, keys []string) {
-	w.stop()
-	w.start(ctx, keys)
 }
 
 // apply hands what arrived to s.
@@ -129,34 +119,21 @@ func (w *watcher) deliver(ev backends.WatchEvent) {
 	}
 }
 
+// setUp marks the watch down, or up on a new stream: the stream is counted
+// in the same step, as apply must never see the new stream's number with
+// the watch down, or the watch up with the old stream's number.
 func (w *watcher) setUp(up bool) {
 	w.mu.Lock()
 	changed := w.up != up
 	w.up = up
+	if up {
+		w.gen++
+	}
 	w.mu.Unlock()
 	if changed {
-		w.announce(up)
+		w.obs.WatchUp(up)
+		w.notify() // readiness changed
 	}
-}
-
-// open counts a new stream and marks the watch up, in one step: apply
-// must never see the new stream's number with the watch down, or the
-// watch up with the old stream's number.
-func (w *watcher) open() {
-	w.mu.Lock()
-	changed := !w.up
-	w.up = true
-	w.gen++
-	w.mu.Unlock()
-	if changed {
-		w.announce(true)
-	}
-}
-
-// announce tells the observer and Run that the watch went up or down.
-func (w *watcher) announce(up bool) {
-	w.obs.WatchUp(up)
-	w.notify() // readiness changed
 }
 
 // resync makes Run re-read everything; forget when revisions went back.
@@ -248,7 +225,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		// no longer applies (sched.watching). pos is at or below any
 		// revision a read from now on returns, so the new stream
 		// delivers every change after such a read.
-		w.open()
+		w.setUp(true)
 		backoff = minReconnect
 		err = w.store.Watch(ctx, keys, pos, w.deliver)
 		if ctx.Err() != nil {
