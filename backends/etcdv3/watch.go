@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/backends"
-	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdrestore"
 )
@@ -109,7 +108,7 @@ type watchRange struct {
 // keyOf is the requested key k belongs to, or false.
 func (r *watchRange) keyOf(k string) (string, bool) {
 	if len(r.keys) == 1 {
-		return r.keys[0], !r.whole || keypath.Under(k, r.keys[0])
+		return r.keys[0], !r.whole || backends.KeyUnder(k, r.keys[0])
 	}
 	return coveringKey(r.set, k, true)
 }

@@ -17,7 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/backends"
 )
 
 // Client reads its files on every GetValues, so that interval polling sees
@@ -61,7 +61,7 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 		}
 	}
 	for k := range vars {
-		if !keypath.UnderAny(k, keys) {
+		if !backends.KeyUnderAny(k, keys) {
 			delete(vars, k)
 		}
 	}
