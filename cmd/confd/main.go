@@ -374,17 +374,16 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			// would mix two configurations.
 			l.log.Errorf("SIGHUP: %s is unusable (error above): nothing was re-read; confd goes on with the configuration and resources it had. Fix the file, check it with `confd -check-config`, and send SIGHUP again", l.cfg.ConfigFile)
 			return daemon.Plan{Keep: true}
-		} else {
-			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
-				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
-			}
-			if c.MaxCommands != l.cfg.MaxCommands {
-				l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
-			}
-			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
-			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
-			l.cfg.DestLockTimeout, l.cfg.LockDir = c.DestLockTimeout, c.LockDir
 		}
+		if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
+			l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
+		}
+		if c.MaxCommands != l.cfg.MaxCommands {
+			l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
+		}
+		l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
+		l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
+		l.cfg.DestLockTimeout, l.cfg.LockDir = c.DestLockTimeout, c.LockDir
 	}
 	procs, _ := l.load(l.settings(l.cfg))
 	return daemon.Plan{Procs: procs, Wait: l.cfg.Wait, Resync: l.cfg.Resync}
