@@ -99,10 +99,9 @@ type Options struct {
 
 // Daemon runs passes until its context ends.
 type Daemon struct {
-	o      Options
-	hup    chan struct{}
-	wake   chan struct{}
-	limits *Limits
+	o    Options
+	hup  chan struct{}
+	wake chan struct{}
 
 	// Run's loop alone touches these.
 	reports  chan passReport // from the groups' workers
@@ -124,7 +123,7 @@ func New(o Options) *Daemon {
 	if o.Limits == nil {
 		o.Limits = NewLimits(DefaultMaxCommands, nil, o.Log)
 	}
-	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1), limits: o.Limits,
+	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reports: make(chan passReport), retiring: map[*group]bool{}}
 }
 
@@ -150,12 +149,16 @@ func (d *Daemon) Reload() {
 // nothing queues however long a reload takes.
 func (d *Daemon) Run(ctx context.Context) error {
 	log, clock := d.o.Log, d.o.Clock
-	plan := d.o.Load(true)
+	load := func(full bool) Plan {
+		p := d.o.Load(full)
+		if d.o.Watch == nil {
+			p.Resync = d.o.Interval // a pass every interval is a resync
+		}
+		return p
+	}
+	plan := load(true)
 	if len(plan.Procs) == 0 {
 		return ErrNothingToProcess
-	}
-	if d.o.Watch == nil {
-		plan.Resync = d.o.Interval
 	}
 	s := newSched(plan.Procs, plan.Wait)
 	s.all(clock.Now())
@@ -192,8 +195,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if plan.Resync > 0 && !now.Before(resyncAt) {
 			if d.o.Watch == nil {
 				// confd 0.16 re-read conf.d before every interval pass.
-				if p := d.o.Load(false); len(p.Procs) > 0 {
-					p.Resync = plan.Resync
+				if p := load(false); len(p.Procs) > 0 {
 					s, plan = d.regroup(s, p), p
 				}
 			} else {
@@ -219,16 +221,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case r := <-d.reports:
 			d.settle(s, r)
 		case <-d.hup:
-			p := d.o.Load(true)
+			p := load(true)
 			if p.Keep {
 				continue
 			}
 			if len(p.Procs) == 0 {
 				log.Error("SIGHUP: no template resource loaded; keeping the previous ones")
 				continue
-			}
-			if d.o.Watch == nil {
-				p.Resync = d.o.Interval
 			}
 			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
 			s, plan = d.regroup(s, p), p
@@ -411,7 +410,7 @@ func (d *Daemon) work(ctx context.Context, j *job) {
 		r.at = d.o.Clock.Now()
 		d.reports <- r
 	}()
-	pctx, release, ok := d.limits.pass(ctx, d.o.Commands)
+	pctx, release, ok := d.o.Limits.pass(ctx, d.o.Commands)
 	if !ok {
 		for _, m := range g.members {
 			d.o.Log.Warnf("%s: not processed: confd is stopping", m.Name())
@@ -470,8 +469,9 @@ func (d *Daemon) report(s *sched, w *watcher, was *bool) {
 		}
 	}
 	if w != nil {
-		ready = ready && w.isUp()
-		d.o.Observer.Revisions(processed, w.currentRevision())
+		up, current := w.state()
+		ready = ready && up
+		d.o.Observer.Revisions(processed, current)
 	}
 	if ready != *was {
 		d.o.Observer.Ready(ready)

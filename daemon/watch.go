@@ -93,16 +93,11 @@ func (w *watcher) apply(s *sched) {
 	w.events, w.all, w.forget = nil, false, false
 }
 
-func (w *watcher) isUp() bool {
+// state is whether the watch is up, and the newest revision it saw.
+func (w *watcher) state() (up bool, current int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.up
-}
-
-func (w *watcher) currentRevision() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.current
+	return w.up, w.current
 }
 
 func (w *watcher) deliver(ev backends.WatchEvent) {
