@@ -55,7 +55,7 @@ func funcMap(b *binding) texttemplate.FuncMap {
 	m := maps.Clone(storelessFuncs)
 	// memkv (store.FuncMap in confd).
 	m["exists"] = func(key string) bool { return b.store.Exists(key) }
-	m["publicKeys"] = func(values ...any) ([]PublicKey, error) { return publicKeysWarning(b.warn, values...) }
+	m["publicKeys"] = func(values ...any) ([]PublicKey, error) { return publicKeys(b.warn, values...) }
 	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
 	m["lsdir"] = func(filePath string) []string { return b.store.ListDir(filePath) }
 	m["get"] = func(key string) (memkv.KVPair, error) { return b.store.Get(key) }

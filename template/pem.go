@@ -47,7 +47,6 @@ func pemFuncs() map[string]any {
 		"pemBlocks":    pemBlocks,
 		"keyID":        keyID,
 		"pemNormalize": pemNormalize,
-		"publicKeys":   publicKeys,
 	}
 }
 
@@ -63,10 +62,7 @@ func parseValue(name, value string) ([]pemcheck.Block, error) {
 
 // pemBlocks returns the blocks of a PEM value in order.
 func pemBlocks(value string) ([]PEMBlock, error) {
-	return toPEMBlocks("value", value)
-}
-
-func toPEMBlocks(name, value string) ([]PEMBlock, error) {
+	const name = "value"
 	blocks, err := parseValue(name, value)
 	if err != nil {
 		return nil, err
@@ -190,9 +186,9 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // kube-apiserver-sa-signer, which reads the same values, logs it too, and
 // publish-key refuses such a file. A value left with no key is an error,
 // as a value with nothing but a private key is.
-func publicKeys(values ...any) ([]PublicKey, error) { return publicKeysWarning(nil, values...) }
-
-func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
+//
+// The template function is bound to its render's warn (funcMap); warn may be nil.
+func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 	type named struct{ name, value string }
 	var all []named
 	var add func(v any) error
@@ -207,9 +203,7 @@ func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
 		case memkv.KVPair:
 			all = append(all, named{x.Key, x.Value})
 		case memkv.KVPairs:
-			for _, p := range x {
-				all = append(all, named{p.Key, p.Value})
-			}
+			return add([]memkv.KVPair(x))
 		case []memkv.KVPair:
 			for _, p := range x {
 				all = append(all, named{p.Key, p.Value})

@@ -41,7 +41,7 @@ func TestPublicKeysDropsCA(t *testing.T) {
 		{Key: "/sa/m4", Value: bare + string(caPEM)},                                               // a bare key beside a CA
 		{Key: "/sa/m5", Value: string(otherPEM) + string(keytest.PublicPEM(t, plainKey.Public()))}, // the CA's bare key
 	}
-	keys, err := publicKeys(kvs)
+	keys, err := publicKeys(nil, kvs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +62,12 @@ func TestPublicKeysDropsCA(t *testing.T) {
 
 	// A value with nothing but a CA's key fails the render, naming it: it
 	// is a bad value, like one holding nothing but a private key.
-	_, err = publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m6", Value: string(caPEM)}))
+	_, err = publicKeys(nil, append(kvs, memkv.KVPair{Key: "/sa/m6", Value: string(caPEM)}))
 	if !errors.Is(err, pemcheck.ErrCA) || !strings.Contains(err.Error(), "/sa/m6: block 1 (line 1, CERTIFICATE)") {
 		t.Fatalf("CA-only value: %v", err)
 	}
 	// A CA's private key is still refused as a private key, not dropped.
-	_, err = publicKeys(string(leafPEM) + string(keytest.SEC1PEM(t, caKey)))
+	_, err = publicKeys(nil, string(leafPEM)+string(keytest.SEC1PEM(t, caKey)))
 	if !errors.Is(err, pemcheck.ErrPrivateKey) {
 		t.Fatalf("CA's private key beside its leaf: %v", err)
 	}
