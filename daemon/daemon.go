@@ -592,32 +592,6 @@ type Observer interface {
 	Landed(d time.Duration)
 }
 
-// Observers fans out to several observers.
-func Observers(os ...Observer) Observer {
-	if len(os) == 0 {
-		return NopObserver{}
-	}
-	return multi(os)
-}
-
-type multi []Observer
-
-func (m multi) each(f func(Observer)) {
-	for _, o := range m {
-		f(o)
-	}
-}
-
-func (m multi) Processed(r string, res apply.Result, err error, p bool) {
-	m.each(func(o Observer) { o.Processed(r, res, err, p) })
-}
-func (m multi) WatchUp(up bool)        { m.each(func(o Observer) { o.WatchUp(up) }) }
-func (m multi) WatchReconnect()        { m.each(func(o Observer) { o.WatchReconnect() }) }
-func (m multi) Snapshot(w bool)        { m.each(func(o Observer) { o.Snapshot(w) }) }
-func (m multi) Revisions(p, c int64)   { m.each(func(o Observer) { o.Revisions(p, c) }) }
-func (m multi) Ready(r bool)           { m.each(func(o Observer) { o.Ready(r) }) }
-func (m multi) Landed(d time.Duration) { m.each(func(o Observer) { o.Landed(d) }) }
-
 // NopObserver hears nothing; embedded, it leaves an observer only the
 // methods it needs.
 type NopObserver struct{}

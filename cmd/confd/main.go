@@ -161,7 +161,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		return exitOK
 	}
 
-	var observers []daemon.Observer
+	var observer daemon.Observer = daemon.NopObserver{}
 	if c.MetricsAddr != "" {
 		names := make([]string, len(procs))
 		for i, p := range procs {
@@ -175,12 +175,12 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		}
 		defer srv.Close()
 		log.Infof("Serving /metrics, /healthz and /readyz on %s", srv.Addr())
-		observers = append(observers, m)
+		observer = m
 	}
 	if n := sdnotify.New(getenv, log); n != nil {
 		defer n.Stopping()
 		go n.Watchdog(stopCtx)
-		observers = append(observers, sdObserver{n: n})
+		observer = sdObserver{Observer: observer, n: n}
 	}
 	first := true
 	o := daemon.Options{
@@ -194,7 +194,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		Store:    store,
 		Interval: time.Duration(c.Interval) * time.Second,
 		Log:      log,
-		Observer: daemon.Observers(observers...),
+		Observer: observer,
 		Commands: cmdCtx,
 		Limits:   limits,
 	}
@@ -414,11 +414,15 @@ func (l *resourceLoader) removeStaleStageFiles() {
 	}
 }
 
-// sdObserver tells systemd about readiness; the rest of daemon.Observer is
-// nothing systemd needs to hear.
+// sdObserver tells systemd about readiness, after the observer it wraps
+// (the metrics, or none); the rest of daemon.Observer is nothing systemd
+// needs to hear.
 type sdObserver struct {
-	daemon.NopObserver
+	daemon.Observer
 	n *sdnotify.Notifier
 }
 
-func (o sdObserver) Ready(ready bool) { o.n.Ready(ready) }
+func (o sdObserver) Ready(ready bool) {
+	o.Observer.Ready(ready)
+	o.n.Ready(ready)
+}
