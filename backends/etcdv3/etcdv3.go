@@ -96,17 +96,11 @@ type Client struct {
 // Config is how to reach etcd; see etcdclient.Config.
 type Config = etcdclient.Config
 
-// Defaults for zero durations.
-const (
-	DefaultDialTimeout    = etcdclient.DefaultDialTimeout
-	DefaultRequestTimeout = etcdclient.DefaultRequestTimeout
-)
-
 // New connects to etcd through etcdclient.New, which proves the connection
 // and names the cause when it fails.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = etcdclient.DefaultRequestTimeout
 	}
 	cli, err := etcdclient.New(ctx, cfg)
 	if err != nil {
@@ -142,22 +136,18 @@ func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, i
 	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	reads := planReads(keys)
-	var err error
-	for attempt := 1; attempt <= readAttempts; attempt++ {
-		var pairs []memkv.KVPair
-		var rev int64
-		pairs, rev, err = c.readAt(rctx, reads, attempt)
+	for attempt := 1; ; attempt++ {
+		pairs, rev, err := c.readAt(rctx, reads, attempt)
 		if err == nil {
 			return pairs, rev, nil
 		}
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
-		if !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
-			break
+		if attempt == readAttempts || !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
+			err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
+			return nil, 0, c.withCause(ctx, err)
 		}
 	}
-	err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
-	return nil, 0, c.withCause(ctx, err)
 }
 
 // diagnoseBudget bounds the look for a cause behind a failed request.
