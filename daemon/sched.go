@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -218,14 +219,7 @@ func (s *sched) keys() []string {
 // its changes, or stop following when it cannot be followed.
 func (s *sched) event(e timedEvent) {
 	for _, g := range s.groups {
-		touched := false
-		for _, k := range e.keys {
-			if backends.KeyUnderAny(k, g.keys) {
-				touched = true
-				break
-			}
-		}
-		if !touched {
+		if !slices.ContainsFunc(e.keys, func(k string) bool { return backends.KeyUnderAny(k, g.keys) }) {
 			continue
 		}
 		if g.reading {
