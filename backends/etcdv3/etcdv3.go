@@ -77,11 +77,9 @@ type Client struct {
 	// StallTimeout is how long a watch waits for any answer before it
 	// ends with backends.ErrStalled; zero means DefaultStallTimeout.
 	StallTimeout time.Duration
-	// maxRanges, when set by tests, replaces the package's.
-	maxRanges int
-
-	// pageKeys and pageBytes, when set by tests, replace the package's.
-	pageKeys, pageBytes int
+	// The package's maxRanges, pageKeys and pageBytes (New), which tests
+	// change.
+	maxRanges, pageKeys, pageBytes int
 
 	// afterBatch, when set by tests, runs after each request (transaction
 	// or page) of one GetValues, to provoke what can happen between them;
@@ -107,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg,
-		close: sync.OnceValue(cli.Close)}, nil
+		close: sync.OnceValue(cli.Close), maxRanges: maxRanges, pageKeys: pageKeys, pageBytes: pageBytes}, nil
 }
 
 // GetValues returns every key equal to or below (as a path) one of keys,
@@ -230,14 +228,7 @@ var errNoRevision = errors.New("response carries no revision")
 func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv.KVPair, int64, error) {
 	var pairs []memkv.KVPair
 	var rev int64 // 0: the first transaction reads the newest revision
-	page := c.pageKeys
-	if page <= 0 {
-		page = pageKeys
-	}
-	maxBytes := c.pageBytes
-	if maxBytes <= 0 {
-		maxBytes = pageBytes
-	}
+	page, maxBytes := c.pageKeys, c.pageBytes
 	// byBytes is the keys that fit maxBytes at the size of the last
 	// response's.
 	byBytes := page

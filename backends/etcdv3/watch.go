@@ -264,10 +264,6 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	if stall <= 0 {
 		stall = DefaultStallTimeout
 	}
-	limit := c.maxRanges
-	if limit <= 0 {
-		limit = maxRanges
-	}
 	where := fmt.Sprintf("etcd %s: watch %s after revision %d", strings.Join(c.endpoints, ", "), describe(keys), afterRev)
 	if len(keys) == 0 {
 		<-ctx.Done()
@@ -305,7 +301,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// until the next write anywhere, so a quiet etcd would look stalled.
 	// The changes of afterRev itself, delivered already, are dropped below.
 	start := max(afterRev, 1)
-	go c.openRanges(wctx, w, planRanges(watchKeys(keys), limit), start, send)
+	go c.openRanges(wctx, w, planRanges(watchKeys(keys), c.maxRanges), start, send)
 
 	var ranges []*watchRange
 	var pos []int64 // per range: delivered up to

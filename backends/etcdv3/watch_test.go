@@ -386,7 +386,7 @@ func BenchmarkWatchOpen(b *testing.B) {
 		}
 		for _, mode := range []string{"merged", "per-key"} {
 			b.Run(fmt.Sprintf("%d/%s", n, mode), func(b *testing.B) {
-				c.maxRanges = 0
+				c.maxRanges = maxRanges
 				if mode == "per-key" {
 					c.maxRanges = n + 1
 				}
