@@ -199,17 +199,12 @@ func destinations(procs []Processor) []string {
 	return out
 }
 
-// keys is every key any group reads.
+// keys is every key any group reads, each once: resources that share a
+// key are in one group (unite), whose keys are listed once.
 func (s *sched) keys() []string {
 	var out []string
-	seen := map[string]bool{}
 	for _, g := range s.groups {
-		for _, k := range g.keys {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
+		out = append(out, g.keys...)
 	}
 	return out
 }
