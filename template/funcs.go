@@ -29,7 +29,7 @@ import (
 //
 // The crypt functions (cget, cgets, cgetv, cgetvs) are always defined, so a
 // template using them parses; they decrypt only when Render is given a
-// keyring (WithKeyring), and fail naming -secret-keyring otherwise.
+// keyring (Options.Keyring), and fail naming -secret-keyring otherwise.
 func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
 	return funcMap(&binding{store: store})
 }

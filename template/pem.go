@@ -182,7 +182,7 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // ca.crt` published as one value) is dropped and the rest of the value
 // kept: kube-apiserver trusts every key in the bundle, so the CA's key there
 // would let whoever holds the CA's private key mint tokens every apiserver
-// accepts. The drop is told to the render's WithWarnings (confd logs it);
+// accepts. The drop is told to the render's Options.Warn (confd logs it);
 // kube-apiserver-sa-signer, which reads the same values, logs it too, and
 // publish-key refuses such a file. A value left with no key is an error,
 // as a value with nothing but a private key is.

@@ -73,7 +73,7 @@ func TestPublicKeysDropsCA(t *testing.T) {
 	}
 }
 
-// A render tells WithWarnings which value's block publicKeys left out, so
+// A render tells Options.Warn which value's block publicKeys left out, so
 // that confd logs it: the bundle silently lacking a key a value holds would
 // hide the misconfiguration from whoever published it.
 func TestPublicKeysWarnsOfDroppedCA(t *testing.T) {
@@ -86,7 +86,7 @@ func TestPublicKeysWarnsOfDroppedCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	var warnings []string
-	out, err := Render(src, map[string]string{"/sa/m1": string(leafPEM) + string(caPEM)}, WithWarnings(func(m string) { warnings = append(warnings, m) }))
+	out, err := Render(src, map[string]string{"/sa/m1": string(leafPEM) + string(caPEM)}, Options{Warn: func(m string) { warnings = append(warnings, m) }})
 	if err != nil {
 		t.Fatal(err)
 	}

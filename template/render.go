@@ -20,11 +20,7 @@ import (
 // The template is named filepath.Base(srcPath), as confd names it, so
 // text/template's own messages ("template: NAME:LINE:COL: ...") read the
 // same as confd's; the returned error adds the full path in front.
-func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, o Options) (Text, error) {
 	p, err := c.get(srcPath)
 	if err != nil {
 		return Text{}, err
@@ -32,7 +28,7 @@ func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Opt
 	// The crypt functions decrypt with this render's keyring and remember
 	// what they decrypted.
 	var decrypted []string
-	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }, warn: o.warn, readOnlyGets: p.readOnlyGets}
+	*p.b = binding{store: store, keyring: o.Keyring, seen: func(v string) { decrypted = append(decrypted, v) }, warn: o.Warn, readOnlyGets: p.readOnlyGets}
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).
