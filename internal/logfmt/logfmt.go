@@ -86,12 +86,7 @@ func ChildEnv(env []string, resource string) []string {
 	if env == nil {
 		env = os.Environ()
 	}
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, ResourceEnv+"=") {
-			out = append(out, kv)
-		}
-	}
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, ResourceEnv+"=") })
 	return append(out, ResourceEnv+"="+resource)
 }
 
