@@ -12,7 +12,7 @@ import (
 )
 
 // StoreClient is what the resource layer needs of a store. A store that
-// can be watched (etcd) also has Revision and Watch, as daemon.WatchStore
+// can be watched (etcd) also has Revision, Watch and Diagnose, as daemon.WatchStore
 // names them; the others are polled with -interval.
 type StoreClient interface {
 	// GetValues returns every key equal to, or below (as a path: "/foo"

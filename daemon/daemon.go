@@ -42,11 +42,8 @@ type WatchStore interface {
 	apply.Getter
 	Revision(ctx context.Context, key string) (int64, error)
 	Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error
-}
-
-// Diagnoser names the cause of a failing connection (an expired client
-// certificate, a refused handshake); a WatchStore may offer it.
-type Diagnoser interface {
+	// Diagnose names the cause of a failing connection (an expired client
+	// certificate, a refused handshake); nil when it finds none.
 	Diagnose(ctx context.Context) error
 }
 

@@ -216,6 +216,8 @@ func (f *fakeWatch) GetValues(context.Context, []string) (map[string]string, int
 	return map[string]string{}, f.rev, nil
 }
 
+func (f *fakeWatch) Diagnose(context.Context) error { return nil }
+
 func (f *fakeWatch) Revision(context.Context, string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

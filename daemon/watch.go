@@ -163,13 +163,11 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		if downSince.IsZero() {
 			downSince = w.clock.Now()
 			msg := fmt.Sprintf("etcd watch broken at revision %d: %v", pos, err)
-			if d, ok := w.store.(Diagnoser); ok {
-				dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				if cause := d.Diagnose(dctx); cause != nil {
-					msg += "; cause: " + cause.Error()
-				}
-				cancel()
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			if cause := w.store.Diagnose(dctx); cause != nil {
+				msg += "; cause: " + cause.Error()
 			}
+			cancel()
 			w.log.Warn(msg + "; reconnecting")
 			w.setUp(false)
 			lastErr = err.Error()
