@@ -33,6 +33,10 @@ type Processor interface {
 	Name() string // the resource file: orders resources and names them
 	StoreKeys() []string
 	Quiescence() (waitspec.Spec, bool) // the resource's own wait, if set
+	// Destination is the file it writes ("" when it does not say): groups
+	// run concurrently, so two resources writing one file go in one group,
+	// where file-name order decides which is left on it.
+	Destination() string
 	ReloadPending() bool
 	Process(ctx context.Context, store apply.Getter) (apply.Result, error)
 }

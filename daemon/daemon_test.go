@@ -31,6 +31,7 @@ type fakeProc struct {
 func (p *fakeProc) Name() string        { return p.name }
 func (p *fakeProc) StoreKeys() []string { return p.keys }
 func (p *fakeProc) ReloadPending() bool { return false }
+func (p *fakeProc) Destination() string { return "" }
 func (p *fakeProc) Quiescence() (waitspec.Spec, bool) {
 	if p.wait == nil {
 		return waitspec.Spec{}, false

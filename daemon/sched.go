@@ -69,10 +69,10 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	ps := append([]Processor(nil), procs...)
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Name() < ps[j].Name() })
 	keys := make([][]string, len(ps)) // StoreKeys builds its list anew on every call
+	dests := make([]string, len(ps))
 	for i, p := range ps {
-		keys[i] = p.StoreKeys()
+		keys[i], dests[i] = p.StoreKeys(), p.Destination()
 	}
-	dests := destinations(ps)
 	root := unite(keys, dests)
 	byRoot := map[int]*group{}
 	seen := map[*group]map[string]bool{}
@@ -181,22 +181,6 @@ func unite(keys [][]string, dests []string) []int {
 		root[i] = find(i)
 	}
 	return root
-}
-
-// destined is a Processor that names the file it writes (resource's do).
-type destined interface{ Destination() string }
-
-// destinations are the files procs write ("" when one does not say): groups
-// run concurrently, so two resources writing one file go in one group,
-// where file-name order decides which is left on it.
-func destinations(procs []Processor) []string {
-	out := make([]string, len(procs))
-	for i, p := range procs {
-		if d, ok := p.(destined); ok {
-			out[i] = d.Destination()
-		}
-	}
-	return out
 }
 
 // keys is every key any group reads, each once: resources that share a
