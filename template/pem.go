@@ -2,6 +2,7 @@ package template
 
 import (
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -274,7 +275,7 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 	// Every bad value is reported, not just the first: fixing one at a
 	// time across a fleet's masters is slow.
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("publicKeys: %w", oneLine(errs))
+		return nil, fmt.Errorf("publicKeys: %w", oneLine{errors.Join(errs...)})
 	}
 	out := make([]PublicKey, 0, len(byID))
 	for _, k := range byID {
@@ -308,15 +309,9 @@ func caBlocks(f *pemcheck.File) (map[int]string, error) {
 	return nil, blockErr(f.Name, ca.Block, fmt.Errorf("%w: %s, and the value holds no other key", pemcheck.ErrCA, ca.Reason))
 }
 
-// oneLine joins errors on one line: a render error ends up in one log line.
-type oneLine []error
+// oneLine is an error (errors.Join's) on one line: a render error ends up
+// in one log line.
+type oneLine struct{ error }
 
-func (e oneLine) Error() string {
-	msgs := make([]string, len(e))
-	for i, err := range e {
-		msgs[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func (e oneLine) Unwrap() []error { return e }
+func (e oneLine) Error() string { return strings.ReplaceAll(e.error.Error(), "\n", "; ") }
+func (e oneLine) Unwrap() error { return e.error }
