@@ -71,7 +71,7 @@ func (r *File) Plan(ctx context.Context, store Getter) (Plan, error) {
 	}
 	p := Plan{Revision: rev, UID: r.UID, GID: r.GID}
 	warn := func(msg string) { r.s.Logger().WithField("resource", r.File).Warn(msg) }
-	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.WithKeyring(r.s.Keyring), template.WithWarnings(warn)); err != nil {
+	if p.Content, err = r.s.Renderer.RenderIndex(r.Src, r.index(pairs), template.Options{Keyring: r.s.Keyring, Warn: warn}); err != nil {
 		return p, fmt.Errorf("%s: %w", r.File, err)
 	}
 	if err := r.compare(&p); err != nil {

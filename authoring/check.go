@@ -6,6 +6,7 @@ package authoring
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -159,20 +159,15 @@ func loadResources(s apply.Settings, names []string) ([]*resource.Resource, []Pr
 }
 
 func sortProblems(ps []Problem) {
-	sort.SliceStable(ps, func(i, j int) bool {
-		if ps[i].File != ps[j].File {
-			return ps[i].File < ps[j].File
-		}
-		return ps[i].Line < ps[j].Line
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
 	})
 }
 
 // recorder keeps the warnings the loader logs.
 type recorder struct{ msgs []string }
 
-func (r *recorder) Levels() []logrus.Level {
-	return []logrus.Level{logrus.PanicLevel, logrus.FatalLevel, logrus.ErrorLevel, logrus.WarnLevel}
-}
+func (r *recorder) Levels() []logrus.Level { return logrus.AllLevels[:logrus.WarnLevel+1] }
 
 func (r *recorder) Fire(e *logrus.Entry) error {
 	r.msgs = append(r.msgs, e.Message)

@@ -7,13 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
-
-	"github.com/keysync/confd/backends/internal/keypath"
 )
 
 // StoreClient is what the resource layer needs of a store. A store that
-// can be watched (etcd) also has Revision and Watch, as daemon.WatchStore
+// can be watched (etcd) also has Revision, Watch and Diagnose, as daemon.WatchStore
 // names them; the others are polled with -interval.
 type StoreClient interface {
 	// GetValues returns every key equal to, or below (as a path: "/foo"
@@ -99,9 +98,28 @@ var ErrStalled = errors.New("watch stalled")
 // new revision. Test with errors.Is.
 var ErrCompacted = errors.New("etcd revision compacted")
 
-// KeyUnder is the one rule for whether key belongs to a requested key: as a
-// path, so "/foo" covers "/foo/x" but never "/foobar".
-func KeyUnder(key, prefix string) bool { return keypath.Under(key, prefix) }
+// KeyUnder is the one rule every backend uses for whether key belongs to a
+// requested key: key is prefix itself or lies below it as a path, so
+// "/foo" covers "/foo" and "/foo/x" but never "/foobar". A prefix ending in
+// "/" (including "/" itself) covers every key that starts with it, and the
+// empty prefix covers everything, as a plain prefix range would.
+//
+// confd matched with strings.HasPrefix in some backends, so a template asking
+// for "/app" silently received "/app-staging/..." as well; that is the bug
+// this rule exists to avoid.
+func KeyUnder(key, prefix string) bool {
+	if prefix == "" || strings.HasSuffix(prefix, "/") {
+		return strings.HasPrefix(key, prefix)
+	}
+	return key == prefix || (strings.HasPrefix(key, prefix) && key[len(prefix)] == '/')
+}
 
 // KeyUnderAny reports whether key is KeyUnder at least one of prefixes.
-func KeyUnderAny(key string, prefixes []string) bool { return keypath.UnderAny(key, prefixes) }
+func KeyUnderAny(key string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if KeyUnder(key, p) {
+			return true
+		}
+	}
+	return false
+}

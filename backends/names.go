@@ -1,35 +1,14 @@
 package backends
 
-// names are the backends connect.New accepts, in the order help text lists them,
-// and whether each can be watched (the others are polled with -interval).
-var names = []struct {
-	name  string
-	watch bool
-}{{"etcdv3", true}, {"etcd", true}, {"env", false}, {"file", false}}
+import "slices"
 
-// Names lists the backends connect.New accepts.
-func Names() []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = n.name
-	}
-	return out
-}
+// Names lists the backends connect.New accepts, in the order help text
+// lists them.
+func Names() []string { return []string{"etcdv3", "etcd", "env", "file"} }
 
 // Supported reports whether connect.New accepts name.
-func Supported(name string) bool { _, ok := lookup(name); return ok }
+func Supported(name string) bool { return slices.Contains(Names(), name) }
 
-// CanWatch reports whether backend name can serve -watch.
-func CanWatch(name string) bool { n, ok := lookup(name); return ok && n.watch }
-
-func lookup(name string) (struct {
-	name  string
-	watch bool
-}, bool) {
-	for _, n := range names {
-		if n.name == name {
-			return n, true
-		}
-	}
-	return names[0], false
-}
+// CanWatch reports whether backend name can serve -watch; the others are
+// polled with -interval.
+func CanWatch(name string) bool { return name == "etcdv3" || name == "etcd" }

@@ -33,6 +33,10 @@ type Processor interface {
 	Name() string // the resource file: orders resources and names them
 	StoreKeys() []string
 	Quiescence() (waitspec.Spec, bool) // the resource's own wait, if set
+	// Destination is the file it writes ("" when it does not say): groups
+	// run concurrently, so two resources writing one file go in one group,
+	// where file-name order decides which is left on it.
+	Destination() string
 	ReloadPending() bool
 	Process(ctx context.Context, store apply.Getter) (apply.Result, error)
 }
@@ -42,11 +46,8 @@ type WatchStore interface {
 	apply.Getter
 	Revision(ctx context.Context, key string) (int64, error)
 	Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error
-}
-
-// Diagnoser names the cause of a failing connection (an expired client
-// certificate, a refused handshake); a WatchStore may offer it.
-type Diagnoser interface {
+	// Diagnose names the cause of a failing connection (an expired client
+	// certificate, a refused handshake); nil when it finds none.
 	Diagnose(ctx context.Context) error
 }
 
@@ -99,10 +100,9 @@ type Options struct {
 
 // Daemon runs passes until its context ends.
 type Daemon struct {
-	o      Options
-	hup    chan struct{}
-	wake   chan struct{}
-	limits *Limits
+	o    Options
+	hup  chan struct{}
+	wake chan struct{}
 
 	// Run's loop alone touches these.
 	reports  chan passReport // from the groups' workers
@@ -124,7 +124,7 @@ func New(o Options) *Daemon {
 	if o.Limits == nil {
 		o.Limits = NewLimits(DefaultMaxCommands, nil, o.Log)
 	}
-	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1), limits: o.Limits,
+	return &Daemon{o: o, hup: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		reports: make(chan passReport), retiring: map[*group]bool{}}
 }
 
@@ -150,18 +150,22 @@ func (d *Daemon) Reload() {
 // nothing queues however long a reload takes.
 func (d *Daemon) Run(ctx context.Context) error {
 	log, clock := d.o.Log, d.o.Clock
-	plan := d.o.Load(true)
+	load := func(full bool) Plan {
+		p := d.o.Load(full)
+		if d.o.Watch == nil {
+			p.Resync = d.o.Interval // a pass every interval is a resync
+		}
+		return p
+	}
+	plan := load(true)
 	if len(plan.Procs) == 0 {
 		return ErrNothingToProcess
-	}
-	if d.o.Watch == nil {
-		plan.Resync = d.o.Interval
 	}
 	s := newSched(plan.Procs, plan.Wait)
 	s.all(clock.Now())
 	var w *watcher
 	if d.o.Watch != nil {
-		w = newWatcher(d.o.Watch, log, d.o.Observer, clock, d.signal)
+		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: d.signal}
 		// The watch starts at the revision etcd had before the first
 		// reads, so that nothing between a read and the watch is missed.
 		// If etcd cannot say now, the watcher re-reads all once it can.
@@ -192,8 +196,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if plan.Resync > 0 && !now.Before(resyncAt) {
 			if d.o.Watch == nil {
 				// confd 0.16 re-read conf.d before every interval pass.
-				if p := d.o.Load(false); len(p.Procs) > 0 {
-					p.Resync = plan.Resync
+				if p := load(false); len(p.Procs) > 0 {
 					s, plan = d.regroup(s, p), p
 				}
 			} else {
@@ -219,7 +222,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case r := <-d.reports:
 			d.settle(s, r)
 		case <-d.hup:
-			p := d.o.Load(true)
+			p := load(true)
 			if p.Keep {
 				continue
 			}
@@ -227,15 +230,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 				log.Error("SIGHUP: no template resource loaded; keeping the previous ones")
 				continue
 			}
-			if d.o.Watch == nil {
-				p.Resync = d.o.Interval
-			}
 			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
 			s, plan = d.regroup(s, p), p
 			s.all(clock.Now())
 			resyncAt = clock.Now().Add(plan.Resync)
 			if w != nil {
-				w.restart(ctx, s.keys())
+				// Other keys, from where the old watch stopped.
+				w.stop()
+				w.start(ctx, s.keys())
 			}
 		}
 	}
@@ -409,7 +411,7 @@ func (d *Daemon) work(ctx context.Context, j *job) {
 		r.at = d.o.Clock.Now()
 		d.reports <- r
 	}()
-	pctx, release, ok := d.limits.pass(ctx, d.o.Commands)
+	pctx, release, ok := d.o.Limits.pass(ctx, d.o.Commands)
 	if !ok {
 		for _, m := range g.members {
 			d.o.Log.Warnf("%s: not processed: confd is stopping", m.Name())
@@ -468,8 +470,9 @@ func (d *Daemon) report(s *sched, w *watcher, was *bool) {
 		}
 	}
 	if w != nil {
-		ready = ready && w.isUp()
-		d.o.Observer.Revisions(processed, w.currentRevision())
+		up, current := w.state()
+		ready = ready && up
+		d.o.Observer.Revisions(processed, current)
 	}
 	if ready != *was {
 		d.o.Observer.Ready(ready)
@@ -589,32 +592,6 @@ type Observer interface {
 	// changed, d after it arrived (quiescence and check_cmd included).
 	Landed(d time.Duration)
 }
-
-// Observers fans out to several observers.
-func Observers(os ...Observer) Observer {
-	if len(os) == 0 {
-		return NopObserver{}
-	}
-	return multi(os)
-}
-
-type multi []Observer
-
-func (m multi) each(f func(Observer)) {
-	for _, o := range m {
-		f(o)
-	}
-}
-
-func (m multi) Processed(r string, res apply.Result, err error, p bool) {
-	m.each(func(o Observer) { o.Processed(r, res, err, p) })
-}
-func (m multi) WatchUp(up bool)        { m.each(func(o Observer) { o.WatchUp(up) }) }
-func (m multi) WatchReconnect()        { m.each(func(o Observer) { o.WatchReconnect() }) }
-func (m multi) Snapshot(w bool)        { m.each(func(o Observer) { o.Snapshot(w) }) }
-func (m multi) Revisions(p, c int64)   { m.each(func(o Observer) { o.Revisions(p, c) }) }
-func (m multi) Ready(r bool)           { m.each(func(o Observer) { o.Ready(r) }) }
-func (m multi) Landed(d time.Duration) { m.each(func(o Observer) { o.Landed(d) }) }
 
 // NopObserver hears nothing; embedded, it leaves an observer only the
 // methods it needs.

@@ -31,6 +31,7 @@ type fakeProc struct {
 func (p *fakeProc) Name() string        { return p.name }
 func (p *fakeProc) StoreKeys() []string { return p.keys }
 func (p *fakeProc) ReloadPending() bool { return false }
+func (p *fakeProc) Destination() string { return "" }
 func (p *fakeProc) Quiescence() (waitspec.Spec, bool) {
 	if p.wait == nil {
 		return waitspec.Spec{}, false
@@ -215,6 +216,8 @@ func (f *fakeWatch) GetValues(context.Context, []string) (map[string]string, int
 	defer f.mu.Unlock()
 	return map[string]string{}, f.rev, nil
 }
+
+func (f *fakeWatch) Diagnose(context.Context) error { return nil }
 
 func (f *fakeWatch) Revision(context.Context, string) (int64, error) {
 	f.mu.Lock()

@@ -37,20 +37,6 @@ type follow struct {
 	shared bool
 }
 
-// start follows from a read of keys at rev, made while gen was the watch
-// stream delivering events (0: none); as far as the budget allows. It
-// keeps pairs itself, in key order with one pair per key, and returns
-// them so: the pass renders from the same list, with no copy.
-func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) []memkv.KVPair {
-	f.drop(b)
-	if gen == 0 {
-		return pairs
-	}
-	pairs, size := prepare(pairs)
-	f.install(pairs, rev, gen, size, b)
-	return pairs
-}
-
 // prepare puts a read's pairs in the order follow keeps them, in place,
 // and says what keeping them costs. A group's worker calls it on the list
 // it just read, before the daemon's loop installs it.

@@ -352,3 +352,18 @@ func TestChangeDuringAReadThatCannotBeFollowed(t *testing.T) {
 		})
 	}
 }
+
+// start, for tests, is the worker's prepare and the loop's install in one
+// step: it follows from a read of keys at rev, made while gen was the watch
+// stream delivering events (0: none); as far as the budget allows. It
+// keeps pairs itself, in key order with one pair per key, and returns
+// them so: the pass renders from the same list, with no copy.
+func (f *follow) start(pairs []memkv.KVPair, rev, gen int64, b *budget) []memkv.KVPair {
+	f.drop(b)
+	if gen == 0 {
+		return pairs
+	}
+	pairs, size := prepare(pairs)
+	f.install(pairs, rev, gen, size, b)
+	return pairs
+}

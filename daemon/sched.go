@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,10 +69,10 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	ps := append([]Processor(nil), procs...)
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Name() < ps[j].Name() })
 	keys := make([][]string, len(ps)) // StoreKeys builds its list anew on every call
+	dests := make([]string, len(ps))
 	for i, p := range ps {
-		keys[i] = p.StoreKeys()
+		keys[i], dests[i] = p.StoreKeys(), p.Destination()
 	}
-	dests := destinations(ps)
 	root := unite(keys, dests)
 	byRoot := map[int]*group{}
 	seen := map[*group]map[string]bool{}
@@ -182,33 +183,12 @@ func unite(keys [][]string, dests []string) []int {
 	return root
 }
 
-// destined is a Processor that names the file it writes (resource's do).
-type destined interface{ Destination() string }
-
-// destinations are the files procs write ("" when one does not say): groups
-// run concurrently, so two resources writing one file go in one group,
-// where file-name order decides which is left on it.
-func destinations(procs []Processor) []string {
-	out := make([]string, len(procs))
-	for i, p := range procs {
-		if d, ok := p.(destined); ok {
-			out[i] = d.Destination()
-		}
-	}
-	return out
-}
-
-// keys is every key any group reads.
+// keys is every key any group reads, each once: resources that share a
+// key are in one group (unite), whose keys are listed once.
 func (s *sched) keys() []string {
 	var out []string
-	seen := map[string]bool{}
 	for _, g := range s.groups {
-		for _, k := range g.keys {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
+		out = append(out, g.keys...)
 	}
 	return out
 }
@@ -218,14 +198,7 @@ func (s *sched) keys() []string {
 // its changes, or stop following when it cannot be followed.
 func (s *sched) event(e timedEvent) {
 	for _, g := range s.groups {
-		touched := false
-		for _, k := range e.keys {
-			if backends.KeyUnderAny(k, g.keys) {
-				touched = true
-				break
-			}
-		}
-		if !touched {
+		if !slices.ContainsFunc(e.keys, func(k string) bool { return backends.KeyUnderAny(k, g.keys) }) {
 			continue
 		}
 		if g.reading {

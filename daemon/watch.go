@@ -51,10 +51,6 @@ type timedEvent struct {
 	gen     int64             // the watch stream it came from
 }
 
-func newWatcher(store WatchStore, log logrus.FieldLogger, obs Observer, clock Clock, notify func()) *watcher {
-	return &watcher{store: store, log: log, obs: obs, clock: clock, notify: notify}
-}
-
 func (w *watcher) start(ctx context.Context, keys []string) {
 	ctx, w.cancel = context.WithCancel(ctx)
 	w.done = make(chan struct{})
@@ -67,12 +63,6 @@ func (w *watcher) start(ctx context.Context, keys []string) {
 func (w *watcher) stop() {
 	w.cancel()
 	<-w.done
-}
-
-// restart watches other keys from where the old watch stopped.
-func (w *watcher) restart(ctx context.Context, keys []string) {
-	w.stop()
-	w.start(ctx, keys)
 }
 
 // apply hands what arrived to s.
@@ -103,16 +93,11 @@ func (w *watcher) apply(s *sched) {
 	w.events, w.all, w.forget = nil, false, false
 }
 
-func (w *watcher) isUp() bool {
+// state is whether the watch is up, and the newest revision it saw.
+func (w *watcher) state() (up bool, current int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.up
-}
-
-func (w *watcher) currentRevision() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.current
+	return w.up, w.current
 }
 
 func (w *watcher) deliver(ev backends.WatchEvent) {
@@ -129,34 +114,21 @@ func (w *watcher) deliver(ev backends.WatchEvent) {
 	}
 }
 
+// setUp marks the watch down, or up on a new stream: the stream is counted
+// in the same step, as apply must never see the new stream's number with
+// the watch down, or the watch up with the old stream's number.
 func (w *watcher) setUp(up bool) {
 	w.mu.Lock()
 	changed := w.up != up
 	w.up = up
+	if up {
+		w.gen++
+	}
 	w.mu.Unlock()
 	if changed {
-		w.announce(up)
+		w.obs.WatchUp(up)
+		w.notify() // readiness changed
 	}
-}
-
-// open counts a new stream and marks the watch up, in one step: apply
-// must never see the new stream's number with the watch down, or the
-// watch up with the old stream's number.
-func (w *watcher) open() {
-	w.mu.Lock()
-	changed := !w.up
-	w.up = true
-	w.gen++
-	w.mu.Unlock()
-	if changed {
-		w.announce(true)
-	}
-}
-
-// announce tells the observer and Run that the watch went up or down.
-func (w *watcher) announce(up bool) {
-	w.obs.WatchUp(up)
-	w.notify() // readiness changed
 }
 
 // resync makes Run re-read everything; forget when revisions went back.
@@ -191,13 +163,11 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		if downSince.IsZero() {
 			downSince = w.clock.Now()
 			msg := fmt.Sprintf("etcd watch broken at revision %d: %v", pos, err)
-			if d, ok := w.store.(Diagnoser); ok {
-				dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				if cause := d.Diagnose(dctx); cause != nil {
-					msg += "; cause: " + cause.Error()
-				}
-				cancel()
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			if cause := w.store.Diagnose(dctx); cause != nil {
+				msg += "; cause: " + cause.Error()
 			}
+			cancel()
 			w.log.Warn(msg + "; reconnecting")
 			w.setUp(false)
 			lastErr = err.Error()
@@ -248,7 +218,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		// no longer applies (sched.watching). pos is at or below any
 		// revision a read from now on returns, so the new stream
 		// delivers every change after such a read.
-		w.open()
+		w.setUp(true)
 		backoff = minReconnect
 		err = w.store.Watch(ctx, keys, pos, w.deliver)
 		if ctx.Err() != nil {

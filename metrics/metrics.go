@@ -141,35 +141,25 @@ func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPend
 	if res.Reloaded {
 		m.reloads.WithLabelValues(name, "ok").Inc()
 	}
-	v := 0.0
-	if reloadPending {
-		v = 1
-	}
-	m.pending.WithLabelValues(name).Set(v)
+	m.pending.WithLabelValues(name).Set(one(reloadPending))
 }
 
 // Landed records how long a change took to reach a file.
 func (m *Metrics) Landed(d time.Duration) { m.landed.Observe(d.Seconds()) }
 
 // WatchUp records the watch's state.
-func (m *Metrics) WatchUp(up bool) {
-	if up {
-		m.watchUp.Set(1)
-	} else {
-		m.watchUp.Set(0)
-	}
-}
+func (m *Metrics) WatchUp(up bool) { m.watchUp.Set(one(up)) }
 
 // WatchReconnect counts a reopened watch.
 func (m *Metrics) WatchReconnect() { m.reconnects.Inc() }
 
 // Snapshot counts where a group's pass took its keys from.
 func (m *Metrics) Snapshot(fromWatch bool) {
+	source := "etcd"
 	if fromWatch {
-		m.snapshots.WithLabelValues("watch").Inc()
-	} else {
-		m.snapshots.WithLabelValues("etcd").Inc()
+		source = "watch"
 	}
+	m.snapshots.WithLabelValues(source).Inc()
 }
 
 // Revisions records how far processing is behind etcd.
@@ -182,11 +172,15 @@ func (m *Metrics) Revisions(processed, current int64) {
 // Ready records readiness for /readyz.
 func (m *Metrics) Ready(ready bool) {
 	m.ready.Store(ready)
-	if ready {
-		m.readyGauge.Set(1)
-	} else {
-		m.readyGauge.Set(0)
+	m.readyGauge.Set(one(ready))
+}
+
+// one is a gauge's value for b: 1 when true.
+func one(b bool) float64 {
+	if b {
+		return 1
 	}
+	return 0
 }
 
 // Handler serves /metrics, /healthz and /readyz.

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -91,7 +92,7 @@ func findTOML(root string) ([]string, error) {
 	return out, nil
 }
 
-// selectFiles keeps the files that names name, in conf.d order.
+// selectFiles keeps the files that names name, in conf.d order, in files.
 func selectFiles(dir string, files, names []string) ([]string, []error) {
 	var errs []error
 	want := map[string]bool{}
@@ -108,11 +109,5 @@ func selectFiles(dir string, files, names []string) ([]string, []error) {
 			errs = append(errs, fmt.Errorf("-resource %s: no such resource file in %s", n, dir))
 		}
 	}
-	var out []string
-	for _, f := range files {
-		if want[f] {
-			out = append(out, f)
-		}
-	}
-	return out, errs
+	return slices.DeleteFunc(files, func(f string) bool { return !want[f] }), errs
 }

@@ -29,16 +29,13 @@ func unknownKeyError(file string, k toml.Key) error {
 	case len(k) == 1 && slices.Contains(resourceKeys, name):
 		hint = "; it belongs in the [template] table: move it below the [template] line"
 	case len(k) == 2 && k[0] == "template":
-		if m := closestKey(name); m != "" {
+		// "checkcmd", "check-cmd", "CheckCmd", "chek_cmd" → "check_cmd".
+		if m := suggest.Closest(name, resourceKeys); m != "" {
 			hint = fmt.Sprintf("; did you mean %q?", m)
 		}
 	}
 	return fmt.Errorf("%s: unknown key %q%s (the resource is skipped)", where, k.String(), hint)
 }
-
-// closestKey is the resource key name probably meant ("checkcmd",
-// "check-cmd", "CheckCmd", "chek_cmd" → "check_cmd").
-func closestKey(name string) string { return suggest.Closest(name, resourceKeys) }
 
 // keyLine finds the line that defines k: a "name =" line inside k's table,
 // or the header of a table k names. BurntSushi/toml keeps no positions for

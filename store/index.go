@@ -5,6 +5,7 @@
 package store
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -314,10 +315,7 @@ func firstSegment(s string) string {
 }
 
 func sortedNames(set map[string]bool) []string {
-	vs := make([]string, 0, len(set))
-	for k := range set {
-		vs = append(vs, k)
-	}
-	sort.Strings(vs)
+	vs := slices.AppendSeq(make([]string, 0, len(set)), maps.Keys(set))
+	slices.Sort(vs)
 	return vs
 }

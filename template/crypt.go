@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	texttemplate "text/template"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -32,11 +33,7 @@ func ReadKeyring(path string) (*Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-secret-keyring %s: not an armored OpenPGP keyring: %w", path, err)
 	}
-	hasSecret := false
-	for _, e := range el {
-		hasSecret = hasSecret || e.PrivateKey != nil
-	}
-	if !hasSecret {
+	if !slices.ContainsFunc(el, func(e *openpgp.Entity) bool { return e.PrivateKey != nil }) {
 		return nil, fmt.Errorf("-secret-keyring %s: holds no secret key, so no value can be decrypted", path)
 	}
 	return &Keyring{entities: el}, nil

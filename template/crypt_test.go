@@ -67,7 +67,7 @@ func secconfEncode(t testing.TB, to *openpgp.Entity, value string) string {
 	return b.String()
 }
 
-func renderWith(t *testing.T, src string, kvs map[string]string, opts ...Option) (string, error) {
+func renderWith(t *testing.T, src string, kvs map[string]string, opts ...Options) (string, error) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "crypt.tmpl")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
@@ -100,7 +100,7 @@ func TestCryptFunctionsDecryptConfdValues(t *testing.T) {
 {{getv "/plain"}}
 {{range gets "/crypt/db/*"}}{{.Value}} {{end}}
 `
-			got, err := renderWith(t, src, kvs, WithKeyring(kr))
+			got, err := renderWith(t, src, kvs, Options{Keyring: kr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestCryptFunctionErrorsNameTheProblemNotTheValue(t *testing.T) {
 		{`{{cgetvs "/*"}}`, `cgetvs "/*": not an OpenPGP message`, kr},
 		{`{{cgetv "/missing"}}`, `key does not exist: /missing`, kr},
 	} {
-		got, err := renderWith(t, tc.src, kvs, WithKeyring(tc.kr))
+		got, err := renderWith(t, tc.src, kvs, Options{Keyring: tc.kr})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q (output %q)", tc.src, err, tc.want, got)
 			continue
@@ -245,7 +245,7 @@ func TestCryptDecryptsGnuPGKeyrings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := renderWith(t, `{{cgetv "/v"}}`, map[string]string{"/v": base64.StdEncoding.EncodeToString(enc)}, WithKeyring(kr))
+			got, err := renderWith(t, `{{cgetv "/v"}}`, map[string]string{"/v": base64.StdEncoding.EncodeToString(enc)}, Options{Keyring: kr})
 			if err != nil || got != "s3cret-from-gpg" {
 				t.Fatalf("cgetv = %q, %v", got, err)
 			}

@@ -29,7 +29,7 @@ import (
 //
 // The crypt functions (cget, cgets, cgetv, cgetvs) are always defined, so a
 // template using them parses; they decrypt only when Render is given a
-// keyring (WithKeyring), and fail naming -secret-keyring otherwise.
+// keyring (Options.Keyring), and fail naming -secret-keyring otherwise.
 func FuncMap(store *kvstore.Index) texttemplate.FuncMap {
 	return funcMap(&binding{store: store})
 }
@@ -55,7 +55,7 @@ func funcMap(b *binding) texttemplate.FuncMap {
 	m := maps.Clone(storelessFuncs)
 	// memkv (store.FuncMap in confd).
 	m["exists"] = func(key string) bool { return b.store.Exists(key) }
-	m["publicKeys"] = func(values ...any) ([]PublicKey, error) { return publicKeysWarning(b.warn, values...) }
+	m["publicKeys"] = func(values ...any) ([]PublicKey, error) { return publicKeys(b.warn, values...) }
 	m["ls"] = func(filePath string) []string { return b.store.List(filePath) }
 	m["lsdir"] = func(filePath string) []string { return b.store.ListDir(filePath) }
 	m["get"] = func(key string) (memkv.KVPair, error) { return b.store.Get(key) }
@@ -257,28 +257,17 @@ func callsAny(n tparse.Node, names map[string]bool) bool {
 	return false
 }
 
-// sortByLength and sortKVByLength sort in place with sort.Sort, as confd
-// does, rather than a stable sort: for up to 6 items both Go 1.10's and
+// sortByLength and sortKVByLength sort in place with sort.Sort's algorithm
+// (sort.Slice runs the same pdqsort), as confd does, rather than a stable
+// sort: for up to 6 items both Go 1.10's and
 // today's sort.Sort keep equal lengths in input order, so such lists render
 // as confd 0.16 rendered them (longer lists with ties may differ).
 func sortByLength(values []string) []string {
-	sort.Sort(byLength(values))
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) < len(values[j]) })
 	return values
 }
 
 func sortKVByLength(values []memkv.KVPair) []memkv.KVPair {
-	sort.Sort(kvByKeyLength(values))
+	sort.Slice(values, func(i, j int) bool { return len(values[i].Key) < len(values[j].Key) })
 	return values
 }
-
-type byLength []string
-
-func (s byLength) Len() int           { return len(s) }
-func (s byLength) Less(i, j int) bool { return len(s[i]) < len(s[j]) }
-func (s byLength) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
-
-type kvByKeyLength []memkv.KVPair
-
-func (s kvByKeyLength) Len() int           { return len(s) }
-func (s kvByKeyLength) Less(i, j int) bool { return len(s[i].Key) < len(s[j].Key) }
-func (s kvByKeyLength) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }

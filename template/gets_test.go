@@ -77,7 +77,7 @@ func TestRenderRangeOverGetsCopiesNoPairs(t *testing.T) {
 	}
 	var r Renderer
 	render := func() {
-		txt, err := r.RenderIndex(src, ix)
+		txt, err := r.RenderIndex(src, ix, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,14 +54,8 @@ func lookupSRV(service, proto, name string) []*net.SRV {
 // confd's (odd, but relied upon) order: nothing is compared numerically, so
 // port 80 at priority 9 sorts after port 8080 at priority 1.
 func sortSRV(addrs []*net.SRV) {
-	sort.Sort(srvByText(addrs))
+	sort.Slice(addrs, func(i, j int) bool { return srvText(addrs[i]) < srvText(addrs[j]) })
 }
-
-type srvByText []*net.SRV
-
-func (s srvByText) Len() int           { return len(s) }
-func (s srvByText) Less(i, j int) bool { return srvText(s[i]) < srvText(s[j]) }
-func (s srvByText) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
 
 func srvText(r *net.SRV) string {
 	return fmt.Sprintf("%s%d%d%d", r.Target, r.Port, r.Priority, r.Weight)

@@ -13,7 +13,7 @@ import (
 // watch mode that cost sits between a put and the file. The parses belong
 // to the Renderer, not the package, so that whoever renders decides how
 // long they live. The zero value is ready for use; a nil *Renderer keeps no
-// parse (Render).
+// parse.
 type Renderer struct {
 	mu   sync.Mutex
 	idle map[string]*parsed // by template path; not in use by any render

@@ -68,7 +68,7 @@ func TestKeptParseForgetsTheKeyring(t *testing.T) {
 	}
 	kvs := map[string]string{"/s": secconfEncode(t, e, "s3cret")}
 	var r Renderer
-	if got, err := r.Render(p, kvs, WithKeyring(kr)); err != nil || string(got) != "s3cret" {
+	if got, err := r.Render(p, kvs, Options{Keyring: kr}); err != nil || string(got) != "s3cret" {
 		t.Fatalf("with keyring: %q, %v", got, err)
 	}
 	if got, err := r.Render(p, kvs); err == nil || !strings.Contains(err.Error(), "needs -secret-keyring") {

@@ -2,6 +2,7 @@ package template
 
 import (
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -47,7 +48,6 @@ func pemFuncs() map[string]any {
 		"pemBlocks":    pemBlocks,
 		"keyID":        keyID,
 		"pemNormalize": pemNormalize,
-		"publicKeys":   publicKeys,
 	}
 }
 
@@ -63,10 +63,7 @@ func parseValue(name, value string) ([]pemcheck.Block, error) {
 
 // pemBlocks returns the blocks of a PEM value in order.
 func pemBlocks(value string) ([]PEMBlock, error) {
-	return toPEMBlocks("value", value)
-}
-
-func toPEMBlocks(name, value string) ([]PEMBlock, error) {
+	const name = "value"
 	blocks, err := parseValue(name, value)
 	if err != nil {
 		return nil, err
@@ -186,13 +183,13 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // ca.crt` published as one value) is dropped and the rest of the value
 // kept: kube-apiserver trusts every key in the bundle, so the CA's key there
 // would let whoever holds the CA's private key mint tokens every apiserver
-// accepts. The drop is told to the render's WithWarnings (confd logs it);
+// accepts. The drop is told to the render's Options.Warn (confd logs it);
 // kube-apiserver-sa-signer, which reads the same values, logs it too, and
 // publish-key refuses such a file. A value left with no key is an error,
 // as a value with nothing but a private key is.
-func publicKeys(values ...any) ([]PublicKey, error) { return publicKeysWarning(nil, values...) }
-
-func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
+//
+// The template function is bound to its render's warn (funcMap); warn may be nil.
+func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 	type named struct{ name, value string }
 	var all []named
 	var add func(v any) error
@@ -207,9 +204,7 @@ func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
 		case memkv.KVPair:
 			all = append(all, named{x.Key, x.Value})
 		case memkv.KVPairs:
-			for _, p := range x {
-				all = append(all, named{p.Key, p.Value})
-			}
+			return add([]memkv.KVPair(x))
 		case []memkv.KVPair:
 			for _, p := range x {
 				all = append(all, named{p.Key, p.Value})
@@ -280,7 +275,7 @@ func publicKeysWarning(warn func(string), values ...any) ([]PublicKey, error) {
 	// Every bad value is reported, not just the first: fixing one at a
 	// time across a fleet's masters is slow.
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("publicKeys: %w", oneLine(errs))
+		return nil, fmt.Errorf("publicKeys: %w", oneLine{errors.Join(errs...)})
 	}
 	out := make([]PublicKey, 0, len(byID))
 	for _, k := range byID {
@@ -314,15 +309,9 @@ func caBlocks(f *pemcheck.File) (map[int]string, error) {
 	return nil, blockErr(f.Name, ca.Block, fmt.Errorf("%w: %s, and the value holds no other key", pemcheck.ErrCA, ca.Reason))
 }
 
-// oneLine joins errors on one line: a render error ends up in one log line.
-type oneLine []error
+// oneLine is an error (errors.Join's) on one line: a render error ends up
+// in one log line.
+type oneLine struct{ error }
 
-func (e oneLine) Error() string {
-	msgs := make([]string, len(e))
-	for i, err := range e {
-		msgs[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func (e oneLine) Unwrap() []error { return e }
+func (e oneLine) Error() string { return strings.ReplaceAll(e.error.Error(), "\n", "; ") }
+func (e oneLine) Unwrap() error { return e.error }

@@ -206,7 +206,7 @@ func TestPublicKeys(t *testing.T) {
 		{Key: "/sa/m2", Value: b.forms["PKIX public key"]},
 		{Key: "/sa/m3", Value: strings.ReplaceAll(a.forms["PKCS#1 public key"], "\n", "\r\n")},
 	}
-	keys, err := publicKeys(kvs)
+	keys, err := publicKeys(nil, kvs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,13 +231,13 @@ func TestPublicKeys(t *testing.T) {
 		}
 	}
 	// Plain strings (getvs) and several arguments work too, in any order.
-	again, err := publicKeys([]string{b.forms["PKIX public key"]}, a.forms["PKCS#1 public key"])
+	again, err := publicKeys(nil, []string{b.forms["PKIX public key"]}, a.forms["PKCS#1 public key"])
 	if err != nil || len(again) != 2 || again[0].PEM != keys[0].PEM || again[1].PEM != keys[1].PEM {
 		t.Errorf("publicKeys(strings) = %+v, %v", again, err)
 	}
 	// A published certificate is its public key: one key with the same key
 	// published bare, rendered as the bare key; alone, still that key.
-	withCert, err := publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m5", Value: a.forms["certificate"]}))
+	withCert, err := publicKeys(nil, append(kvs, memkv.KVPair{Key: "/sa/m5", Value: a.forms["certificate"]}))
 	if err != nil || len(withCert) != 2 {
 		t.Fatalf("publicKeys with a certificate = %+v, %v; want the 2 keys", withCert, err)
 	}
@@ -246,13 +246,13 @@ func TestPublicKeys(t *testing.T) {
 			t.Errorf("certificate not merged with its bare key: %+v", k)
 		}
 	}
-	certOnly, err := publicKeys(a.forms["certificate"] + b.forms["certificate"])
+	certOnly, err := publicKeys(nil, a.forms["certificate"]+b.forms["certificate"])
 	if err != nil || len(certOnly) != 2 || certOnly[0].PEM != keys[0].PEM || certOnly[1].PEM != keys[1].PEM {
 		t.Errorf("publicKeys(certificates) = %+v, %v; want their keys", certOnly, err)
 	}
 	// A published private key fails, naming its key and never quoting it.
 	kvs = append(kvs, memkv.KVPair{Key: "/sa/m4", Value: b.forms["PKCS#8 private key"]})
-	_, err = publicKeys(kvs)
+	_, err = publicKeys(nil, kvs)
 	if err == nil || !strings.Contains(err.Error(), "/sa/m4") || !strings.Contains(err.Error(), "private key") {
 		t.Fatalf("publicKeys with a private key: err = %v", err)
 	}

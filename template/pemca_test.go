@@ -41,7 +41,7 @@ func TestPublicKeysDropsCA(t *testing.T) {
 		{Key: "/sa/m4", Value: bare + string(caPEM)},                                               // a bare key beside a CA
 		{Key: "/sa/m5", Value: string(otherPEM) + string(keytest.PublicPEM(t, plainKey.Public()))}, // the CA's bare key
 	}
-	keys, err := publicKeys(kvs)
+	keys, err := publicKeys(nil, kvs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,18 +62,18 @@ func TestPublicKeysDropsCA(t *testing.T) {
 
 	// A value with nothing but a CA's key fails the render, naming it: it
 	// is a bad value, like one holding nothing but a private key.
-	_, err = publicKeys(append(kvs, memkv.KVPair{Key: "/sa/m6", Value: string(caPEM)}))
+	_, err = publicKeys(nil, append(kvs, memkv.KVPair{Key: "/sa/m6", Value: string(caPEM)}))
 	if !errors.Is(err, pemcheck.ErrCA) || !strings.Contains(err.Error(), "/sa/m6: block 1 (line 1, CERTIFICATE)") {
 		t.Fatalf("CA-only value: %v", err)
 	}
 	// A CA's private key is still refused as a private key, not dropped.
-	_, err = publicKeys(string(leafPEM) + string(keytest.SEC1PEM(t, caKey)))
+	_, err = publicKeys(nil, string(leafPEM)+string(keytest.SEC1PEM(t, caKey)))
 	if !errors.Is(err, pemcheck.ErrPrivateKey) {
 		t.Fatalf("CA's private key beside its leaf: %v", err)
 	}
 }
 
-// A render tells WithWarnings which value's block publicKeys left out, so
+// A render tells Options.Warn which value's block publicKeys left out, so
 // that confd logs it: the bundle silently lacking a key a value holds would
 // hide the misconfiguration from whoever published it.
 func TestPublicKeysWarnsOfDroppedCA(t *testing.T) {
@@ -86,7 +86,7 @@ func TestPublicKeysWarnsOfDroppedCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	var warnings []string
-	out, err := Render(src, map[string]string{"/sa/m1": string(leafPEM) + string(caPEM)}, WithWarnings(func(m string) { warnings = append(warnings, m) }))
+	out, err := Render(src, map[string]string{"/sa/m1": string(leafPEM) + string(caPEM)}, Options{Warn: func(m string) { warnings = append(warnings, m) }})
 	if err != nil {
 		t.Fatal(err)
 	}

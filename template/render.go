@@ -12,38 +12,15 @@ import (
 	kvstore "github.com/keysync/confd/store"
 )
 
-// Render parses the template file at srcPath and executes it over kvs,
-// whose keys are absolute paths ("/app/db/user") already stripped of the
-// resource prefix.
+// RenderIndex parses the template file at srcPath and executes it over
+// store, whose keys are absolute paths ("/app/db/user") already stripped
+// of the resource prefix, keeping the parse for the next render (a nil
+// *Renderer keeps none).
 //
 // The template is named filepath.Base(srcPath), as confd names it, so
 // text/template's own messages ("template: NAME:LINE:COL: ...") read the
 // same as confd's; the returned error adds the full path in front.
-//
-// Render keeps no parse; a Renderer does.
-func Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
-	return (*Renderer)(nil).Render(srcPath, kvs, opts...)
-}
-
-// Render is the package's Render with the parse kept for the next render.
-func (c *Renderer) Render(srcPath string, kvs map[string]string, opts ...Option) ([]byte, error) {
-	// A fresh store per render: keys deleted upstream must not linger, and
-	// concurrent renders must not see each other's keys.
-	t, err := c.RenderIndex(srcPath, kvstore.New(kvs), opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer t.Release()
-	return t.Bytes(), nil
-}
-
-// RenderIndex is Render over an index the caller built (kvstore.FromPairs),
-// so that a large snapshot need not pass through a map on its way.
-func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Option) (Text, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, o Options) (Text, error) {
 	p, err := c.get(srcPath)
 	if err != nil {
 		return Text{}, err
@@ -51,7 +28,7 @@ func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, opts ...Opt
 	// The crypt functions decrypt with this render's keyring and remember
 	// what they decrypted.
 	var decrypted []string
-	*p.b = binding{store: store, keyring: o.keyring, seen: func(v string) { decrypted = append(decrypted, v) }, warn: o.warn, readOnlyGets: p.readOnlyGets}
+	*p.b = binding{store: store, keyring: o.Keyring, seen: func(v string) { decrypted = append(decrypted, v) }, warn: o.Warn, readOnlyGets: p.readOnlyGets}
 
 	// Memory, never the destination: a failed execution must not leave a
 	// half-written file behind. confd passes no data (dot is nil).

@@ -61,9 +61,9 @@ func (t Text) Release() {
 	}
 }
 
-// Bytes is the text in one slice: the piece itself when there is one, else
-// a copy. For diffs and previews, not for the write path; a spilled text
-// that cannot be read back comes back short (and says so at its end).
+// Bytes is a copy of the text in one slice. For diffs and previews, not for
+// the write path; a spilled text that cannot be read back comes back short
+// (and says so at its end).
 func (t Text) Bytes() []byte {
 	if t.file != nil {
 		b := make([]byte, t.n)
@@ -73,17 +73,7 @@ func (t Text) Bytes() []byte {
 		}
 		return b
 	}
-	switch len(t.pieces) {
-	case 0:
-		return []byte{}
-	case 1:
-		return t.pieces[0]
-	}
-	out := make([]byte, 0, t.n)
-	for _, p := range t.pieces {
-		out = append(out, p...)
-	}
-	return out
+	return bytes.Join(t.pieces, nil)
 }
 
 // Equal reports whether the text is b. A spilled text that cannot be read

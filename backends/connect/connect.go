@@ -13,19 +13,14 @@ import (
 	"github.com/keysync/confd/backends/env"
 	"github.com/keysync/confd/backends/etcdv3"
 	"github.com/keysync/confd/backends/file"
+	"github.com/keysync/confd/internal/etcdclient"
 )
 
 // Defaults applied by New to zero durations.
 const (
-	DefaultDialTimeout       = etcdv3.DefaultDialTimeout    // 5s
-	DefaultRequestTimeout    = etcdv3.DefaultRequestTimeout // 10s
-	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout   // 30s
-)
-
-var (
-	_ backends.StoreClient = (*etcdv3.Client)(nil)
-	_ backends.StoreClient = (*env.Client)(nil)
-	_ backends.StoreClient = (*file.Client)(nil)
+	DefaultDialTimeout       = etcdclient.DefaultDialTimeout    // 5s
+	DefaultRequestTimeout    = etcdclient.DefaultRequestTimeout // 10s
+	DefaultWatchStallTimeout = etcdv3.DefaultStallTimeout       // 30s
 )
 
 // New returns the store cfg.Backend names, connected: for etcd, New fails

@@ -72,17 +72,14 @@ type Client struct {
 	cli            *clientv3.Client
 	endpoints      []string
 	requestTimeout time.Duration
-	closeOnce      sync.Once
-	closeErr       error
+	close          func() error // the client's Close, once
 	cfg            Config
 	// StallTimeout is how long a watch waits for any answer before it
-	// ends with ErrStalled; zero means DefaultStallTimeout.
+	// ends with backends.ErrStalled; zero means DefaultStallTimeout.
 	StallTimeout time.Duration
-	// maxRanges, when set by tests, replaces the package's.
-	maxRanges int
-
-	// pageKeys and pageBytes, when set by tests, replace the package's.
-	pageKeys, pageBytes int
+	// The package's maxRanges, pageKeys and pageBytes (New), which tests
+	// change.
+	maxRanges, pageKeys, pageBytes int
 
 	// afterBatch, when set by tests, runs after each request (transaction
 	// or page) of one GetValues, to provoke what can happen between them;
@@ -97,27 +94,19 @@ type Client struct {
 // Config is how to reach etcd; see etcdclient.Config.
 type Config = etcdclient.Config
 
-// Defaults for zero durations, and the node confd used when none was given.
-const (
-	DefaultDialTimeout    = etcdclient.DefaultDialTimeout
-	DefaultRequestTimeout = etcdclient.DefaultRequestTimeout
-	DefaultNode           = etcdclient.DefaultNode
-)
-
 // New connects to etcd through etcdclient.New, which proves the connection
 // and names the cause when it fails.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+		cfg.RequestTimeout = etcdclient.DefaultRequestTimeout
 	}
 	cli, err := etcdclient.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg}, nil
+	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg,
+		close: sync.OnceValue(cli.Close), maxRanges: maxRanges, pageKeys: pageKeys, pageBytes: pageBytes}, nil
 }
-
-func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // GetValues returns every key equal to or below (as a path) one of keys,
 // all read at one revision, and that revision; see GetPairs.
@@ -145,22 +134,18 @@ func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, i
 	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	reads := planReads(keys)
-	var err error
-	for attempt := 1; attempt <= readAttempts; attempt++ {
-		var pairs []memkv.KVPair
-		var rev int64
-		pairs, rev, err = c.readAt(rctx, reads, attempt)
+	for attempt := 1; ; attempt++ {
+		pairs, rev, err := c.readAt(rctx, reads, attempt)
 		if err == nil {
 			return pairs, rev, nil
 		}
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
-		if !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
-			break
+		if attempt == readAttempts || !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
+			err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
+			return nil, 0, c.withCause(ctx, err)
 		}
 	}
-	err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
-	return nil, 0, c.withCause(ctx, err)
 }
 
 // diagnoseBudget bounds the look for a cause behind a failed request.
@@ -243,14 +228,7 @@ var errNoRevision = errors.New("response carries no revision")
 func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv.KVPair, int64, error) {
 	var pairs []memkv.KVPair
 	var rev int64 // 0: the first transaction reads the newest revision
-	page := c.pageKeys
-	if page <= 0 {
-		page = pageKeys
-	}
-	maxBytes := c.pageBytes
-	if maxBytes <= 0 {
-		maxBytes = pageBytes
-	}
+	page, maxBytes := c.pageKeys, c.pageBytes
 	// byBytes is the keys that fit maxBytes at the size of the last
 	// response's.
 	byBytes := page
@@ -378,8 +356,7 @@ func prefixEnd(from string) string {
 // Close releases the connection; later calls fail. It may be called more
 // than once.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() { c.closeErr = c.cli.Close() })
-	return c.closeErr
+	return c.close()
 }
 
 // describe names keys for an error message without flooding it.

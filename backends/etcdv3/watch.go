@@ -12,22 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/backends"
-	"github.com/keysync/confd/backends/internal/keypath"
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdrestore"
-)
-
-// The watch's types are backends', which links no etcd or gRPC.
-type (
-	WatchEvent          = backends.WatchEvent
-	Change              = backends.Change
-	RevisionBehindError = backends.RevisionBehindError
-)
-
-// ErrStalled and ErrCompacted are backends'.
-var (
-	ErrStalled   = backends.ErrStalled
-	ErrCompacted = backends.ErrCompacted
 )
 
 // DefaultStallTimeout is how long a watch waits for any answer from etcd,
@@ -114,7 +100,7 @@ type watchRange struct {
 	keys []string
 	set  map[string]bool // keys, when there are several
 	// whole: the range carries every change to each of keys in order
-	// (WatchEvent.Whole); false for one half of a key watched as itself
+	// (backends.WatchEvent.Whole); false for one half of a key watched as itself
 	// and as "key/".
 	whole bool
 }
@@ -122,7 +108,7 @@ type watchRange struct {
 // keyOf is the requested key k belongs to, or false.
 func (r *watchRange) keyOf(k string) (string, bool) {
 	if len(r.keys) == 1 {
-		return r.keys[0], !r.whole || keypath.Under(k, r.keys[0])
+		return r.keys[0], !r.whole || backends.KeyUnder(k, r.keys[0])
 	}
 	return coveringKey(r.set, k, true)
 }
@@ -258,29 +244,25 @@ type answer struct {
 
 // Watch streams every change to a key equal to or below one of keys after
 // afterRev into fn, in revision order per range, until ctx ends (ctx.Err())
-// or the watch fails: compaction (ErrCompacted), a revision lower than
+// or the watch fails: compaction (backends.ErrCompacted), a revision lower than
 // afterRev or than one its range answered with before
-// (*RevisionBehindError), no answer within the stall timeout, progress
-// requests included (ErrStalled), a lost connection (the caller resumes
+// (*backends.RevisionBehindError), no answer within the stall timeout, progress
+// requests included (backends.ErrStalled), a lost connection (the caller resumes
 // from the last Resume), or an error from etcd. fn also receives progress
 // answers (no keys).
 //
 // The ranges go through clientv3's Watcher on one stream. A key is one
 // range whose answers are filtered back to the key and the keys below it
 // ("/foo" hears "/foo/x", never "/foo-old"), so that its changes come in
-// order (see WatchEvent.Whole); where the user's role refuses that range,
+// order (see backends.WatchEvent.Whole); where the user's role refuses that range,
 // as a least-privilege role granting exactly the key and "key/" does, the
 // key is watched as those two ranges instead. Beyond maxRanges keys, keys
 // sharing a directory are watched as that directory (planRanges) and each
 // change is routed to the key it is below, or dropped.
-func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(WatchEvent)) error {
+func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn func(backends.WatchEvent)) error {
 	stall := c.StallTimeout
 	if stall <= 0 {
 		stall = DefaultStallTimeout
-	}
-	limit := c.maxRanges
-	if limit <= 0 {
-		limit = maxRanges
 	}
 	where := fmt.Sprintf("etcd %s: watch %s after revision %d", strings.Join(c.endpoints, ", "), describe(keys), afterRev)
 	if len(keys) == 0 {
@@ -319,7 +301,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	// until the next write anywhere, so a quiet etcd would look stalled.
 	// The changes of afterRev itself, delivered already, are dropped below.
 	start := max(afterRev, 1)
-	go c.openRanges(wctx, w, planRanges(watchKeys(keys), limit), start, send)
+	go c.openRanges(wctx, w, planRanges(watchKeys(keys), c.maxRanges), start, send)
 
 	var ranges []*watchRange
 	var pos []int64 // per range: delivered up to
@@ -341,7 +323,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		resp := a.resp
 		if resp.CompactRevision != 0 {
 			r := seen[a.i].Compaction(resp.CompactRevision)
-			return fmt.Errorf("%w (oldest revision kept is %d)", ErrCompacted, r.Current.Revision)
+			return fmt.Errorf("%w (oldest revision kept is %d)", backends.ErrCompacted, r.Current.Revision)
 		}
 		if err := resp.Err(); err != nil {
 			return fmt.Errorf("watch of %q: %w", r.key, err)
@@ -350,7 +332,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			return fmt.Errorf("watch of %q canceled by etcd: %s", r.key, cancelReason(resp))
 		}
 		if r := seen[a.i].Check(etcdrestore.Header{Revision: resp.Header.GetRevision()}, true); r != nil {
-			return &RevisionBehindError{Current: r.Current.Revision, Seen: r.Seen.Revision}
+			return &backends.RevisionBehindError{Current: r.Current.Revision, Seen: r.Seen.Revision}
 		}
 		if resp.Created {
 			return nil // the range is open; it is not synced yet
@@ -358,7 +340,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		// An answer without events means the range is synced up to the
 		// header's revision.
 		upTo := resp.Header.GetRevision()
-		var evs []WatchEvent
+		var evs []backends.WatchEvent
 		byKey := map[string]int{}
 		for _, e := range resp.Events {
 			upTo = e.Kv.ModRevision
@@ -371,13 +353,13 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if !ok {
 				j = len(evs)
 				byKey[owner] = j
-				ev := WatchEvent{}
+				ev := backends.WatchEvent{}
 				if r.whole {
 					ev.Whole = owner
 				}
 				evs = append(evs, ev)
 			}
-			ch := Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
+			ch := backends.Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
 			if !ch.Deleted {
 				ch.Value = string(e.Kv.Value)
 			}
@@ -390,7 +372,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 		before := resume()
 		pos[a.i] = max(pos[a.i], upTo)
 		if len(evs) == 0 {
-			evs = append(evs, WatchEvent{Revision: upTo})
+			evs = append(evs, backends.WatchEvent{Revision: upTo})
 		}
 		for j := range evs {
 			evs[j].Resume = before
@@ -417,7 +399,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				limit = max(stall, c.requestTimeout)
 			}
 			if since := time.Since(last); since > limit {
-				return fmt.Errorf("%s: %w: no answer from etcd for %s (-watch-stall-timeout %s)", where, ErrStalled, since.Round(time.Millisecond), limit)
+				return fmt.Errorf("%s: %w: no answer from etcd for %s (-watch-stall-timeout %s)", where, backends.ErrStalled, since.Round(time.Millisecond), limit)
 			}
 			// RequestProgress waits while clientv3 reconnects: one at a
 			// time, beside the loop.
@@ -443,7 +425,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 				for i := range seen {
 					top = max(top, seen[i].Seen().Revision)
 				}
-				fn(WatchEvent{Revision: top, Resume: resume()})
+				fn(backends.WatchEvent{Revision: top, Resume: resume()})
 			case a.opened != nil:
 				ranges = append(ranges, a.opened)
 				pos = append(pos, afterRev)

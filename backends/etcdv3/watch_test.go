@@ -12,18 +12,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/backends"
 	"github.com/keysync/confd/internal/etcdtest"
 )
 
 // collect runs Watch until it returns and sends what it delivered.
-func collect(ctx context.Context, c *Client, keys []string, after int64) (<-chan WatchEvent, <-chan error) {
-	evs := make(chan WatchEvent, 100)
+func collect(ctx context.Context, c *Client, keys []string, after int64) (<-chan backends.WatchEvent, <-chan error) {
+	evs := make(chan backends.WatchEvent, 100)
 	errc := make(chan error, 1)
-	go func() { errc <- c.Watch(ctx, keys, after, func(e WatchEvent) { evs <- e }) }()
+	go func() { errc <- c.Watch(ctx, keys, after, func(e backends.WatchEvent) { evs <- e }) }()
 	return evs, errc
 }
 
-func nextKeys(t *testing.T, evs <-chan WatchEvent, errc <-chan error) WatchEvent {
+func nextKeys(t *testing.T, evs <-chan backends.WatchEvent, errc <-chan error) backends.WatchEvent {
 	t.Helper()
 	for {
 		select {
@@ -113,7 +114,7 @@ func TestWatchWholeRange(t *testing.T) {
 			}
 			rev := tx.Header.Revision
 			e := nextKeys(t, evs, errc)
-			want := []Change{
+			want := []backends.Change{
 				{Key: "/b/foo/x", Value: "1", Rev: rev},
 				{Key: "/b/foo", Value: "top", Rev: rev},
 				{Key: "/b/foo/init", Rev: rev, Deleted: true},
@@ -200,13 +201,13 @@ func TestWatchFailures(t *testing.T) {
 	if _, err := cli.Compact(ctx, last); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Watch(ctx, []string{"/w/k"}, first, func(WatchEvent) {}); !errors.Is(err, ErrCompacted) {
-		t.Errorf("compacted: err = %v, want ErrCompacted", err)
+	if err := c.Watch(ctx, []string{"/w/k"}, first, func(backends.WatchEvent) {}); !errors.Is(err, backends.ErrCompacted) {
+		t.Errorf("compacted: err = %v, want backends.ErrCompacted", err)
 	}
 
-	var behind *RevisionBehindError
-	if err := c.Watch(ctx, []string{"/w/k"}, last+100, func(WatchEvent) {}); !errors.As(err, &behind) || behind.Current != last {
-		t.Errorf("future revision: err = %v, want RevisionBehindError at %d", err, last)
+	var behind *backends.RevisionBehindError
+	if err := c.Watch(ctx, []string{"/w/k"}, last+100, func(backends.WatchEvent) {}); !errors.As(err, &behind) || behind.Current != last {
+		t.Errorf("future revision: err = %v, want backends.RevisionBehindError at %d", err, last)
 	}
 
 	_, errc := collect(ctx, c, []string{"/w/k"}, last)
@@ -214,8 +215,8 @@ func TestWatchFailures(t *testing.T) {
 	defer s.Resume()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ErrStalled) {
-			t.Errorf("paused server: err = %v, want ErrStalled", err)
+		if !errors.Is(err, backends.ErrStalled) {
+			t.Errorf("paused server: err = %v, want backends.ErrStalled", err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a paused server went unnoticed")
@@ -258,7 +259,7 @@ func TestWatchManyRangesOneStream(t *testing.T) {
 // than the old fixed threshold (4 s), as during a defrag, but less than
 // the stall timeout keeps its watch: no error, no reconnect (the same
 // stream hears the next change). With a stall timeout of 4 s, the same
-// pause ends the watch with ErrStalled.
+// pause ends the watch with backends.ErrStalled.
 func TestWatchLateProgressIsNoStall(t *testing.T) {
 	s := etcdtest.Start(t)
 	c := connect(t, Config{Nodes: []string{s.Endpoint}})
@@ -322,7 +323,7 @@ func TestWatchLostConnectionEndsAtOnce(t *testing.T) {
 	s.Stop()
 	select {
 	case err := <-errc:
-		if errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "connection lost") {
+		if errors.Is(err, backends.ErrStalled) || !strings.Contains(err.Error(), "connection lost") {
 			t.Errorf("err = %v, want a lost connection", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -350,7 +351,7 @@ func TestWatchWideRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev := tx.Header.Revision
-	got := map[string][]Change{}
+	got := map[string][]backends.Change{}
 	for len(got) < 2 {
 		e := nextKeys(t, evs, errc)
 		if e.Revision != rev || got[e.Whole] != nil {
@@ -358,10 +359,10 @@ func TestWatchWideRanges(t *testing.T) {
 		}
 		got[e.Whole] = e.Changes
 	}
-	if want := []Change{{Key: "/wide/a/1", Value: "a", Rev: rev}}; !slices.Equal(got["/wide/a/1"], want) {
+	if want := []backends.Change{{Key: "/wide/a/1", Value: "a", Rev: rev}}; !slices.Equal(got["/wide/a/1"], want) {
 		t.Errorf("/wide/a/1 heard %+v", got["/wide/a/1"])
 	}
-	if want := []Change{{Key: "/wide/a/2/x", Value: "b", Rev: rev}, {Key: "/wide/a/2", Value: "c", Rev: rev}}; !slices.Equal(got["/wide/a/2"], want) {
+	if want := []backends.Change{{Key: "/wide/a/2/x", Value: "b", Rev: rev}, {Key: "/wide/a/2", Value: "c", Rev: rev}}; !slices.Equal(got["/wide/a/2"], want) {
 		t.Errorf("/wide/a/2 heard %+v", got["/wide/a/2"])
 	}
 	want := s.Put(t, "/other/x", "o")
@@ -385,7 +386,7 @@ func BenchmarkWatchOpen(b *testing.B) {
 		}
 		for _, mode := range []string{"merged", "per-key"} {
 			b.Run(fmt.Sprintf("%d/%s", n, mode), func(b *testing.B) {
-				c.maxRanges = 0
+				c.maxRanges = maxRanges
 				if mode == "per-key" {
 					c.maxRanges = n + 1
 				}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/backends"
 )
 
 // watchKeysPairwise is watchKeys by its definition: every pair compared.
@@ -15,7 +15,7 @@ func watchKeysPairwise(keys []string) []string {
 	for i, k := range keys {
 		covered := false
 		for j, o := range keys {
-			if (j < i && k == o) || (k != o && keypath.Under(k, o)) {
+			if (j < i && k == o) || (k != o && backends.KeyUnder(k, o)) {
 				covered = true
 			}
 		}

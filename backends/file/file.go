@@ -17,7 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/keysync/confd/backends/internal/keypath"
+	"github.com/keysync/confd/backends"
 )
 
 // Client reads its files on every GetValues, so that interval polling sees
@@ -61,7 +61,7 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 		}
 	}
 	for k := range vars {
-		if !keypath.UnderAny(k, keys) {
+		if !backends.KeyUnderAny(k, keys) {
 			delete(vars, k)
 		}
 	}
@@ -144,17 +144,14 @@ func readFile(name string, vars map[string]string) error {
 		switch root.(type) {
 		case nil, *mapping:
 		default:
-			return fmt.Errorf("file backend: %s:%d: top level must be a mapping of keys", name, firstLine(&doc))
+			line := doc.Line
+			if len(doc.Content) > 0 {
+				line = doc.Content[0].Line
+			}
+			return fmt.Errorf("file backend: %s:%d: top level must be a mapping of keys", name, line)
 		}
 		flatten(root, "/", vars)
 	}
-}
-
-func firstLine(doc *yaml.Node) int {
-	if len(doc.Content) > 0 {
-		return doc.Content[0].Line
-	}
-	return doc.Line
 }
 
 // mapping is a YAML mapping with its keys in first-seen order, so that

@@ -1,13 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -137,17 +139,10 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 		}
 		return fmt.Errorf("config file: %w", err)
 	}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
 	lines := config.KeyLines(src)
 	// File order, as a person reads the file.
-	sort.Slice(keys, func(i, j int) bool {
-		if lines[keys[i]] != lines[keys[j]] {
-			return lines[keys[i]] < lines[keys[j]]
-		}
-		return keys[i] < keys[j]
+	keys := slices.SortedFunc(maps.Keys(raw), func(a, b string) int {
+		return cmp.Or(cmp.Compare(lines[a], lines[b]), strings.Compare(a, b))
 	})
 	where := func(k string) string {
 		if l := lines[k]; l > 0 {
@@ -184,14 +179,9 @@ func unknownKey(k string, v interface{}) error {
 	if _, table := v.(map[string]interface{}); table {
 		return fmt.Errorf("unknown key %q (confd.toml is flat: keys are settings, no [tables]; docs/operations.md lists them)", k)
 	}
-	names := make([]string, 0, len(fileKeys))
-	for n := range fileKeys {
-		names = append(names, n)
-	}
 	// Sorted: suggest.Closest breaks ties by order, and a hint must not
 	// change from one run to the next.
-	sort.Strings(names)
-	if m := suggest.Closest(k, names); m != "" {
+	if m := suggest.Closest(k, slices.Sorted(maps.Keys(fileKeys))); m != "" {
 		return fmt.Errorf("unknown key %q; did you mean %q?", k, m)
 	}
 	return fmt.Errorf("unknown key %q: not a confd.toml key (docs/operations.md lists them)", k)
@@ -202,16 +192,14 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 	if !ok {
 		values = []interface{}{v}
 	}
-	isList := fset.Lookup(name).Value.Type() == "stringSlice" || fset.Lookup(name).Value.Type() == "stringArray"
+	list, isList := fset.Lookup(name).Value.(pflag.SliceValue) // -node, -file, -resource
 	if len(values) != 1 && !isList {
 		return errors.New("takes a single value, not a list")
 	}
 	if isList {
 		// A file's list replaces the flag's default rather than adding to it.
-		if sv, ok := fset.Lookup(name).Value.(pflag.SliceValue); ok {
-			if err := sv.Replace(nil); err != nil {
-				return err
-			}
+		if err := list.Replace(nil); err != nil {
+			return err
 		}
 	}
 	for _, item := range values {
@@ -225,7 +213,7 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 			return fmt.Errorf("unsupported value type %T", item)
 		}
 		if isList {
-			if err := fset.Lookup(name).Value.(pflag.SliceValue).Append(s); err != nil {
+			if err := list.Append(s); err != nil {
 				return err
 			}
 			continue

@@ -161,7 +161,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		return exitOK
 	}
 
-	var observers []daemon.Observer
+	var observer daemon.Observer = daemon.NopObserver{}
 	if c.MetricsAddr != "" {
 		names := make([]string, len(procs))
 		for i, p := range procs {
@@ -175,12 +175,12 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		}
 		defer srv.Close()
 		log.Infof("Serving /metrics, /healthz and /readyz on %s", srv.Addr())
-		observers = append(observers, m)
+		observer = m
 	}
 	if n := sdnotify.New(getenv, log); n != nil {
 		defer n.Stopping()
 		go n.Watchdog(stopCtx)
-		observers = append(observers, sdObserver{n: n})
+		observer = sdObserver{Observer: observer, n: n}
 	}
 	first := true
 	o := daemon.Options{
@@ -194,7 +194,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		Store:    store,
 		Interval: time.Duration(c.Interval) * time.Second,
 		Log:      log,
-		Observer: daemon.Observers(observers...),
+		Observer: observer,
 		Commands: cmdCtx,
 		Limits:   limits,
 	}
@@ -374,17 +374,16 @@ func (l *resourceLoader) reload(full bool) daemon.Plan {
 			// would mix two configurations.
 			l.log.Errorf("SIGHUP: %s is unusable (error above): nothing was re-read; confd goes on with the configuration and resources it had. Fix the file, check it with `confd -check-config`, and send SIGHUP again", l.cfg.ConfigFile)
 			return daemon.Plan{Keep: true}
-		} else {
-			if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
-				l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
-			}
-			if c.MaxCommands != l.cfg.MaxCommands {
-				l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
-			}
-			l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
-			l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
-			l.cfg.DestLockTimeout, l.cfg.LockDir = c.DestLockTimeout, c.LockDir
 		}
+		if fmt.Sprint(c.Store) != fmt.Sprint(l.cfg.Store) {
+			l.log.Warn("SIGHUP: backend settings changed; restart confd to apply them")
+		}
+		if c.MaxCommands != l.cfg.MaxCommands {
+			l.log.Warnf("SIGHUP: -max-commands changed to %d; restart confd to apply it (still %d)", c.MaxCommands, l.cfg.MaxCommands)
+		}
+		l.cfg.ConfDir, l.cfg.Prefix, l.cfg.Wait, l.cfg.Resync = c.ConfDir, c.Prefix, c.Wait, c.Resync
+		l.cfg.CheckCmdTimeout, l.cfg.ReloadCmdTimeout, l.cfg.CommandGrace = c.CheckCmdTimeout, c.ReloadCmdTimeout, c.CommandGrace
+		l.cfg.DestLockTimeout, l.cfg.LockDir = c.DestLockTimeout, c.LockDir
 	}
 	procs, _ := l.load(l.settings(l.cfg))
 	return daemon.Plan{Procs: procs, Wait: l.cfg.Wait, Resync: l.cfg.Resync}
@@ -415,11 +414,15 @@ func (l *resourceLoader) removeStaleStageFiles() {
 	}
 }
 
-// sdObserver tells systemd about readiness; the rest of daemon.Observer is
-// nothing systemd needs to hear.
+// sdObserver tells systemd about readiness, after the observer it wraps
+// (the metrics, or none); the rest of daemon.Observer is nothing systemd
+// needs to hear.
 type sdObserver struct {
-	daemon.NopObserver
+	daemon.Observer
 	n *sdnotify.Notifier
 }
 
-func (o sdObserver) Ready(ready bool) { o.n.Ready(ready) }
+func (o sdObserver) Ready(ready bool) {
+	o.Observer.Ready(ready)
+	o.n.Ready(ready)
+}

@@ -48,6 +48,10 @@ func (f *ConfdFormatter) Format(e *logrus.Entry) ([]byte, error) {
 // New returns a logger writing to w at level ("" means info) in format
 // "text" (confd's) or "json".
 func New(w io.Writer, level, format string) (*logrus.Logger, error) {
+	return newLogger(w, level, format, false)
+}
+
+func newLogger(w io.Writer, level, format string, child bool) (*logrus.Logger, error) {
 	l := logrus.New()
 	l.SetOutput(w)
 	if level != "" {
@@ -59,10 +63,13 @@ func New(w io.Writer, level, format string) (*logrus.Logger, error) {
 	}
 	switch format {
 	case "", "text":
-		host, _ := os.Hostname()
-		l.SetFormatter(redacting{&ConfdFormatter{Tag: filepath.Base(os.Args[0]), Hostname: host, PID: os.Getpid()}})
+		f := &ConfdFormatter{Tag: filepath.Base(os.Args[0]), PID: os.Getpid(), Child: child}
+		if !child {
+			f.Hostname, _ = os.Hostname()
+		}
+		l.SetFormatter(redacting{f})
 	case "json":
-		l.SetFormatter(redacting{&logrus.JSONFormatter{}})
+		l.SetFormatter(redacting{&logrus.JSONFormatter{DisableTimestamp: child}})
 	default:
 		return nil, fmt.Errorf("-log-format %q: want text or json", format)
 	}
@@ -79,12 +86,7 @@ func ChildEnv(env []string, resource string) []string {
 	if env == nil {
 		env = os.Environ()
 	}
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, ResourceEnv+"=") {
-			out = append(out, kv)
-		}
-	}
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, ResourceEnv+"=") })
 	return append(out, ResourceEnv+"="+resource)
 }
 
@@ -95,17 +97,7 @@ func UnderConfd(getenv func(string) string) bool { return getenv(ResourceEnv) !=
 // text is "TAG[PID]: LEVEL message key=value" (confd's format without the
 // time and host that confd's own prefix adds), JSON has no time field.
 func NewChild(w io.Writer, level, format string) (*logrus.Logger, error) {
-	l, err := New(w, level, format)
-	if err != nil {
-		return nil, err
-	}
-	switch format {
-	case "", "text":
-		l.SetFormatter(redacting{&ConfdFormatter{Tag: filepath.Base(os.Args[0]), PID: os.Getpid(), Child: true}})
-	case "json":
-		l.SetFormatter(redacting{&logrus.JSONFormatter{DisableTimestamp: true}})
-	}
-	return l, nil
+	return newLogger(w, level, format, true)
 }
 
 // Printable is s as a log message shows a command's output line: as it is

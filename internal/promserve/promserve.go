@@ -7,7 +7,6 @@ package promserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,10 +28,6 @@ func Serve(ctx context.Context, flag, addr string, reg *prometheus.Registry) (*h
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // closed with the process
-		}
-	}()
+	go func() { _ = srv.Serve(l) }() // an error ends it with the process
 	return srv, nil
 }

@@ -9,6 +9,7 @@
 package version
 
 import (
+	"cmp"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -46,12 +47,9 @@ func init() {
 		}
 	}
 	if Commit == "" {
-		Commit = "unknown"
-		if rev != "" {
-			Commit = rev
-			if modified {
-				Commit += "+dirty"
-			}
+		Commit = cmp.Or(rev, "unknown")
+		if rev != "" && modified {
+			Commit += "+dirty"
 		}
 	}
 	if Date == "" {

@@ -1,8 +1,8 @@
-package keypath
+package backends
 
 import "testing"
 
-func TestUnder(t *testing.T) {
+func TestKeyUnder(t *testing.T) {
 	for _, tc := range []struct {
 		key, prefix string
 		want        bool
@@ -25,22 +25,22 @@ func TestUnder(t *testing.T) {
 		{"/a/b", "/a/b", true},
 		{"/a/bc", "/a/b", false},
 	} {
-		if got := Under(tc.key, tc.prefix); got != tc.want {
-			t.Errorf("Under(%q, %q) = %v, want %v", tc.key, tc.prefix, got, tc.want)
+		if got := KeyUnder(tc.key, tc.prefix); got != tc.want {
+			t.Errorf("KeyUnder(%q, %q) = %v, want %v", tc.key, tc.prefix, got, tc.want)
 		}
 	}
 }
 
-func TestUnderAny(t *testing.T) {
+func TestKeyUnderAny(t *testing.T) {
 	prefixes := []string{"/a", "/b/c"}
 	for key, want := range map[string]bool{
 		"/a": true, "/a/x": true, "/ab": false, "/b": false, "/b/c/d": true, "/b/cd": false,
 	} {
-		if got := UnderAny(key, prefixes); got != want {
-			t.Errorf("UnderAny(%q) = %v, want %v", key, got, want)
+		if got := KeyUnderAny(key, prefixes); got != want {
+			t.Errorf("KeyUnderAny(%q) = %v, want %v", key, got, want)
 		}
 	}
-	if UnderAny("/a", nil) {
+	if KeyUnderAny("/a", nil) {
 		t.Error("UnderAny with no prefixes matched")
 	}
 }
