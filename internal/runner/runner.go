@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -225,9 +226,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
 		}
 		childEnds = append(childEnds, w)
-		if p.out.pipes == nil {
-			p.out.pipes = map[Stream]*os.File{}
-		}
 		p.out.pipes[s] = r
 		p.readers.Add(1)
 		go p.read(s, r)
@@ -284,20 +282,15 @@ func (p *Process) supervise(ctx context.Context) {
 		timeout = t.C
 	}
 	var timedOut bool
-	for running := true; running; {
-		select {
-		case <-p.exited:
-			running = false
-		case <-timeout:
-			timedOut = true
-			p.Terminate(p.spec.Grace)
-			<-p.exited
-			running = false
-		case <-ctx.Done():
-			p.Terminate(p.spec.Grace)
-			<-p.exited
-			running = false
-		}
+	select {
+	case <-p.exited:
+	case <-timeout:
+		timedOut = true
+	case <-ctx.Done():
+	}
+	if timedOut || ctx.Err() != nil {
+		p.Terminate(p.spec.Grace)
+		<-p.exited
 	}
 	dur := time.Since(p.start)
 	p.termMu.Lock()
@@ -433,7 +426,9 @@ func (p *Process) read(s Stream, f *os.File) {
 				more, err = br.ReadSlice('\n')
 				cut += len(more)
 			}
-			cut -= trailingNewline(err)
+			if err == nil {
+				cut-- // the newline
+			}
 		}
 		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
 		if text != "" || len(line) > 0 {
@@ -451,27 +446,18 @@ func (p *Process) read(s Stream, f *os.File) {
 	}
 }
 
-// trailingNewline is 1 when the last ReadSlice ended at a newline (err nil).
-func trailingNewline(err error) int {
-	if err == nil {
-		return 1
-	}
-	return 0
-}
-
-// collector serialises line delivery and keeps the tail.
+// collector serialises line delivery and keeps the tail. Its arrays are
+// indexed by Stream.
 type collector struct {
 	spec    *Spec
 	mu      sync.Mutex
-	ring    []string
-	next    int
-	full    bool
+	tailBuf []string
 	dropped int
 	stopped bool
-	read    int64                // bytes read from the pipes
-	waiting map[Stream]time.Time // since when a reader waits on an empty pipe
-	done    map[Stream]bool      // readers that reached EOF
-	pipes   map[Stream]*os.File
+	read    int64        // bytes read from the pipes
+	waiting [3]time.Time // since when a reader waits on an empty pipe; zero: it does not
+	done    [3]bool      // readers that reached EOF
+	pipes   [3]*os.File
 }
 
 // pipeReader tells the collector when its reader waits on an empty pipe:
@@ -484,14 +470,11 @@ type pipeReader struct {
 
 func (r pipeReader) Read(b []byte) (int, error) {
 	r.c.mu.Lock()
-	if r.c.waiting == nil {
-		r.c.waiting = map[Stream]time.Time{}
-	}
 	r.c.waiting[r.s] = time.Now()
 	r.c.mu.Unlock()
 	n, err := r.f.Read(b)
 	r.c.mu.Lock()
-	delete(r.c.waiting, r.s)
+	r.c.waiting[r.s] = time.Time{}
 	r.c.read += int64(n)
 	r.c.mu.Unlock()
 	return n, err
@@ -499,9 +482,6 @@ func (r pipeReader) Read(b []byte) (int, error) {
 
 func (c *collector) readerDone(s Stream) {
 	c.mu.Lock()
-	if c.done == nil {
-		c.done = map[Stream]bool{}
-	}
 	c.done[s] = true
 	c.mu.Unlock()
 }
@@ -517,8 +497,8 @@ func (c *collector) idleFor(d time.Duration) bool {
 			continue
 		}
 		live = true
-		since, ok := c.waiting[s]
-		if !ok || time.Since(since) < d || pending(c.pipes[s]) {
+		since := c.waiting[s]
+		if since.IsZero() || time.Since(since) < d || pending(c.pipes[s]) {
 			return false
 		}
 	}
@@ -572,47 +552,27 @@ func (c *collector) line(s Stream, text string) {
 	if w != nil {
 		_, _ = io.WriteString(w, text+"\n")
 	}
-	if c.ring == nil {
-		c.ring = make([]string, c.spec.TailLines)
-	}
-	if c.full {
+	if len(c.tailBuf) == c.spec.TailLines {
+		c.tailBuf = c.tailBuf[1:]
 		c.dropped++
 	}
-	c.ring[c.next] = text
-	c.next = (c.next + 1) % len(c.ring)
-	if c.next == 0 {
-		c.full = true
-	}
+	c.tailBuf = append(c.tailBuf, text)
 }
 
 func (c *collector) tail() ([]string, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.full {
-		return append([]string(nil), c.ring[:c.next]...), 0
-	}
-	out := append([]string(nil), c.ring[c.next:]...)
-	return append(out, c.ring[:c.next]...), c.dropped
+	return slices.Clone(c.tailBuf), c.dropped
 }
 
 // WithoutVars returns env without the variables named, for commands that
 // must not see the parent's credentials.
 func WithoutVars(env []string, names ...string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
+	// Never nil, even for a nil env: a nil Spec.Env inherits ours.
+	return slices.DeleteFunc(append([]string{}, env...), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, n := range names {
-			if name == n {
-				drop = true
-				break
-			}
-		}
-		if !drop {
-			out = append(out, kv)
-		}
-	}
-	return out
+		return slices.Contains(names, name)
+	})
 }
 
 // Quote renders argv for messages, quoting words that need it. A /bin/sh -c
