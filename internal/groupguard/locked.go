@@ -82,8 +82,10 @@ func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
 	}
 	// Keyed by what the command runs for (confd's CONFD_RESOURCE: the
 	// resource file, under its confdir) and the command line: the same
-	// confd restarted waits for its old run, another confd does not.
-	sum := sha256.Sum256([]byte(resourceOf(spec.Env) + "\x00" + spec.Dir + "\x00" + spec.Name))
+	// confd restarted waits for its old run, another confd does not. (The
+	// empty field between was a working directory: lock names stay those
+	// of earlier releases.)
+	sum := sha256.Sum256([]byte(resourceOf(spec.Env) + "\x00\x00" + spec.Name))
 	path := filepath.Join(r.LockDir, hex.EncodeToString(sum[:12])+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {

@@ -76,13 +76,9 @@ type Spec struct {
 	ShareOutputReaders bool
 	// Env is the complete environment of the command; nil inherits ours.
 	Env []string
-	Dir string
 	// Timeout is how long the command may run before its process group gets
 	// SIGTERM; zero means no timeout. It counts from Start.
 	Timeout time.Duration
-	// Stdin, when set, is the command's standard input; nil is /dev/null.
-	// The caller keeps its own copy and closes it once Start returned.
-	Stdin *os.File
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
@@ -140,8 +136,7 @@ type Result struct {
 	// early. Exit status 0 within the grace still counts as success.
 	Terminated bool
 	// Killed is set when SIGTERM was not enough and the group got SIGKILL.
-	Killed   bool
-	Duration time.Duration
+	Killed bool
 	// Tail holds the last output lines (both streams, in arrival order).
 	Tail []string
 	// Dropped counts output lines that fell out of Tail.
@@ -203,10 +198,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != nil { // a nil *os.File in the interface would not be /dev/null
-		cmd.Stdin = spec.Stdin
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
 	cmd.ExtraFiles = spec.ExtraFiles
 	name := spec.Name
@@ -292,7 +283,6 @@ func (p *Process) supervise(ctx context.Context) {
 		p.Terminate(p.spec.Grace)
 		<-p.exited
 	}
-	dur := time.Since(p.start)
 	p.termMu.Lock()
 	terminated, killed := p.termed, p.killed
 	if terminated {
@@ -301,7 +291,7 @@ func (p *Process) supervise(ctx context.Context) {
 	}
 	p.termMu.Unlock()
 	pipeHeld := p.drain()
-	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, Duration: dur, PipeHeld: pipeHeld}
+	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: pipeHeld}
 	r.Tail, r.Dropped = p.out.tail()
 	if ps := p.cmd.ProcessState; ps != nil {
 		r.ExitCode = ps.ExitCode()

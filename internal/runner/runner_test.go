@@ -206,10 +206,10 @@ func TestEncodedKeyOutputInChunksIsRedacted(t *testing.T) {
 	}
 	for name, cmd := range map[string]string{
 		"w0-chunks": fmt.Sprintf("printf %%s %s; printf %%s %s; echo; echo after", enc[:50], enc[50:]),
-		"wrapped":   "base64 k; echo after",
+		"wrapped":   "base64 " + filepath.Join(dir, "k") + "; echo after",
 	} {
 		var all []string
-		r := Run(context.Background(), Spec{Argv: Shell(cmd), Dir: dir, OnLine: func(_ Stream, l string) { all = append(all, l) }})
+		r := Run(context.Background(), Spec{Argv: Shell(cmd), OnLine: func(_ Stream, l string) { all = append(all, l) }})
 		if r.Err != nil {
 			t.Fatal(r.Err)
 		}
