@@ -121,43 +121,25 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 				}
 			}
 		}
-		consec = 0
-		for j = 0; j < length; j++ {
-			if j >= 8 && discards[i+j] == 1 {
-				break
-			}
-			switch discards[i+j] {
-			case 2:
-				consec = 0
-				discards[i+j] = 0
-			case 0:
-				consec = 0
-			default:
-				consec++
-			}
-			if consec == 3 {
-				break
+		// From each end of the run inwards, cancel the provisional
+		// discards before three sure ones in a row, looking at most 8
+		// lines in past a sure one.
+		for _, at := range []func(j int) *byte{
+			func(j int) *byte { return &discards[i+j] },
+			func(j int) *byte { return &discards[i+length-1-j] },
+		} {
+			consec = 0
+			for j := 0; j < length && consec < 3; j++ {
+				if d := at(j); j >= 8 && *d == 1 {
+					break
+				} else if *d == 1 {
+					consec++
+				} else {
+					consec, *d = 0, 0
+				}
 			}
 		}
 		i += length - 1
-		consec = 0
-		for j = 0; j < length; j++ {
-			if j >= 8 && discards[i-j] == 1 {
-				break
-			}
-			switch discards[i-j] {
-			case 2:
-				consec = 0
-				discards[i-j] = 0
-			case 0:
-				consec = 0
-			default:
-				consec++
-			}
-			if consec == 3 {
-				break
-			}
-		}
 	}
 	for i, e := range mine {
 		if discards[i] == 0 {
@@ -188,31 +170,21 @@ func (s *seq) compare(xoff, xlim, yoff, ylim int) {
 		xlim--
 		ylim--
 	}
-	switch {
-	case xoff == xlim:
-		for ; yoff < ylim; yoff++ {
-			s.ychg[s.yidx[yoff]] = true
-		}
-	case yoff == ylim:
-		for ; xoff < xlim; xoff++ {
-			s.xchg[s.xidx[xoff]] = true
-		}
-	default:
-		xmid, ymid, ok := s.middle(xoff, xlim, yoff, ylim)
-		if !ok {
-			// Too many differences to search for the shortest script
-			// (time grows with their number times the length): show the
-			// range as replaced rather than hang a dry run.
-			for ; xoff < xlim; xoff++ {
-				s.xchg[s.xidx[xoff]] = true
-			}
-			for ; yoff < ylim; yoff++ {
-				s.ychg[s.yidx[yoff]] = true
-			}
+	if xoff < xlim && yoff < ylim {
+		if xmid, ymid, ok := s.middle(xoff, xlim, yoff, ylim); ok {
+			s.compare(xoff, xmid, yoff, ymid)
+			s.compare(xmid, xlim, ymid, ylim)
 			return
 		}
-		s.compare(xoff, xmid, yoff, ymid)
-		s.compare(xmid, xlim, ymid, ylim)
+		// Too many differences to search for the shortest script (time
+		// grows with their number times the length): show the range as
+		// replaced rather than hang a dry run.
+	}
+	for ; xoff < xlim; xoff++ {
+		s.xchg[s.xidx[xoff]] = true
+	}
+	for ; yoff < ylim; yoff++ {
+		s.ychg[s.yidx[yoff]] = true
 	}
 }
 
