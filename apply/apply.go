@@ -68,20 +68,6 @@ func LoadNamed(s *Settings, names []string) ([]*File, []error) {
 	return fs, errs
 }
 
-func (s *Settings) destLockTimeout() time.Duration {
-	if s.DestLockTimeout <= 0 {
-		return DefaultDestLockTimeout
-	}
-	return s.DestLockTimeout
-}
-
-func (s *Settings) lockDir() string {
-	if s.LockDir == "" {
-		return DefaultLockDir()
-	}
-	return s.LockDir
-}
-
 func (s *Settings) writer() Writer {
 	if s.Writer == nil {
 		return FileWriter{Log: s.Logger()}

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,11 +57,15 @@ func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	defer p.Release()
 	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
 		log := r.s.Logger().WithField("resource", r.File)
-		l, err := lockDest(ctx, r.s.lockDir(), r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
+		wait := r.s.DestLockTimeout
+		if wait <= 0 {
+			wait = DefaultDestLockTimeout
+		}
+		l, err := lockDest(ctx, cmp.Or(r.s.LockDir, DefaultLockDir()), r.Dest, wait, r.s.Stop, log)
 		if err != nil {
 			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
 		}
-		defer l.unlock()
+		defer l.Close()
 		// A file torn by an in-place write that a crash interrupted is
 		// restored before anything else reads or replaces it.
 		if err := repairInPlace(r.Dest, log); err != nil {

@@ -98,7 +98,7 @@ func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStag
 			}
 			continue
 		}
-		locks := map[string]*destLock{} // by destination; nil: held by another process
+		locks := map[string]*os.File{} // by destination; nil: held by another process
 		for _, e := range entries {
 			r, ok := byDir[dir][atomicfile.StageOf(e.Name())]
 			if !ok {
@@ -127,7 +127,7 @@ func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStag
 			removed = append(removed, StaleStageFile{Resource: r, Path: p})
 		}
 		for _, l := range locks {
-			l.unlock()
+			_ = l.Close()
 		}
 	}
 	return removed, errs
