@@ -285,36 +285,16 @@ const StartedLine = "started\n"
 
 // Status is what a guard reported about its command.
 type Status struct {
-	// Reported is false when the guard ended without a report: it died
-	// (SIGKILL, a crash) before the command ended, or never started it.
+	// Reported is false when the guard ended without a report ("exit N",
+	// "signal N" or "notrun WHY" after StartedLine): it died (SIGKILL, a
+	// crash) before the command ended, or never started it.
 	Reported bool
-	// NotRun: the command could not be started; Why says why.
-	NotRun bool
-	Why    string
-	Exit   int
-	Signal syscall.Signal
 }
 
-// ReadStatus reads a guard's report from the read end of its status pipe,
-// to EOF: call it once the guard has ended (its write end, and the owner's
-// copy, closed).
-func ReadStatus(r io.Reader) Status {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return Status{}
-	}
-	text := strings.TrimSpace(strings.TrimPrefix(string(b), StartedLine))
-	word, rest, _ := strings.Cut(text, " ")
-	n, _ := strconv.Atoi(rest)
-	switch word {
-	case "exit":
-		return Status{Reported: true, Exit: n}
-	case "signal":
-		return Status{Reported: true, Signal: syscall.Signal(n)}
-	case "notrun":
-		return Status{Reported: true, NotRun: true, Why: rest}
-	}
-	return Status{}
+// readStatus reads a guard's whole report, from its status pipe.
+func readStatus(report string) Status {
+	word, _, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(report, StartedLine)), " ")
+	return Status{Reported: word == "exit" || word == "signal" || word == "notrun"}
 }
 
 // Watch is the owner's end of a guard's status pipe. Set its OnExit as the
@@ -367,7 +347,7 @@ func (w *Watch) OnExit(pid int) {
 	defer w.mu.Unlock()
 	rest, _ := io.ReadAll(w.r) // what it could read: a broken pipe is no report
 	w.report, w.exited = w.first+string(rest), true
-	w.Status = ReadStatus(strings.NewReader(w.report))
+	w.Status = readStatus(w.report)
 	if !w.Status.Reported {
 		w.GroupAlive = !GroupGone(pid, w.grace)
 	}
