@@ -17,6 +17,7 @@ package groupguard
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -135,34 +136,26 @@ type options struct {
 }
 
 func parse(args []string) (options, error) {
-	o := options{lockFD: -1, statusFD: -1}
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		name, value, _ := strings.Cut(args[0], "=")
-		var err error
-		switch name {
-		case "-grace":
-			o.grace, err = time.ParseDuration(value)
-		case "-drain-fds":
-			for _, f := range strings.Split(value, ",") {
-				var fd int
-				if fd, err = strconv.Atoi(f); err != nil {
-					break
-				}
-				o.drainFDs = append(o.drainFDs, fd)
+	var o options
+	fs := flag.NewFlagSet(Arg, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // Main says what is wrong
+	fs.DurationVar(&o.grace, "grace", 0, "")
+	fs.IntVar(&o.lockFD, "lock-fd", -1, "")
+	fs.IntVar(&o.statusFD, "status-fd", -1, "")
+	fs.Func("drain-fds", "", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			fd, err := strconv.Atoi(f)
+			if err != nil {
+				return err
 			}
-		case "-lock-fd":
-			o.lockFD, err = strconv.Atoi(value)
-		case "-status-fd":
-			o.statusFD, err = strconv.Atoi(value)
-		default:
-			err = errors.New("unknown option")
+			o.drainFDs = append(o.drainFDs, fd)
 		}
-		if err != nil {
-			return o, fmt.Errorf("%s: %w", args[0], err)
-		}
-		args = args[1:]
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return o, err
 	}
-	if len(args) < 3 || args[1] != "--" {
+	if args = fs.Args(); len(args) < 3 || args[1] != "--" {
 		return o, errors.New("needs [OPTIONS] PARENT-PID -- COMMAND")
 	}
 	p, err := strconv.Atoi(args[0])
