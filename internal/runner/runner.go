@@ -51,13 +51,6 @@ const (
 	Stderr Stream = 2
 )
 
-func (s Stream) String() string {
-	if s == Stderr {
-		return "stderr"
-	}
-	return "stdout"
-}
-
 // Spec describes one run.
 type Spec struct {
 	// Argv is run without a shell; use Shell for a /bin/sh -c command line.
@@ -155,7 +148,6 @@ func (r Result) OK() bool { return r.Err == nil }
 type Process struct {
 	spec   Spec
 	cmd    *exec.Cmd
-	argv   string
 	start  time.Time
 	done   chan struct{}
 	res    Result
@@ -200,11 +192,10 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	cmd.Env = spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
 	cmd.ExtraFiles = spec.ExtraFiles
-	name := spec.Name
-	if name == "" {
-		name = Quote(spec.Argv)
+	if spec.Name == "" {
+		spec.Name = Quote(spec.Argv)
 	}
-	p := &Process{spec: spec, cmd: cmd, argv: name, done: make(chan struct{}),
+	p := &Process{spec: spec, cmd: cmd, done: make(chan struct{}),
 		exited: make(chan struct{}), startDone: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
@@ -214,7 +205,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		if err != nil {
 			close(p.startDone) // nothing was started: readers may close
 			closeAll(childEnds)
-			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
+			return nil, fmt.Errorf("start %s: output pipe: %w", p.spec.Name, err)
 		}
 		childEnds = append(childEnds, w)
 		p.out.pipes[s] = r
@@ -235,7 +226,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	closeAll(childEnds)
 	if err != nil {
 		p.readers.Wait()
-		return nil, fmt.Errorf("start %s: %w", p.argv, err)
+		return nil, fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}
 	go p.supervise(ctx)
 	return p, nil
@@ -305,14 +296,14 @@ func (p *Process) supervise(ctx context.Context) {
 	}
 	switch {
 	case timedOut:
-		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.argv, p.spec.Timeout, how)
+		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.spec.Name, p.spec.Timeout, how)
 	case r.Terminated && (r.Signal != 0 || r.ExitCode != 0):
 		// A command that exits 0 in its grace finished its job: success.
-		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.argv, how)
+		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.spec.Name, how)
 	case r.Signal != 0:
-		r.Err = fmt.Errorf("%s was killed by signal %s", p.argv, r.Signal)
+		r.Err = fmt.Errorf("%s was killed by signal %s", p.spec.Name, r.Signal)
 	case r.ExitCode != 0:
-		r.Err = fmt.Errorf("%s exited with status %d", p.argv, r.ExitCode)
+		r.Err = fmt.Errorf("%s exited with status %d", p.spec.Name, r.ExitCode)
 	}
 	p.res = r
 }

@@ -338,7 +338,9 @@ func waitGone(t *testing.T, pid int) {
 func TestCombinedOutputKeepsOrder(t *testing.T) {
 	var got []string
 	r := Run(context.Background(), Spec{Argv: Shell(`for i in 1 2 3 4 5 6 7 8; do echo out$i; echo err$i >&2; done`), CombinedOutput: true,
-		OnLine: func(s Stream, l string) { got = append(got, s.String()+":"+l) }})
+		OnLine: func(s Stream, l string) {
+			got = append(got, map[Stream]string{Stdout: "stdout", Stderr: "stderr"}[s]+":"+l)
+		}})
 	want := "stdout:out1 stdout:err1 stdout:out2 stdout:err2 stdout:out3 stdout:err3 stdout:out4 stdout:err4 stdout:out5 stdout:err5 stdout:out6 stdout:err6 stdout:out7 stdout:err7 stdout:out8 stdout:err8"
 	if !r.OK() || strings.Join(got, " ") != want {
 		t.Fatalf("got %q, %+v", got, r)
