@@ -27,12 +27,13 @@ import (
 	"github.com/keysync/confd/internal/redact"
 )
 
-// Defaults for the zero values of Spec's tuning fields.
+// Defaults for the zero values of Spec's tuning fields, and output limits.
 const (
 	DefaultGrace     = 10 * time.Second
 	DefaultPipeDrain = 500 * time.Millisecond
-	DefaultTailLines = 20
 	MaxDrainFactor   = 20
+	// TailLines is how many of the last lines Result.Tail keeps.
+	TailLines = 20
 	// maxBuffered bounds what the pipes (up to 1 MiB each, see
 	// F_SETPIPE_SZ) and our reader can hold when the command exits.
 	maxBuffered = 2*(1<<20) + 2*MaxLine
@@ -100,9 +101,6 @@ type Spec struct {
 	// lines keep the order the command wrote them in (all are reported as
 	// Stdout); for output that is read as one story, as in a log.
 	CombinedOutput bool
-	// TailLines is how many of the last lines Result.Tail keeps. Zero means
-	// DefaultTailLines.
-	TailLines int
 	// ParentDeathSignal, when non-zero, is sent to the command by the kernel
 	// if this process dies first (PR_SET_PDEATHSIG), so that a crashed
 	// parent does not leave the command running unsupervised.
@@ -184,9 +182,6 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	if spec.PipeDrain <= 0 {
 		spec.PipeDrain = DefaultPipeDrain
-	}
-	if spec.TailLines <= 0 {
-		spec.TailLines = DefaultTailLines
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
@@ -533,7 +528,7 @@ func (c *collector) line(s Stream, text string) {
 	if w != nil {
 		_, _ = io.WriteString(w, text+"\n")
 	}
-	if len(c.tailBuf) == c.spec.TailLines {
+	if len(c.tailBuf) == TailLines {
 		c.tailBuf = c.tailBuf[1:]
 		c.dropped++
 	}
