@@ -3,7 +3,6 @@ package apply
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/keysync/confd/internal/redact"
@@ -12,12 +11,13 @@ import (
 // diffContext is the number of unchanged lines around a change, as diff -u.
 const diffContext = 3
 
-// describeChange is what -noop prints: owner and mode changes, then a
+// Diff is what -noop prints for the plan: owner and mode changes, then a
 // unified diff. Private key material is masked: a dry run's output ends up
 // in terminals, tickets and CI logs. A file that is not world-readable
 // (before or after) holds secrets by its owner's word: unless showSecrets,
 // only the numbers of changed lines are printed.
-func describeChange(dest string, live liveFile, content []byte, mode os.FileMode, uid, gid int, showSecrets bool) []byte {
+func (p *Plan) Diff(dest string, showSecrets bool) []byte {
+	live, content, mode, uid, gid := p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID
 	var b bytes.Buffer
 	if !live.exists {
 		fmt.Fprintf(&b, "%s: would be created with mode %#o, owner %d:%d\n", dest, uint32(mode.Perm()), uid, gid)
@@ -44,8 +44,7 @@ func describeChange(dest string, live liveFile, content []byte, mode os.FileMode
 }
 
 // splitLines cuts text after each newline; the last line has none when the
-// text does not end in one (go-difflib's SplitLines added a phantom empty
-// line).
+// text does not end in one.
 func splitLines(b []byte) []string {
 	if len(b) == 0 {
 		return nil

@@ -36,13 +36,6 @@ type Plan struct {
 // Release frees what the plan's content holds (a large render's file).
 func (p *Plan) Release() { p.Content.Release() }
 
-// Diff is what -noop prints for the plan: owner and mode changes, then a
-// unified diff, private key material masked; for a file others may not
-// read, only line counts unless showSecrets.
-func (p *Plan) Diff(dest string, showSecrets bool) []byte {
-	return describeChange(dest, p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID, showSecrets)
-}
-
 // PairGetter is a Getter that can also give a snapshot as a list, which
 // may repeat keys and is often already in key order (etcd's); GetPairs
 // prefers it.
