@@ -7,7 +7,6 @@ package apply
 import (
 	"time"
 
-	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
@@ -73,11 +72,4 @@ func (s *Settings) writer() Writer {
 		return FileWriter{Log: s.Logger()}
 	}
 	return s.Writer
-}
-
-func (s *Settings) runner() Runner {
-	if s.Runner == nil {
-		return RunnerFunc(runner.Run)
-	}
-	return s.Runner
 }

@@ -32,7 +32,7 @@ type Runner struct {
 	Waiting func(command string)
 }
 
-// Run implements resource.Runner.
+// Run is an apply.Runner.
 func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
