@@ -57,8 +57,8 @@ type Options struct {
 	Lock *os.File
 	// Status, when set, is the write end of a pipe on which the guard
 	// reports that the command started (StartedLine) or could not, and how
-	// it ended ("exit N" or "signal N") just before it ends itself. A guard that ends without a report died (or was
-	// killed) on its own: see ReadStatus.
+	// it ended ("exit N" or "signal N") just before it ends itself. A guard
+	// that ends without a report died (or was killed) on its own: see Watch.
 	Status *os.File
 }
 
@@ -87,16 +87,13 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 		// The command may still write while it cleans up after our death:
 		// the guard then reads (and drops) its output, instead of the
 		// command dying of SIGPIPE.
+		// runner passes them after the extra files: stdout's, then stderr's.
 		spec.ShareOutputReaders = true
-		n := 1
+		fds := strconv.Itoa(3 + len(extra))
 		if !spec.CombinedOutput {
-			n = 2
+			fds += "," + strconv.Itoa(4+len(extra))
 		}
-		fds := make([]string, n)
-		for i := range fds {
-			fds[i] = strconv.Itoa(3 + len(extra) + i)
-		}
-		args = append(args, "-drain-fds="+strings.Join(fds, ","))
+		args = append(args, "-drain-fds="+fds)
 	}
 	args = append(args, strconv.Itoa(os.Getpid()), "--")
 	spec.Argv = append(args, spec.Argv...)
@@ -114,15 +111,12 @@ func self() string {
 	if err != nil || strings.HasSuffix(p, " (deleted)") {
 		return "/proc/self/exe"
 	}
-	if fi, err := os.Stat(p); err != nil || !sameFile(fi, "/proc/self/exe") {
+	fi, err := os.Stat(p)
+	exe, exeErr := os.Stat("/proc/self/exe")
+	if err != nil || exeErr != nil || !os.SameFile(fi, exe) {
 		return "/proc/self/exe"
 	}
 	return p
-}
-
-func sameFile(fi os.FileInfo, path string) bool {
-	other, err := os.Stat(path)
-	return err == nil && os.SameFile(fi, other)
 }
 
 // options are the guard's parsed command line.
