@@ -190,23 +190,20 @@ func Main(prog string, args []string) int {
 	if os.Getppid() != o.parent { // died before the death signal was armed
 		killGroup()
 	}
-	var status *os.File
-	if o.statusFD >= 0 {
-		status = os.NewFile(uintptr(o.statusFD), "status")
-	}
+	// nil without -status-fd (fd -1): os.File's methods then do nothing
+	// but return os.ErrInvalid.
+	status := os.NewFile(uintptr(o.statusFD), "status")
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
-		// And why, for an owner that names it in its own error (ReadStatus).
+		// And why, for an owner that names it in its own error (Watch.First).
 		report(status, "notrun "+strings.ReplaceAll(err.Error(), "\n", " "))
 		return ExitNotRun
 	}
-	if status != nil {
-		// The owner may wait for this line to know the command runs
-		// (StartedLine), before it says so.
-		_, _ = status.WriteString(StartedLine)
-	}
+	// The owner may wait for this line to know the command runs, before it
+	// says so.
+	_, _ = status.WriteString(StartedLine)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	var grace <-chan time.Time
@@ -254,9 +251,6 @@ func Main(prog string, args []string) int {
 
 // report writes the guard's last word on its status pipe and closes it.
 func report(f *os.File, status string) {
-	if f == nil {
-		return
-	}
 	_, _ = f.WriteString(status + "\n")
 	_ = f.Close()
 }
