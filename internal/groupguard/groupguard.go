@@ -311,10 +311,7 @@ func (w *Watch) First() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.exited {
-		line, _, found := strings.Cut(w.report, "\n")
-		if found {
-			line += "\n"
-		}
+		line, _ := bufio.NewReader(strings.NewReader(w.report)).ReadString('\n')
 		return line
 	}
 	line, _ := w.r.ReadString('\n')

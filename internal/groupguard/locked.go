@@ -54,6 +54,7 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	if err != nil {
 		return runner.Result{ExitCode: -1, Err: fmt.Errorf("%s not run: status pipe for its group guard: %w", spec.Name, err)}
 	}
+	defer status.Close()
 	o.Status = statusW
 	w := NewWatch(status, grace)
 	guarded := Wrap(spec, o)
@@ -61,12 +62,10 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	p, err := runner.Start(ctx, guarded)
 	_ = statusW.Close()
 	if err != nil {
-		_ = status.Close()
 		return runner.Result{ExitCode: -1, Err: err}
 	}
 	res := p.Wait()
-	_ = status.Close()
-	if !w.Status.Reported && w.GroupAlive {
+	if w.GroupAlive {
 		// The guard died on its own (killed by someone): nothing watches
 		// the command's group any more, so it goes now.
 		res.Err = fmt.Errorf("%s: its group guard died and its process group could not be confirmed gone: %w", spec.Name, res.Err)
