@@ -57,9 +57,6 @@ const maxSecretsFile = 16 << 20
 func commandSecrets(paths ...string) *redact.Secrets {
 	var vals [][]byte
 	for _, p := range paths {
-		if p == "" {
-			continue
-		}
 		f, err := os.Open(p)
 		if err != nil {
 			continue
