@@ -206,19 +206,24 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 	odd := (fmid-bmid)&1 != 0
 	*fd(fmid) = xoff
 	*bd(bmid) = xlim
+	// grow widens a search's diagonals by one each way within [dmin, dmax]
+	// (narrows them where it cannot), guarding the new outer ones.
+	grow := func(lo, hi *int, at func(int) *int, guard int) {
+		if *lo > dmin {
+			*lo--
+			*at(*lo - 1) = guard
+		} else {
+			*lo++
+		}
+		if *hi < dmax {
+			*hi++
+			*at(*hi + 1) = guard
+		} else {
+			*hi--
+		}
+	}
 	for c := 1; c <= maxEditCost; c++ {
-		if fmin > dmin {
-			fmin--
-			*fd(fmin - 1) = -1
-		} else {
-			fmin++
-		}
-		if fmax < dmax {
-			fmax++
-			*fd(fmax + 1) = -1
-		} else {
-			fmax--
-		}
+		grow(&fmin, &fmax, fd, -1)
 		for d := fmax; d >= fmin; d -= 2 {
 			tlo, thi := *fd(d - 1), *fd(d + 1)
 			x0 := thi
@@ -235,18 +240,7 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 				return x, y, true
 			}
 		}
-		if bmin > dmin {
-			bmin--
-			*bd(bmin - 1) = maxInt
-		} else {
-			bmin++
-		}
-		if bmax < dmax {
-			bmax++
-			*bd(bmax + 1) = maxInt
-		} else {
-			bmax--
-		}
+		grow(&bmin, &bmax, bd, maxInt)
 		for d := bmax; d >= bmin; d -= 2 {
 			tlo, thi := *bd(d - 1), *bd(d + 1)
 			x0 := tlo
