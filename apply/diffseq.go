@@ -52,11 +52,7 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 	}
 	end := len(mine)
 	many := 5
-	for tem := end / 64; ; {
-		tem >>= 2
-		if tem <= 0 {
-			break
-		}
+	for tem := end / 64 >> 2; tem > 0; tem >>= 2 {
 		many *= 2
 	}
 	discards := make([]byte, end)
@@ -69,11 +65,8 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 		}
 	}
 	for i := 0; i < end; i++ {
-		if discards[i] == 2 {
+		if discards[i] != 1 { // a provisional one outside a run goes
 			discards[i] = 0
-			continue
-		}
-		if discards[i] == 0 {
 			continue
 		}
 		// A run of discardable lines that starts with a sure one.
@@ -99,26 +92,18 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 			continue
 		}
 		minimum := 1
-		for tem := length >> 2; ; {
-			tem >>= 2
-			if tem <= 0 {
-				break
-			}
+		for tem := length >> 4; tem > 0; tem >>= 2 {
 			minimum <<= 1
 		}
 		minimum++
 		consec := 0
 		for j = 0; j < length; j++ {
-			switch {
-			case discards[i+j] != 2:
+			if discards[i+j] != 2 {
 				consec = 0
-			default:
-				consec++
-				if consec == minimum {
-					j -= consec
-				} else if consec > minimum {
-					discards[i+j] = 0
-				}
+			} else if consec++; consec == minimum {
+				j -= consec
+			} else if consec > minimum {
+				discards[i+j] = 0
 			}
 		}
 		// From each end of the run inwards, cancel the provisional
