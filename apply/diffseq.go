@@ -284,11 +284,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 				for *ch(start - 1) {
 					start--
 				}
-				for {
-					j--
-					if !oc(j) {
-						break
-					}
+				for j--; oc(j); j-- {
 				}
 			}
 			corresponding = n
@@ -303,11 +299,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 				for *ch(i) {
 					i++
 				}
-				for {
-					j++
-					if !oc(j) {
-						break
-					}
+				for j++; oc(j); j++ {
 					corresponding = i
 				}
 			}
@@ -320,11 +312,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 			*ch(start) = true
 			i--
 			*ch(i) = false
-			for {
-				j--
-				if !oc(j) {
-					break
-				}
+			for j--; oc(j); j-- {
 			}
 		}
 	}
