@@ -210,12 +210,8 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 	for c := 1; c <= maxEditCost; c++ {
 		grow(&fmin, &fmax, fd, -1)
 		for d := fmax; d >= fmin; d -= 2 {
-			tlo, thi := *fd(d - 1), *fd(d + 1)
-			x0 := thi
-			if tlo >= thi {
-				x0 = tlo + 1
-			}
-			x, y := x0, x0-d
+			x := max(*fd(d + 1), *fd(d - 1)+1)
+			y := x - d
 			for x < xlim && y < ylim && s.xv[x] == s.yv[y] {
 				x++
 				y++
@@ -227,12 +223,8 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 		}
 		grow(&bmin, &bmax, bd, maxInt)
 		for d := bmax; d >= bmin; d -= 2 {
-			tlo, thi := *bd(d - 1), *bd(d + 1)
-			x0 := tlo
-			if tlo >= thi {
-				x0 = thi - 1
-			}
-			x, y := x0, x0-d
+			x := min(*bd(d - 1), *bd(d + 1)-1)
+			y := x - d
 			for xoff < x && yoff < y && s.xv[x-1] == s.yv[y-1] {
 				x--
 				y--
