@@ -9,6 +9,7 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -394,17 +395,13 @@ func (p *Process) read(s Stream, f *os.File) {
 	for {
 		line, err := br.ReadSlice('\n')
 		text := string(line)
+		// Keep the head of an overlong line and count the rest (only the
+		// last part, err nil, ends in the newline).
 		cut := 0
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// Keep the head of an overlong line and count the rest.
-			for errors.Is(err, bufio.ErrBufferFull) {
-				var more []byte
-				more, err = br.ReadSlice('\n')
-				cut += len(more)
-			}
-			if err == nil {
-				cut-- // the newline
-			}
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			cut += len(bytes.TrimSuffix(more, []byte("\n")))
 		}
 		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
 		if text != "" || len(line) > 0 {
