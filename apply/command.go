@@ -32,9 +32,7 @@ func (e *CommandError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Result.Err.Error())
 	if tail := e.Result.Tail; len(tail) > 0 {
-		if len(tail) > errorTailLines {
-			tail = tail[len(tail)-errorTailLines:]
-		}
+		tail = tail[max(0, len(tail)-errorTailLines):]
 		fmt.Fprintf(&b, "; last output: %s", strings.Join(tail, " | "))
 	}
 	return b.String()
