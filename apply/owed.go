@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/keysync/confd/internal/atomicfile"
@@ -50,13 +51,7 @@ type inPlaceWrite struct{ old, new string }
 
 // covers reports whether the record owes a reload for content.
 func (o owedRecord) covers(content []byte) bool {
-	sum := contentSum(template.TextOf(content))
-	for _, s := range o.sums {
-		if s == sum {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(o.sums, contentSum(template.TextOf(content)))
 }
 
 // inPlacePrefix starts the record's line that names an in-place write and
