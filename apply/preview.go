@@ -2,10 +2,8 @@ package apply
 
 import (
 	"context"
-	"os"
 
 	"github.com/keysync/confd/internal/redact"
-	"github.com/keysync/confd/template"
 )
 
 // Preview is what a resource would render, found without writing a file or
@@ -34,22 +32,4 @@ func (r *File) Preview(ctx context.Context, store Getter) (Preview, error) {
 		pv.Change = p.Diff(r.Dest, r.s.NoopShowSecrets)
 	}
 	return pv, nil
-}
-
-// effectiveMode is the mode the destination gets: the resource's, else the
-// live file's, else 0644.
-func (r *File) effectiveMode(live liveFile) os.FileMode {
-	switch {
-	case r.Mode != 0:
-		return r.Mode
-	case live.exists:
-		return live.mode
-	}
-	return 0o644
-}
-
-// inSync says whether the live destination already is content with mode
-// and r's owner, so that nothing needs writing.
-func (r *File) inSync(live liveFile, content template.Text, mode os.FileMode) bool {
-	return live.exists && live.mode == mode && live.uid == r.UID && live.gid == r.GID && content.Equal(live.content)
 }
