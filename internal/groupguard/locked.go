@@ -91,31 +91,26 @@ func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
 		return nil, fmt.Errorf("command lock: %w", err)
 	}
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if err == nil {
-		return f, nil
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		if r.Waiting != nil {
+			r.Waiting(spec.Name)
+		}
+		got := make(chan error, 1)
+		go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+		select {
+		case err = <-got:
+		case <-ctx.Done():
+			// The blocked flock ends when the earlier run does; the file
+			// is closed (and the lock let go) then.
+			go func() { <-got; _ = f.Close() }()
+			return nil, ctx.Err()
+		}
 	}
-	if !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("command lock %s: %w", path, err)
 	}
-	if r.Waiting != nil {
-		r.Waiting(spec.Name)
-	}
-	got := make(chan error, 1)
-	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-got:
-		if err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("command lock %s: %w", path, err)
-		}
-		return f, nil
-	case <-ctx.Done():
-		// The blocked flock ends when the earlier run does; the file is
-		// closed (and the lock let go) then.
-		go func() { <-got; _ = f.Close() }()
-		return nil, ctx.Err()
-	}
+	return f, nil
 }
 
 // resourceOf is the resource a command's environment names, if any.
