@@ -482,18 +482,12 @@ func (c *collector) idleFor(d time.Duration) bool {
 // on Linux): a reader slow to be scheduled must not pass for one waiting on
 // an empty pipe.
 func pending(f *os.File) bool {
-	if f == nil {
-		return false
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
 	n := 0
-	if err := rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
-		return false
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
 	}
-	return n > 0
+	return err == nil && n > 0
 }
 
 // stop ends delivery: lines read from now on are discarded.
