@@ -358,22 +358,16 @@ func (p *Process) Terminate(grace time.Duration) {
 	p.termed = true
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	go func() {
-		t := time.NewTimer(grace)
-		defer t.Stop()
+	time.AfterFunc(grace, func() {
+		p.termMu.Lock()
+		defer p.termMu.Unlock()
 		select {
-		case <-p.exited:
-		case <-t.C:
-			p.termMu.Lock()
-			defer p.termMu.Unlock()
-			select {
-			case <-p.exited: // exited just now: the group is no longer ours to kill
-			default:
-				p.killed = true
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			}
+		case <-p.exited: // the group is no longer ours to kill
+		default:
+			p.killed = true
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
-	}()
+	})
 }
 
 // Wait blocks until the command has ended and returns how.
