@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -64,9 +65,7 @@ type StaleStageFile struct {
 // listing per resource made a start-up with 1,000 files in one directory
 // read a million entries. lockDir holds the locks (empty: DefaultLockDir).
 func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStageFile, []error) {
-	if lockDir == "" {
-		lockDir = DefaultLockDir()
-	}
+	lockDir = cmp.Or(lockDir, DefaultLockDir())
 	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
