@@ -222,9 +222,7 @@ func Main(prog string, args []string) int {
 			// SIGTERM first, so that the command can still clean up (the
 			// restart helper writes its hold); the guard catches its own.
 			_ = syscall.Kill(0, syscall.SIGTERM)
-			t := time.NewTimer(o.grace)
-			defer t.Stop()
-			grace = t.C
+			grace = time.After(o.grace)
 		case <-grace:
 			killGroup()
 		case <-group:

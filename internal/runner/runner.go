@@ -253,11 +253,9 @@ func (p *Process) run(started chan<- error) {
 // supervise enforces the timeout and the context, then collects the result.
 func (p *Process) supervise(ctx context.Context) {
 	defer close(p.done)
-	var timeout <-chan time.Time
+	var timeout <-chan time.Time // a timer no longer referenced is collected (Go 1.23)
 	if p.spec.Timeout > 0 {
-		t := time.NewTimer(p.spec.Timeout - time.Since(p.start))
-		defer t.Stop()
-		timeout = t.C
+		timeout = time.After(p.spec.Timeout - time.Since(p.start))
 	}
 	var timedOut bool
 	select {
