@@ -7,7 +7,6 @@ package apply
 import (
 	"time"
 
-	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
 )
@@ -68,30 +67,9 @@ func LoadNamed(s *Settings, names []string) ([]*File, []error) {
 	return fs, errs
 }
 
-func (s *Settings) destLockTimeout() time.Duration {
-	if s.DestLockTimeout <= 0 {
-		return DefaultDestLockTimeout
-	}
-	return s.DestLockTimeout
-}
-
-func (s *Settings) lockDir() string {
-	if s.LockDir == "" {
-		return DefaultLockDir()
-	}
-	return s.LockDir
-}
-
 func (s *Settings) writer() Writer {
 	if s.Writer == nil {
 		return FileWriter{Log: s.Logger()}
 	}
 	return s.Writer
-}
-
-func (s *Settings) runner() Runner {
-	if s.Runner == nil {
-		return RunnerFunc(runner.Run)
-	}
-	return s.Runner
 }

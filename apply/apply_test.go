@@ -103,7 +103,7 @@ func TestStaleOwedRecordIsDropped(t *testing.T) {
 	if err := os.WriteFile(f.dest, []byte("name=one\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := markOwed(f.dest, template.TextOf([]byte("name=never-installed\n"))); err != nil {
+	if err := (FileWriter{}).MarkOwed(f.dest, template.TextOf([]byte("name=never-installed\n"))); err != nil {
 		t.Fatal(err)
 	}
 	r := f.load()

@@ -16,15 +16,7 @@ import (
 )
 
 // Runner runs one command; runner.Run is the real one.
-type Runner interface {
-	Run(ctx context.Context, spec runner.Spec) runner.Result
-}
-
-// RunnerFunc adapts a function to Runner.
-type RunnerFunc func(ctx context.Context, spec runner.Spec) runner.Result
-
-// Run implements Runner.
-func (f RunnerFunc) Run(ctx context.Context, spec runner.Spec) runner.Result { return f(ctx, spec) }
+type Runner func(ctx context.Context, spec runner.Spec) runner.Result
 
 // errorTailLines is how much of a failed command's output its error shows.
 const errorTailLines = 5
@@ -40,9 +32,7 @@ func (e *CommandError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Result.Err.Error())
 	if tail := e.Result.Tail; len(tail) > 0 {
-		if len(tail) > errorTailLines {
-			tail = tail[len(tail)-errorTailLines:]
-		}
+		tail = tail[max(0, len(tail)-errorTailLines):]
 		fmt.Fprintf(&b, "; last output: %s", strings.Join(tail, " | "))
 	}
 	return b.String()
@@ -65,9 +55,6 @@ const maxSecretsFile = 16 << 20
 func commandSecrets(paths ...string) *redact.Secrets {
 	var vals [][]byte
 	for _, p := range paths {
-		if p == "" {
-			continue
-		}
 		f, err := os.Open(p)
 		if err != nil {
 			continue
@@ -84,7 +71,11 @@ func commandSecrets(paths ...string) *redact.Secrets {
 // files (see commandSecrets) are masked in it in every base64 shape.
 func (r *File) runCommand(ctx context.Context, kind, cmd string, timeout time.Duration, files []string, logLine func(string, ...interface{}), log logrus.FieldLogger) error {
 	lines := 0
-	res := r.s.runner().Run(ctx, runner.Spec{
+	run := r.s.Runner
+	if run == nil {
+		run = runner.Run
+	}
+	res := run(ctx, runner.Spec{
 		Argv:    runner.Shell(cmd),
 		Secrets: commandSecrets(files...),
 		Env:     logfmt.ChildEnv(r.s.CommandEnv, r.File),

@@ -3,7 +3,6 @@ package apply
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/keysync/confd/internal/redact"
@@ -12,12 +11,13 @@ import (
 // diffContext is the number of unchanged lines around a change, as diff -u.
 const diffContext = 3
 
-// describeChange is what -noop prints: owner and mode changes, then a
+// Diff is what -noop prints for the plan: owner and mode changes, then a
 // unified diff. Private key material is masked: a dry run's output ends up
 // in terminals, tickets and CI logs. A file that is not world-readable
 // (before or after) holds secrets by its owner's word: unless showSecrets,
 // only the numbers of changed lines are printed.
-func describeChange(dest string, live liveFile, content []byte, mode os.FileMode, uid, gid int, showSecrets bool) []byte {
+func (p *Plan) Diff(dest string, showSecrets bool) []byte {
+	live, content, mode, uid, gid := p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID
 	var b bytes.Buffer
 	if !live.exists {
 		fmt.Fprintf(&b, "%s: would be created with mode %#o, owner %d:%d\n", dest, uint32(mode.Perm()), uid, gid)
@@ -44,8 +44,7 @@ func describeChange(dest string, live liveFile, content []byte, mode os.FileMode
 }
 
 // splitLines cuts text after each newline; the last line has none when the
-// text does not end in one (go-difflib's SplitLines added a phantom empty
-// line).
+// text does not end in one.
 func splitLines(b []byte) []string {
 	if len(b) == 0 {
 		return nil
@@ -57,110 +56,71 @@ func splitLines(b []byte) []string {
 	return lines
 }
 
-// op is a run of equal lines ('e') or a change ('c': lines I1..I2 of a
-// replaced by J1..J2 of b, either side possibly empty).
-type op struct {
-	tag            byte
-	i1, i2, j1, j2 int
-}
+// change is a run of changed lines: a[i1:i2] replaced by b[j1:j2], either
+// side possibly empty.
+type change struct{ i1, i2, j1, j2 int }
 
-// opcodes turns diffLines' marks into runs.
-func opcodes(a, b []string) []op {
+// changes turns diffLines' marks into runs.
+func changes(a, b []string) []change {
 	ca, cb := diffLines(a, b)
-	var ops []op
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
+	var out []change
+	for i, j := 0, 0; i < len(a) || j < len(b); {
 		if i < len(a) && j < len(b) && !ca[i] && !cb[j] {
-			o := op{tag: 'e', i1: i, j1: j}
-			for i < len(a) && j < len(b) && !ca[i] && !cb[j] {
-				i++
-				j++
-			}
-			o.i2, o.j2 = i, j
-			ops = append(ops, o)
+			i, j = i+1, j+1
 			continue
 		}
-		o := op{tag: 'c', i1: i, j1: j}
+		c := change{i1: i, j1: j}
 		for i < len(a) && ca[i] {
 			i++
 		}
 		for j < len(b) && cb[j] {
 			j++
 		}
-		o.i2, o.j2 = i, j
-		ops = append(ops, o)
-	}
-	return ops
-}
-
-func changedLines(a, b []string) (removed, added int) {
-	for _, o := range opcodes(a, b) {
-		if o.tag != 'e' {
-			removed += o.i2 - o.i1
-			added += o.j2 - o.j1
-		}
-	}
-	return removed, added
-}
-
-// hunks groups the runs as diff -u does: each change with up to context
-// equal lines around it, and changes closer than 2*context+1 lines in one
-// hunk.
-func hunks(ops []op, context int) [][]op {
-	var out [][]op
-	var cur []op
-	for k, o := range ops {
-		if o.tag != 'e' {
-			cur = append(cur, o)
-			continue
-		}
-		n := o.i2 - o.i1
-		switch {
-		case k == 0: // leading context
-			if n > context {
-				o.i1, o.j1 = o.i2-context, o.j2-context
-			}
-			cur = append(cur, o)
-		case k == len(ops)-1: // trailing context
-			if n > context {
-				o.i2, o.j2 = o.i1+context, o.j1+context
-			}
-			cur = append(cur, o)
-		case n > 2*context:
-			cur = append(cur, op{'e', o.i1, o.i1 + context, o.j1, o.j1 + context})
-			out = append(out, cur)
-			cur = []op{{'e', o.i2 - context, o.i2, o.j2 - context, o.j2}}
-		default:
-			cur = append(cur, o)
-		}
-	}
-	if len(cur) > 0 && !(len(cur) == 1 && cur[0].tag == 'e') {
-		out = append(out, cur)
+		c.i2, c.j2 = i, j
+		out = append(out, c)
 	}
 	return out
 }
 
+func changedLines(a, b []string) (removed, added int) {
+	for _, c := range changes(a, b) {
+		removed += c.i2 - c.i1
+		added += c.j2 - c.j1
+	}
+	return removed, added
+}
+
 // unifiedDiff prints a and b as diff -u does, from the hunk headers on:
-// ranges "start,count" ("start" alone for one line), and "\ No newline at
-// end of file" after a last line without one.
+// each change with up to diffContext equal lines around it, changes closer
+// than 2*diffContext+1 lines in one hunk, ranges "start,count" ("start"
+// alone for one line), and "\ No newline at end of file" after a last line
+// without one.
 func unifiedDiff(fromFile, toFile string, a, b []string) string {
-	groups := hunks(opcodes(a, b), diffContext)
-	if len(groups) == 0 {
+	cs := changes(a, b)
+	if len(cs) == 0 {
 		return ""
 	}
 	var w strings.Builder
 	fmt.Fprintf(&w, "--- %s\n+++ %s\n", fromFile, toFile)
-	for _, g := range groups {
-		first, last := g[0], g[len(g)-1]
-		fmt.Fprintf(&w, "@@ -%s +%s @@\n", hunkRange(first.i1, last.i2), hunkRange(first.j1, last.j2))
-		for _, o := range g {
-			if o.tag == 'e' {
-				writeLines(&w, ' ', a[o.i1:o.i2])
-				continue
-			}
-			writeLines(&w, '-', a[o.i1:o.i2])
-			writeLines(&w, '+', b[o.j1:o.j2])
+	for len(cs) > 0 {
+		n := 1
+		for n < len(cs) && cs[n].i1-cs[n-1].i2 <= 2*diffContext {
+			n++
 		}
+		// Equal lines are as many on both sides: context shifts both alike.
+		first, last := cs[0], cs[n-1]
+		before := min(first.i1, diffContext)
+		after := min(len(a)-last.i2, diffContext)
+		fmt.Fprintf(&w, "@@ -%s +%s @@\n", hunkRange(first.i1-before, last.i2+after), hunkRange(first.j1-before, last.j2+after))
+		i := first.i1 - before
+		for _, c := range cs[:n] {
+			writeLines(&w, ' ', a[i:c.i1])
+			writeLines(&w, '-', a[c.i1:c.i2])
+			writeLines(&w, '+', b[c.j1:c.j2])
+			i = c.i2
+		}
+		writeLines(&w, ' ', a[i:last.i2+after])
+		cs = cs[n:]
 	}
 	return w.String()
 }

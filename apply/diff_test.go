@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keysync/confd/template"
 )
 
 // TestUnifiedDiffMatchesDiffU compares the -noop diff, from the first hunk
@@ -72,7 +74,8 @@ func TestNoopShowsOnlyCountsForPrivateFiles(t *testing.T) {
 		{"0600 shown", 0o600, 0o600, true, true},
 	} {
 		live := liveFile{exists: true, content: []byte("password=old\n"), mode: tc.liveMode}
-		out := string(describeChange("/etc/x", live, []byte(secret), tc.newMode, 0, 0, tc.show))
+		p := Plan{live: live, Content: template.TextOf([]byte(secret)), Mode: tc.newMode}
+		out := string(p.Diff("/etc/x", tc.show))
 		if got := strings.Contains(out, "hunter2"); got != tc.wantSecret {
 			t.Errorf("%s: content shown = %v, want %v:\n%s", tc.name, got, tc.wantSecret, out)
 		}

@@ -52,11 +52,7 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 	}
 	end := len(mine)
 	many := 5
-	for tem := end / 64; ; {
-		tem >>= 2
-		if tem <= 0 {
-			break
-		}
+	for tem := end / 64 >> 2; tem > 0; tem >>= 2 {
 		many *= 2
 	}
 	discards := make([]byte, end)
@@ -69,11 +65,8 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 		}
 	}
 	for i := 0; i < end; i++ {
-		if discards[i] == 2 {
+		if discards[i] != 1 { // a provisional one outside a run goes
 			discards[i] = 0
-			continue
-		}
-		if discards[i] == 0 {
 			continue
 		}
 		// A run of discardable lines that starts with a sure one.
@@ -99,65 +92,39 @@ func discardConfusing(mine, other []int, nclass int, changed []bool) (kept, real
 			continue
 		}
 		minimum := 1
-		for tem := length >> 2; ; {
-			tem >>= 2
-			if tem <= 0 {
-				break
-			}
+		for tem := length >> 4; tem > 0; tem >>= 2 {
 			minimum <<= 1
 		}
 		minimum++
 		consec := 0
 		for j = 0; j < length; j++ {
-			switch {
-			case discards[i+j] != 2:
+			if discards[i+j] != 2 {
 				consec = 0
-			default:
-				consec++
-				if consec == minimum {
-					j -= consec
-				} else if consec > minimum {
-					discards[i+j] = 0
+			} else if consec++; consec == minimum {
+				j -= consec
+			} else if consec > minimum {
+				discards[i+j] = 0
+			}
+		}
+		// From each end of the run inwards, cancel the provisional
+		// discards before three sure ones in a row, looking at most 8
+		// lines in past a sure one.
+		for _, at := range []func(j int) *byte{
+			func(j int) *byte { return &discards[i+j] },
+			func(j int) *byte { return &discards[i+length-1-j] },
+		} {
+			consec = 0
+			for j := 0; j < length && consec < 3; j++ {
+				if d := at(j); j >= 8 && *d == 1 {
+					break
+				} else if *d == 1 {
+					consec++
+				} else {
+					consec, *d = 0, 0
 				}
 			}
 		}
-		consec = 0
-		for j = 0; j < length; j++ {
-			if j >= 8 && discards[i+j] == 1 {
-				break
-			}
-			switch discards[i+j] {
-			case 2:
-				consec = 0
-				discards[i+j] = 0
-			case 0:
-				consec = 0
-			default:
-				consec++
-			}
-			if consec == 3 {
-				break
-			}
-		}
 		i += length - 1
-		consec = 0
-		for j = 0; j < length; j++ {
-			if j >= 8 && discards[i-j] == 1 {
-				break
-			}
-			switch discards[i-j] {
-			case 2:
-				consec = 0
-				discards[i-j] = 0
-			case 0:
-				consec = 0
-			default:
-				consec++
-			}
-			if consec == 3 {
-				break
-			}
-		}
 	}
 	for i, e := range mine {
 		if discards[i] == 0 {
@@ -188,31 +155,21 @@ func (s *seq) compare(xoff, xlim, yoff, ylim int) {
 		xlim--
 		ylim--
 	}
-	switch {
-	case xoff == xlim:
-		for ; yoff < ylim; yoff++ {
-			s.ychg[s.yidx[yoff]] = true
-		}
-	case yoff == ylim:
-		for ; xoff < xlim; xoff++ {
-			s.xchg[s.xidx[xoff]] = true
-		}
-	default:
-		xmid, ymid, ok := s.middle(xoff, xlim, yoff, ylim)
-		if !ok {
-			// Too many differences to search for the shortest script
-			// (time grows with their number times the length): show the
-			// range as replaced rather than hang a dry run.
-			for ; xoff < xlim; xoff++ {
-				s.xchg[s.xidx[xoff]] = true
-			}
-			for ; yoff < ylim; yoff++ {
-				s.ychg[s.yidx[yoff]] = true
-			}
+	if xoff < xlim && yoff < ylim {
+		if xmid, ymid, ok := s.middle(xoff, xlim, yoff, ylim); ok {
+			s.compare(xoff, xmid, yoff, ymid)
+			s.compare(xmid, xlim, ymid, ylim)
 			return
 		}
-		s.compare(xoff, xmid, yoff, ymid)
-		s.compare(xmid, xlim, ymid, ylim)
+		// Too many differences to search for the shortest script (time
+		// grows with their number times the length): show the range as
+		// replaced rather than hang a dry run.
+	}
+	for ; xoff < xlim; xoff++ {
+		s.xchg[s.xidx[xoff]] = true
+	}
+	for ; yoff < ylim; yoff++ {
+		s.ychg[s.yidx[yoff]] = true
 	}
 }
 
@@ -234,26 +191,27 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 	odd := (fmid-bmid)&1 != 0
 	*fd(fmid) = xoff
 	*bd(bmid) = xlim
+	// grow widens a search's diagonals by one each way within [dmin, dmax]
+	// (narrows them where it cannot), guarding the new outer ones.
+	grow := func(lo, hi *int, at func(int) *int, guard int) {
+		if *lo > dmin {
+			*lo--
+			*at(*lo - 1) = guard
+		} else {
+			*lo++
+		}
+		if *hi < dmax {
+			*hi++
+			*at(*hi + 1) = guard
+		} else {
+			*hi--
+		}
+	}
 	for c := 1; c <= maxEditCost; c++ {
-		if fmin > dmin {
-			fmin--
-			*fd(fmin - 1) = -1
-		} else {
-			fmin++
-		}
-		if fmax < dmax {
-			fmax++
-			*fd(fmax + 1) = -1
-		} else {
-			fmax--
-		}
+		grow(&fmin, &fmax, fd, -1)
 		for d := fmax; d >= fmin; d -= 2 {
-			tlo, thi := *fd(d - 1), *fd(d + 1)
-			x0 := thi
-			if tlo >= thi {
-				x0 = tlo + 1
-			}
-			x, y := x0, x0-d
+			x := max(*fd(d + 1), *fd(d - 1)+1)
+			y := x - d
 			for x < xlim && y < ylim && s.xv[x] == s.yv[y] {
 				x++
 				y++
@@ -263,25 +221,10 @@ func (s *seq) middle(xoff, xlim, yoff, ylim int) (xmid, ymid int, ok bool) {
 				return x, y, true
 			}
 		}
-		if bmin > dmin {
-			bmin--
-			*bd(bmin - 1) = maxInt
-		} else {
-			bmin++
-		}
-		if bmax < dmax {
-			bmax++
-			*bd(bmax + 1) = maxInt
-		} else {
-			bmax--
-		}
+		grow(&bmin, &bmax, bd, maxInt)
 		for d := bmax; d >= bmin; d -= 2 {
-			tlo, thi := *bd(d - 1), *bd(d + 1)
-			x0 := tlo
-			if tlo >= thi {
-				x0 = thi - 1
-			}
-			x, y := x0, x0-d
+			x := min(*bd(d - 1), *bd(d + 1)-1)
+			y := x - d
 			for xoff < x && yoff < y && s.xv[x-1] == s.yv[y-1] {
 				x--
 				y--
@@ -333,11 +276,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 				for *ch(start - 1) {
 					start--
 				}
-				for {
-					j--
-					if !oc(j) {
-						break
-					}
+				for j--; oc(j); j-- {
 				}
 			}
 			corresponding = n
@@ -352,11 +291,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 				for *ch(i) {
 					i++
 				}
-				for {
-					j++
-					if !oc(j) {
-						break
-					}
+				for j++; oc(j); j++ {
 					corresponding = i
 				}
 			}
@@ -369,11 +304,7 @@ func shiftBoundaries(changed, otherChanged []bool, equivs []int, n int) {
 			*ch(start) = true
 			i--
 			*ch(i) = false
-			for {
-				j--
-				if !oc(j) {
-					break
-				}
+			for j--; oc(j); j-- {
 			}
 		}
 	}

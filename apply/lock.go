@@ -74,9 +74,6 @@ func lockPath(lockDir, dest string) (string, error) {
 	return filepath.Join(lockDir, hex.EncodeToString(sum[:16])+"-"+base+".lock"), nil
 }
 
-// destLock is a held lock of one destination.
-type destLock struct{ f *os.File }
-
 // LockedError says another process held a destination's lock for longer
 // than the wait allowed.
 type LockedError struct {
@@ -102,10 +99,10 @@ func (e *LockedError) Error() string {
 // free all the same (flock dies with its process).
 // Without dest's directory there is nothing to lock, nor to write: the
 // pass goes on unlocked and says what is wrong where it needs the
-// directory (a nil lock unlocks nothing). A lock directory that cannot be
+// directory (closing a nil lock is a no-op). A lock directory that cannot be
 // used fails the pass: going on unlocked would let two confds write one
 // destination at once.
-func lockDest(ctx context.Context, lockDir, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*destLock, error) {
+func lockDest(ctx context.Context, lockDir, dest string, wait time.Duration, stop <-chan struct{}, log logrus.FieldLogger) (*os.File, error) {
 	p, err := lockPath(lockDir, dest)
 	if errors.Is(err, errNoDestDir) {
 		return nil, nil
@@ -138,8 +135,10 @@ func lockDest(ctx context.Context, lockDir, dest string, wait time.Duration, sto
 	}
 }
 
-// tryLock returns nil, nil when another process holds the lock.
-func tryLock(p string) (*destLock, error) {
+// tryLock returns the open lock file, or nil, nil when another process
+// holds the lock. Closing the file releases the lock; the file stays for
+// the next pass.
+func tryLock(p string) (*os.File, error) {
 	for {
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
@@ -160,7 +159,7 @@ func tryLock(p string) (*destLock, error) {
 			// Fixed width, in place: no truncate, no block freed or
 			// allocated once the file exists.
 			_, _ = fmt.Fprintf(f, "%10d\n", os.Getpid())
-			return &destLock{f: f}, nil
+			return f, nil
 		}
 		_ = f.Close()
 		if err == nil && !errors.Is(serr, fs.ErrNotExist) {
@@ -169,13 +168,6 @@ func tryLock(p string) (*destLock, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", p, err)
 		}
-	}
-}
-
-// unlock releases the lock; the file stays for the next pass.
-func (l *destLock) unlock() {
-	if l != nil {
-		_ = l.f.Close()
 	}
 }
 

@@ -48,7 +48,7 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 	}
 	f.s.Noop = false
 
-	held.unlock()
+	held.Close()
 	if removed, _ := RemoveStaleStageFiles([]*resource.Resource{r.Resource}, f.s.LockDir); len(removed) != 1 {
 		t.Errorf("cleanup of a free destination removed %v, want the stage file", removed)
 	}
@@ -58,7 +58,7 @@ func TestDestLockOneWriterPerDestination(t *testing.T) {
 	if l, err := tryLock(f.lockPath()); l == nil || err != nil {
 		t.Errorf("the lock is still held after the pass: %v", err)
 	} else {
-		l.unlock()
+		l.Close()
 	}
 }
 
@@ -70,7 +70,7 @@ func TestDestLockWaitEndsWhenConfdStops(t *testing.T) {
 	if err != nil || held == nil {
 		t.Fatalf("tryLock = %v, %v", held, err)
 	}
-	defer held.unlock()
+	defer held.Close()
 	stop := make(chan struct{})
 	f.s.Stop, f.s.DestLockTimeout = stop, time.Hour
 	r := f.load()
@@ -95,7 +95,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.unlock()
+		l.Close()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/keysync/confd/internal/atomicfile"
@@ -50,13 +51,7 @@ type inPlaceWrite struct{ old, new string }
 
 // covers reports whether the record owes a reload for content.
 func (o owedRecord) covers(content []byte) bool {
-	sum := contentSum(template.TextOf(content))
-	for _, s := range o.sums {
-		if s == sum {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(o.sums, contentSum(template.TextOf(content)))
 }
 
 // inPlacePrefix starts the record's line that names an in-place write and
@@ -114,10 +109,9 @@ func writeOwed(dest string, o owedRecord) error {
 	return nil
 }
 
-// markOwed records, durably, that a reload is owed for each of contents once
-// it is live. It is written before the rename, so that no crash between the
-// rename and the record can lose the reload.
-func markOwed(dest string, contents ...template.Text) error {
+// MarkOwed implements Writer: the record is written before the rename, so
+// that no crash between the rename and the record can lose the reload.
+func (FileWriter) MarkOwed(dest string, contents ...template.Text) error {
 	o := owedRecord{}
 	for _, c := range contents {
 		o.sums = append(o.sums, contentSum(c))
@@ -125,9 +119,10 @@ func markOwed(dest string, contents ...template.Text) error {
 	return writeOwed(dest, o)
 }
 
-// clearOwed removes the record once the reload succeeded (or was found
-// stale), keeping an in-place write it names, and makes that durable.
-func clearOwed(dest string) error {
+// ClearOwed implements Writer, once the reload succeeded (or the record was
+// found stale): it keeps an in-place write the record names, and makes the
+// removal durable.
+func (FileWriter) ClearOwed(dest string) error {
 	o, err := readOwed(dest)
 	if err != nil {
 		return err

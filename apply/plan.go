@@ -36,13 +36,6 @@ type Plan struct {
 // Release frees what the plan's content holds (a large render's file).
 func (p *Plan) Release() { p.Content.Release() }
 
-// Diff is what -noop prints for the plan: owner and mode changes, then a
-// unified diff, private key material masked; for a file others may not
-// read, only line counts unless showSecrets.
-func (p *Plan) Diff(dest string, showSecrets bool) []byte {
-	return describeChange(dest, p.live, p.Content.Bytes(), p.Mode, p.UID, p.GID, showSecrets)
-}
-
 // PairGetter is a Getter that can also give a snapshot as a list, which
 // may repeat keys and is often already in key order (etcd's); GetPairs
 // prefers it.
@@ -88,8 +81,16 @@ func (r *File) compare(p *Plan) (err error) {
 	if p.live, err = readLive(r.Dest); err != nil {
 		return fmt.Errorf("%s: %w", r.File, err)
 	}
-	p.Mode = r.effectiveMode(p.live)
-	p.Write = !r.inSync(p.live, p.Content, p.Mode)
+	// The destination's mode is the resource's, else the live file's, else 0644.
+	switch {
+	case r.Mode != 0:
+		p.Mode = r.Mode
+	case p.live.exists:
+		p.Mode = p.live.mode
+	default:
+		p.Mode = 0o644
+	}
+	p.Write = !(p.live.exists && p.live.mode == p.Mode && p.live.uid == r.UID && p.live.gid == r.GID && p.Content.Equal(p.live.content))
 	owed, err := readOwed(r.Dest)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.File, err)

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,11 +57,15 @@ func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	defer p.Release()
 	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
 		log := r.s.Logger().WithField("resource", r.File)
-		l, err := lockDest(ctx, r.s.lockDir(), r.Dest, r.s.destLockTimeout(), r.s.Stop, log)
+		wait := r.s.DestLockTimeout
+		if wait <= 0 {
+			wait = DefaultDestLockTimeout
+		}
+		l, err := lockDest(ctx, cmp.Or(r.s.LockDir, DefaultLockDir()), r.Dest, wait, r.s.Stop, log)
 		if err != nil {
 			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
 		}
-		defer l.unlock()
+		defer l.Close()
 		// A file torn by an in-place write that a crash interrupted is
 		// restored before anything else reads or replaces it.
 		if err := repairInPlace(r.Dest, log); err != nil {
@@ -135,22 +140,19 @@ func (r *File) Apply(ctx context.Context, p Plan) (Result, error) {
 	log.Debugf("Overwriting target config %s", r.Dest)
 	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
 	var nd *atomicfile.NotDurableError
-	if err == nil || errors.As(err, &nd) {
-		res.Replaced = time.Now()
-	}
-	if err != nil {
-		if nd != nil {
-			if owe {
-				return res, fmt.Errorf("%s: %s was replaced, but %w; its reload_cmd is owed and will be retried on the next run", r.File, r.Dest, err)
-			}
-			return res, fmt.Errorf("%s: %s was replaced, but %w", r.File, r.Dest, err)
-		}
+	if err != nil && !errors.As(err, &nd) {
 		if owe && !p.ReloadOwed {
 			if cerr := w.ClearOwed(r.Dest); cerr != nil {
 				log.Warnf("%v; a spare reload_cmd may run on the next run", cerr)
 			}
 		}
 		return res, fmt.Errorf("%s: %w", r.File, err)
+	}
+	res.Replaced = time.Now() // when only its directory's fsync failed too
+	if err != nil && owe {
+		return res, fmt.Errorf("%s: %s was replaced, but %w; its reload_cmd is owed and will be retried on the next run", r.File, r.Dest, err)
+	} else if err != nil {
+		return res, fmt.Errorf("%s: %s was replaced, but %w", r.File, r.Dest, err)
 	}
 	// A refused file kept from an earlier pass is obsolete now, and may
 	// hold the very key its check refused.

@@ -336,7 +336,7 @@ func TestReplaceAcrossDevicesWritesInPlace(t *testing.T) {
 		t.Skipf("rename across /dev/shm and temp dir did not give EXDEV: %v", err)
 	}
 	s, _ := testSettings(t.TempDir())
-	if err := replace(stage, dest, template.TextOf([]byte("new\n")), 0o644, os.Geteuid(), os.Getegid(), s.Logger()); err != nil {
+	if err := (FileWriter{Log: s.Logger()}).Replace(stage, dest, template.TextOf([]byte("new\n")), 0o644, os.Geteuid(), os.Getegid()); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(dest)
@@ -415,7 +415,7 @@ func TestReplaceSymlinkDestReplacesTheLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := replace(stage, dest, content, 0o644, os.Geteuid(), os.Getegid(), s.Logger()); err != nil {
+	if err := (FileWriter{Log: s.Logger()}).Replace(stage, dest, content, 0o644, os.Geteuid(), os.Getegid()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(dest); err != nil || !fi.Mode().IsRegular() {

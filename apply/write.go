@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -46,23 +47,6 @@ func (w FileWriter) Stage(dest string, content template.Text, mode os.FileMode, 
 	})
 }
 
-// Replace implements Writer.
-func (w FileWriter) Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error {
-	log := w.Log
-	if log == nil {
-		log = logrus.StandardLogger()
-	}
-	return replace(stage, dest, content, mode, uid, gid, log)
-}
-
-// MarkOwed implements Writer.
-func (FileWriter) MarkOwed(dest string, contents ...template.Text) error {
-	return markOwed(dest, contents...)
-}
-
-// ClearOwed implements Writer.
-func (FileWriter) ClearOwed(dest string) error { return clearOwed(dest) }
-
 // StaleStageFile is a stage file that a killed confd left beside the
 // destination of Resource.
 type StaleStageFile struct {
@@ -81,9 +65,7 @@ type StaleStageFile struct {
 // listing per resource made a start-up with 1,000 files in one directory
 // read a million entries. lockDir holds the locks (empty: DefaultLockDir).
 func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStageFile, []error) {
-	if lockDir == "" {
-		lockDir = DefaultLockDir()
-	}
+	lockDir = cmp.Or(lockDir, DefaultLockDir())
 	byDir := map[string]map[string]*resource.Resource{} // directory, then dest's base name
 	var dirs []string
 	for _, r := range rs {
@@ -115,7 +97,7 @@ func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStag
 			}
 			continue
 		}
-		locks := map[string]*destLock{} // by destination; nil: held by another process
+		locks := map[string]*os.File{} // by destination; nil: held by another process
 		for _, e := range entries {
 			r, ok := byDir[dir][atomicfile.StageOf(e.Name())]
 			if !ok {
@@ -144,7 +126,7 @@ func RemoveStaleStageFiles(rs []*resource.Resource, lockDir string) ([]StaleStag
 			removed = append(removed, StaleStageFile{Resource: r, Path: p})
 		}
 		for _, l := range locks {
-			l.unlock()
+			_ = l.Close()
 		}
 	}
 	return removed, errs
@@ -170,11 +152,11 @@ func keepStage(stage, dest string, mode os.FileMode) (string, error) {
 	return kept, nil
 }
 
-// replace moves the checked stage file over dest and makes the rename
-// durable. A bind-mounted dest cannot be renamed over (EBUSY) and a stage
-// file on another device cannot be renamed (EXDEV): then the content is
-// written in place, the only option left.
-func replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int, log logrus.FieldLogger) error {
+// Replace implements Writer: it moves the checked stage file over dest and
+// makes the rename durable. A bind-mounted dest cannot be renamed over
+// (EBUSY) and a stage file on another device cannot be renamed (EXDEV):
+// then the content is written in place, the only option left.
+func (w FileWriter) Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error {
 	err := atomicfile.Replace(stage, dest)
 	var nd *atomicfile.NotDurableError
 	if err == nil || errors.As(err, &nd) {
@@ -182,6 +164,10 @@ func replace(stage, dest string, content template.Text, mode os.FileMode, uid, g
 	}
 	if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EXDEV) {
 		return fmt.Errorf("rename %s to %s: %w", stage, dest, err)
+	}
+	log := w.Log
+	if log == nil {
+		log = logrus.StandardLogger()
 	}
 	log.Debugf("Rename failed (%v): %s is likely a mount point; writing in place", err, dest)
 	return writeInPlaceKept(dest, content, mode, uid, gid, log)

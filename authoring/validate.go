@@ -10,6 +10,7 @@ import (
 
 	"github.com/keysync/confd/apply"
 	"github.com/keysync/confd/backends/file"
+	"github.com/keysync/confd/internal/redact"
 )
 
 // ValidateOptions are Validate's inputs.
@@ -50,22 +51,26 @@ func Validate(ctx context.Context, opts ValidateOptions) int {
 	}
 	confd := filepath.Join(s.ConfDir, "conf.d")
 	for _, r := range rs {
-		p, err := r.Preview(ctx, store)
+		p, err := r.Plan(ctx, store)
 		if err != nil {
 			log.Error(err.Error())
 			failed = true
 			continue
 		}
 		if opts.Noop {
-			if p.InSync {
-				fmt.Fprintf(opts.Out, "%s: in sync (%s)\n", p.Dest, relTo(confd, r.File))
+			if !p.Write {
+				fmt.Fprintf(opts.Out, "%s: in sync (%s)\n", r.Dest, relTo(confd, r.File))
 			} else {
-				_, _ = opts.Out.Write(p.Change)
+				_, _ = opts.Out.Write(p.Diff(r.Dest, s.NoopShowSecrets))
 			}
+			p.Release()
 			continue
 		}
-		fmt.Fprintf(opts.Out, "==> %s (%s) <==\n", p.Dest, relTo(confd, r.File))
-		out := p.Masked()
+		fmt.Fprintf(opts.Out, "==> %s (%s) <==\n", r.Dest, relTo(confd, r.File))
+		// Private key bodies masked: a dry run's output ends up in
+		// terminals, tickets and CI logs.
+		out := redact.String(string(p.Content.Bytes()))
+		p.Release()
 		if len(out) > 0 && out[len(out)-1] != '\n' {
 			out += "\n"
 		}

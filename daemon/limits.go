@@ -67,9 +67,9 @@ var errStopping = errors.New("not started: confd is stopping")
 // counts from when it starts, not from when it began to wait.
 func (l *Limits) Runner(next apply.Runner) apply.Runner {
 	if next == nil {
-		next = apply.RunnerFunc(runner.Run)
+		next = runner.Run
 	}
-	return apply.RunnerFunc(func(ctx context.Context, spec runner.Spec) runner.Result {
+	return func(ctx context.Context, spec runner.Spec) runner.Result {
 		if holder, _ := ctx.Value(passKey{}).(*Limits); holder == l {
 			<-l.passes
 			defer func() { l.passes <- struct{}{} }()
@@ -95,6 +95,6 @@ func (l *Limits) Runner(next apply.Runner) apply.Runner {
 			}
 		}
 		defer func() { <-l.commands }()
-		return next.Run(ctx, spec)
-	})
+		return next(ctx, spec)
+	}
 }

@@ -235,12 +235,12 @@ func TestLimitsBoundCommands(t *testing.T) {
 	stop := make(chan struct{})
 	log, hook := test.NewNullLogger()
 	l := NewLimits(3, stop, log)
-	run := l.Runner(fr)
+	run := l.Runner(fr.Run)
 	var wg sync.WaitGroup
 	results := make(chan runner.Result, 10)
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); results <- run.Run(context.Background(), runner.Spec{}) }()
+		go func() { defer wg.Done(); results <- run(context.Background(), runner.Spec{}) }()
 	}
 	for i := 0; i < 3; i++ {
 		<-fr.started
@@ -288,7 +288,7 @@ func countMsg(hook *test.Hook, part string) int {
 func TestAPassLendsItsSlotToItsCommand(t *testing.T) {
 	fr := &fakeRunner{started: make(chan struct{}, maxParallel), release: make(chan struct{})}
 	l := NewLimits(maxParallel, nil, nil)
-	run := l.Runner(fr)
+	run := l.Runner(fr.Run)
 	var wg sync.WaitGroup
 	for i := 0; i < maxParallel; i++ {
 		pctx, release, ok := l.pass(context.Background(), context.Background())
@@ -296,7 +296,7 @@ func TestAPassLendsItsSlotToItsCommand(t *testing.T) {
 			t.Fatal("no pass slot")
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); defer release(); run.Run(pctx, runner.Spec{}) }()
+		go func() { defer wg.Done(); defer release(); run(pctx, runner.Spec{}) }()
 	}
 	for i := 0; i < maxParallel; i++ {
 		<-fr.started

@@ -80,7 +80,7 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 	// to be gone.
 	loader.runner = limits.Runner(groupguard.Runner{LockDir: commandLockDir(getenv), Waiting: func(cmd string) {
 		log.Warnf("%s: waiting for an earlier run of this command to end (left by a confd that died; it gets SIGTERM, then SIGKILL after -command-grace)", cmd)
-	}})
+	}}.Run)
 	if c.SecretKeyring != "" {
 		kr, err := template.ReadKeyring(c.SecretKeyring)
 		if err != nil {

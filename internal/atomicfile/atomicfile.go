@@ -18,7 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 )
 
 // NotDurableError says the destination already holds the new content, but
@@ -29,20 +29,18 @@ func (e *NotDurableError) Error() string { return e.Err.Error() }
 func (e *NotDurableError) Unwrap() error { return e.Err }
 
 // stageRandom is how many random bytes a stage file's name ends with, in
-// hex: "." + base + "." + 2*stageRandom hex digits.
+// hex: "." + base + "." + 2*stageRandom hex digits, as stageName matches.
 const stageRandom = 6
+
+var stageName = regexp.MustCompile(`(?s)^\.(.+)\.[0-9a-f]{12}$`)
 
 // StageOf is the base name of the destination whose stage file name is,
 // as Stage names them, or "".
 func StageOf(name string) string {
-	const suffix = 1 + 2*stageRandom
-	if len(name) < 1+1+suffix || name[0] != '.' || name[len(name)-suffix] != '.' {
-		return ""
+	if m := stageName.FindStringSubmatch(name); m != nil {
+		return m[1]
 	}
-	if strings.Trim(name[len(name)-2*stageRandom:], "0123456789abcdef") != "" {
-		return ""
-	}
-	return name[1 : len(name)-suffix]
+	return ""
 }
 
 // Stage creates a stage file beside dest, gives it owner uid:gid (-1 keeps

@@ -17,6 +17,7 @@ package groupguard
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -56,8 +57,8 @@ type Options struct {
 	Lock *os.File
 	// Status, when set, is the write end of a pipe on which the guard
 	// reports that the command started (StartedLine) or could not, and how
-	// it ended ("exit N" or "signal N") just before it ends itself. A guard that ends without a report died (or was
-	// killed) on its own: see ReadStatus.
+	// it ended ("exit N" or "signal N") just before it ends itself. A guard
+	// that ends without a report died (or was killed) on its own: see Watch.
 	Status *os.File
 }
 
@@ -86,16 +87,13 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 		// The command may still write while it cleans up after our death:
 		// the guard then reads (and drops) its output, instead of the
 		// command dying of SIGPIPE.
+		// runner passes them after the extra files: stdout's, then stderr's.
 		spec.ShareOutputReaders = true
-		n := 1
+		fds := strconv.Itoa(3 + len(extra))
 		if !spec.CombinedOutput {
-			n = 2
+			fds += "," + strconv.Itoa(4+len(extra))
 		}
-		fds := make([]string, n)
-		for i := range fds {
-			fds[i] = strconv.Itoa(3 + len(extra) + i)
-		}
-		args = append(args, "-drain-fds="+strings.Join(fds, ","))
+		args = append(args, "-drain-fds="+fds)
 	}
 	args = append(args, strconv.Itoa(os.Getpid()), "--")
 	spec.Argv = append(args, spec.Argv...)
@@ -113,15 +111,12 @@ func self() string {
 	if err != nil || strings.HasSuffix(p, " (deleted)") {
 		return "/proc/self/exe"
 	}
-	if fi, err := os.Stat(p); err != nil || !sameFile(fi, "/proc/self/exe") {
+	fi, err := os.Stat(p)
+	exe, exeErr := os.Stat("/proc/self/exe")
+	if err != nil || exeErr != nil || !os.SameFile(fi, exe) {
 		return "/proc/self/exe"
 	}
 	return p
-}
-
-func sameFile(fi os.FileInfo, path string) bool {
-	other, err := os.Stat(path)
-	return err == nil && os.SameFile(fi, other)
 }
 
 // options are the guard's parsed command line.
@@ -135,34 +130,26 @@ type options struct {
 }
 
 func parse(args []string) (options, error) {
-	o := options{lockFD: -1, statusFD: -1}
-	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
-		name, value, _ := strings.Cut(args[0], "=")
-		var err error
-		switch name {
-		case "-grace":
-			o.grace, err = time.ParseDuration(value)
-		case "-drain-fds":
-			for _, f := range strings.Split(value, ",") {
-				var fd int
-				if fd, err = strconv.Atoi(f); err != nil {
-					break
-				}
-				o.drainFDs = append(o.drainFDs, fd)
+	var o options
+	fs := flag.NewFlagSet(Arg, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // Main says what is wrong
+	fs.DurationVar(&o.grace, "grace", 0, "")
+	fs.IntVar(&o.lockFD, "lock-fd", -1, "")
+	fs.IntVar(&o.statusFD, "status-fd", -1, "")
+	fs.Func("drain-fds", "", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			fd, err := strconv.Atoi(f)
+			if err != nil {
+				return err
 			}
-		case "-lock-fd":
-			o.lockFD, err = strconv.Atoi(value)
-		case "-status-fd":
-			o.statusFD, err = strconv.Atoi(value)
-		default:
-			err = errors.New("unknown option")
+			o.drainFDs = append(o.drainFDs, fd)
 		}
-		if err != nil {
-			return o, fmt.Errorf("%s: %w", args[0], err)
-		}
-		args = args[1:]
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return o, err
 	}
-	if len(args) < 3 || args[1] != "--" {
+	if args = fs.Args(); len(args) < 3 || args[1] != "--" {
 		return o, errors.New("needs [OPTIONS] PARENT-PID -- COMMAND")
 	}
 	p, err := strconv.Atoi(args[0])
@@ -203,23 +190,20 @@ func Main(prog string, args []string) int {
 	if os.Getppid() != o.parent { // died before the death signal was armed
 		killGroup()
 	}
-	var status *os.File
-	if o.statusFD >= 0 {
-		status = os.NewFile(uintptr(o.statusFD), "status")
-	}
+	// nil without -status-fd (fd -1): os.File's methods then do nothing
+	// but return os.ErrInvalid.
+	status := os.NewFile(uintptr(o.statusFD), "status")
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: start %s: %v\n", prog, o.argv[0], err)
-		// And why, for an owner that names it in its own error (ReadStatus).
+		// And why, for an owner that names it in its own error (Watch.First).
 		report(status, "notrun "+strings.ReplaceAll(err.Error(), "\n", " "))
 		return ExitNotRun
 	}
-	if status != nil {
-		// The owner may wait for this line to know the command runs
-		// (StartedLine), before it says so.
-		_, _ = status.WriteString(StartedLine)
-	}
+	// The owner may wait for this line to know the command runs, before it
+	// says so.
+	_, _ = status.WriteString(StartedLine)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	var grace <-chan time.Time
@@ -238,9 +222,7 @@ func Main(prog string, args []string) int {
 			// SIGTERM first, so that the command can still clean up (the
 			// restart helper writes its hold); the guard catches its own.
 			_ = syscall.Kill(0, syscall.SIGTERM)
-			t := time.NewTimer(o.grace)
-			defer t.Stop()
-			grace = t.C
+			grace = time.After(o.grace)
 		case <-grace:
 			killGroup()
 		case <-group:
@@ -267,9 +249,6 @@ func Main(prog string, args []string) int {
 
 // report writes the guard's last word on its status pipe and closes it.
 func report(f *os.File, status string) {
-	if f == nil {
-		return
-	}
 	_, _ = f.WriteString(status + "\n")
 	_ = f.Close()
 }
@@ -285,36 +264,16 @@ const StartedLine = "started\n"
 
 // Status is what a guard reported about its command.
 type Status struct {
-	// Reported is false when the guard ended without a report: it died
-	// (SIGKILL, a crash) before the command ended, or never started it.
+	// Reported is false when the guard ended without a report ("exit N",
+	// "signal N" or "notrun WHY" after StartedLine): it died (SIGKILL, a
+	// crash) before the command ended, or never started it.
 	Reported bool
-	// NotRun: the command could not be started; Why says why.
-	NotRun bool
-	Why    string
-	Exit   int
-	Signal syscall.Signal
 }
 
-// ReadStatus reads a guard's report from the read end of its status pipe,
-// to EOF: call it once the guard has ended (its write end, and the owner's
-// copy, closed).
-func ReadStatus(r io.Reader) Status {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return Status{}
-	}
-	text := strings.TrimSpace(strings.TrimPrefix(string(b), StartedLine))
-	word, rest, _ := strings.Cut(text, " ")
-	n, _ := strconv.Atoi(rest)
-	switch word {
-	case "exit":
-		return Status{Reported: true, Exit: n}
-	case "signal":
-		return Status{Reported: true, Signal: syscall.Signal(n)}
-	case "notrun":
-		return Status{Reported: true, NotRun: true, Why: rest}
-	}
-	return Status{}
+// readStatus reads a guard's whole report, from its status pipe.
+func readStatus(report string) Status {
+	word, _, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(report, StartedLine)), " ")
+	return Status{Reported: word == "exit" || word == "signal" || word == "notrun"}
 }
 
 // Watch is the owner's end of a guard's status pipe. Set its OnExit as the
@@ -350,10 +309,7 @@ func (w *Watch) First() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.exited {
-		line, _, found := strings.Cut(w.report, "\n")
-		if found {
-			line += "\n"
-		}
+		line, _ := bufio.NewReader(strings.NewReader(w.report)).ReadString('\n')
 		return line
 	}
 	line, _ := w.r.ReadString('\n')
@@ -367,7 +323,7 @@ func (w *Watch) OnExit(pid int) {
 	defer w.mu.Unlock()
 	rest, _ := io.ReadAll(w.r) // what it could read: a broken pipe is no report
 	w.report, w.exited = w.first+string(rest), true
-	w.Status = ReadStatus(strings.NewReader(w.report))
+	w.Status = readStatus(w.report)
 	if !w.Status.Reported {
 		w.GroupAlive = !GroupGone(pid, w.grace)
 	}

@@ -67,13 +67,15 @@ func TestLockKeyedByResourceAndCommand(t *testing.T) {
 // report after it says how it ended.
 func TestReadStatus(t *testing.T) {
 	for in, want := range map[string]Status{
-		StartedLine + "exit 3\n":      {Reported: true, Exit: 3},
-		StartedLine + "signal 9\n":    {Reported: true, Signal: 9},
+		StartedLine + "exit 3\n":      {Reported: true},
+		StartedLine + "signal 9\n":    {Reported: true},
 		StartedLine:                   {},
-		"notrun exec: no such file\n": {Reported: true, NotRun: true, Why: "exec: no such file"},
+		"notrun exec: no such file\n": {Reported: true},
 		"exit 0\n":                    {Reported: true},
+		"":                            {},
+		StartedLine + "exi":           {},
 	} {
-		if got := ReadStatus(strings.NewReader(in)); got != want {
+		if got := readStatus(in); got != want {
 			t.Errorf("%q: %+v, want %+v", in, got, want)
 		}
 	}
@@ -94,7 +96,7 @@ func TestWatchFirstAfterOnExit(t *testing.T) {
 		if got := w.First(); got != want {
 			t.Errorf("report %q: First after OnExit = %q, want %q", report, got, want)
 		}
-		if got := w.Status; got != ReadStatus(strings.NewReader(report)) {
+		if got := w.Status; got != readStatus(report) {
 			t.Errorf("report %q: Status %+v", report, got)
 		}
 	}

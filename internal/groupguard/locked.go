@@ -32,7 +32,7 @@ type Runner struct {
 	Waiting func(command string)
 }
 
-// Run implements resource.Runner.
+// Run is an apply.Runner.
 func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
@@ -54,6 +54,7 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	if err != nil {
 		return runner.Result{ExitCode: -1, Err: fmt.Errorf("%s not run: status pipe for its group guard: %w", spec.Name, err)}
 	}
+	defer status.Close()
 	o.Status = statusW
 	w := NewWatch(status, grace)
 	guarded := Wrap(spec, o)
@@ -61,12 +62,10 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	p, err := runner.Start(ctx, guarded)
 	_ = statusW.Close()
 	if err != nil {
-		_ = status.Close()
 		return runner.Result{ExitCode: -1, Err: err}
 	}
 	res := p.Wait()
-	_ = status.Close()
-	if !w.Status.Reported && w.GroupAlive {
+	if w.GroupAlive {
 		// The guard died on its own (killed by someone): nothing watches
 		// the command's group any more, so it goes now.
 		res.Err = fmt.Errorf("%s: its group guard died and its process group could not be confirmed gone: %w", spec.Name, res.Err)
@@ -82,39 +81,36 @@ func (r Runner) lock(ctx context.Context, spec runner.Spec) (*os.File, error) {
 	}
 	// Keyed by what the command runs for (confd's CONFD_RESOURCE: the
 	// resource file, under its confdir) and the command line: the same
-	// confd restarted waits for its old run, another confd does not.
-	sum := sha256.Sum256([]byte(resourceOf(spec.Env) + "\x00" + spec.Dir + "\x00" + spec.Name))
+	// confd restarted waits for its old run, another confd does not. (The
+	// empty field between was a working directory: lock names stay those
+	// of earlier releases.)
+	sum := sha256.Sum256([]byte(resourceOf(spec.Env) + "\x00\x00" + spec.Name))
 	path := filepath.Join(r.LockDir, hex.EncodeToString(sum[:12])+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("command lock: %w", err)
 	}
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if err == nil {
-		return f, nil
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		if r.Waiting != nil {
+			r.Waiting(spec.Name)
+		}
+		got := make(chan error, 1)
+		go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+		select {
+		case err = <-got:
+		case <-ctx.Done():
+			// The blocked flock ends when the earlier run does; the file
+			// is closed (and the lock let go) then.
+			go func() { <-got; _ = f.Close() }()
+			return nil, ctx.Err()
+		}
 	}
-	if !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("command lock %s: %w", path, err)
 	}
-	if r.Waiting != nil {
-		r.Waiting(spec.Name)
-	}
-	got := make(chan error, 1)
-	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-got:
-		if err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("command lock %s: %w", path, err)
-		}
-		return f, nil
-	case <-ctx.Done():
-		// The blocked flock ends when the earlier run does; the file is
-		// closed (and the lock let go) then.
-		go func() { <-got; _ = f.Close() }()
-		return nil, ctx.Err()
-	}
+	return f, nil
 }
 
 // resourceOf is the resource a command's environment names, if any.

@@ -21,17 +21,9 @@ func Ensure(dir string) error {
 	if err != nil {
 		return err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%s: not a directory of ours that only we can write (%s)", dir, describe(fi))
+	st := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s: not a directory of ours that only we can write (mode %s, owner uid %d, we are uid %d)", dir, fi.Mode(), st.Uid, os.Geteuid())
 	}
 	return nil
-}
-
-// describe is what Ensure found instead, for the error.
-func describe(fi os.FileInfo) string {
-	owner := ""
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		owner = fmt.Sprintf(", owner uid %d, we are uid %d", st.Uid, os.Geteuid())
-	}
-	return fmt.Sprintf("mode %s%s", fi.Mode(), owner)
 }

@@ -9,6 +9,7 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,12 +28,13 @@ import (
 	"github.com/keysync/confd/internal/redact"
 )
 
-// Defaults for the zero values of Spec's tuning fields.
+// Defaults for the zero values of Spec's tuning fields, and output limits.
 const (
 	DefaultGrace     = 10 * time.Second
 	DefaultPipeDrain = 500 * time.Millisecond
-	DefaultTailLines = 20
 	MaxDrainFactor   = 20
+	// TailLines is how many of the last lines Result.Tail keeps.
+	TailLines = 20
 	// maxBuffered bounds what the pipes (up to 1 MiB each, see
 	// F_SETPIPE_SZ) and our reader can hold when the command exits.
 	maxBuffered = 2*(1<<20) + 2*MaxLine
@@ -49,13 +52,6 @@ const (
 	Stdout Stream = 1
 	Stderr Stream = 2
 )
-
-func (s Stream) String() string {
-	if s == Stderr {
-		return "stderr"
-	}
-	return "stdout"
-}
 
 // Spec describes one run.
 type Spec struct {
@@ -75,13 +71,9 @@ type Spec struct {
 	ShareOutputReaders bool
 	// Env is the complete environment of the command; nil inherits ours.
 	Env []string
-	Dir string
 	// Timeout is how long the command may run before its process group gets
 	// SIGTERM; zero means no timeout. It counts from Start.
 	Timeout time.Duration
-	// Stdin, when set, is the command's standard input; nil is /dev/null.
-	// The caller keeps its own copy and closes it once Start returned.
-	Stdin *os.File
 	// Grace is how long after SIGTERM (timeout, Terminate or a cancelled
 	// context) the group gets SIGKILL. Zero means DefaultGrace.
 	Grace time.Duration
@@ -110,9 +102,6 @@ type Spec struct {
 	// lines keep the order the command wrote them in (all are reported as
 	// Stdout); for output that is read as one story, as in a log.
 	CombinedOutput bool
-	// TailLines is how many of the last lines Result.Tail keeps. Zero means
-	// DefaultTailLines.
-	TailLines int
 	// ParentDeathSignal, when non-zero, is sent to the command by the kernel
 	// if this process dies first (PR_SET_PDEATHSIG), so that a crashed
 	// parent does not leave the command running unsupervised.
@@ -139,8 +128,7 @@ type Result struct {
 	// early. Exit status 0 within the grace still counts as success.
 	Terminated bool
 	// Killed is set when SIGTERM was not enough and the group got SIGKILL.
-	Killed   bool
-	Duration time.Duration
+	Killed bool
 	// Tail holds the last output lines (both streams, in arrival order).
 	Tail []string
 	// Dropped counts output lines that fell out of Tail.
@@ -159,7 +147,6 @@ func (r Result) OK() bool { return r.Err == nil }
 type Process struct {
 	spec   Spec
 	cmd    *exec.Cmd
-	argv   string
 	start  time.Time
 	done   chan struct{}
 	res    Result
@@ -197,22 +184,14 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if spec.PipeDrain <= 0 {
 		spec.PipeDrain = DefaultPipeDrain
 	}
-	if spec.TailLines <= 0 {
-		spec.TailLines = DefaultTailLines
-	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != nil { // a nil *os.File in the interface would not be /dev/null
-		cmd.Stdin = spec.Stdin
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
 	cmd.ExtraFiles = spec.ExtraFiles
-	name := spec.Name
-	if name == "" {
-		name = Quote(spec.Argv)
+	if spec.Name == "" {
+		spec.Name = Quote(spec.Argv)
 	}
-	p := &Process{spec: spec, cmd: cmd, argv: name, done: make(chan struct{}),
+	p := &Process{spec: spec, cmd: cmd, done: make(chan struct{}),
 		exited: make(chan struct{}), startDone: make(chan struct{}), out: &collector{spec: &spec}}
 	// Our own pipes, not exec's copying goroutines: Wait must return when the
 	// command exits, whoever else still holds the write ends.
@@ -222,12 +201,9 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		if err != nil {
 			close(p.startDone) // nothing was started: readers may close
 			closeAll(childEnds)
-			return nil, fmt.Errorf("start %s: output pipe: %w", p.argv, err)
+			return nil, fmt.Errorf("start %s: output pipe: %w", p.spec.Name, err)
 		}
 		childEnds = append(childEnds, w)
-		if p.out.pipes == nil {
-			p.out.pipes = map[Stream]*os.File{}
-		}
 		p.out.pipes[s] = r
 		p.readers.Add(1)
 		go p.read(s, r)
@@ -246,7 +222,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	closeAll(childEnds)
 	if err != nil {
 		p.readers.Wait()
-		return nil, fmt.Errorf("start %s: %w", p.argv, err)
+		return nil, fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}
 	go p.supervise(ctx)
 	return p, nil
@@ -277,29 +253,21 @@ func (p *Process) run(started chan<- error) {
 // supervise enforces the timeout and the context, then collects the result.
 func (p *Process) supervise(ctx context.Context) {
 	defer close(p.done)
-	var timeout <-chan time.Time
+	var timeout <-chan time.Time // a timer no longer referenced is collected (Go 1.23)
 	if p.spec.Timeout > 0 {
-		t := time.NewTimer(p.spec.Timeout - time.Since(p.start))
-		defer t.Stop()
-		timeout = t.C
+		timeout = time.After(p.spec.Timeout - time.Since(p.start))
 	}
 	var timedOut bool
-	for running := true; running; {
-		select {
-		case <-p.exited:
-			running = false
-		case <-timeout:
-			timedOut = true
-			p.Terminate(p.spec.Grace)
-			<-p.exited
-			running = false
-		case <-ctx.Done():
-			p.Terminate(p.spec.Grace)
-			<-p.exited
-			running = false
-		}
+	select {
+	case <-p.exited:
+	case <-timeout:
+		timedOut = true
+	case <-ctx.Done():
 	}
-	dur := time.Since(p.start)
+	if timedOut || ctx.Err() != nil {
+		p.Terminate(p.spec.Grace)
+		<-p.exited
+	}
 	p.termMu.Lock()
 	terminated, killed := p.termed, p.killed
 	if terminated {
@@ -308,7 +276,7 @@ func (p *Process) supervise(ctx context.Context) {
 	}
 	p.termMu.Unlock()
 	pipeHeld := p.drain()
-	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, Duration: dur, PipeHeld: pipeHeld}
+	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: pipeHeld}
 	r.Tail, r.Dropped = p.out.tail()
 	if ps := p.cmd.ProcessState; ps != nil {
 		r.ExitCode = ps.ExitCode()
@@ -322,14 +290,14 @@ func (p *Process) supervise(ctx context.Context) {
 	}
 	switch {
 	case timedOut:
-		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.argv, p.spec.Timeout, how)
+		r.Err = fmt.Errorf("%s did not finish within %s; %s", p.spec.Name, p.spec.Timeout, how)
 	case r.Terminated && (r.Signal != 0 || r.ExitCode != 0):
 		// A command that exits 0 in its grace finished its job: success.
-		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.argv, how)
+		r.Err = fmt.Errorf("%s was stopped before it finished; %s", p.spec.Name, how)
 	case r.Signal != 0:
-		r.Err = fmt.Errorf("%s was killed by signal %s", p.argv, r.Signal)
+		r.Err = fmt.Errorf("%s was killed by signal %s", p.spec.Name, r.Signal)
 	case r.ExitCode != 0:
-		r.Err = fmt.Errorf("%s exited with status %d", p.argv, r.ExitCode)
+		r.Err = fmt.Errorf("%s exited with status %d", p.spec.Name, r.ExitCode)
 	}
 	p.res = r
 }
@@ -388,22 +356,16 @@ func (p *Process) Terminate(grace time.Duration) {
 	p.termed = true
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	go func() {
-		t := time.NewTimer(grace)
-		defer t.Stop()
+	time.AfterFunc(grace, func() {
+		p.termMu.Lock()
+		defer p.termMu.Unlock()
 		select {
-		case <-p.exited:
-		case <-t.C:
-			p.termMu.Lock()
-			defer p.termMu.Unlock()
-			select {
-			case <-p.exited: // exited just now: the group is no longer ours to kill
-			default:
-				p.killed = true
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			}
+		case <-p.exited: // the group is no longer ours to kill
+		default:
+			p.killed = true
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
-	}()
+	})
 }
 
 // Wait blocks until the command has ended and returns how.
@@ -425,15 +387,13 @@ func (p *Process) read(s Stream, f *os.File) {
 	for {
 		line, err := br.ReadSlice('\n')
 		text := string(line)
+		// Keep the head of an overlong line and count the rest (only the
+		// last part, err nil, ends in the newline).
 		cut := 0
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// Keep the head of an overlong line and count the rest.
-			for errors.Is(err, bufio.ErrBufferFull) {
-				var more []byte
-				more, err = br.ReadSlice('\n')
-				cut += len(more)
-			}
-			cut -= trailingNewline(err)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			cut += len(bytes.TrimSuffix(more, []byte("\n")))
 		}
 		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
 		if text != "" || len(line) > 0 {
@@ -451,27 +411,18 @@ func (p *Process) read(s Stream, f *os.File) {
 	}
 }
 
-// trailingNewline is 1 when the last ReadSlice ended at a newline (err nil).
-func trailingNewline(err error) int {
-	if err == nil {
-		return 1
-	}
-	return 0
-}
-
-// collector serialises line delivery and keeps the tail.
+// collector serialises line delivery and keeps the tail. Its arrays are
+// indexed by Stream.
 type collector struct {
 	spec    *Spec
 	mu      sync.Mutex
-	ring    []string
-	next    int
-	full    bool
+	tailBuf []string
 	dropped int
 	stopped bool
-	read    int64                // bytes read from the pipes
-	waiting map[Stream]time.Time // since when a reader waits on an empty pipe
-	done    map[Stream]bool      // readers that reached EOF
-	pipes   map[Stream]*os.File
+	read    int64        // bytes read from the pipes
+	waiting [3]time.Time // since when a reader waits on an empty pipe; zero: it does not
+	done    [3]bool      // readers that reached EOF
+	pipes   [3]*os.File
 }
 
 // pipeReader tells the collector when its reader waits on an empty pipe:
@@ -484,14 +435,11 @@ type pipeReader struct {
 
 func (r pipeReader) Read(b []byte) (int, error) {
 	r.c.mu.Lock()
-	if r.c.waiting == nil {
-		r.c.waiting = map[Stream]time.Time{}
-	}
 	r.c.waiting[r.s] = time.Now()
 	r.c.mu.Unlock()
 	n, err := r.f.Read(b)
 	r.c.mu.Lock()
-	delete(r.c.waiting, r.s)
+	r.c.waiting[r.s] = time.Time{}
 	r.c.read += int64(n)
 	r.c.mu.Unlock()
 	return n, err
@@ -499,9 +447,6 @@ func (r pipeReader) Read(b []byte) (int, error) {
 
 func (c *collector) readerDone(s Stream) {
 	c.mu.Lock()
-	if c.done == nil {
-		c.done = map[Stream]bool{}
-	}
 	c.done[s] = true
 	c.mu.Unlock()
 }
@@ -517,8 +462,8 @@ func (c *collector) idleFor(d time.Duration) bool {
 			continue
 		}
 		live = true
-		since, ok := c.waiting[s]
-		if !ok || time.Since(since) < d || pending(c.pipes[s]) {
+		since := c.waiting[s]
+		if since.IsZero() || time.Since(since) < d || pending(c.pipes[s]) {
 			return false
 		}
 	}
@@ -529,18 +474,12 @@ func (c *collector) idleFor(d time.Duration) bool {
 // on Linux): a reader slow to be scheduled must not pass for one waiting on
 // an empty pipe.
 func pending(f *os.File) bool {
-	if f == nil {
-		return false
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
 	n := 0
-	if err := rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
-		return false
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
 	}
-	return n > 0
+	return err == nil && n > 0
 }
 
 // stop ends delivery: lines read from now on are discarded.
@@ -572,47 +511,27 @@ func (c *collector) line(s Stream, text string) {
 	if w != nil {
 		_, _ = io.WriteString(w, text+"\n")
 	}
-	if c.ring == nil {
-		c.ring = make([]string, c.spec.TailLines)
-	}
-	if c.full {
+	if len(c.tailBuf) == TailLines {
+		c.tailBuf = c.tailBuf[1:]
 		c.dropped++
 	}
-	c.ring[c.next] = text
-	c.next = (c.next + 1) % len(c.ring)
-	if c.next == 0 {
-		c.full = true
-	}
+	c.tailBuf = append(c.tailBuf, text)
 }
 
 func (c *collector) tail() ([]string, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.full {
-		return append([]string(nil), c.ring[:c.next]...), 0
-	}
-	out := append([]string(nil), c.ring[c.next:]...)
-	return append(out, c.ring[:c.next]...), c.dropped
+	return slices.Clone(c.tailBuf), c.dropped
 }
 
 // WithoutVars returns env without the variables named, for commands that
 // must not see the parent's credentials.
 func WithoutVars(env []string, names ...string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
+	// Never nil, even for a nil env: a nil Spec.Env inherits ours.
+	return slices.DeleteFunc(append([]string{}, env...), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, n := range names {
-			if name == n {
-				drop = true
-				break
-			}
-		}
-		if !drop {
-			out = append(out, kv)
-		}
-	}
-	return out
+		return slices.Contains(names, name)
+	})
 }
 
 // Quote renders argv for messages, quoting words that need it. A /bin/sh -c

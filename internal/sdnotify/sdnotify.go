@@ -48,8 +48,7 @@ func (n *Notifier) Ready(ready bool) {
 		n.send("STATUS=not ready: a resource failed to render or the etcd watch is down")
 		return
 	}
-	n.once.Do(func() { n.send(daemon.SdNotifyReady) })
-	n.send("STATUS=ready: every resource rendered, watch live")
+	n.ReadyStatus("ready: every resource rendered, watch live")
 }
 
 // Watchdog feeds systemd's watchdog (WatchdogSec=) at half its interval
