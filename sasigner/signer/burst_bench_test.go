@@ -76,7 +76,7 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 			notify(len(s.Keys))
 		})
 	} else {
-		w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: time.Second, Log: log}
+		w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: time.Second, Log: log, Metrics: NewMetrics()}
 		ks.OnDiff(func(c Change) {
 			w.Changed(c)
 			notify(c.Keys)
@@ -86,7 +86,7 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 		Connect: func(ctx context.Context) (*clientv3.Client, error) {
 			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{e.Endpoint}, DialTimeout: time.Second})
 		},
-		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute,
+		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute, Metrics: NewMetrics(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	synced, done := make(chan struct{}), make(chan struct{})

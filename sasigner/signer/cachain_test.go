@@ -45,7 +45,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, hook := logtest.NewNullLogger()
-			f := &Follower{Log: l, good: map[string][]Key{}, bad: map[string]int64{}}
+			f := &Follower{Log: l, Metrics: NewMetrics(), good: map[string][]Key{}, bad: map[string]int64{}}
 			logged := func() string {
 				var b strings.Builder
 				for _, e := range hook.AllEntries() {

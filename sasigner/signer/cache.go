@@ -127,7 +127,7 @@ func (w *ChangeWriter) Flush() {
 	c := w.Keys.Cache()
 	w.Metrics.setKeys(len(c.IDs), c.Time)
 	if err := c.Write(w.CacheFile); err != nil {
-		w.Metrics.IncCacheFailure()
+		w.Metrics.cacheFails.Inc()
 		if !w.failing {
 			w.failing = true
 			w.Log.WithError(err).Error("key cache not written: a start while etcd is unreachable would serve an older set")

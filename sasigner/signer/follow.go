@@ -116,13 +116,13 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		}
 		var restored *etcdrestore.Restored
 		if errors.As(err, &restored) {
-			f.Metrics.incWatchRestart()
+			f.Metrics.restarts.Inc()
 			f.restored(restored)
 			continue
 		}
 		if ctx.Err() == nil {
 			f.Log.WithError(err).Warn("etcd watch of the published keys ended; reading the prefix again")
-			f.Metrics.incWatchRestart()
+			f.Metrics.restarts.Inc()
 		}
 	}
 	return ctx.Err()
@@ -131,7 +131,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 // setEtcd records whether etcd can be read; a change is logged and passed
 // to OnEtcd once.
 func (f *Follower) setEtcd(up bool, err error) {
-	f.Metrics.setEtcdUp(up)
+	f.Metrics.etcdUp.Set(map[bool]float64{true: 1}[up])
 	if f.down != up {
 		return
 	}
@@ -151,7 +151,7 @@ func (f *Follower) setEtcd(up bool, err error) {
 // restored logs and counts a restore noticed; the next read of the prefix
 // ends it.
 func (f *Follower) restored(r *etcdrestore.Restored) {
-	f.Metrics.incRestore(r.Evidence)
+	f.Metrics.restores.WithLabelValues(string(r.Evidence)).Inc()
 	f.restoring = r
 	f.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected: " + r.Error() + "; re-reading the whole key set")
 }
@@ -287,7 +287,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
 	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
-		f.Metrics.incRejected()
+		f.Metrics.rejected.Inc()
 		if f.bad[key] != rev {
 			f.bad[key] = rev
 			l := f.Log.WithField("key", strconv.Quote(key)).WithError(err)
@@ -323,7 +323,7 @@ func (f *Follower) checkWeak(key string, k Key) {
 	}
 	if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 {
 		f.weak[k.ID] = true
-		f.Metrics.incWeakKey()
+		f.Metrics.weakKeys.Inc()
 		f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
 			Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
 	}

@@ -45,7 +45,7 @@ func (m *KeyManager) Load() (*SigningKey, error) {
 		return nil, err
 	}
 	for _, p := range KeyFileProblems(m.File) {
-		m.Metrics.incKeyFileWarning(p.Reason)
+		m.Metrics.keyFile.WithLabelValues(p.Reason).Inc()
 		m.Log.WithField("file", fmt.Sprintf("%q", m.File)).WithField("kid", k.KeyID).Warn("signing key file: " + p.Text)
 	}
 	return k, nil

@@ -38,7 +38,7 @@ func TestRollbackCancelsPendingSwitch(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(logs)
 	ks := NewKeySet(nil, old)
-	km := &KeyManager{Keys: ks, File: file, Log: log,
+	km := &KeyManager{Keys: ks, File: file, Log: log, Metrics: NewMetrics(),
 		Barrier: &Barrier{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil }, Prefix: "/trust/", Timeout: time.Minute, Log: log}}
 	t.Cleanup(km.Wait)
 	ctx := context.Background()

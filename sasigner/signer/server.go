@@ -73,7 +73,7 @@ const MaxFetchKeysAnswer = 4 << 20
 // FetchKeys serves the current key set from memory.
 func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
 	snap := s.Keys.Snapshot()
-	s.Metrics.incFetch()
+	s.Metrics.fetches.Inc()
 	resp := s.answer(snap)
 	s.checkSize(snap, resp)
 	if s.Fetched != nil {
@@ -102,7 +102,7 @@ func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 // the keys it fetched before, so no key change reaches it.
 func (s *Service) checkSize(snap *Snapshot, resp *externaljwtv1.FetchKeysResponse) {
 	n := proto.Size(resp)
-	s.Metrics.setAnswerBytes(n)
+	s.Metrics.answer.Set(float64(n))
 	if n <= MaxFetchKeysAnswer {
 		return
 	}
@@ -117,8 +117,12 @@ func (s *Service) Metadata(context.Context, *externaljwtv1.MetadataRequest) (*ex
 	return &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: int64(s.MaxTokenExpiration / time.Second)}, nil
 }
 
-// NewGRPCServer returns a gRPC server serving s.
+// NewGRPCServer returns a gRPC server serving s, counted in metrics of
+// its own when s.Metrics is nil.
 func NewGRPCServer(s *Service) *grpc.Server {
+	if s.Metrics == nil {
+		s.Metrics = NewMetrics()
+	}
 	g := grpc.NewServer()
 	externaljwtv1.RegisterExternalJWTSignerServer(g, s)
 	return g

@@ -100,7 +100,7 @@ func (r *Recorder) Run(ctx context.Context) {
 		}
 		rec := RecordOf(r.Host, s, cm, time.Now())
 		if err := r.put(ctx, rec); err != nil {
-			r.Metrics.incRecordError("write")
+			r.Metrics.recordErrs.WithLabelValues("write").Inc()
 			if !failing {
 				r.Log.WithError(err).Error("trust record not written; retrying")
 			}
@@ -130,7 +130,7 @@ func (r *Recorder) controllerManager(last *string) string {
 	}
 	kid, err := r.ControllerManager()
 	if err != nil {
-		r.Metrics.incRecordError("controller_manager_key")
+		r.Metrics.recordErrs.WithLabelValues("controller_manager_key").Inc()
 		if msg := err.Error(); msg != *last {
 			*last = msg
 			r.Log.WithError(err).Error("kube-controller-manager's signing key unreadable: the trust record names none, so retire-keys cannot see which key it signs with")

@@ -105,7 +105,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 	cli := e.Client(t)
 	written := make(chan trust.Record, 10)
 	r := &Recorder{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil },
-		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Written: func(r trust.Record) { written <- r }}
+		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Metrics: NewMetrics(), Written: func(r trust.Record) { written <- r }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
