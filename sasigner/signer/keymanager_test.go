@@ -136,3 +136,10 @@ func TestKeyFileWarnings(t *testing.T) {
 		t.Errorf("owner not warned:\n%s", logs)
 	}
 }
+
+// Pending returns the key waiting for the barrier; nil when none is.
+func (m *KeyManager) Pending() *SigningKey {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pending
+}
