@@ -50,7 +50,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 		if err != nil {
 			t.Fatal(err)
 		}
-		ks.SetHost("m"+string(rune('2'+i)), keys)
+		ks.SetHosts(map[string][]signer.Key{"m" + string(rune('2'+i)): keys})
 	}
 	path := filepath.Join(socketDir(t), "run", "signer.sock")
 	l, err := signer.Listen(context.Background(), path, -1)

@@ -13,7 +13,6 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -107,15 +106,11 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	default:
 		return nil, fmt.Errorf("%T: want an RSA or ECDSA private key", key)
 	}
-	pub := k.signer.Public()
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	pk, err := newKey(k.signer.Public())
 	if err != nil {
 		return nil, fmt.Errorf("public half: %w", err)
 	}
-	if k.KeyID, err = pemcheck.KeyID(pub); err != nil {
-		return nil, err
-	}
-	k.PublicDER = der
+	k.KeyID, k.PublicDER = pk.ID, pk.DER
 	// Only alg, kid and typ: kube-apiserver refuses any other header field
 	// (plugin.validateJWTHeader decodes with DisallowUnknownFields).
 	h, err := json.Marshal(struct {
@@ -129,9 +124,6 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	k.header = base64.RawURLEncoding.EncodeToString(h)
 	return k, nil
 }
-
-// Public returns the public half.
-func (k *SigningKey) Public() crypto.PublicKey { return k.signer.Public() }
 
 // Sign returns the JWS header and signature, both base64url, for claims
 // as the apiserver sends them (the base64url second segment of the JWT):

@@ -56,16 +56,12 @@ func ParsePublished(name string, value []byte, host string, log logrus.FieldLogg
 		return nil, err
 	}
 	cas := f.CAs()
-	ca := map[int]bool{}
-	for _, c := range cas {
-		ca[c.Block.Index] = true
-	}
 	var out []Key
 	for _, b := range f.Blocks {
 		if b.Kind == pemcheck.PrivateKey {
 			return nil, fmt.Errorf("%s %s: %w: a private key must never be published", name, b, pemcheck.ErrPrivateKey)
 		}
-		if b.Public == nil || ca[b.Index] {
+		if b.Public == nil || slices.ContainsFunc(cas, func(c pemcheck.CA) bool { return c.Block.Index == b.Index }) {
 			continue // EC PARAMETERS, or a CA's key
 		}
 		switch pub := b.Public.(type) {
@@ -258,11 +254,6 @@ func (ks *KeySet) Replace(hosts map[string][]Key) {
 			ks.setHost(h, k, d)
 		}
 	})
-}
-
-// SetHost sets one host's keys; nil or empty removes the host.
-func (ks *KeySet) SetHost(host string, keys []Key) {
-	ks.update(func(d diff) { ks.setHost(host, keys, d) })
 }
 
 // SetHosts sets the keys of each host named (nil or empty removes it) in

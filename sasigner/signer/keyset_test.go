@@ -179,3 +179,8 @@ func TestRestoreKeepsTime(t *testing.T) {
 		t.Fatalf("restored with another signing key: time %s, want %s", s.Time, c.t)
 	}
 }
+
+// SetHost sets one host's keys; nil or empty removes the host.
+func (ks *KeySet) SetHost(host string, keys []Key) {
+	ks.SetHosts(map[string][]Key{host: keys})
+}
