@@ -44,10 +44,8 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	// other key (a new master, or a key file changed while the signer was
 	// down) waits for it, with no previous key to sign with meanwhile.
 	trusted := o.trustTimeout == 0 || (cache != nil && cache.Signing == key.KeyID)
-	var ks *signer.KeySet
-	if trusted {
-		ks = signer.NewKeySet(nil, key)
-	} else {
+	ks := signer.NewKeySet(nil, key)
+	if !trusted {
 		ks = signer.NewKeySet(nil, nil, key)
 	}
 	if cache != nil {
@@ -63,6 +61,14 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	lis, err := signer.Listen(ctx, o.socket, o.gid)
 	if err != nil {
 		return err
+	}
+	if o.metricsAddr != "" {
+		srv, err := promserve.Serve(ctx, "--metrics-addr", o.metricsAddr, m.Registry)
+		if err != nil {
+			_ = lis.Close()
+			return err
+		}
+		defer srv.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -108,18 +114,6 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	if !trusted {
 		log.WithField("kid", key.KeyID).Warn("signing key not known to have passed the trust barrier: no token is signed until every recorded host's apiserver fetched it")
 		km.Promote(ctx, nil, key, true)
-	}
-	if o.metricsAddr != "" {
-		srv, err := promserve.Serve(ctx, "--metrics-addr", o.metricsAddr, m.Registry)
-		if err != nil {
-			cancel()
-			g.Stop()
-			km.Wait()
-			wg.Wait()
-			etcd.close()
-			return err
-		}
-		defer srv.Close()
 	}
 	log.WithField("socket", o.socket).Info("serving ExternalJWTSigner")
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
