@@ -42,9 +42,6 @@ type Follower struct {
 	// whose server is gone retries silently forever.
 	Probe   time.Duration
 	Metrics *Metrics
-	// OnEtcd, if set, is called when reading etcd starts failing (false)
-	// and when it works again (true).
-	OnEtcd func(up bool)
 
 	// good is each host's last good keys: a value that fails the check
 	// keeps the host's previous keys served, as confd keeps the live
@@ -128,8 +125,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 	return ctx.Err()
 }
 
-// setEtcd records whether etcd can be read; a change is logged and passed
-// to OnEtcd once.
+// setEtcd records whether etcd can be read; a change is logged once.
 func (f *Follower) setEtcd(up bool, err error) {
 	f.Metrics.etcdUp.Set(map[bool]float64{true: 1}[up])
 	if f.down != up {
@@ -142,9 +138,6 @@ func (f *Follower) setEtcd(up bool, err error) {
 		snap := f.Keys.Snapshot()
 		f.Log.WithError(err).WithField("keys", len(snap.Keys)).WithField("since", snap.Time.Format(time.RFC3339)).
 			Error("etcd unreachable: serving the last good key set until it is back")
-	}
-	if f.OnEtcd != nil {
-		f.OnEtcd(up)
 	}
 }
 
@@ -169,21 +162,24 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	if r != nil {
 		f.restored(r)
 	}
-	hosts := map[string]bool{}
+	// Every host's keys in one change; a host absent from the read (set
+	// nil) withdrew its keys.
+	hosts := map[string][]Key{}
 	for _, kv := range resp.Kvs {
 		host := etcdkey.Host(f.Prefix, string(kv.Key))
 		if host == "" {
 			continue
 		}
-		hosts[host] = true
 		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
+		hosts[host] = f.good[host]
 	}
 	for host := range f.good {
-		if !hosts[host] {
+		if _, ok := hosts[host]; !ok {
 			f.withdraw(host)
+			hosts[host] = nil
 		}
 	}
-	f.Keys.Replace(f.good)
+	f.Keys.SetHosts(hosts)
 	if r := f.restoring; r != nil {
 		f.restoring = nil
 		f.Log.WithField("evidence", string(r.Evidence)).WithField("keys", len(f.Keys.Snapshot().Keys)).

@@ -241,23 +241,8 @@ func (ks *KeySet) signingKeys() []Key {
 	return out
 }
 
-// Replace sets every host's keys at once (a full read of the prefix).
-// Hosts absent from hosts are dropped: their key was withdrawn.
-func (ks *KeySet) Replace(hosts map[string][]Key) {
-	ks.update(func(d diff) {
-		for h := range ks.hosts {
-			if _, ok := hosts[h]; !ok {
-				ks.setHost(h, nil, d)
-			}
-		}
-		for h, k := range hosts {
-			ks.setHost(h, k, d)
-		}
-	})
-}
-
 // SetHosts sets the keys of each host named (nil or empty removes it) in
-// one change: a watch response's events.
+// one change: a watch response's events, or a full read of the prefix.
 func (ks *KeySet) SetHosts(hosts map[string][]Key) {
 	ks.update(func(d diff) {
 		for h, k := range hosts {

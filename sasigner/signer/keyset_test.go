@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -183,4 +184,15 @@ func TestRestoreKeepsTime(t *testing.T) {
 // SetHost sets one host's keys; nil or empty removes the host.
 func (ks *KeySet) SetHost(host string, keys []Key) {
 	ks.SetHosts(map[string][]Key{host: keys})
+}
+
+// Replace sets every host's keys at once, as the Follower's full read of
+// the prefix does: hosts absent from hosts are dropped.
+func (ks *KeySet) Replace(hosts map[string][]Key) {
+	all := map[string][]Key{}
+	for h := range ks.Hosts() {
+		all[h] = nil
+	}
+	maps.Copy(all, hosts)
+	ks.SetHosts(all)
 }
