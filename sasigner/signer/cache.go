@@ -60,11 +60,6 @@ func ReadCache(path string) (*Cache, error) {
 	return &c, nil
 }
 
-// NewCache returns the cache of snapshot s with hosts' published keys.
-func NewCache(s *Snapshot, hosts map[string][]Key) *Cache {
-	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: hosts}
-}
-
 // Write replaces path atomically: a crash leaves the old cache or the new
 // one, never a part of either.
 func (c *Cache) Write(path string) error {

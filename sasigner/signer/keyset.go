@@ -415,5 +415,6 @@ func checkKey(k Key) error {
 func (ks *KeySet) Cache() *Cache {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return NewCache(ks.snapshotLocked(), cloneHosts(ks.hosts))
+	s := ks.snapshotLocked()
+	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: cloneHosts(ks.hosts)}
 }

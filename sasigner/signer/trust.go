@@ -24,14 +24,11 @@ func RecordOf(host string, s *Snapshot, cm string, t time.Time) trust.Record {
 		BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: t.UTC(), Source: trust.SignerSource}
 }
 
-// ClientFunc returns the etcd client, waiting for a connection.
-type ClientFunc func(context.Context) (*clientv3.Client, error)
-
 // Recorder writes this host's trust record when the set its apiserver
 // fetched changes, or the key kube-controller-manager signs with does (not
 // on every FetchKeys call: the apiserver asks every refresh hint).
 type Recorder struct {
-	Client  ClientFunc
+	Client  func(context.Context) (*clientv3.Client, error)
 	Prefix  string // trust prefix
 	Host    string
 	Timeout time.Duration
@@ -45,6 +42,7 @@ type Recorder struct {
 
 	mu     sync.Mutex
 	latest *Snapshot
+	once   sync.Once
 	wake   chan struct{}
 	// Written, if set, is called after each record is written (tests).
 	Written func(trust.Record)
@@ -53,26 +51,22 @@ type Recorder struct {
 // Fetched notes that the apiserver fetched s; it never blocks the call.
 func (r *Recorder) Fetched(s *Snapshot) {
 	r.mu.Lock()
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
 	r.latest = s
-	wake := r.wake
 	r.mu.Unlock()
 	select {
-	case wake <- struct{}{}:
+	case r.wakeup() <- struct{}{}:
 	default:
 	}
 }
 
+func (r *Recorder) wakeup() chan struct{} {
+	r.once.Do(func() { r.wake = make(chan struct{}, 1) })
+	return r.wake
+}
+
 // Run writes records until ctx ends; a failed write is retried.
 func (r *Recorder) Run(ctx context.Context) {
-	r.mu.Lock()
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-	wake := r.wake
-	r.mu.Unlock()
+	wake := r.wakeup()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	var (
@@ -159,7 +153,7 @@ func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
 // Barrier holds a new signing key until every host that has a trust
 // record lists it: trust.Wait among the recorded hosts.
 type Barrier struct {
-	Client  ClientFunc
+	Client  func(context.Context) (*clientv3.Client, error)
 	Prefix  string // trust prefix
 	Timeout time.Duration
 	Log     logrus.FieldLogger
