@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -186,20 +187,12 @@ func (ks *KeySet) Signer() *SigningKey {
 	return ks.signer
 }
 
-// Hosts returns a copy of the published keys by host.
+// Hosts returns a copy of the published keys by host. A host's keys are
+// replaced, never modified in place, so copies share them.
 func (ks *KeySet) Hosts() map[string][]Key {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return cloneHosts(ks.hosts)
-}
-
-// cloneHosts copies hosts deeply: the KeySet's slices are never shared.
-func cloneHosts(hosts map[string][]Key) map[string][]Key {
-	out := make(map[string][]Key, len(hosts))
-	for h, k := range hosts {
-		out[h] = slices.Clone(k)
-	}
-	return out
+	return maps.Clone(ks.hosts)
 }
 
 // Restore seeds the set from a cache: the hosts' keys, and the time the
@@ -207,7 +200,7 @@ func cloneHosts(hosts map[string][]Key) map[string][]Key {
 // (a restart changes nothing the apiserver sees).
 func (ks *KeySet) Restore(hosts map[string][]Key, ids []string, at time.Time) {
 	ks.mu.Lock()
-	ks.hosts = cloneHosts(hosts)
+	ks.hosts = maps.Clone(hosts)
 	ks.recount()
 	prev := &Snapshot{Time: at}
 	for _, id := range ids {
@@ -416,5 +409,5 @@ func (ks *KeySet) Cache() *Cache {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	s := ks.snapshotLocked()
-	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: cloneHosts(ks.hosts)}
+	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: maps.Clone(ks.hosts)}
 }
