@@ -13,17 +13,6 @@ import (
 	"github.com/keysync/confd/internal/trust"
 )
 
-// RecordOf is the record of a host whose apiserver fetched s at t, and
-// whose kube-controller-manager signs with cm ("" when unknown).
-func RecordOf(host string, s *Snapshot, cm string, t time.Time) trust.Record {
-	h := sha256.New()
-	for _, k := range s.Keys {
-		h.Write(k.DER)
-	}
-	return trust.Record{Host: host, Trusted: s.IDs(), Signing: s.Signing, ControllerManagerSigning: cm,
-		BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: t.UTC(), Source: trust.SignerSource}
-}
-
 // Recorder writes this host's trust record when the set its apiserver
 // fetched changes, or the key kube-controller-manager signs with does (not
 // on every FetchKeys call: the apiserver asks every refresh hint).
@@ -92,8 +81,21 @@ func (r *Recorder) Run(ctx context.Context) {
 		if recorded != nil && sameIDs(recorded.Keys, s.Keys) && recorded.Signing == s.Signing && recordedCM == cm {
 			continue
 		}
-		rec := RecordOf(r.Host, s, cm, time.Now())
-		if err := r.put(ctx, rec); err != nil {
+		h := sha256.New()
+		for _, k := range s.Keys {
+			h.Write(k.DER)
+		}
+		rec := trust.Record{Host: r.Host, Trusted: s.IDs(), Signing: s.Signing, ControllerManagerSigning: cm,
+			BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: time.Now().UTC(), Source: trust.SignerSource}
+		// Written through the trust package, as kube-apiserver-safe-restart
+		// does, without a lock condition: the signer holds no restart lock.
+		cli, err := r.Client(ctx)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, r.Timeout)
+			err = trust.Put(pctx, cli, r.Prefix, "", rec)
+			cancel()
+		}
+		if err != nil {
 			r.Metrics.recordErrs.WithLabelValues("write").Inc()
 			if !failing {
 				r.Log.WithError(err).Error("trust record not written; retrying")
@@ -136,18 +138,6 @@ func (r *Recorder) controllerManager(last *string) string {
 		r.Log.WithField("kid", kid).Info("kube-controller-manager's signing key readable again")
 	}
 	return kid
-}
-
-// put writes rec through the trust package, as kube-apiserver-safe-restart
-// does, without a lock condition: the signer holds no restart lock.
-func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
-	cli, err := r.Client(ctx)
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
-	defer cancel()
-	return trust.Put(pctx, cli, r.Prefix, "", rec)
 }
 
 // Barrier holds a new signing key until every host that has a trust
