@@ -299,30 +299,20 @@ func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
 		delete(f.bad, key)
 		f.Log.WithField("key", strconv.Quote(key)).Info("published value accepted again")
 	}
+	// An RSA key under 2048 bits is warned of once: the signer refuses to
+	// sign with one, but serves it, since dropping a key at once would
+	// refuse the tokens it signed; retire it instead.
 	for _, k := range keys {
-		f.checkWeak(key, k)
+		pub, _ := x509.ParsePKIXPublicKey(k.DER)
+		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 && !f.weak[k.ID] {
+			f.weak[k.ID] = true
+			f.Metrics.weakKeys.Inc()
+			f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
+				Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
+		}
 	}
 	f.good[host] = keys
 	return true
-}
-
-// checkWeak warns, once per key, of an RSA key under 2048 bits: the
-// signer refuses to sign with one, but serves it, since dropping a key
-// at once would refuse the tokens it signed; retire it instead.
-func (f *Follower) checkWeak(key string, k Key) {
-	if f.weak[k.ID] {
-		return
-	}
-	pub, err := x509.ParsePKIXPublicKey(k.DER)
-	if err != nil {
-		return
-	}
-	if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 {
-		f.weak[k.ID] = true
-		f.Metrics.weakKeys.Inc()
-		f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
-			Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
-	}
 }
 
 func (f *Follower) withdraw(host string) {
