@@ -54,8 +54,6 @@ type options struct {
 	gid int // resolved --socket-group, -1 when not given
 }
 
-type lookupEnv func(string) (string, bool)
-
 const description = `Serves kube-apiserver's external JWT signer (ExternalJWTSigner v1) on
 --socket: Sign with --signing-key; FetchKeys with every public key published
 under --keys-prefix plus the signing key; Metadata with

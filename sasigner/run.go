@@ -12,7 +12,7 @@ import (
 
 // run is main without the process: ctx ends at SIGTERM or SIGINT; hup
 // delivers SIGHUP (re-read the signing key).
-func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, env func(string) (string, bool), hup <-chan os.Signal, stdout, stderr io.Writer) int {
 	p := &cli.Program{Name: progName, Stdout: stdout, Stderr: stderr, LookupEnv: env, DefaultConfig: defaultConfig}
 	o := &options{gid: -1}
 	cmd := newCommand(p, o, func(o *options) int {

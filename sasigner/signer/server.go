@@ -19,10 +19,6 @@ import (
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 )
 
-// MinTokenExpiration is the least max_token_expiration_seconds
-// kube-apiserver accepts from Metadata.
-const MinTokenExpiration = 600 * time.Second
-
 // Service implements ExternalJWTSigner over a KeySet.
 type Service struct {
 	externaljwtv1.UnimplementedExternalJWTSignerServer
