@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/keysync/confd/internal/cli"
 )
@@ -29,19 +28,4 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), hu
 	})
 	cmd.SetContext(ctx)
 	return p.Execute(cmd, args)
-}
-
-// stopGRPC lets calls in flight finish, for at most d.
-func stopGRPC(g interface {
-	GracefulStop()
-	Stop()
-}, d time.Duration) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		g.Stop()
-		<-done
-	}
 }

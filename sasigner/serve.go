@@ -143,7 +143,10 @@ loop:
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	cancel()
-	stopGRPC(g, 5*time.Second)
+	// Calls in flight may finish, for at most 5 s: Stop ends GracefulStop.
+	force := time.AfterFunc(5*time.Second, g.Stop)
+	g.GracefulStop()
+	force.Stop()
 	km.Wait()
 	wg.Wait()
 	etcd.close()
