@@ -66,12 +66,20 @@ func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*e
 // RSA-2048 or 30,000 P-256 keys (TestFetchKeysAnswerSize).
 const MaxFetchKeysAnswer = 4 << 20
 
-// FetchKeys serves the current key set from memory.
+// FetchKeys serves the current key set from memory. It records the
+// answer's size, and logs an answer over MaxFetchKeysAnswer once per
+// snapshot: the apiserver refuses it and keeps the keys it fetched before,
+// so no key change reaches it.
 func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
 	snap := s.Keys.Snapshot()
 	s.Metrics.fetches.Inc()
 	resp := s.answer(snap)
-	s.checkSize(snap, resp)
+	n := proto.Size(resp)
+	s.Metrics.answer.Set(float64(n))
+	if n > MaxFetchKeysAnswer && s.oversize.Swap(snap) != snap {
+		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
+			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
+	}
 	if s.Fetched != nil {
 		s.Fetched(snap)
 	}
@@ -91,21 +99,6 @@ func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 		resp.Keys[i] = &externaljwtv1.Key{KeyId: k.ID, Key: k.DER}
 	}
 	return resp
-}
-
-// checkSize records the answer's size, and logs an answer over
-// MaxFetchKeysAnswer once per snapshot: the apiserver refuses it and keeps
-// the keys it fetched before, so no key change reaches it.
-func (s *Service) checkSize(snap *Snapshot, resp *externaljwtv1.FetchKeysResponse) {
-	n := proto.Size(resp)
-	s.Metrics.answer.Set(float64(n))
-	if n <= MaxFetchKeysAnswer {
-		return
-	}
-	if s.oversize.Swap(snap) != snap {
-		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
-			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
-	}
 }
 
 // Metadata tells the apiserver the longest token lifetime we sign.
