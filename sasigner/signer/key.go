@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/keysync/confd/internal/pemcheck"
 )
@@ -58,12 +59,7 @@ func LoadSigningKey(path string) (*SigningKey, error) {
 	if err := f.Check(pemcheck.Options{Allow: pemcheck.PrivateKey, Require: pemcheck.PrivateKey}); err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)
 	}
-	var keys []pemcheck.Block
-	for _, b := range f.Blocks {
-		if b.Kind == pemcheck.PrivateKey {
-			keys = append(keys, b)
-		}
-	}
+	keys := slices.DeleteFunc(slices.Clone(f.Blocks), func(b pemcheck.Block) bool { return b.Kind != pemcheck.PrivateKey })
 	if len(keys) != 1 {
 		return nil, fmt.Errorf("signing key %s: %d private keys, want exactly one", path, len(keys))
 	}
