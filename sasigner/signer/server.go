@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -122,13 +121,9 @@ func NewGRPCServer(s *Service) *grpc.Server {
 // socket; the directories are checked first (prepareSocketDir). A stale
 // socket (no one answers) is removed; a live one, or a path that is not a
 // socket, is an error. The socket is mode 0660, group gid (-1: unchanged),
-// which must reach it (checkGroupReach).
+// which must reach it.
 func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
-	chain, err := prepareSocketDir(filepath.Dir(path), gid)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkGroupReach(chain, path, gid); err != nil {
+	if err := prepareSocketDir(path, gid); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
