@@ -151,8 +151,10 @@ func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *
 	if now == nil {
 		now = time.Now
 	}
-	ks := &KeySet{hosts: map[string][]Key{}, signer: signer, extra: extra, now: now}
-	ks.recount()
+	ks := &KeySet{hosts: map[string][]Key{}, refs: map[string]*keyRef{}, signer: signer, extra: extra, now: now}
+	for _, k := range ks.signingKeys() {
+		ks.ref(k, nil)
+	}
 	ks.cur = ks.build(nil, now().UTC())
 	return ks
 }
@@ -195,33 +197,20 @@ func (ks *KeySet) Hosts() map[string][]Key {
 	return maps.Clone(ks.hosts)
 }
 
-// Restore seeds the set from a cache: the hosts' keys, and the time the
+// Restore seeds a new set from a cache: the hosts' keys, and the time the
 // cached set of IDs was current, kept if the set built now has the same IDs
 // (a restart changes nothing the apiserver sees).
 func (ks *KeySet) Restore(hosts map[string][]Key, ids []string, at time.Time) {
 	ks.mu.Lock()
-	ks.hosts = maps.Clone(hosts)
-	ks.recount()
+	for h, k := range hosts {
+		ks.setHost(h, k, nil)
+	}
 	prev := &Snapshot{Time: at}
 	for _, id := range ids {
 		prev.Keys = append(prev.Keys, Key{ID: id})
 	}
 	ks.cur, ks.stale = ks.build(prev, ks.now().UTC()), false
 	ks.mu.Unlock()
-}
-
-// recount counts the keys of hosts and signing keys from scratch. Called
-// with mu held.
-func (ks *KeySet) recount() {
-	ks.refs = map[string]*keyRef{}
-	for _, keys := range ks.hosts {
-		for _, k := range keys {
-			ks.ref(k, nil)
-		}
-	}
-	for _, k := range ks.signingKeys() {
-		ks.ref(k, nil)
-	}
 }
 
 func (ks *KeySet) signingKeys() []Key {
