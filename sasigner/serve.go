@@ -55,7 +55,8 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	cw := &signer.ChangeWriter{Keys: ks, CacheFile: o.cacheFile, Quiet: time.Second, Log: log, Metrics: m}
 	ks.OnDiff(cw.Changed)
 	defer cw.Close()
-	m.SetSnapshot(ks.Snapshot())
+	snap := ks.Snapshot()
+	m.SetKeys(len(snap.Keys), snap.Time)
 	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).WithField("host", host).Info("signing key loaded")
 
 	lis, err := signer.Listen(ctx, o.socket, o.gid)
@@ -120,7 +121,8 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		log.WithError(err).Warn("systemd notification failed")
 	}
 
-	watch := newFileWatch(o.signingKey)
+	watch := &fileWatch{path: o.signingKey}
+	watch.changed() // the file as it is at start
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	var runErr error
@@ -187,11 +189,6 @@ func (c *clients) close() {
 type fileWatch struct {
 	path string
 	last os.FileInfo
-}
-
-func newFileWatch(path string) *fileWatch {
-	fi, _ := os.Stat(path)
-	return &fileWatch{path: path, last: fi}
 }
 
 func (w *fileWatch) changed() bool {

@@ -120,7 +120,7 @@ func (w *ChangeWriter) Flush() {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	c := w.Keys.Cache()
-	w.Metrics.setKeys(len(c.IDs), c.Time)
+	w.Metrics.SetKeys(len(c.IDs), c.Time)
 	if err := c.Write(w.CacheFile); err != nil {
 		w.Metrics.cacheFails.Inc()
 		if !w.failing {

@@ -129,9 +129,7 @@ func (k *SigningKey) Sign(claims string) (header, signature string, err error) {
 		return "", "", fmt.Errorf("%w: %w", ErrBadClaims, err)
 	}
 	h := k.hash.New()
-	h.Write([]byte(k.header))
-	h.Write([]byte{'.'})
-	h.Write([]byte(claims))
+	h.Write([]byte(k.header + "." + claims))
 	digest := h.Sum(nil)
 	if k.ecSize == 0 {
 		sig, err := k.signer.Sign(rand.Reader, digest, k.hash)

@@ -350,7 +350,9 @@ func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
 	}
 	sort.Slice(next.Keys, func(i, j int) bool { return next.Keys[i].ID < next.Keys[j].ID })
 	if prev != nil && sameIDs(prev.Keys, next.Keys) {
-		if prev.Signing == next.Signing && sameDER(prev.Keys, next.Keys) {
+		// The DER differs when a restored snapshot (IDs only) meets real
+		// keys: the keys are then published, with the restored time.
+		if prev.Signing == next.Signing && slices.EqualFunc(prev.Keys, next.Keys, func(x, y Key) bool { return bytes.Equal(x.DER, y.DER) }) {
 			return prev
 		}
 		next.Time = prev.Time
@@ -362,12 +364,6 @@ func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
 
 func sameIDs(a, b []Key) bool {
 	return slices.EqualFunc(a, b, func(x, y Key) bool { return x.ID == y.ID })
-}
-
-// sameDER is false when a restored snapshot (IDs only) meets real keys:
-// the keys are then published, with the restored time.
-func sameDER(a, b []Key) bool {
-	return slices.EqualFunc(a, b, func(x, y Key) bool { return bytes.Equal(x.DER, y.DER) })
 }
 
 // checkKey checks that k's DER is an RSA or ECDSA PKIX public key whose

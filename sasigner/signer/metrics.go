@@ -81,12 +81,8 @@ func (m *Metrics) observeSign(result string, d time.Duration) {
 	}
 }
 
-// SetSnapshot records the set served.
-func (m *Metrics) SetSnapshot(s *Snapshot) {
-	m.setKeys(len(s.Keys), s.Time)
-}
-
-func (m *Metrics) setKeys(n int, t time.Time) {
+// SetKeys records the set served: n keys, changed at t.
+func (m *Metrics) SetKeys(n int, t time.Time) {
 	m.keys.Set(float64(n))
 	m.dataTime.Set(float64(t.UnixNano()) / 1e9)
 }
