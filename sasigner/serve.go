@@ -165,15 +165,11 @@ type clients struct {
 func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cli != nil {
-		return c.cli, nil
+	var err error
+	if c.cli == nil {
+		c.cli, err = c.o.Client(ctx) // nil on error: the next call tries again
 	}
-	cli, err := c.o.Client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.cli = cli
-	return cli, nil
+	return c.cli, err
 }
 
 func (c *clients) close() {

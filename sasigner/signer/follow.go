@@ -166,12 +166,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 	// nil) withdrew its keys.
 	hosts := map[string][]Key{}
 	for _, kv := range resp.Kvs {
-		host := etcdkey.Host(f.Prefix, string(kv.Key))
-		if host == "" {
-			continue
-		}
-		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
-		hosts[host] = f.good[host]
+		f.put(hosts, kv, false)
 	}
 	for host := range f.good {
 		if _, ok := hosts[host]; !ok {
@@ -224,18 +219,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 		// arrives in few responses when the watch falls behind.
 		changes := map[string][]Key{}
 		for _, ev := range wr.Events {
-			host := etcdkey.Host(f.Prefix, string(ev.Kv.Key))
-			if host == "" {
-				continue
-			}
-			if ev.Type == mvccpb.DELETE {
-				f.withdraw(host)
-				changes[host] = nil
-				continue
-			}
-			if f.accept(host, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision) {
-				changes[host] = f.good[host]
-			}
+			f.put(changes, ev.Kv, ev.Type == mvccpb.DELETE)
 		}
 		if len(changes) > 0 {
 			f.Keys.SetHosts(changes)
@@ -276,11 +260,25 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// accept checks one published value (of revision rev); it reports whether
-// the host's keys changed. The etcd key is quoted wherever it is logged:
-// anyone who may publish may put a newline in it, and the text log
-// format prints fields raw.
-func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
+// put records in hosts the keys its host publishes in kv (deleted: none);
+// a value refused leaves the host's previous keys.
+func (f *Follower) put(hosts map[string][]Key, kv *mvccpb.KeyValue, deleted bool) {
+	host := etcdkey.Host(f.Prefix, string(kv.Key))
+	switch {
+	case host == "":
+		return
+	case deleted:
+		f.withdraw(host)
+	default:
+		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
+	}
+	hosts[host] = f.good[host]
+}
+
+// accept checks one published value (of revision rev). The etcd key is
+// quoted wherever it is logged: anyone who may publish may put a newline
+// in it, and the text log format prints fields raw.
+func (f *Follower) accept(host, key string, value []byte, rev int64) {
 	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
 		f.Metrics.rejected.Inc()
@@ -293,7 +291,7 @@ func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
 				l.Error("published value refused: the host has no key served")
 			}
 		}
-		return false
+		return
 	}
 	if _, ok := f.bad[key]; ok {
 		delete(f.bad, key)
@@ -312,7 +310,6 @@ func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
 		}
 	}
 	f.good[host] = keys
-	return true
 }
 
 func (f *Follower) withdraw(host string) {
