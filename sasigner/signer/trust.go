@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -29,8 +30,7 @@ type Recorder struct {
 	// fetch; an error records none and is logged when it starts and ends.
 	ControllerManager func() (string, error)
 
-	mu     sync.Mutex
-	latest *Snapshot
+	latest atomic.Pointer[Snapshot]
 	once   sync.Once
 	wake   chan struct{}
 	// Written, if set, is called after each record is written (tests).
@@ -39,9 +39,7 @@ type Recorder struct {
 
 // Fetched notes that the apiserver fetched s; it never blocks the call.
 func (r *Recorder) Fetched(s *Snapshot) {
-	r.mu.Lock()
-	r.latest = s
-	r.mu.Unlock()
+	r.latest.Store(s)
 	select {
 	case r.wakeup() <- struct{}{}:
 	default:
@@ -71,9 +69,7 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-wake:
 		case <-retry.C:
 		}
-		r.mu.Lock()
-		s := r.latest
-		r.mu.Unlock()
+		s := r.latest.Load()
 		if s == nil {
 			continue
 		}
