@@ -74,13 +74,6 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) observeSign(result string, d time.Duration) {
-	m.signs.WithLabelValues(result).Inc()
-	if result == "ok" {
-		m.signTime.Observe(d.Seconds())
-	}
-}
-
 // SetKeys records the set served: n keys, changed at t.
 func (m *Metrics) SetKeys(n int, t time.Time) {
 	m.keys.Set(float64(n))

@@ -43,20 +43,21 @@ func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*e
 	if k == nil {
 		// A new master's key is not trusted everywhere yet: a token it
 		// signed now would be refused by other masters.
-		s.Metrics.observeSign("unavailable", 0)
+		s.Metrics.signs.WithLabelValues("unavailable").Inc()
 		return nil, status.Error(codes.Unavailable, "the signing key is not yet fetched by every host's apiserver (trust barrier)")
 	}
 	header, sig, err := k.Sign(req.GetClaims())
 	switch {
 	case errors.Is(err, ErrBadClaims):
-		s.Metrics.observeSign("invalid", 0)
+		s.Metrics.signs.WithLabelValues("invalid").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case err != nil:
-		s.Metrics.observeSign("error", 0)
+		s.Metrics.signs.WithLabelValues("error").Inc()
 		s.Log.WithError(err).WithField("kid", k.KeyID).Error("sign")
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.Metrics.observeSign("ok", time.Since(start))
+	s.Metrics.signs.WithLabelValues("ok").Inc()
+	s.Metrics.signTime.Observe(time.Since(start).Seconds())
 	return &externaljwtv1.SignJWTResponse{Header: header, Signature: sig}, nil
 }
 
@@ -72,20 +73,6 @@ const MaxFetchKeysAnswer = 4 << 20
 func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
 	snap := s.Keys.Snapshot()
 	s.Metrics.fetches.Inc()
-	resp := s.answer(snap)
-	n := proto.Size(resp)
-	s.Metrics.answer.Set(float64(n))
-	if n > MaxFetchKeysAnswer && s.oversize.Swap(snap) != snap {
-		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
-			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
-	}
-	if s.Fetched != nil {
-		s.Fetched(snap)
-	}
-	return resp, nil
-}
-
-func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 	resp := &externaljwtv1.FetchKeysResponse{
 		Keys:               make([]*externaljwtv1.Key, len(snap.Keys)),
 		DataTimestamp:      timestamppb.New(snap.Time),
@@ -97,7 +84,16 @@ func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 		// token signed with an excluded key).
 		resp.Keys[i] = &externaljwtv1.Key{KeyId: k.ID, Key: k.DER}
 	}
-	return resp
+	n := proto.Size(resp)
+	s.Metrics.answer.Set(float64(n))
+	if n > MaxFetchKeysAnswer && s.oversize.Swap(snap) != snap {
+		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
+			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
+	}
+	if s.Fetched != nil {
+		s.Fetched(snap)
+	}
+	return resp, nil
 }
 
 // Metadata tells the apiserver the longest token lifetime we sign.
