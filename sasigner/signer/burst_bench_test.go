@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 )
@@ -83,10 +82,8 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 		})
 	}
 	f := &Follower{
-		Connect: func(ctx context.Context) (*clientv3.Client, error) {
-			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{e.Endpoint}, DialTimeout: time.Second})
-		},
-		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute, Metrics: NewMetrics(),
+		Connect: connectOnce(b, e.Endpoint),
+		Prefix:  "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute, Metrics: NewMetrics(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	synced, done := make(chan struct{}), make(chan struct{})

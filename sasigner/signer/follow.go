@@ -26,10 +26,10 @@ import (
 // logged, counted and read again: a resumed watch would wait for revisions
 // above the old ones, serving keys the restored etcd no longer holds.
 type Follower struct {
-	// Connect returns the etcd client (etcdclient.New); it is called until
-	// it succeeds, the signer serving the cached set meanwhile.
+	// Connect returns the etcd client, which its owner closes; it is
+	// called before each read until it succeeds, the signer serving the
+	// cached set meanwhile.
 	Connect func(context.Context) (*clientv3.Client, error)
-	client  *clientv3.Client
 	// Prefix is KEYS-PREFIX with its trailing slash.
 	Prefix string
 	Keys   *KeySet
@@ -80,21 +80,13 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		}
 		delay = min(2*delay, 8*f.Retry)
 	}
-	defer func() {
-		if f.client != nil {
-			_ = f.client.Close()
-		}
-	}()
 	for ctx.Err() == nil {
-		if f.client == nil {
-			c, err := f.Connect(ctx)
-			if err != nil {
-				backOff(err)
-				continue
-			}
-			f.client = c
+		cli, err := f.Connect(ctx)
+		if err != nil {
+			backOff(err)
+			continue
 		}
-		rev, err := f.list(ctx)
+		rev, err := f.list(ctx, cli)
 		if err != nil {
 			backOff(err)
 			continue
@@ -105,7 +97,7 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			synced()
 			synced = nil
 		}
-		err = f.watch(ctx, rev)
+		err = f.watch(ctx, cli, rev)
 		var down *probeError
 		if errors.As(err, &down) {
 			f.setEtcd(false, down.err)
@@ -152,10 +144,10 @@ func (f *Follower) restored(r *etcdrestore.Restored) {
 // list reads the whole prefix and replaces the published keys. It is also
 // where a restore shows when the watch ended for another reason (etcd
 // restarted on a restored data directory): its read is then the re-read.
-func (f *Follower) list(ctx context.Context) (int64, error) {
+func (f *Follower) list(ctx context.Context, cli *clientv3.Client) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.RequestTimeout)
 	defer cancel()
-	resp, r, err := f.restore.Read(rctx, f.client, f.Prefix, clientv3.WithPrefix())
+	resp, r, err := f.restore.Read(rctx, cli, f.Prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
@@ -187,7 +179,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 // connection ends it at once: clientv3 would resume it silently from its
 // last revision, which an etcd restored meanwhile may reach only much
 // later, with other changes; the read that follows tells the restore.
-func (f *Follower) watch(ctx context.Context, rev int64) error {
+func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) error {
 	var cancel context.CancelCauseFunc
 	lost := etcdclient.WithStreamErrors(ctx, func(err error) {
 		cancel(fmt.Errorf("watch stream ended (connection lost?): %w", err))
@@ -197,9 +189,9 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 	// A watcher of its own: clientv3 shares a stream among watches with
 	// the same metadata, and a stream opened by another user of the
 	// client (the trust barrier's watch) would not carry lost's callback.
-	w := clientv3.NewWatcher(f.client)
+	w := clientv3.NewWatcher(cli)
 	defer func() { _ = w.Close() }()
-	go f.probe(wctx, cancel)
+	go f.probe(wctx, cli, cancel)
 	for wr := range w.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
 			return f.restore.Compaction(wr.CompactRevision)
@@ -233,7 +225,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 
 // probe reads etcd every f.Probe while the watch is open and ends the
 // watch (cause: a probeError) when a read fails.
-func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
+func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(f.Probe)
 	defer t.Stop()
 	for {
@@ -243,7 +235,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
-		resp, err := f.client.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
+		resp, err := cli.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
 		pcancel()
 		if err != nil && wctx.Err() == nil {
 			cancel(&probeError{err})

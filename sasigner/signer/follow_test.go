@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/logfmt"
@@ -36,10 +34,8 @@ func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Foll
 	log := logrus.New()
 	log.SetOutput(io.MultiWriter(testWriter{t}, f.log))
 	fl := &Follower{
-		Connect: func(ctx context.Context) (*clientv3.Client, error) {
-			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{endpoint}, DialTimeout: time.Second})
-		},
-		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
+		Connect: connectOnce(t, endpoint),
+		Prefix:  "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
 		Metrics: f.metrics,
 	}
 	for _, o := range opts {
