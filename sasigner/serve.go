@@ -57,7 +57,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	defer cw.Close()
 	snap := ks.Snapshot()
 	m.SetKeys(len(snap.Keys), snap.Time)
-	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).WithField("host", host).Info("signing key loaded")
+	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", o.signingKey).WithField("host", host).Info("signing key loaded")
 
 	lis, err := signer.Listen(ctx, o.socket, o.gid)
 	if err != nil {

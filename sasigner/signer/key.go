@@ -33,8 +33,6 @@ type SigningKey struct {
 	Alg string
 	// PublicDER is the PKIX DER of the public half, as FetchKeys serves it.
 	PublicDER []byte
-	// Path is the file the key was read from (for logs).
-	Path string
 
 	signer crypto.Signer
 	hash   crypto.Hash
@@ -67,7 +65,6 @@ func LoadSigningKey(path string) (*SigningKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing key %s %s: %w", path, keys[0], err)
 	}
-	k.Path = path
 	return k, nil
 }
 
