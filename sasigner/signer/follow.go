@@ -98,13 +98,11 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			synced = nil
 		}
 		err = f.watch(ctx, cli, rev)
-		var down *probeError
-		if errors.As(err, &down) {
+		if down, ok := errors.AsType[*probeError](err); ok {
 			f.setEtcd(false, down.err)
 			continue
 		}
-		var restored *etcdrestore.Restored
-		if errors.As(err, &restored) {
+		if restored, ok := errors.AsType[*etcdrestore.Restored](err); ok {
 			f.Metrics.restarts.Inc()
 			f.restored(restored)
 			continue
