@@ -59,7 +59,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	g := signer.NewGRPCServer(&signer.Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log})
+	g := signer.NewGRPCServer(&signer.Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log, Metrics: signer.NewMetrics()})
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)
 	return path

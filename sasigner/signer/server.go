@@ -101,12 +101,8 @@ func (s *Service) Metadata(context.Context, *externaljwtv1.MetadataRequest) (*ex
 	return &externaljwtv1.MetadataResponse{MaxTokenExpirationSeconds: int64(s.MaxTokenExpiration / time.Second)}, nil
 }
 
-// NewGRPCServer returns a gRPC server serving s, counted in metrics of
-// its own when s.Metrics is nil.
+// NewGRPCServer returns a gRPC server serving s.
 func NewGRPCServer(s *Service) *grpc.Server {
-	if s.Metrics == nil {
-		s.Metrics = NewMetrics()
-	}
 	g := grpc.NewServer()
 	externaljwtv1.RegisterExternalJWTSignerServer(g, s)
 	return g
