@@ -38,7 +38,6 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		// A damaged cache is not a reason to stay down: etcd is the source;
 		// the cache is only a fallback for when it is unreachable.
 		log.WithError(err).Warn("key cache unusable: starting without it")
-		cache = nil
 	}
 	// The key that signed before this start passed the barrier then; any
 	// other key (a new master, or a key file changed while the signer was
