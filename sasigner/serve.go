@@ -104,7 +104,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		Metrics:        m,
 	}
 	wg.Go(func() {
-		_ = f.Run(ctx, func() {
+		f.Run(ctx, func() {
 			log.WithField("keys", len(ks.Snapshot().Keys)).WithField("prefix", f.Prefix).Info("published keys read from etcd; watching")
 			// The first read may leave the set as restored: the cache is
 			// still written once, so that it exists after a first start.

@@ -87,7 +87,7 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	synced, done := make(chan struct{}), make(chan struct{})
-	go func() { _ = f.Run(ctx, func() { close(synced) }); close(done) }()
+	go func() { f.Run(ctx, func() { close(synced) }); close(done) }()
 	defer func() { cancel(); <-done }()
 	<-synced
 

@@ -59,7 +59,7 @@ type Follower struct {
 
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
 // the first successful read.
-func (f *Follower) Run(ctx context.Context, synced func()) error {
+func (f *Follower) Run(ctx context.Context, synced func()) {
 	if f.Retry <= 0 {
 		f.Retry = time.Second
 	}
@@ -112,7 +112,6 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			f.Metrics.restarts.Inc()
 		}
 	}
-	return ctx.Err()
 }
 
 // setEtcd records whether etcd can be read; a change is logged once.

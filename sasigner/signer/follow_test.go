@@ -43,7 +43,7 @@ func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Foll
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = fl.Run(ctx, func() { close(f.synced) }); close(done) }()
+	go func() { fl.Run(ctx, func() { close(f.synced) }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return f
 }
