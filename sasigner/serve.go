@@ -52,7 +52,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		log.WithField("keys", len(ks.Snapshot().Keys)).WithField("since", cache.Time.Format(time.RFC3339)).Info("key set restored from the cache")
 	}
 	cw := &signer.ChangeWriter{Keys: ks, CacheFile: o.cacheFile, Quiet: time.Second, Log: log, Metrics: m}
-	ks.OnDiff(cw.Changed)
+	ks.OnDiff = cw.Changed
 	defer cw.Close()
 	snap := ks.Snapshot()
 	m.SetKeys(len(snap.Keys), snap.Time)

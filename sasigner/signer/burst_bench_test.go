@@ -65,7 +65,7 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 		}
 	}
 	if perChange {
-		ks.OnDiff(func(Change) {
+		ks.OnDiff = func(Change) {
 			s := ks.Snapshot()
 			log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
 			if err := ks.Cache().Write(path); err != nil {
@@ -73,13 +73,13 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 			}
 			writes.Add(1)
 			notify(len(s.Keys))
-		})
+		}
 	} else {
 		w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: time.Second, Log: log, Metrics: NewMetrics()}
-		ks.OnDiff(func(c Change) {
+		ks.OnDiff = func(c Change) {
 			w.Changed(c)
 			notify(c.Keys)
-		})
+		}
 	}
 	f := &Follower{
 		Connect: connectOnce(b, e.Endpoint),

@@ -70,7 +70,7 @@ func (c *Cache) Write(path string) error {
 	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }
 
-// ChangeWriter follows a KeySet's changes (KeySet.OnDiff(w.Changed)) for
+// ChangeWriter follows a KeySet's changes (KeySet.OnDiff = w.Changed) for
 // the command: each change is logged with the key IDs added and removed,
 // never the whole set (thousands of hosts would log megabytes per event);
 // the metrics and the cache file are brought up to date once Quiet has

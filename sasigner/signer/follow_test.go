@@ -30,7 +30,7 @@ type follow struct {
 func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Follower)) *follow {
 	t.Helper()
 	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), synced: make(chan struct{}), log: &syncBuffer{}, metrics: NewMetrics()}
-	ks.OnDiff(func(Change) { f.changes <- ks.Snapshot() })
+	ks.OnDiff = func(Change) { f.changes <- ks.Snapshot() }
 	log := logrus.New()
 	log.SetOutput(io.MultiWriter(testWriter{t}, f.log))
 	fl := &Follower{

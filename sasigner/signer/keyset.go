@@ -114,6 +114,11 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 // key ID served is counted (hosts and signing keys may share one), and the
 // sorted snapshot is built when asked for, once after any number of changes.
 type KeySet struct {
+	// OnDiff, if set before the set is shared, is called outside the lock
+	// and in order with each change of the key IDs served or of the
+	// signing key.
+	OnDiff func(Change)
+
 	mu    sync.Mutex
 	hosts map[string][]Key
 	refs  map[string]*keyRef // by key ID, the hosts and signing keys serving it
@@ -126,9 +131,6 @@ type KeySet struct {
 	stale   bool
 	changed time.Time
 	now     func() time.Time
-	// onDiff is called, outside mu, with every change of the IDs or of
-	// the signing key.
-	onDiff func(Change)
 }
 
 type keyRef struct {
@@ -157,14 +159,6 @@ func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *
 	}
 	ks.cur = ks.build(nil, now().UTC())
 	return ks
-}
-
-// OnDiff sets the function called, outside the lock and in order, with
-// each change of the key IDs served or of the signing key.
-func (ks *KeySet) OnDiff(f func(Change)) {
-	ks.mu.Lock()
-	ks.onDiff = f
-	ks.mu.Unlock()
 }
 
 // Snapshot returns the set served now.
@@ -323,7 +317,7 @@ func (ks *KeySet) update(f func(diff)) {
 		ks.changed = ks.now().UTC()
 	}
 	ks.stale = ks.stale || changed
-	dcb := ks.onDiff
+	dcb := ks.OnDiff
 	ks.mu.Unlock()
 	if changed && dcb != nil {
 		sort.Strings(c.Added)

@@ -96,7 +96,7 @@ func TestDataTimestamp(t *testing.T) {
 	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(c.now, sk)
 	var changes []*Snapshot
-	ks.OnDiff(func(Change) { changes = append(changes, ks.Snapshot()) })
+	ks.OnDiff = func(Change) { changes = append(changes, ks.Snapshot()) }
 	s0 := ks.Snapshot()
 	if !s0.Time.Equal(c.t) || !slices.Equal(s0.IDs(), []string{sk.KeyID}) || s0.Signing != sk.KeyID {
 		t.Fatalf("initial snapshot %v at %s, want only the signing key at %s", s0.IDs(), s0.Time, c.t)
