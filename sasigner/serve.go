@@ -124,15 +124,11 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	watch.changed() // the file as it is at start
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	var runErr error
-loop:
-	for {
+	var runErr error // only errors are sent on errc
+	for runErr == nil && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
+		case runErr = <-errc:
 		case <-hup:
 			watch.changed() // the reload reads the file as it is now
 			km.Reload(ctx, "SIGHUP")
