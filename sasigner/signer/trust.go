@@ -33,8 +33,6 @@ type Recorder struct {
 	latest atomic.Pointer[Snapshot]
 	once   sync.Once
 	wake   chan struct{}
-	// Written, if set, is called after each record is written (tests).
-	Written func(trust.Record)
 }
 
 // Fetched notes that the apiserver fetched s; it never blocks the call.
@@ -107,9 +105,6 @@ func (r *Recorder) Run(ctx context.Context) {
 		recorded, recordedCM = s, cm
 		r.Log.WithField("trusted", rec.Trusted).WithField("signing", rec.Signing).WithField("controller_manager_signing", cm).
 			Info("trust record written: the apiserver fetched a new key set, or the controller-manager's key changed")
-		if r.Written != nil {
-			r.Written(rec)
-		}
 	}
 }
 
