@@ -50,7 +50,7 @@ func TestCheckSigningEndpoint(t *testing.T) {
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	g := signer.NewGRPCServer(&signer.Service{Keys: signer.NewKeySet(nil, sk), RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log})
+	g := signer.NewGRPCServer(&signer.Service{Keys: signer.NewKeySet(nil, sk), RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log, Metrics: signer.NewMetrics()})
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)
 

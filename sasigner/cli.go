@@ -21,16 +21,6 @@ var defaultConfig = config.DefaultPath
 
 const progName = "kube-apiserver-sa-signer"
 
-// Defaults. The etcd prefixes are the trust package's, which
-// kube-apiserver-safe-restart uses too.
-const (
-	defaultSocket      = "/run/kube-apiserver-sa-signer/signer.sock"
-	defaultCacheFile   = "/var/lib/kube-apiserver-sa-signer/keys.json"
-	defaultSigningKey  = "/etc/kubernetes/pki/sa.key"
-	defaultKeysPrefix  = trust.DefaultKeysPrefix + "/"
-	defaultTrustPrefix = trust.DefaultPrefix + "/"
-)
-
 // options are the command line after the configuration file and the
 // environment. Long flag names are the other helper's where the meaning
 // is the same, so that one configuration file serves both.
@@ -53,8 +43,6 @@ type options struct {
 
 	gid int // resolved --socket-group, -1 when not given
 }
-
-type lookupEnv func(string) (string, bool)
 
 const description = `Serves kube-apiserver's external JWT signer (ExternalJWTSigner v1) on
 --socket: Sign with --signing-key; FetchKeys with every public key published
@@ -79,14 +67,14 @@ func newCommand(p *cli.Program, o *options, serve func(*options) int) *cobra.Com
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	o.Etcd.Register(fs)
-	fs.StringVar(&o.socket, "socket", defaultSocket, "Unix socket kube-apiserver's --service-account-signing-endpoint names (in a directory of its own)")
+	fs.StringVar(&o.socket, "socket", "/run/kube-apiserver-sa-signer/signer.sock", "Unix socket kube-apiserver's --service-account-signing-endpoint names (in a directory of its own)")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group (name or ID) given the socket and its directory, for an apiserver not running as root")
-	fs.StringVar(&o.signingKey, "signing-key", defaultSigningKey, "this host's service-account signing key (RSA or ECDSA private key PEM); re-read on SIGHUP")
-	fs.StringVar(&o.keysPrefix, "keys-prefix", defaultKeysPrefix, "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
-	fs.StringVar(&o.cacheFile, "cache-file", defaultCacheFile, "the last good key set, served when etcd is unreachable at start (public keys only)")
+	fs.StringVar(&o.signingKey, "signing-key", "/etc/kubernetes/pki/sa.key", "this host's service-account signing key (RSA or ECDSA private key PEM); re-read on SIGHUP")
+	fs.StringVar(&o.keysPrefix, "keys-prefix", trust.DefaultKeysPrefix+"/", "etcd prefix under which every host publishes its service-account public keys (PREFIX/HOST)")
+	fs.StringVar(&o.cacheFile, "cache-file", "/var/lib/kube-apiserver-sa-signer/keys.json", "the last good key set, served when etcd is unreachable at start (public keys only)")
 	fs.DurationVar(&o.refreshHint, "refresh-hint", 10*time.Second, "how often the apiserver asks for the keys again (FetchKeys' refresh_hint_seconds; whole seconds)")
 	fs.DurationVar(&o.maxTokenExpiration, "max-token-expiration", 8760*time.Hour, "longest token lifetime the apiserver may ask for (Metadata; at least 10m)")
-	fs.StringVar(&o.trustPrefix, "trust-prefix", defaultTrustPrefix, "etcd prefix of the trust records (PREFIX/HOST)")
+	fs.StringVar(&o.trustPrefix, "trust-prefix", trust.DefaultPrefix+"/", "etcd prefix of the trust records (PREFIX/HOST)")
 	fs.DurationVar(&o.trustTimeout, "trust-timeout", 15*time.Minute, "how long a new signing key may wait for every host's apiserver to fetch it")
 	fs.StringVar(&o.host, "host", "", "this host's name in --keys-prefix and --trust-prefix (default: the output of hostname -f)")
 	fs.StringArrayVar(&o.cmFlagsFiles, "controller-manager-flags-file", nil, "kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable): the trust record names the key its --service-account-private-key-file holds, so that retire-keys does not retire a key it still signs with")

@@ -34,6 +34,8 @@ func parseArgs(args []string, env lookupEnv) (*options, *cobra.Command, error) {
 	return o, cmd, nil
 }
 
+type lookupEnv func(string) (string, bool)
+
 func envOf(m map[string]string) lookupEnv {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }

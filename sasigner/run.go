@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/keysync/confd/internal/cli"
 )
 
 // run is main without the process: ctx ends at SIGTERM or SIGINT; hup
 // delivers SIGHUP (re-read the signing key).
-func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, env func(string) (string, bool), hup <-chan os.Signal, stdout, stderr io.Writer) int {
 	p := &cli.Program{Name: progName, Stdout: stdout, Stderr: stderr, LookupEnv: env, DefaultConfig: defaultConfig}
 	o := &options{gid: -1}
 	cmd := newCommand(p, o, func(o *options) int {
@@ -29,19 +28,4 @@ func run(ctx context.Context, args []string, env lookupEnv, hup <-chan os.Signal
 	})
 	cmd.SetContext(ctx)
 	return p.Execute(cmd, args)
-}
-
-// stopGRPC lets calls in flight finish, for at most d.
-func stopGRPC(g interface {
-	GracefulStop()
-	Stop()
-}, d time.Duration) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		g.Stop()
-		<-done
-	}
 }

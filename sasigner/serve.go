@@ -38,16 +38,13 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		// A damaged cache is not a reason to stay down: etcd is the source;
 		// the cache is only a fallback for when it is unreachable.
 		log.WithError(err).Warn("key cache unusable: starting without it")
-		cache = nil
 	}
 	// The key that signed before this start passed the barrier then; any
 	// other key (a new master, or a key file changed while the signer was
 	// down) waits for it, with no previous key to sign with meanwhile.
 	trusted := o.trustTimeout == 0 || (cache != nil && cache.Signing == key.KeyID)
-	var ks *signer.KeySet
-	if trusted {
-		ks = signer.NewKeySet(nil, key)
-	} else {
+	ks := signer.NewKeySet(nil, key)
+	if !trusted {
 		ks = signer.NewKeySet(nil, nil, key)
 	}
 	if cache != nil {
@@ -55,14 +52,23 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		log.WithField("keys", len(ks.Snapshot().Keys)).WithField("since", cache.Time.Format(time.RFC3339)).Info("key set restored from the cache")
 	}
 	cw := &signer.ChangeWriter{Keys: ks, CacheFile: o.cacheFile, Quiet: time.Second, Log: log, Metrics: m}
-	ks.OnDiff(cw.Changed)
+	ks.OnDiff = cw.Changed
 	defer cw.Close()
-	m.SetSnapshot(ks.Snapshot())
-	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", key.Path).WithField("host", host).Info("signing key loaded")
+	snap := ks.Snapshot()
+	m.SetKeys(len(snap.Keys), snap.Time)
+	log.WithField("kid", key.KeyID).WithField("alg", key.Alg).WithField("file", o.signingKey).WithField("host", host).Info("signing key loaded")
 
 	lis, err := signer.Listen(ctx, o.socket, o.gid)
 	if err != nil {
 		return err
+	}
+	if o.metricsAddr != "" {
+		srv, err := promserve.Serve(ctx, "--metrics-addr", o.metricsAddr, m.Registry)
+		if err != nil {
+			_ = lis.Close()
+			return err
+		}
+		defer srv.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -98,7 +104,7 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		Metrics:        m,
 	}
 	wg.Go(func() {
-		_ = f.Run(ctx, func() {
+		f.Run(ctx, func() {
 			log.WithField("keys", len(ks.Snapshot().Keys)).WithField("prefix", f.Prefix).Info("published keys read from etcd; watching")
 			// The first read may leave the set as restored: the cache is
 			// still written once, so that it exists after a first start.
@@ -109,35 +115,20 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		log.WithField("kid", key.KeyID).Warn("signing key not known to have passed the trust barrier: no token is signed until every recorded host's apiserver fetched it")
 		km.Promote(ctx, nil, key, true)
 	}
-	if o.metricsAddr != "" {
-		srv, err := promserve.Serve(ctx, "--metrics-addr", o.metricsAddr, m.Registry)
-		if err != nil {
-			cancel()
-			g.Stop()
-			km.Wait()
-			wg.Wait()
-			etcd.close()
-			return err
-		}
-		defer srv.Close()
-	}
 	log.WithField("socket", o.socket).Info("serving ExternalJWTSigner")
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.WithError(err).Warn("systemd notification failed")
 	}
 
-	watch := newFileWatch(o.signingKey)
+	watch := &fileWatch{path: o.signingKey}
+	watch.changed() // the file as it is at start
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	var runErr error
-loop:
-	for {
+	var runErr error // only errors are sent on errc
+	for runErr == nil && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
+		case runErr = <-errc:
 		case <-hup:
 			watch.changed() // the reload reads the file as it is now
 			km.Reload(ctx, "SIGHUP")
@@ -149,7 +140,10 @@ loop:
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	cancel()
-	stopGRPC(g, 5*time.Second)
+	// Calls in flight may finish, for at most 5 s: Stop ends GracefulStop.
+	force := time.AfterFunc(5*time.Second, g.Stop)
+	g.GracefulStop()
+	force.Stop()
 	km.Wait()
 	wg.Wait()
 	etcd.close()
@@ -166,15 +160,11 @@ type clients struct {
 func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cli != nil {
-		return c.cli, nil
+	var err error
+	if c.cli == nil {
+		c.cli, err = c.o.Client(ctx) // nil on error: the next call tries again
 	}
-	cli, err := c.o.Client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.cli = cli
-	return cli, nil
+	return c.cli, err
 }
 
 func (c *clients) close() {
@@ -190,11 +180,6 @@ func (c *clients) close() {
 type fileWatch struct {
 	path string
 	last os.FileInfo
-}
-
-func newFileWatch(path string) *fileWatch {
-	fi, _ := os.Stat(path)
-	return &fileWatch{path: path, last: fi}
 }
 
 func (w *fileWatch) changed() bool {

@@ -50,7 +50,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 		if err != nil {
 			t.Fatal(err)
 		}
-		ks.SetHost("m"+string(rune('2'+i)), keys)
+		ks.SetHosts(map[string][]signer.Key{"m" + string(rune('2'+i)): keys})
 	}
 	path := filepath.Join(socketDir(t), "run", "signer.sock")
 	l, err := signer.Listen(context.Background(), path, -1)
@@ -59,7 +59,7 @@ func serveSigner(t *testing.T, sign *ecdsa.PrivateKey, others ...crypto.PublicKe
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	g := signer.NewGRPCServer(&signer.Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log})
+	g := signer.NewGRPCServer(&signer.Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: time.Hour, Log: log, Metrics: signer.NewMetrics()})
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)
 	return path

@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 )
@@ -66,7 +65,7 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 		}
 	}
 	if perChange {
-		ks.OnDiff(func(Change) {
+		ks.OnDiff = func(Change) {
 			s := ks.Snapshot()
 			log.WithField("kids", s.IDs()).WithField("signing", s.Signing).Info("key set changed")
 			if err := ks.Cache().Write(path); err != nil {
@@ -74,23 +73,21 @@ func publishBurst(b *testing.B, hosts int, perChange bool) {
 			}
 			writes.Add(1)
 			notify(len(s.Keys))
-		})
+		}
 	} else {
-		w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: time.Second, Log: log}
-		ks.OnDiff(func(c Change) {
+		w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: time.Second, Log: log, Metrics: NewMetrics()}
+		ks.OnDiff = func(c Change) {
 			w.Changed(c)
 			notify(c.Keys)
-		})
+		}
 	}
 	f := &Follower{
-		Connect: func(ctx context.Context) (*clientv3.Client, error) {
-			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{e.Endpoint}, DialTimeout: time.Second})
-		},
-		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute,
+		Connect: connectOnce(b, e.Endpoint),
+		Prefix:  "/keys/", Keys: ks, Log: log, RequestTimeout: 10 * time.Second, Probe: time.Minute, Metrics: NewMetrics(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	synced, done := make(chan struct{}), make(chan struct{})
-	go func() { _ = f.Run(ctx, func() { close(synced) }); close(done) }()
+	go func() { f.Run(ctx, func() { close(synced) }); close(done) }()
 	defer func() { cancel(); <-done }()
 	<-synced
 

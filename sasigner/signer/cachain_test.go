@@ -45,7 +45,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, hook := logtest.NewNullLogger()
-			f := &Follower{Log: l, good: map[string][]Key{}, bad: map[string]int64{}}
+			f := &Follower{Log: l, Metrics: NewMetrics(), good: map[string][]Key{}, bad: map[string]int64{}}
 			logged := func() string {
 				var b strings.Builder
 				for _, e := range hook.AllEntries() {
@@ -53,7 +53,8 @@ func TestParsePublishedDropsCA(t *testing.T) {
 				}
 				return b.String()
 			}
-			ok := f.accept("m1\nforged", "/keys/m1", tc.value, 1)
+			f.accept("m1\nforged", "/keys/m1", tc.value, 1)
+			_, ok := f.good["m1\nforged"] // accepted: the host's keys are served
 			if tc.err != nil {
 				_, err := ParsePublished("/keys/m1", tc.value, "", nil)
 				if ok || !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "/keys/m1") {

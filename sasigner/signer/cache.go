@@ -60,11 +60,6 @@ func ReadCache(path string) (*Cache, error) {
 	return &c, nil
 }
 
-// NewCache returns the cache of snapshot s with hosts' published keys.
-func NewCache(s *Snapshot, hosts map[string][]Key) *Cache {
-	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: hosts}
-}
-
 // Write replaces path atomically: a crash leaves the old cache or the new
 // one, never a part of either.
 func (c *Cache) Write(path string) error {
@@ -75,7 +70,7 @@ func (c *Cache) Write(path string) error {
 	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }
 
-// ChangeWriter follows a KeySet's changes (KeySet.OnDiff(w.Changed)) for
+// ChangeWriter follows a KeySet's changes (KeySet.OnDiff = w.Changed) for
 // the command: each change is logged with the key IDs added and removed,
 // never the whole set (thousands of hosts would log megabytes per event);
 // the metrics and the cache file are brought up to date once Quiet has
@@ -125,9 +120,9 @@ func (w *ChangeWriter) Flush() {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	c := w.Keys.Cache()
-	w.Metrics.setKeys(len(c.IDs), c.Time)
+	w.Metrics.SetKeys(len(c.IDs), c.Time)
 	if err := c.Write(w.CacheFile); err != nil {
-		w.Metrics.IncCacheFailure()
+		w.Metrics.cacheFails.Inc()
 		if !w.failing {
 			w.failing = true
 			w.Log.WithError(err).Error("key cache not written: a start while etcd is unreachable would serve an older set")

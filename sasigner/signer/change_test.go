@@ -22,7 +22,7 @@ func TestKeySetDiff(t *testing.T) {
 	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(nil, sk)
 	var got []Change
-	ks.OnDiff(func(c Change) { got = append(got, c) })
+	ks.OnDiff = func(c Change) { got = append(got, c) }
 	a, b, c := keyOf(t, &keytest.EC(t).PublicKey), keyOf(t, &keytest.EC(t).PublicKey), keyOf(t, &keytest.EC(t).PublicKey)
 
 	ks.SetHost("h1", []Key{a})
@@ -70,7 +70,7 @@ func TestChangeWriter(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.json")
 	m := NewMetrics()
 	w := &ChangeWriter{Keys: ks, CacheFile: path, Quiet: 500 * time.Millisecond, Log: log, Metrics: m}
-	ks.OnDiff(w.Changed)
+	ks.OnDiff = w.Changed
 
 	keys := make([]Key, 50)
 	for i := range keys {

@@ -26,10 +26,10 @@ import (
 // logged, counted and read again: a resumed watch would wait for revisions
 // above the old ones, serving keys the restored etcd no longer holds.
 type Follower struct {
-	// Connect returns the etcd client (etcdclient.New); it is called until
-	// it succeeds, the signer serving the cached set meanwhile.
+	// Connect returns the etcd client, which its owner closes; it is
+	// called before each read until it succeeds, the signer serving the
+	// cached set meanwhile.
 	Connect func(context.Context) (*clientv3.Client, error)
-	client  *clientv3.Client
 	// Prefix is KEYS-PREFIX with its trailing slash.
 	Prefix string
 	Keys   *KeySet
@@ -42,9 +42,6 @@ type Follower struct {
 	// whose server is gone retries silently forever.
 	Probe   time.Duration
 	Metrics *Metrics
-	// OnEtcd, if set, is called when reading etcd starts failing (false)
-	// and when it works again (true).
-	OnEtcd func(up bool)
 
 	// good is each host's last good keys: a value that fails the check
 	// keeps the host's previous keys served, as confd keeps the live
@@ -62,7 +59,7 @@ type Follower struct {
 
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
 // the first successful read.
-func (f *Follower) Run(ctx context.Context, synced func()) error {
+func (f *Follower) Run(ctx context.Context, synced func()) {
 	if f.Retry <= 0 {
 		f.Retry = time.Second
 	}
@@ -83,21 +80,13 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 		}
 		delay = min(2*delay, 8*f.Retry)
 	}
-	defer func() {
-		if f.client != nil {
-			_ = f.client.Close()
-		}
-	}()
 	for ctx.Err() == nil {
-		if f.client == nil {
-			c, err := f.Connect(ctx)
-			if err != nil {
-				backOff(err)
-				continue
-			}
-			f.client = c
+		cli, err := f.Connect(ctx)
+		if err != nil {
+			backOff(err)
+			continue
 		}
-		rev, err := f.list(ctx)
+		rev, err := f.list(ctx, cli)
 		if err != nil {
 			backOff(err)
 			continue
@@ -108,30 +97,26 @@ func (f *Follower) Run(ctx context.Context, synced func()) error {
 			synced()
 			synced = nil
 		}
-		err = f.watch(ctx, rev)
-		var down *probeError
-		if errors.As(err, &down) {
+		err = f.watch(ctx, cli, rev)
+		if down, ok := errors.AsType[*probeError](err); ok {
 			f.setEtcd(false, down.err)
 			continue
 		}
-		var restored *etcdrestore.Restored
-		if errors.As(err, &restored) {
-			f.Metrics.incWatchRestart()
+		if restored, ok := errors.AsType[*etcdrestore.Restored](err); ok {
+			f.Metrics.restarts.Inc()
 			f.restored(restored)
 			continue
 		}
 		if ctx.Err() == nil {
 			f.Log.WithError(err).Warn("etcd watch of the published keys ended; reading the prefix again")
-			f.Metrics.incWatchRestart()
+			f.Metrics.restarts.Inc()
 		}
 	}
-	return ctx.Err()
 }
 
-// setEtcd records whether etcd can be read; a change is logged and passed
-// to OnEtcd once.
+// setEtcd records whether etcd can be read; a change is logged once.
 func (f *Follower) setEtcd(up bool, err error) {
-	f.Metrics.setEtcdUp(up)
+	f.Metrics.etcdUp.Set(map[bool]float64{true: 1}[up])
 	if f.down != up {
 		return
 	}
@@ -143,15 +128,12 @@ func (f *Follower) setEtcd(up bool, err error) {
 		f.Log.WithError(err).WithField("keys", len(snap.Keys)).WithField("since", snap.Time.Format(time.RFC3339)).
 			Error("etcd unreachable: serving the last good key set until it is back")
 	}
-	if f.OnEtcd != nil {
-		f.OnEtcd(up)
-	}
 }
 
 // restored logs and counts a restore noticed; the next read of the prefix
 // ends it.
 func (f *Follower) restored(r *etcdrestore.Restored) {
-	f.Metrics.incRestore(r.Evidence)
+	f.Metrics.restores.WithLabelValues(string(r.Evidence)).Inc()
 	f.restoring = r
 	f.Log.WithField("evidence", string(r.Evidence)).Warn("etcd restore detected: " + r.Error() + "; re-reading the whole key set")
 }
@@ -159,31 +141,29 @@ func (f *Follower) restored(r *etcdrestore.Restored) {
 // list reads the whole prefix and replaces the published keys. It is also
 // where a restore shows when the watch ended for another reason (etcd
 // restarted on a restored data directory): its read is then the re-read.
-func (f *Follower) list(ctx context.Context) (int64, error) {
+func (f *Follower) list(ctx context.Context, cli *clientv3.Client) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.RequestTimeout)
 	defer cancel()
-	resp, r, err := f.restore.Read(rctx, f.client, f.Prefix, clientv3.WithPrefix())
+	resp, r, err := f.restore.Read(rctx, cli, f.Prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
 	if r != nil {
 		f.restored(r)
 	}
-	hosts := map[string]bool{}
+	// Every host's keys in one change; a host absent from the read (set
+	// nil) withdrew its keys.
+	hosts := map[string][]Key{}
 	for _, kv := range resp.Kvs {
-		host := etcdkey.Host(f.Prefix, string(kv.Key))
-		if host == "" {
-			continue
-		}
-		hosts[host] = true
-		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
+		f.put(hosts, kv, false)
 	}
 	for host := range f.good {
-		if !hosts[host] {
+		if _, ok := hosts[host]; !ok {
 			f.withdraw(host)
+			hosts[host] = nil
 		}
 	}
-	f.Keys.Replace(f.good)
+	f.Keys.SetHosts(hosts)
 	if r := f.restoring; r != nil {
 		f.restoring = nil
 		f.Log.WithField("evidence", string(r.Evidence)).WithField("keys", len(f.Keys.Snapshot().Keys)).
@@ -196,7 +176,7 @@ func (f *Follower) list(ctx context.Context) (int64, error) {
 // connection ends it at once: clientv3 would resume it silently from its
 // last revision, which an etcd restored meanwhile may reach only much
 // later, with other changes; the read that follows tells the restore.
-func (f *Follower) watch(ctx context.Context, rev int64) error {
+func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) error {
 	var cancel context.CancelCauseFunc
 	lost := etcdclient.WithStreamErrors(ctx, func(err error) {
 		cancel(fmt.Errorf("watch stream ended (connection lost?): %w", err))
@@ -206,9 +186,9 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 	// A watcher of its own: clientv3 shares a stream among watches with
 	// the same metadata, and a stream opened by another user of the
 	// client (the trust barrier's watch) would not carry lost's callback.
-	w := clientv3.NewWatcher(f.client)
+	w := clientv3.NewWatcher(cli)
 	defer func() { _ = w.Close() }()
-	go f.probe(wctx, cancel)
+	go f.probe(wctx, cli, cancel)
 	for wr := range w.Watch(wctx, f.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
 			return f.restore.Compaction(wr.CompactRevision)
@@ -228,18 +208,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 		// arrives in few responses when the watch falls behind.
 		changes := map[string][]Key{}
 		for _, ev := range wr.Events {
-			host := etcdkey.Host(f.Prefix, string(ev.Kv.Key))
-			if host == "" {
-				continue
-			}
-			if ev.Type == mvccpb.DELETE {
-				f.withdraw(host)
-				changes[host] = nil
-				continue
-			}
-			if f.accept(host, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision) {
-				changes[host] = f.good[host]
-			}
+			f.put(changes, ev.Kv, ev.Type == mvccpb.DELETE)
 		}
 		if len(changes) > 0 {
 			f.Keys.SetHosts(changes)
@@ -253,7 +222,7 @@ func (f *Follower) watch(ctx context.Context, rev int64) error {
 
 // probe reads etcd every f.Probe while the watch is open and ends the
 // watch (cause: a probeError) when a read fails.
-func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
+func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(f.Probe)
 	defer t.Stop()
 	for {
@@ -263,7 +232,7 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
-		resp, err := f.client.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
+		resp, err := cli.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
 		pcancel()
 		if err != nil && wctx.Err() == nil {
 			cancel(&probeError{err})
@@ -280,14 +249,28 @@ func (f *Follower) probe(wctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// accept checks one published value (of revision rev); it reports whether
-// the host's keys changed. The etcd key is quoted wherever it is logged:
-// anyone who may publish may put a newline in it, and the text log
-// format prints fields raw.
-func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
+// put records in hosts the keys its host publishes in kv (deleted: none);
+// a value refused leaves the host's previous keys.
+func (f *Follower) put(hosts map[string][]Key, kv *mvccpb.KeyValue, deleted bool) {
+	host := etcdkey.Host(f.Prefix, string(kv.Key))
+	switch {
+	case host == "":
+		return
+	case deleted:
+		f.withdraw(host)
+	default:
+		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
+	}
+	hosts[host] = f.good[host]
+}
+
+// accept checks one published value (of revision rev). The etcd key is
+// quoted wherever it is logged: anyone who may publish may put a newline
+// in it, and the text log format prints fields raw.
+func (f *Follower) accept(host, key string, value []byte, rev int64) {
 	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
-		f.Metrics.incRejected()
+		f.Metrics.rejected.Inc()
 		if f.bad[key] != rev {
 			f.bad[key] = rev
 			l := f.Log.WithField("key", strconv.Quote(key)).WithError(err)
@@ -297,36 +280,25 @@ func (f *Follower) accept(host, key string, value []byte, rev int64) bool {
 				l.Error("published value refused: the host has no key served")
 			}
 		}
-		return false
+		return
 	}
 	if _, ok := f.bad[key]; ok {
 		delete(f.bad, key)
 		f.Log.WithField("key", strconv.Quote(key)).Info("published value accepted again")
 	}
+	// An RSA key under 2048 bits is warned of once: the signer refuses to
+	// sign with one, but serves it, since dropping a key at once would
+	// refuse the tokens it signed; retire it instead.
 	for _, k := range keys {
-		f.checkWeak(key, k)
+		pub, _ := x509.ParsePKIXPublicKey(k.DER)
+		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 && !f.weak[k.ID] {
+			f.weak[k.ID] = true
+			f.Metrics.weakKeys.Inc()
+			f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
+				Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
+		}
 	}
 	f.good[host] = keys
-	return true
-}
-
-// checkWeak warns, once per key, of an RSA key under 2048 bits: the
-// signer refuses to sign with one, but serves it, since dropping a key
-// at once would refuse the tokens it signed; retire it instead.
-func (f *Follower) checkWeak(key string, k Key) {
-	if f.weak[k.ID] {
-		return
-	}
-	pub, err := x509.ParsePKIXPublicKey(k.DER)
-	if err != nil {
-		return
-	}
-	if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 {
-		f.weak[k.ID] = true
-		f.Metrics.incWeakKey()
-		f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
-			Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
-	}
 }
 
 func (f *Follower) withdraw(host string) {

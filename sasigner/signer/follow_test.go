@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/logfmt"
@@ -22,7 +20,6 @@ import (
 type follow struct {
 	ks      *KeySet
 	changes chan *Snapshot
-	etcd    chan bool
 	synced  chan struct{}
 	log     *syncBuffer
 	metrics *Metrics
@@ -32,21 +29,13 @@ type follow struct {
 // it runs.
 func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Follower)) *follow {
 	t.Helper()
-	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), etcd: make(chan bool, 10), synced: make(chan struct{}), log: &syncBuffer{}, metrics: NewMetrics()}
-	ks.OnDiff(func(Change) { f.changes <- ks.Snapshot() })
+	f := &follow{ks: ks, changes: make(chan *Snapshot, 100), synced: make(chan struct{}), log: &syncBuffer{}, metrics: NewMetrics()}
+	ks.OnDiff = func(Change) { f.changes <- ks.Snapshot() }
 	log := logrus.New()
 	log.SetOutput(io.MultiWriter(testWriter{t}, f.log))
 	fl := &Follower{
-		Connect: func(ctx context.Context) (*clientv3.Client, error) {
-			return etcdclient.New(ctx, etcdclient.Config{Nodes: []string{endpoint}, DialTimeout: time.Second})
-		},
-		Prefix: "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
-		OnEtcd: func(up bool) {
-			select {
-			case f.etcd <- up:
-			default: // a test that does not read them
-			}
-		},
+		Connect: connectOnce(t, endpoint),
+		Prefix:  "/keys/", Keys: ks, Log: log, RequestTimeout: 2 * time.Second, Retry: 100 * time.Millisecond, Probe: 200 * time.Millisecond,
 		Metrics: f.metrics,
 	}
 	for _, o := range opts {
@@ -54,7 +43,7 @@ func startFollower(t *testing.T, endpoint string, ks *KeySet, opts ...func(*Foll
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = fl.Run(ctx, func() { close(f.synced) }); close(done) }()
+	go func() { fl.Run(ctx, func() { close(f.synced) }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return f
 }
@@ -147,18 +136,14 @@ func TestFollowEtcdDown(t *testing.T) {
 	before := f.ks.Snapshot()
 
 	e.Stop()
-	if up := <-f.etcd; up {
-		t.Fatal("etcd reported up after stop")
-	}
+	f.waitLog(t, "etcd unreachable: serving the last good key set")
 	if s := f.ks.Snapshot(); s != before {
 		t.Fatalf("set changed while etcd was down: %v, was %v", s.IDs(), before.IDs())
 	}
 	e.Restart(t)
 	e.Put(t, "/keys/h2", string(keytest.PublicPEM(t, &k2.PublicKey)))
 	f.waitFor(t, "h2 after etcd came back", has(keytest.KeyID(t, &k1.PublicKey), keytest.KeyID(t, &k2.PublicKey)))
-	if up := <-f.etcd; !up {
-		t.Fatal("etcd not reported up again")
-	}
+	f.waitLog(t, "etcd reachable again")
 }
 
 // TestStartWithEtcdDown: a signer started while etcd is unreachable serves
@@ -173,9 +158,7 @@ func TestStartWithEtcdDown(t *testing.T) {
 	ks := NewKeySet(nil, sk)
 	ks.Restore(cache.Hosts, cache.IDs, cache.Time)
 	f := startFollower(t, etcdtest.UnusedEndpoint(t), ks)
-	if up := <-f.etcd; up {
-		t.Fatal("unreachable etcd reported up")
-	}
+	f.waitLog(t, "etcd unreachable: serving the last good key set")
 	s := ks.Snapshot()
 	if !slices.Equal(s.IDs(), cache.IDs) || !s.Time.Equal(cache.Time) {
 		t.Fatalf("serving %v at %s while etcd is down, want the cached %v at %s", s.IDs(), s.Time, cache.IDs, cache.Time)

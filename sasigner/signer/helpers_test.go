@@ -2,11 +2,17 @@ package signer
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/keysync/confd/internal/etcdclient"
 )
 
 func mustSigningKey(t testing.TB, k crypto.PrivateKey) *SigningKey {
@@ -74,4 +80,28 @@ func metricValue(t testing.TB, m *Metrics, name, label, value string) float64 {
 		}
 	}
 	return 0
+}
+
+// connectOnce is a Follower's Connect: one client to endpoint, made at the
+// first call that succeeds and closed when the test ends, as the command
+// shares one.
+func connectOnce(t testing.TB, endpoint string) func(context.Context) (*clientv3.Client, error) {
+	var (
+		mu  sync.Mutex
+		cli *clientv3.Client
+	)
+	t.Cleanup(func() {
+		if cli != nil {
+			_ = cli.Close()
+		}
+	})
+	return func(ctx context.Context) (*clientv3.Client, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var err error
+		if cli == nil {
+			cli, err = etcdclient.New(ctx, etcdclient.Config{Nodes: []string{endpoint}, DialTimeout: time.Second})
+		}
+		return cli, err
+	}
 }

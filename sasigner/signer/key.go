@@ -11,15 +11,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/sha512"
-	"crypto/x509"
+	_ "crypto/sha256" // crypto.SHA256.New
+	_ "crypto/sha512" // crypto.SHA384.New, crypto.SHA512.New
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
-	"io"
+	"slices"
 
 	"github.com/keysync/confd/internal/pemcheck"
 )
@@ -35,12 +33,9 @@ type SigningKey struct {
 	Alg string
 	// PublicDER is the PKIX DER of the public half, as FetchKeys serves it.
 	PublicDER []byte
-	// Path is the file the key was read from (for logs).
-	Path string
 
-	signer  crypto.Signer
-	newHash func() hash.Hash
-	hashID  crypto.Hash
+	signer crypto.Signer
+	hash   crypto.Hash
 	// ecSize is the byte length of r and s in an ECDSA JWS signature
 	// (RFC 7518 3.4: fixed-width big-endian, not ASN.1); 0 for RSA.
 	ecSize int
@@ -62,12 +57,7 @@ func LoadSigningKey(path string) (*SigningKey, error) {
 	if err := f.Check(pemcheck.Options{Allow: pemcheck.PrivateKey, Require: pemcheck.PrivateKey}); err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)
 	}
-	var keys []pemcheck.Block
-	for _, b := range f.Blocks {
-		if b.Kind == pemcheck.PrivateKey {
-			keys = append(keys, b)
-		}
-	}
+	keys := slices.DeleteFunc(slices.Clone(f.Blocks), func(b pemcheck.Block) bool { return b.Kind != pemcheck.PrivateKey })
 	if len(keys) != 1 {
 		return nil, fmt.Errorf("signing key %s: %d private keys, want exactly one", path, len(keys))
 	}
@@ -75,7 +65,6 @@ func LoadSigningKey(path string) (*SigningKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing key %s %s: %w", path, keys[0], err)
 	}
-	k.Path = path
 	return k, nil
 }
 
@@ -91,31 +80,27 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 		if p.N.BitLen() < 2048 {
 			return nil, fmt.Errorf("RSA key of %d bits: want at least 2048", p.N.BitLen())
 		}
-		k.signer, k.Alg, k.newHash, k.hashID = p, "RS256", sha256.New, crypto.SHA256
+		k.signer, k.Alg, k.hash = p, "RS256", crypto.SHA256
 	case *ecdsa.PrivateKey:
 		k.signer = p
 		switch p.Curve {
 		case elliptic.P256():
-			k.Alg, k.newHash, k.hashID, k.ecSize = "ES256", sha256.New, crypto.SHA256, 32
+			k.Alg, k.hash, k.ecSize = "ES256", crypto.SHA256, 32
 		case elliptic.P384():
-			k.Alg, k.newHash, k.hashID, k.ecSize = "ES384", sha512.New384, crypto.SHA384, 48
+			k.Alg, k.hash, k.ecSize = "ES384", crypto.SHA384, 48
 		case elliptic.P521():
-			k.Alg, k.newHash, k.hashID, k.ecSize = "ES512", sha512.New, crypto.SHA512, 66
+			k.Alg, k.hash, k.ecSize = "ES512", crypto.SHA512, 66
 		default:
 			return nil, fmt.Errorf("ECDSA curve %s: want P-256, P-384 or P-521", p.Curve.Params().Name)
 		}
 	default:
 		return nil, fmt.Errorf("%T: want an RSA or ECDSA private key", key)
 	}
-	pub := k.signer.Public()
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	pk, err := newKey(k.signer.Public())
 	if err != nil {
 		return nil, fmt.Errorf("public half: %w", err)
 	}
-	if k.KeyID, err = pemcheck.KeyID(pub); err != nil {
-		return nil, err
-	}
-	k.PublicDER = der
+	k.KeyID, k.PublicDER = pk.ID, pk.DER
 	// Only alg, kid and typ: kube-apiserver refuses any other header field
 	// (plugin.validateJWTHeader decodes with DisallowUnknownFields).
 	h, err := json.Marshal(struct {
@@ -130,36 +115,27 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	return k, nil
 }
 
-// Public returns the public half.
-func (k *SigningKey) Public() crypto.PublicKey { return k.signer.Public() }
-
 // Sign returns the JWS header and signature, both base64url, for claims
 // as the apiserver sends them (the base64url second segment of the JWT):
 // the signature covers header "." claims.
 func (k *SigningKey) Sign(claims string) (header, signature string, err error) {
-	return k.sign(rand.Reader, claims)
-}
-
-func (k *SigningKey) sign(random io.Reader, claims string) (string, string, error) {
 	if claims == "" {
 		return "", "", fmt.Errorf("%w: empty", ErrBadClaims)
 	}
 	if _, err := base64.RawURLEncoding.DecodeString(claims); err != nil {
 		return "", "", fmt.Errorf("%w: %w", ErrBadClaims, err)
 	}
-	h := k.newHash()
-	h.Write([]byte(k.header))
-	h.Write([]byte{'.'})
-	h.Write([]byte(claims))
+	h := k.hash.New()
+	h.Write([]byte(k.header + "." + claims))
 	digest := h.Sum(nil)
 	if k.ecSize == 0 {
-		sig, err := k.signer.Sign(random, digest, k.hashID)
+		sig, err := k.signer.Sign(rand.Reader, digest, k.hash)
 		if err != nil {
 			return "", "", fmt.Errorf("RS256 signature: %w", err)
 		}
 		return k.header, base64.RawURLEncoding.EncodeToString(sig), nil
 	}
-	r, s, err := ecdsa.Sign(random, k.signer.(*ecdsa.PrivateKey), digest)
+	r, s, err := ecdsa.Sign(rand.Reader, k.signer.(*ecdsa.PrivateKey), digest)
 	if err != nil {
 		return "", "", fmt.Errorf("%s signature: %w", k.Alg, err)
 	}

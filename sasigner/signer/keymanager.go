@@ -37,44 +37,31 @@ type KeyManager struct {
 }
 
 // Load reads File (LoadSigningKey) and warns, logged and counted, at every
-// load until fixed, when KeyFileProblems finds it open to others: anyone
-// who can read it can sign tokens every apiserver of the fleet accepts.
+// load until fixed, when others than this process's user may read or
+// replace it (permission bits for group or others, or another owner):
+// anyone who can read it can sign tokens every apiserver of the fleet
+// accepts. The file is stat'ed following links, as the key is read; one
+// that cannot be stat'ed warns of nothing.
 func (m *KeyManager) Load() (*SigningKey, error) {
 	k, err := LoadSigningKey(m.File)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range KeyFileProblems(m.File) {
-		m.Metrics.incKeyFileWarning(p.Reason)
-		m.Log.WithField("file", fmt.Sprintf("%q", m.File)).WithField("kid", k.KeyID).Warn("signing key file: " + p.Text)
-	}
-	return k, nil
-}
-
-// KeyFileProblem is one reason a private key file is open to others.
-type KeyFileProblem struct {
-	// Reason is the metric label: mode or owner.
-	Reason string
-	Text   string
-}
-
-// KeyFileProblems stats path (following links, as the key is read) and
-// returns why others than this process's user may read or replace it:
-// permission bits for group or others, or another owner. A file that
-// cannot be stat'ed gives none: reading it is what fails then.
-func KeyFileProblems(path string) []KeyFileProblem {
-	fi, err := os.Stat(path)
+	fi, err := os.Stat(m.File)
 	if err != nil {
-		return nil
+		return k, nil
 	}
-	var out []KeyFileProblem
+	warn := func(reason, text string) {
+		m.Metrics.keyFile.WithLabelValues(reason).Inc()
+		m.Log.WithField("file", fmt.Sprintf("%q", m.File)).WithField("kid", k.KeyID).Warn("signing key file: " + text)
+	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		out = append(out, KeyFileProblem{"mode", fmt.Sprintf("mode %04o: group or others may read it (want 0600 or 0400)", perm)})
+		warn("mode", fmt.Sprintf("mode %04o: group or others may read it (want 0600 or 0400)", perm))
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		out = append(out, KeyFileProblem{"owner", fmt.Sprintf("owned by uid %d, not by this process's uid %d: that user can replace the signing key", st.Uid, os.Geteuid())})
+		warn("owner", fmt.Sprintf("owned by uid %d, not by this process's uid %d: that user can replace the signing key", st.Uid, os.Geteuid()))
 	}
-	return out
+	return k, nil
 }
 
 // Reload re-reads File; a file that fails to load leaves the current key
@@ -166,13 +153,6 @@ func (m *KeyManager) Promote(ctx context.Context, prev, next *SigningKey, newHos
 			l.WithError(err).Error("trust barrier timed out: still signing with the previous key (send SIGHUP to try again)")
 		}
 	})
-}
-
-// Pending returns the key waiting for the barrier; nil when none is.
-func (m *KeyManager) Pending() *SigningKey {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.pending
 }
 
 // Wait cancels the wait in progress and returns once it has ended.

@@ -38,7 +38,7 @@ func TestRollbackCancelsPendingSwitch(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(logs)
 	ks := NewKeySet(nil, old)
-	km := &KeyManager{Keys: ks, File: file, Log: log,
+	km := &KeyManager{Keys: ks, File: file, Log: log, Metrics: NewMetrics(),
 		Barrier: &Barrier{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil }, Prefix: "/trust/", Timeout: time.Minute, Log: log}}
 	t.Cleanup(km.Wait)
 	ctx := context.Background()
@@ -135,4 +135,11 @@ func TestKeyFileWarnings(t *testing.T) {
 	if !strings.Contains(logs.String(), "owned by uid 65534") {
 		t.Errorf("owner not warned:\n%s", logs)
 	}
+}
+
+// Pending returns the key waiting for the barrier; nil when none is.
+func (m *KeyManager) Pending() *SigningKey {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pending
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -56,16 +57,12 @@ func ParsePublished(name string, value []byte, host string, log logrus.FieldLogg
 		return nil, err
 	}
 	cas := f.CAs()
-	ca := map[int]bool{}
-	for _, c := range cas {
-		ca[c.Block.Index] = true
-	}
 	var out []Key
 	for _, b := range f.Blocks {
 		if b.Kind == pemcheck.PrivateKey {
 			return nil, fmt.Errorf("%s %s: %w: a private key must never be published", name, b, pemcheck.ErrPrivateKey)
 		}
-		if b.Public == nil || ca[b.Index] {
+		if b.Public == nil || slices.ContainsFunc(cas, func(c pemcheck.CA) bool { return c.Block.Index == b.Index }) {
 			continue // EC PARAMETERS, or a CA's key
 		}
 		switch pub := b.Public.(type) {
@@ -117,6 +114,11 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 // key ID served is counted (hosts and signing keys may share one), and the
 // sorted snapshot is built when asked for, once after any number of changes.
 type KeySet struct {
+	// OnDiff, if set before the set is shared, is called outside the lock
+	// and in order with each change of the key IDs served or of the
+	// signing key.
+	OnDiff func(Change)
+
 	mu    sync.Mutex
 	hosts map[string][]Key
 	refs  map[string]*keyRef // by key ID, the hosts and signing keys serving it
@@ -129,9 +131,6 @@ type KeySet struct {
 	stale   bool
 	changed time.Time
 	now     func() time.Time
-	// onDiff is called, outside mu, with every change of the IDs or of
-	// the signing key.
-	onDiff func(Change)
 }
 
 type keyRef struct {
@@ -154,18 +153,12 @@ func NewKeySet(now func() time.Time, signer *SigningKey, extra ...*SigningKey) *
 	if now == nil {
 		now = time.Now
 	}
-	ks := &KeySet{hosts: map[string][]Key{}, signer: signer, extra: extra, now: now}
-	ks.recount()
+	ks := &KeySet{hosts: map[string][]Key{}, refs: map[string]*keyRef{}, signer: signer, extra: extra, now: now}
+	for _, k := range ks.signingKeys() {
+		ks.ref(k, nil)
+	}
 	ks.cur = ks.build(nil, now().UTC())
 	return ks
-}
-
-// OnDiff sets the function called, outside the lock and in order, with
-// each change of the key IDs served or of the signing key.
-func (ks *KeySet) OnDiff(f func(Change)) {
-	ks.mu.Lock()
-	ks.onDiff = f
-	ks.mu.Unlock()
 }
 
 // Snapshot returns the set served now.
@@ -190,49 +183,28 @@ func (ks *KeySet) Signer() *SigningKey {
 	return ks.signer
 }
 
-// Hosts returns a copy of the published keys by host.
+// Hosts returns a copy of the published keys by host. A host's keys are
+// replaced, never modified in place, so copies share them.
 func (ks *KeySet) Hosts() map[string][]Key {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return cloneHosts(ks.hosts)
+	return maps.Clone(ks.hosts)
 }
 
-// cloneHosts copies hosts deeply: the KeySet's slices are never shared.
-func cloneHosts(hosts map[string][]Key) map[string][]Key {
-	out := make(map[string][]Key, len(hosts))
-	for h, k := range hosts {
-		out[h] = slices.Clone(k)
-	}
-	return out
-}
-
-// Restore seeds the set from a cache: the hosts' keys, and the time the
+// Restore seeds a new set from a cache: the hosts' keys, and the time the
 // cached set of IDs was current, kept if the set built now has the same IDs
 // (a restart changes nothing the apiserver sees).
 func (ks *KeySet) Restore(hosts map[string][]Key, ids []string, at time.Time) {
 	ks.mu.Lock()
-	ks.hosts = cloneHosts(hosts)
-	ks.recount()
+	for h, k := range hosts {
+		ks.setHost(h, k, nil)
+	}
 	prev := &Snapshot{Time: at}
 	for _, id := range ids {
 		prev.Keys = append(prev.Keys, Key{ID: id})
 	}
 	ks.cur, ks.stale = ks.build(prev, ks.now().UTC()), false
 	ks.mu.Unlock()
-}
-
-// recount counts the keys of hosts and signing keys from scratch. Called
-// with mu held.
-func (ks *KeySet) recount() {
-	ks.refs = map[string]*keyRef{}
-	for _, keys := range ks.hosts {
-		for _, k := range keys {
-			ks.ref(k, nil)
-		}
-	}
-	for _, k := range ks.signingKeys() {
-		ks.ref(k, nil)
-	}
 }
 
 func (ks *KeySet) signingKeys() []Key {
@@ -245,28 +217,8 @@ func (ks *KeySet) signingKeys() []Key {
 	return out
 }
 
-// Replace sets every host's keys at once (a full read of the prefix).
-// Hosts absent from hosts are dropped: their key was withdrawn.
-func (ks *KeySet) Replace(hosts map[string][]Key) {
-	ks.update(func(d diff) {
-		for h := range ks.hosts {
-			if _, ok := hosts[h]; !ok {
-				ks.setHost(h, nil, d)
-			}
-		}
-		for h, k := range hosts {
-			ks.setHost(h, k, d)
-		}
-	})
-}
-
-// SetHost sets one host's keys; nil or empty removes the host.
-func (ks *KeySet) SetHost(host string, keys []Key) {
-	ks.update(func(d diff) { ks.setHost(host, keys, d) })
-}
-
 // SetHosts sets the keys of each host named (nil or empty removes it) in
-// one change: a watch response's events.
+// one change: a watch response's events, or a full read of the prefix.
 func (ks *KeySet) SetHosts(hosts map[string][]Key) {
 	ks.update(func(d diff) {
 		for h, k := range hosts {
@@ -365,7 +317,7 @@ func (ks *KeySet) update(f func(diff)) {
 		ks.changed = ks.now().UTC()
 	}
 	ks.stale = ks.stale || changed
-	dcb := ks.onDiff
+	dcb := ks.OnDiff
 	ks.mu.Unlock()
 	if changed && dcb != nil {
 		sort.Strings(c.Added)
@@ -392,7 +344,9 @@ func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
 	}
 	sort.Slice(next.Keys, func(i, j int) bool { return next.Keys[i].ID < next.Keys[j].ID })
 	if prev != nil && sameIDs(prev.Keys, next.Keys) {
-		if prev.Signing == next.Signing && sameDER(prev.Keys, next.Keys) {
+		// The DER differs when a restored snapshot (IDs only) meets real
+		// keys: the keys are then published, with the restored time.
+		if prev.Signing == next.Signing && slices.EqualFunc(prev.Keys, next.Keys, func(x, y Key) bool { return bytes.Equal(x.DER, y.DER) }) {
 			return prev
 		}
 		next.Time = prev.Time
@@ -404,12 +358,6 @@ func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
 
 func sameIDs(a, b []Key) bool {
 	return slices.EqualFunc(a, b, func(x, y Key) bool { return x.ID == y.ID })
-}
-
-// sameDER is false when a restored snapshot (IDs only) meets real keys:
-// the keys are then published, with the restored time.
-func sameDER(a, b []Key) bool {
-	return slices.EqualFunc(a, b, func(x, y Key) bool { return bytes.Equal(x.DER, y.DER) })
 }
 
 // checkKey checks that k's DER is an RSA or ECDSA PKIX public key whose
@@ -439,5 +387,6 @@ func checkKey(k Key) error {
 func (ks *KeySet) Cache() *Cache {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return NewCache(ks.snapshotLocked(), cloneHosts(ks.hosts))
+	s := ks.snapshotLocked()
+	return &Cache{Version: cacheVersion, Time: s.Time, IDs: s.IDs(), Signing: s.Signing, Hosts: maps.Clone(ks.hosts)}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -95,7 +96,7 @@ func TestDataTimestamp(t *testing.T) {
 	sk := mustSigningKey(t, keytest.EC(t))
 	ks := NewKeySet(c.now, sk)
 	var changes []*Snapshot
-	ks.OnDiff(func(Change) { changes = append(changes, ks.Snapshot()) })
+	ks.OnDiff = func(Change) { changes = append(changes, ks.Snapshot()) }
 	s0 := ks.Snapshot()
 	if !s0.Time.Equal(c.t) || !slices.Equal(s0.IDs(), []string{sk.KeyID}) || s0.Signing != sk.KeyID {
 		t.Fatalf("initial snapshot %v at %s, want only the signing key at %s", s0.IDs(), s0.Time, c.t)
@@ -178,4 +179,20 @@ func TestRestoreKeepsTime(t *testing.T) {
 	if s := other.Snapshot(); !s.Time.Equal(c.t) {
 		t.Fatalf("restored with another signing key: time %s, want %s", s.Time, c.t)
 	}
+}
+
+// SetHost sets one host's keys; nil or empty removes the host.
+func (ks *KeySet) SetHost(host string, keys []Key) {
+	ks.SetHosts(map[string][]Key{host: keys})
+}
+
+// Replace sets every host's keys at once, as the Follower's full read of
+// the prefix does: hosts absent from hosts are dropped.
+func (ks *KeySet) Replace(hosts map[string][]Key) {
+	all := map[string][]Key{}
+	for h := range ks.Hosts() {
+		all[h] = nil
+	}
+	maps.Copy(all, hosts)
+	ks.SetHosts(all)
 }

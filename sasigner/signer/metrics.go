@@ -10,7 +10,6 @@ import (
 )
 
 // Metrics counts what the signer does (names kube_apiserver_sa_signer_...).
-// A nil *Metrics counts nothing, for tests.
 type Metrics struct {
 	Registry   *prometheus.Registry
 	signs      *prometheus.CounterVec
@@ -75,85 +74,8 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) observeSign(result string, d time.Duration) {
-	if m == nil {
-		return
-	}
-	m.signs.WithLabelValues(result).Inc()
-	if result == "ok" {
-		m.signTime.Observe(d.Seconds())
-	}
-}
-
-func (m *Metrics) incFetch() {
-	if m != nil {
-		m.fetches.Inc()
-	}
-}
-
-// SetSnapshot records the set served.
-func (m *Metrics) SetSnapshot(s *Snapshot) {
-	m.setKeys(len(s.Keys), s.Time)
-}
-
-func (m *Metrics) setKeys(n int, t time.Time) {
-	if m != nil {
-		m.keys.Set(float64(n))
-		m.dataTime.Set(float64(t.UnixNano()) / 1e9)
-	}
-}
-
-func (m *Metrics) setEtcdUp(up bool) {
-	if m != nil {
-		m.etcdUp.Set(map[bool]float64{true: 1}[up])
-	}
-}
-
-func (m *Metrics) incRejected() {
-	if m != nil {
-		m.rejected.Inc()
-	}
-}
-
-func (m *Metrics) incWatchRestart() {
-	if m != nil {
-		m.restarts.Inc()
-	}
-}
-
-func (m *Metrics) incRestore(e etcdrestore.Evidence) {
-	if m != nil {
-		m.restores.WithLabelValues(string(e)).Inc()
-	}
-}
-
-// IncCacheFailure counts a failed cache write.
-func (m *Metrics) IncCacheFailure() {
-	if m != nil {
-		m.cacheFails.Inc()
-	}
-}
-
-func (m *Metrics) incRecordError(what string) {
-	if m != nil {
-		m.recordErrs.WithLabelValues(what).Inc()
-	}
-}
-
-func (m *Metrics) incKeyFileWarning(reason string) {
-	if m != nil {
-		m.keyFile.WithLabelValues(reason).Inc()
-	}
-}
-
-func (m *Metrics) setAnswerBytes(n int) {
-	if m != nil {
-		m.answer.Set(float64(n))
-	}
-}
-
-func (m *Metrics) incWeakKey() {
-	if m != nil {
-		m.weakKeys.Inc()
-	}
+// SetKeys records the set served: n keys, changed at t.
+func (m *Metrics) SetKeys(n int, t time.Time) {
+	m.keys.Set(float64(n))
+	m.dataTime.Set(float64(t.UnixNano()) / 1e9)
 }

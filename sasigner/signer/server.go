@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -18,10 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	externaljwtv1 "k8s.io/externaljwt/apis/v1"
 )
-
-// MinTokenExpiration is the least max_token_expiration_seconds
-// kube-apiserver accepts from Metadata.
-const MinTokenExpiration = 600 * time.Second
 
 // Service implements ExternalJWTSigner over a KeySet.
 type Service struct {
@@ -48,20 +43,21 @@ func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*e
 	if k == nil {
 		// A new master's key is not trusted everywhere yet: a token it
 		// signed now would be refused by other masters.
-		s.Metrics.observeSign("unavailable", 0)
+		s.Metrics.signs.WithLabelValues("unavailable").Inc()
 		return nil, status.Error(codes.Unavailable, "the signing key is not yet fetched by every host's apiserver (trust barrier)")
 	}
 	header, sig, err := k.Sign(req.GetClaims())
 	switch {
 	case errors.Is(err, ErrBadClaims):
-		s.Metrics.observeSign("invalid", 0)
+		s.Metrics.signs.WithLabelValues("invalid").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case err != nil:
-		s.Metrics.observeSign("error", 0)
+		s.Metrics.signs.WithLabelValues("error").Inc()
 		s.Log.WithError(err).WithField("kid", k.KeyID).Error("sign")
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.Metrics.observeSign("ok", time.Since(start))
+	s.Metrics.signs.WithLabelValues("ok").Inc()
+	s.Metrics.signTime.Observe(time.Since(start).Seconds())
 	return &externaljwtv1.SignJWTResponse{Header: header, Signature: sig}, nil
 }
 
@@ -70,19 +66,13 @@ func (s *Service) Sign(_ context.Context, req *externaljwtv1.SignJWTRequest) (*e
 // RSA-2048 or 30,000 P-256 keys (TestFetchKeysAnswerSize).
 const MaxFetchKeysAnswer = 4 << 20
 
-// FetchKeys serves the current key set from memory.
+// FetchKeys serves the current key set from memory. It records the
+// answer's size, and logs an answer over MaxFetchKeysAnswer once per
+// snapshot: the apiserver refuses it and keeps the keys it fetched before,
+// so no key change reaches it.
 func (s *Service) FetchKeys(context.Context, *externaljwtv1.FetchKeysRequest) (*externaljwtv1.FetchKeysResponse, error) {
 	snap := s.Keys.Snapshot()
-	s.Metrics.incFetch()
-	resp := s.answer(snap)
-	s.checkSize(snap, resp)
-	if s.Fetched != nil {
-		s.Fetched(snap)
-	}
-	return resp, nil
-}
-
-func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
+	s.Metrics.fetches.Inc()
 	resp := &externaljwtv1.FetchKeysResponse{
 		Keys:               make([]*externaljwtv1.Key, len(snap.Keys)),
 		DataTimestamp:      timestamppb.New(snap.Time),
@@ -94,22 +84,16 @@ func (s *Service) answer(snap *Snapshot) *externaljwtv1.FetchKeysResponse {
 		// token signed with an excluded key).
 		resp.Keys[i] = &externaljwtv1.Key{KeyId: k.ID, Key: k.DER}
 	}
-	return resp
-}
-
-// checkSize records the answer's size, and logs an answer over
-// MaxFetchKeysAnswer once per snapshot: the apiserver refuses it and keeps
-// the keys it fetched before, so no key change reaches it.
-func (s *Service) checkSize(snap *Snapshot, resp *externaljwtv1.FetchKeysResponse) {
 	n := proto.Size(resp)
-	s.Metrics.setAnswerBytes(n)
-	if n <= MaxFetchKeysAnswer {
-		return
-	}
-	if s.oversize.Swap(snap) != snap {
+	s.Metrics.answer.Set(float64(n))
+	if n > MaxFetchKeysAnswer && s.oversize.Swap(snap) != snap {
 		s.Log.WithField("bytes", n).WithField("keys", len(snap.Keys)).WithField("limit", MaxFetchKeysAnswer).
 			Error("FetchKeys answer over kube-apiserver's 4 MiB gRPC receive limit: the apiserver refuses it and keeps the keys it fetched before; retire keys (retire-keys) to get under it")
 	}
+	if s.Fetched != nil {
+		s.Fetched(snap)
+	}
+	return resp, nil
 }
 
 // Metadata tells the apiserver the longest token lifetime we sign.
@@ -129,13 +113,9 @@ func NewGRPCServer(s *Service) *grpc.Server {
 // socket; the directories are checked first (prepareSocketDir). A stale
 // socket (no one answers) is removed; a live one, or a path that is not a
 // socket, is an error. The socket is mode 0660, group gid (-1: unchanged),
-// which must reach it (checkGroupReach).
+// which must reach it.
 func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
-	chain, err := prepareSocketDir(filepath.Dir(path), gid)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkGroupReach(chain, path, gid); err != nil {
+	if err := prepareSocketDir(path, gid); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {

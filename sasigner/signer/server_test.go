@@ -36,7 +36,7 @@ func serveSocket(t testing.TB, ks *KeySet, fetched func(*Snapshot)) (externaljwt
 	}
 	log := logrus.New()
 	log.SetOutput(testWriter{t})
-	g := NewGRPCServer(&Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: 8760 * time.Hour, Log: log, Fetched: fetched})
+	g := NewGRPCServer(&Service{Keys: ks, RefreshHint: 10 * time.Second, MaxTokenExpiration: 8760 * time.Hour, Log: log, Metrics: NewMetrics(), Fetched: fetched})
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient("unix://"+path,

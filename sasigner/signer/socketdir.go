@@ -26,25 +26,26 @@ func (d dirInfo) String() string {
 	return fmt.Sprintf("%s (owner %d:%d, mode %04o)", d.path, d.uid, d.gid, d.mode)
 }
 
-// prepareSocketDir makes dir safe to hold the socket and returns it and its
-// ancestors, from / down: whoever can add an entry to it, or rename an
-// ancestor, can bind the socket's path first and answer the apiserver. So
-// no component is a symlink (each opened O_NOFOLLOW from its parent's fd),
-// each is owned by root or the signer's euid, no ancestor is writable by
-// group or others unless sticky (as /tmp), and dir by nobody else at all.
+// prepareSocketDir makes sock's directory (dir) safe to hold it and checks
+// that --socket-group reaches it (checkGroupReach): whoever can add an
+// entry to dir, or rename an ancestor, can bind the socket's path first and
+// answer the apiserver. So no component is a symlink (each opened
+// O_NOFOLLOW from its parent's fd), each is owned by root or the signer's
+// euid, no ancestor is writable by group or others unless sticky (as
+// /tmp), and dir by nobody else at all.
 // Missing components are created (ancestors 0755, dir 0750); dir's mode
 // and group are set through its fd, group r-x for --socket-group (gid ≥ 0)
 // whatever the umask or its mode before.
-func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
-	dir = filepath.Clean(dir)
+func prepareSocketDir(sock string, gid int) error {
+	dir := filepath.Dir(sock)
 	if !filepath.IsAbs(dir) || dir == "/" {
 		// "/" would be chmod'ed and chgrp'ed as the socket's own.
-		return nil, fmt.Errorf("socket directory %s: want an absolute path below / (a directory of its own)", dir)
+		return fmt.Errorf("socket directory %s: want an absolute path below / (a directory of its own)", dir)
 	}
 	euid := uint32(os.Geteuid())
 	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("socket directory: /: %w", err)
+		return fmt.Errorf("socket directory: /: %w", err)
 	}
 	defer func() { _ = unix.Close(fd) }()
 	names := strings.Split(strings.TrimPrefix(dir, "/"), "/")
@@ -54,22 +55,22 @@ func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 		last := i == len(names)
 		d, err := fstatDir(fd, cur)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if d.uid != 0 && d.uid != euid {
-			return nil, fmt.Errorf("socket directory: %s is owned by uid %d, not root or the signer (uid %d): anyone it belongs to can swap the socket; use a directory owned by root", d, d.uid, euid)
+			return fmt.Errorf("socket directory: %s is owned by uid %d, not root or the signer (uid %d): anyone it belongs to can swap the socket; use a directory owned by root", d, d.uid, euid)
 		}
 		if last {
 			if d.mode&0o022 != 0 {
-				return nil, fmt.Errorf("socket directory %s is writable by group or others: another user can bind the socket's path first and answer the apiserver; use a directory of its own (e.g. /run/kube-apiserver-sa-signer), or chmod go-w it", d)
+				return fmt.Errorf("socket directory %s is writable by group or others: another user can bind the socket's path first and answer the apiserver; use a directory of its own (e.g. /run/kube-apiserver-sa-signer), or chmod go-w it", d)
 			}
 			if d, err = fixSocketDir(fd, d, gid); err != nil {
-				return nil, err
+				return err
 			}
-			return append(chain, d), nil
+			return checkGroupReach(append(chain, d), sock, gid)
 		}
 		if d.mode&0o022 != 0 && d.mode&unix.S_ISVTX == 0 {
-			return nil, fmt.Errorf("socket directory: ancestor %s is writable by group or others and not sticky: another user can rename the socket's directory and put theirs in its place; chmod go-w it or choose another directory", d)
+			return fmt.Errorf("socket directory: ancestor %s is writable by group or others and not sticky: another user can rename the socket's directory and put theirs in its place; chmod go-w it or choose another directory", d)
 		}
 		chain = append(chain, d)
 
@@ -90,18 +91,18 @@ func prepareSocketDir(dir string, gid int) ([]dirInfo, error) {
 				// (next turn), not chmod'ed.
 				created = false
 			} else if err != nil {
-				return nil, fmt.Errorf("socket directory: create %s: %w", next, err)
+				return fmt.Errorf("socket directory: create %s: %w", next, err)
 			}
 			// Opened O_RDONLY whatever final is: fchmod needs it.
 			if nfd, err = openDir(fd, name, next, true); err == nil && created {
 				if err := unix.Fchmod(nfd, mode); err != nil {
 					_ = unix.Close(nfd)
-					return nil, fmt.Errorf("socket directory: chmod %s: %w", next, err)
+					return fmt.Errorf("socket directory: chmod %s: %w", next, err)
 				}
 			}
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		_ = unix.Close(fd)
 		fd, cur = nfd, next

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,25 +14,11 @@ import (
 	"github.com/keysync/confd/internal/trust"
 )
 
-// RecordOf is the record of a host whose apiserver fetched s at t, and
-// whose kube-controller-manager signs with cm ("" when unknown).
-func RecordOf(host string, s *Snapshot, cm string, t time.Time) trust.Record {
-	h := sha256.New()
-	for _, k := range s.Keys {
-		h.Write(k.DER)
-	}
-	return trust.Record{Host: host, Trusted: s.IDs(), Signing: s.Signing, ControllerManagerSigning: cm,
-		BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: t.UTC(), Source: trust.SignerSource}
-}
-
-// ClientFunc returns the etcd client, waiting for a connection.
-type ClientFunc func(context.Context) (*clientv3.Client, error)
-
 // Recorder writes this host's trust record when the set its apiserver
 // fetched changes, or the key kube-controller-manager signs with does (not
 // on every FetchKeys call: the apiserver asks every refresh hint).
 type Recorder struct {
-	Client  ClientFunc
+	Client  func(context.Context) (*clientv3.Client, error)
 	Prefix  string // trust prefix
 	Host    string
 	Timeout time.Duration
@@ -43,36 +30,28 @@ type Recorder struct {
 	// fetch; an error records none and is logged when it starts and ends.
 	ControllerManager func() (string, error)
 
-	mu     sync.Mutex
-	latest *Snapshot
+	latest atomic.Pointer[Snapshot]
+	once   sync.Once
 	wake   chan struct{}
-	// Written, if set, is called after each record is written (tests).
-	Written func(trust.Record)
 }
 
 // Fetched notes that the apiserver fetched s; it never blocks the call.
 func (r *Recorder) Fetched(s *Snapshot) {
-	r.mu.Lock()
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-	r.latest = s
-	wake := r.wake
-	r.mu.Unlock()
+	r.latest.Store(s)
 	select {
-	case wake <- struct{}{}:
+	case r.wakeup() <- struct{}{}:
 	default:
 	}
 }
 
+func (r *Recorder) wakeup() chan struct{} {
+	r.once.Do(func() { r.wake = make(chan struct{}, 1) })
+	return r.wake
+}
+
 // Run writes records until ctx ends; a failed write is retried.
 func (r *Recorder) Run(ctx context.Context) {
-	r.mu.Lock()
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-	wake := r.wake
-	r.mu.Unlock()
+	wake := r.wakeup()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	var (
@@ -88,9 +67,7 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-wake:
 		case <-retry.C:
 		}
-		r.mu.Lock()
-		s := r.latest
-		r.mu.Unlock()
+		s := r.latest.Load()
 		if s == nil {
 			continue
 		}
@@ -98,9 +75,22 @@ func (r *Recorder) Run(ctx context.Context) {
 		if recorded != nil && sameIDs(recorded.Keys, s.Keys) && recorded.Signing == s.Signing && recordedCM == cm {
 			continue
 		}
-		rec := RecordOf(r.Host, s, cm, time.Now())
-		if err := r.put(ctx, rec); err != nil {
-			r.Metrics.incRecordError("write")
+		h := sha256.New()
+		for _, k := range s.Keys {
+			h.Write(k.DER)
+		}
+		rec := trust.Record{Host: r.Host, Trusted: s.IDs(), Signing: s.Signing, ControllerManagerSigning: cm,
+			BundleSHA256: hex.EncodeToString(h.Sum(nil)), Time: time.Now().UTC(), Source: trust.SignerSource}
+		// Written through the trust package, as kube-apiserver-safe-restart
+		// does, without a lock condition: the signer holds no restart lock.
+		cli, err := r.Client(ctx)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, r.Timeout)
+			err = trust.Put(pctx, cli, r.Prefix, "", rec)
+			cancel()
+		}
+		if err != nil {
+			r.Metrics.recordErrs.WithLabelValues("write").Inc()
 			if !failing {
 				r.Log.WithError(err).Error("trust record not written; retrying")
 			}
@@ -115,9 +105,6 @@ func (r *Recorder) Run(ctx context.Context) {
 		recorded, recordedCM = s, cm
 		r.Log.WithField("trusted", rec.Trusted).WithField("signing", rec.Signing).WithField("controller_manager_signing", cm).
 			Info("trust record written: the apiserver fetched a new key set, or the controller-manager's key changed")
-		if r.Written != nil {
-			r.Written(rec)
-		}
 	}
 }
 
@@ -130,7 +117,7 @@ func (r *Recorder) controllerManager(last *string) string {
 	}
 	kid, err := r.ControllerManager()
 	if err != nil {
-		r.Metrics.incRecordError("controller_manager_key")
+		r.Metrics.recordErrs.WithLabelValues("controller_manager_key").Inc()
 		if msg := err.Error(); msg != *last {
 			*last = msg
 			r.Log.WithError(err).Error("kube-controller-manager's signing key unreadable: the trust record names none, so retire-keys cannot see which key it signs with")
@@ -144,22 +131,10 @@ func (r *Recorder) controllerManager(last *string) string {
 	return kid
 }
 
-// put writes rec through the trust package, as kube-apiserver-safe-restart
-// does, without a lock condition: the signer holds no restart lock.
-func (r *Recorder) put(ctx context.Context, rec trust.Record) error {
-	cli, err := r.Client(ctx)
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
-	defer cancel()
-	return trust.Put(pctx, cli, r.Prefix, "", rec)
-}
-
 // Barrier holds a new signing key until every host that has a trust
 // record lists it: trust.Wait among the recorded hosts.
 type Barrier struct {
-	Client  ClientFunc
+	Client  func(context.Context) (*clientv3.Client, error)
 	Prefix  string // trust prefix
 	Timeout time.Duration
 	Log     logrus.FieldLogger

@@ -18,6 +18,35 @@ import (
 	"github.com/keysync/confd/internal/trust"
 )
 
+// recordsWritten sends each trust record written under /trust/m1 from now
+// on, as stored.
+func recordsWritten(t *testing.T, cli *clientv3.Client) <-chan trust.Record {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	resp, err := cli.Get(ctx, "/trust/m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan trust.Record, 10)
+	go func() {
+		for wr := range cli.Watch(ctx, "/trust/m1", clientv3.WithRev(resp.Header.Revision+1)) {
+			for _, ev := range wr.Events {
+				var rec trust.Record
+				if json.Unmarshal(ev.Kv.Value, &rec) != nil {
+					continue
+				}
+				select {
+				case ch <- rec:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return ch
+}
+
 func quietLog(t testing.TB) logrus.FieldLogger {
 	l := logrus.New()
 	l.SetOutput(testWriter{t})
@@ -103,9 +132,9 @@ func TestBarrierWaitsForEveryRecord(t *testing.T) {
 func TestRecorderWritesOnChange(t *testing.T) {
 	e := etcdtest.Start(t)
 	cli := e.Client(t)
-	written := make(chan trust.Record, 10)
+	written := recordsWritten(t, cli)
 	r := &Recorder{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil },
-		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Written: func(r trust.Record) { written <- r }}
+		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: quietLog(t), Metrics: NewMetrics()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
@@ -147,7 +176,7 @@ func TestRecorderWritesOnChange(t *testing.T) {
 func TestRecorderNamesControllerManagerKey(t *testing.T) {
 	e := etcdtest.Start(t)
 	cli := e.Client(t)
-	written := make(chan trust.Record, 10)
+	written := recordsWritten(t, cli)
 	var mu sync.Mutex
 	cm, cmErr := "OLDKID", error(nil)
 	var logs syncBuffer
@@ -156,8 +185,7 @@ func TestRecorderNamesControllerManagerKey(t *testing.T) {
 	m := NewMetrics()
 	r := &Recorder{Client: func(context.Context) (*clientv3.Client, error) { return cli, nil },
 		Prefix: "/trust/", Host: "m1", Timeout: 5 * time.Second, Log: log, Metrics: m,
-		ControllerManager: func() (string, error) { mu.Lock(); defer mu.Unlock(); return cm, cmErr },
-		Written:           func(r trust.Record) { written <- r }}
+		ControllerManager: func() (string, error) { mu.Lock(); defer mu.Unlock(); return cm, cmErr }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
