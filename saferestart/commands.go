@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,10 +29,9 @@ type command struct {
 	args func(cmd *cobra.Command, args []string) error
 }
 
-// options is one command's: its flags' values (registered by Flags),
-// checked once complete (Validate), and the command itself (Run).
+// options is one command's: its flags' values (cmdkit.Register), checked
+// once complete (Validate), and the command itself (Run).
 type options interface {
-	Flags(fs *pflag.FlagSet)
 	Validate() []error
 	Run(ctx context.Context, e *cmdkit.Env) int
 }
@@ -58,7 +58,7 @@ func commands(s *cmdkit.Shared) []command {
 		{name: cmdCheck, use: "check [flags] [FILE...]", args: check.checkArgs, etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
 			long:  checkHelp, opts: check},
-		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
+		{name: cmdVersion, short: "print the version", opts: &versionCmd{}},
 		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
 			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
@@ -76,22 +76,15 @@ func commands(s *cmdkit.Shared) []command {
 	}
 }
 
-// The options of each command: the flag groups it registers, in the
-// order its --help lists them.
+// The options of each command: its flags in the order its --help lists
+// them (cmdkit.Register).
 
 type statusCmd struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.RotationPrefixFlag
-	cmdkit.KeysPrefixFlag
+	RotationPrefix string `flag:"rotation-prefix"`
+	KeysPrefix     string `flag:"keys-prefix"`
 	cmdkit.OutputFlag
-}
-
-func (o *statusCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.OutputFlag.Flags(fs)
 }
 
 func (o *statusCmd) Validate() []error {
@@ -104,19 +97,13 @@ type holdCmd struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Host
-	cmdkit.HoldFlags
-}
-
-func (o *holdCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.Host.Flags(fs)
-	o.HoldFlags.Flags(fs)
+	Reason string `flag:"reason"`
 }
 
 func (o *holdCmd) Validate() []error {
 	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
-	return append(errs, o.HoldFlags.Validate()...)
+	return append(errs, cmdkit.ValidateReason(o.Reason)...)
 }
 
 type unholdCmd struct {
@@ -124,26 +111,16 @@ type unholdCmd struct {
 	cmdkit.Lock
 }
 
-func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
-
 func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
 
 type checkCmd struct {
 	Shared *cmdkit.Shared
 	Argv   []string // the FILEs
 	cmdkit.Preflight
-	cmdkit.SigningKeyFlag
+	SigningKey string `flag:"signing-key"`
 	cmdkit.CheckFlags
-	cmdkit.KeysPrefixFlag
-	cmdkit.TrustPrefixFlag
-}
-
-func (o *checkCmd) Flags(fs *pflag.FlagSet) {
-	o.Preflight.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.CheckFlags.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 }
 
 // validate: check needs etcd settings only to read the trust records.
@@ -161,8 +138,6 @@ func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
 
 type versionCmd struct{}
 
-func (versionCmd) Flags(*pflag.FlagSet) {}
-
 func (versionCmd) Validate() []error { return nil }
 
 func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
@@ -170,42 +145,25 @@ func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
 	return cmdkit.ExitOK
 }
 
-// configCmd shows what every command would read: it registers every
-// command's flags, with the same functions.
+// configCmd shows what every command would read: it has every command's
+// flags.
 type configCmd struct {
 	Shared *cmdkit.Shared
 	fs     *pflag.FlagSet // the flags shown
 	cmdkit.Restarting
 	cmdkit.OutputFlag
-	cmdkit.HoldFlags
+	Reason string `flag:"reason"`
 	cmdkit.CheckFlags
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
 	cmdkit.WaitTrustedFlags
-	cmdkit.GraceFlag
+	Grace time.Duration `flag:"grace"`
 	cmdkit.RotateKeyFlags
-	cmdkit.PublishKeyFlags
+	Certificate string `flag:"certificate"`
 	cmdkit.PublishWatchFlags
 	cmdkit.RetireKeysFlags
-	cmdkit.StaleToken
+	APIServerMetricsURL string `flag:"apiserver-metrics-url"`
 	cmdkit.TokenProbe
-}
-
-func (o *configCmd) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.OutputFlag.Flags(fs)
-	o.HoldFlags.Flags(fs)
-	o.CheckFlags.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.WaitTrustedFlags.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.RotateKeyFlags.Flags(fs)
-	o.PublishKeyFlags.Flags(fs)
-	o.PublishWatchFlags.Flags(fs)
-	o.RetireKeysFlags.Flags(fs)
-	o.StaleToken.Flags(fs)
-	o.TokenProbe.Flags(fs)
 }
 
 func (o *configCmd) Validate() []error {
@@ -253,7 +211,7 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 		if c.etcd {
 			s.Etcd.Register(fs)
 		}
-		c.opts.Flags(fs)
+		cmdkit.Register(fs, c.opts)
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
 			var e *cli.Etcd

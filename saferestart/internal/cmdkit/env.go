@@ -1,8 +1,8 @@
 // Package cmdkit is what the subcommands of kube-apiserver-safe-restart
 // share: the environment a command runs in (output, logger, etcd, this
-// host's names), the flag groups with the one function registering each
-// and their checks, the exit codes, and the key-record helpers several
-// commands use.
+// host's names), the flag groups and their checks, the one function
+// registering a command's flags, the exit codes, and the key-record
+// helpers several commands use.
 package cmdkit
 
 import (

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -22,19 +22,14 @@ const (
 	byForgetHost = "forget-host"
 )
 
+// The options of each command: its flags in the order its --help lists
+// them (cmdkit.Register).
+
 type Trust struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Prefixes
 	cmdkit.OutputFlag
-}
-
-func (o *Trust) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.OutputFlag.Flags(fs)
 }
 
 func (o *Trust) Validate() []error {
@@ -46,31 +41,20 @@ func (o *Trust) Validate() []error {
 type WaitTrusted struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.Prefixes
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
 	cmdkit.WaitTrustedFlags
 	cmdkit.Preflight
+	RotationPrefix string `flag:"rotation-prefix"`
 	cmdkit.TTLFlag
-}
-
-func (o *WaitTrusted) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.WaitTrustedFlags.Flags(fs)
-	o.Preflight.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.TTLFlag.Flags(fs)
 }
 
 func (o *WaitTrusted) Validate() []error {
 	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
-	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	if o.PublicKey == "" {
 		errs = append(errs, cmdkit.Usagef("wait-trusted needs --public-key FILE"))
@@ -78,21 +62,17 @@ func (o *WaitTrusted) Validate() []error {
 	return append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
 }
 
+func (o *WaitTrusted) trustPrefixes() trust.Prefixes {
+	return trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix, Rotation: o.RotationPrefix}
+}
+
 type RotateKey struct {
 	Shared *cmdkit.Shared
 	cmdkit.Restarting
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
-	cmdkit.GraceFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
+	Grace     time.Duration `flag:"grace"`
 	cmdkit.RotateKeyFlags
-}
-
-func (o *RotateKey) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.RotateKeyFlags.Flags(fs)
 }
 
 // Args takes the command after --, as restart does.
@@ -120,33 +100,21 @@ func (o *RotateKey) Validate() []error {
 type RetireKeys struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.DryRunFlag
-	cmdkit.Prefixes
+	DryRun      bool   `flag:"dry-run"`
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.SigningKeyFlag
-	cmdkit.KubeconfigFlag
+	PublicKey      string `flag:"public-key"`
+	SigningKey     string `flag:"signing-key"`
+	RotationPrefix string `flag:"rotation-prefix"`
+	Kubeconfig     string `flag:"kubeconfig"`
 	cmdkit.ControllerManager
 	cmdkit.RetireKeysFlags
 }
 
-func (o *RetireKeys) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
-	o.ControllerManager.Flags(fs)
-	o.RetireKeysFlags.Flags(fs)
-}
-
 func (o *RetireKeys) Validate() []error {
 	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
-	errs = append(errs, o.Prefixes.Validate()...)
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
 	return append(errs, o.ControllerManager.Validate()...)
@@ -155,36 +123,19 @@ func (o *RetireKeys) Validate() []error {
 type PublishKey struct {
 	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.KeysPrefixFlag
-	cmdkit.TrustPrefixFlag // the fleet gauges read the trust records
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"` // the fleet gauges read the trust records
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.SigningKeyFlag
-	cmdkit.RotationPrefixFlag
-	cmdkit.GraceFlag
-	cmdkit.PublishKeyFlags
+	PublicKey      string        `flag:"public-key"`
+	SigningKey     string        `flag:"signing-key"`
+	RotationPrefix string        `flag:"rotation-prefix"`
+	Grace          time.Duration `flag:"grace"`
+	Certificate    string        `flag:"certificate"`
 	cmdkit.PublishWatchFlags
 	cmdkit.TTLFlag
-	cmdkit.StaleToken
+	APIServerMetricsURL string `flag:"apiserver-metrics-url"` // the stale-token sampler's
 	cmdkit.HealthCreds
 	cmdkit.TokenProbe
-}
-
-func (o *PublishKey) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.PublishKeyFlags.Flags(fs)
-	o.PublishWatchFlags.Flags(fs)
-	o.TTLFlag.Flags(fs)
-	o.StaleToken.Flags(fs)
-	o.HealthCreds.Flags(fs)
-	o.TokenProbe.Flags(fs)
 }
 
 func (o *PublishKey) Validate() []error {
@@ -208,22 +159,11 @@ type ForgetHost struct {
 	Shared *cmdkit.Shared
 	host   string // the HOST forgotten
 	cmdkit.Lock
-	cmdkit.DryRunFlag
+	DryRun bool `flag:"dry-run"`
 	cmdkit.Prefixes
 	cmdkit.Host
-	cmdkit.GraceFlag
-	cmdkit.KubeconfigFlag
-}
-
-func (o *ForgetHost) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
+	Grace      time.Duration `flag:"grace"`
+	Kubeconfig string        `flag:"kubeconfig"`
 }
 
 func (o *ForgetHost) Validate() []error {

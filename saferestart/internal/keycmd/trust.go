@@ -119,7 +119,7 @@ func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	defer rec.withdraw()
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.SkipUnrecorded,
+	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.trustPrefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.SkipUnrecorded,
 		SkipSigningOf: skipSigning, OpTimeout: a.Etcd.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
 	var nt *trust.NotTrustedError
 	switch {

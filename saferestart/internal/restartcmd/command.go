@@ -2,7 +2,6 @@ package restartcmd
 
 import (
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
@@ -13,11 +12,6 @@ type Command struct {
 	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	cmdkit.OutputFlag
-}
-
-func (o *Command) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.OutputFlag.Flags(fs)
 }
 
 // Args takes the command after --.

@@ -25,14 +25,11 @@ import (
 
 // parse is a command line of o's flags, checked, with s the shared flags
 // (--endpoints defaults to a local etcd).
-func parse(t *testing.T, s *cmdkit.Shared, o interface {
-	Flags(*pflag.FlagSet)
-	Validate() []error
-}, args ...string) {
+func parse(t *testing.T, s *cmdkit.Shared, o interface{ Validate() []error }, args ...string) {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	s.Etcd.Register(fs)
-	o.Flags(fs)
+	cmdkit.Register(fs, o)
 	if !strings.Contains(strings.Join(args, " "), "--endpoints") {
 		args = append([]string{"--endpoints", "127.0.0.1:2379"}, args...)
 	}
