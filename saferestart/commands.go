@@ -11,7 +11,6 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
-	"github.com/keysync/confd/internal/etcdflags"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
@@ -303,7 +302,7 @@ and for a HOST etcd knows nothing of. Exit 5 while a rotate-key or
 retire-keys of HOST runs. --dry-run prints what it would do.`
 
 // etcdHelp is the help of every command that talks to etcd.
-const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
+const etcdHelp = cli.EtcdEnvHelp + ` The password is never logged, and
 ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
 
 const restartHelp = `Preflight the files the new apiserver will read; refuse if a hold is
