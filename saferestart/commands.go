@@ -169,9 +169,7 @@ func (o *configCmd) Validate() []error {
 	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
-	if o.TrustTimeout < 0 {
-		errs = append(errs, cmdkit.Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
-	}
+	errs = append(errs, cli.UsageIf(o.TrustTimeout < 0, "--trust-timeout %s: must not be negative", o.TrustTimeout)...)
 	errs = append(errs, o.PublishWatchFlags.Validate()...)
 	errs = append(errs, o.TokenProbe.Validate(true)...)
 	errs = append(errs, cmdkit.ValidateFleetFlags(&o.Restarting)...)

@@ -339,29 +339,19 @@ func ValidateEtcd(s *Shared, l *Lock, pre []error, positive map[string]time.Dura
 	p := map[string]time.Duration{"--dial-timeout": s.DialTimeout, "--command-timeout": s.CommandTimeout}
 	maps.Copy(p, positive)
 	for _, n := range slices.Sorted(maps.Keys(p)) {
-		if p[n] <= 0 {
-			errs = append(errs, Usagef("%s %s: must be positive", n, p[n]))
-		}
+		errs = append(errs, cli.UsageIf(p[n] <= 0, "%s %s: must be positive", n, p[n])...)
 	}
-	if len(s.Endpoints) == 0 {
-		errs = append(errs, Usagef("--endpoints: no etcd endpoint"))
-	}
-	if (s.Cert == "") != (s.Key == "") {
-		errs = append(errs, Usagef("--cert and --key go together"))
-	}
+	errs = append(errs, cli.UsageIf(len(s.Endpoints) == 0, "--endpoints: no etcd endpoint")...)
+	errs = append(errs, cli.UsageIf((s.Cert == "") != (s.Key == ""), "--cert and --key go together")...)
 	return append(errs, l.Validate()...)
 }
 
 func (l *Lock) Validate() []error {
 	var errs []error
-	if l.LockName == "" || strings.HasSuffix(l.LockName, "/") {
-		errs = append(errs, Usagef("--lock-name %q: must be non-empty and not end in /", l.LockName))
-	}
+	errs = append(errs, cli.UsageIf(l.LockName == "" || strings.HasSuffix(l.LockName, "/"), "--lock-name %q: must be non-empty and not end in /", l.LockName)...)
 	// A hold key under the lock's prefix would join the mutex queue as its
 	// oldest key: every restarter would wait behind it forever.
-	if l.LockName != "" && strings.HasPrefix(l.HoldKeyOrDefault(), lock.Prefix(l.LockName)) {
-		errs = append(errs, Usagef("--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", l.HoldKeyOrDefault(), lock.Prefix(l.LockName)))
-	}
+	errs = append(errs, cli.UsageIf(l.LockName != "" && strings.HasPrefix(l.HoldKeyOrDefault(), lock.Prefix(l.LockName)), "--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", l.HoldKeyOrDefault(), lock.Prefix(l.LockName))...)
 	// The same goes for the restart intents under it (--hold-key equal to
 	// --lock-name puts them in the mutex queue), and for the participants'
 	// info, which the queue listing reads by prefix too.
@@ -382,27 +372,16 @@ func (o *RestartFlags) Validate(positive map[string]time.Duration) []error {
 		positive["--health-timeout"] = o.HealthTimeout
 		positive["--health-interval"] = o.HealthInterval
 	}
-	if o.Attempts < 1 {
-		errs = append(errs, Usagef("--attempts %d: must be at least 1", o.Attempts))
-	}
-	if o.RetryDelay < 0 || o.HealthSettle < 0 {
-		errs = append(errs, Usagef("--retry-delay and --health-settle must not be negative"))
-	}
+	errs = append(errs, cli.UsageIf(o.Attempts < 1, "--attempts %d: must be at least 1", o.Attempts)...)
+	errs = append(errs, cli.UsageIf(o.RetryDelay < 0 || o.HealthSettle < 0, "--retry-delay and --health-settle must not be negative")...)
 	// A gate that must stay ready for as long as it may wait can never pass.
-	if o.HealthURL != "" && o.HealthTimeout > 0 && o.HealthSettle >= o.HealthTimeout {
-		errs = append(errs, Usagef("--health-settle %s must be shorter than --health-timeout %s", o.HealthSettle, o.HealthTimeout))
-	}
-	if (o.HealthCert == "") != (o.HealthKey == "") {
-		errs = append(errs, Usagef("--health-cert and --health-key go together"))
-	}
+	errs = append(errs, cli.UsageIf(o.HealthURL != "" && o.HealthTimeout > 0 && o.HealthSettle >= o.HealthTimeout, "--health-settle %s must be shorter than --health-timeout %s", o.HealthSettle, o.HealthTimeout)...)
+	errs = append(errs, cli.UsageIf((o.HealthCert == "") != (o.HealthKey == ""), "--health-cert and --health-key go together")...)
 	return errs
 }
 
 func (o *TTLFlag) Validate() []error {
-	if o.TTL < 1 {
-		return []error{Usagef("--ttl %d: must be at least 1 second", o.TTL)}
-	}
-	return nil
+	return cli.UsageIf(o.TTL < 1, "--ttl %d: must be at least 1 second", o.TTL)
 }
 
 // validate: the restarting commands' flags after the etcd ones.
@@ -411,32 +390,22 @@ func (o *Restarting) Validate(s *Shared, pre []error) []error {
 	errs := ValidateEtcd(s, &o.Lock, append(pre, o.RestartFlags.Validate(positive)...), positive)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
-	if o.TrustTimeout < 0 {
-		errs = append(errs, Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
-	}
+	errs = append(errs, cli.UsageIf(o.TrustTimeout < 0, "--trust-timeout %s: must not be negative", o.TrustTimeout)...)
 	errs = append(errs, ValidateFleetFlags(o)...)
 	return append(errs, o.ControllerManager.Validate()...)
 }
 
 func (o *OutputFlag) Validate() []error {
-	if o.Output != "text" && o.Output != "json" {
-		return []error{Usagef("--output %q: want text or json", o.Output)}
-	}
-	return nil
+	return cli.UsageIf(o.Output != "text" && o.Output != "json", "--output %q: want text or json", o.Output)
 }
 
 // ValidateReason checks hold's --reason.
+//
+// The reason is stored in etcd, readable by every host, and printed by hold
+// and status: key material must not get there, masked or not.
 func ValidateReason(reason string) []error {
-	var errs []error
-	if strings.TrimSpace(reason) == "" {
-		errs = append(errs, Usagef("hold needs --reason TEXT"))
-	}
-	// The reason is stored in etcd, readable by every host, and printed
-	// by hold and status: key material must not get there, masked or not.
-	if redact.HasKey(reason) {
-		errs = append(errs, Usagef("--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead"))
-	}
-	return errs
+	return append(cli.UsageIf(strings.TrimSpace(reason) == "", "hold needs --reason TEXT"),
+		cli.UsageIf(redact.HasKey(reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
 }
 
 // JoinUsage is one usage error of all of errs, nil when there are none.
@@ -519,51 +488,32 @@ func KeyFileDefaults(signingKey, publicKey *string) {
 }
 
 func ValidateGrace(grace time.Duration) []error {
-	if grace < 0 {
-		return []error{Usagef("--grace %s: must not be negative", grace)}
-	}
-	return nil
+	return cli.UsageIf(grace < 0, "--grace %s: must not be negative", grace)
 }
 
 func ValidateTimeout(timeout time.Duration) []error {
-	if timeout <= 0 {
-		return []error{Usagef("--timeout %s: must be positive", timeout)}
-	}
-	return nil
+	return cli.UsageIf(timeout <= 0, "--timeout %s: must be positive", timeout)
 }
 
+// Validate: without --watch the publisher's settings are ignored, not
+// refused: the one file that sets them serves the one-shot publish-key too.
 func (o *PublishWatchFlags) Validate() []error {
-	var errs []error
-	if o.ReconcileInterval <= 0 || o.ReconcileInterval > MaxReconcileInterval {
-		errs = append(errs, Usagef("--reconcile-interval %s: must be positive and at most %s", o.ReconcileInterval, MaxReconcileInterval))
-	}
-	// Without --watch the publisher's settings are ignored, not refused:
-	// the one file that sets them serves the one-shot publish-key too.
-	return errs
+	return cli.UsageIf(o.ReconcileInterval <= 0 || o.ReconcileInterval > MaxReconcileInterval, "--reconcile-interval %s: must be positive and at most %s", o.ReconcileInterval, MaxReconcileInterval)
 }
 
 // ValidateFleetFlags checks the fleet check's flags.
 func ValidateFleetFlags(o *Restarting) []error {
-	var errs []error
 	if o.Kubeconfig == "" {
 		return nil
 	}
-	if o.FleetLeaseAge <= 0 {
-		errs = append(errs, Usagef("--fleet-lease-age %s: must be positive", o.FleetLeaseAge))
-	}
-	if o.FleetTimeout < 0 {
-		errs = append(errs, Usagef("--fleet-timeout %s: must not be negative", o.FleetTimeout))
-	}
-	return errs
+	return append(cli.UsageIf(o.FleetLeaseAge <= 0, "--fleet-lease-age %s: must be positive", o.FleetLeaseAge),
+		cli.UsageIf(o.FleetTimeout < 0, "--fleet-timeout %s: must not be negative", o.FleetTimeout)...)
 }
 
 // validateControllerManagerFlags checks the controller-manager's flags.
 func (o *ControllerManager) Validate() []error {
-	switch o.CMRestartMode {
-	case ModeSystemd, ModeStaticPod:
-		return nil
-	}
-	return []error{Usagef("--controller-manager-restart-mode %q: want %s or %s", o.CMRestartMode, ModeSystemd, ModeStaticPod)}
+	return cli.UsageIf(o.CMRestartMode != ModeSystemd && o.CMRestartMode != ModeStaticPod,
+		"--controller-manager-restart-mode %q: want %s or %s", o.CMRestartMode, ModeSystemd, ModeStaticPod)
 }
 
 const (

@@ -3,6 +3,7 @@ package cmdkit
 import (
 	"time"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/tokenprobe"
 )
 
@@ -25,9 +26,7 @@ func (p *TokenProbe) Validate(runs bool) []error {
 		return nil
 	}
 	var errs []error
-	if p.TokenProbeInterval <= 0 {
-		errs = append(errs, Usagef("--token-probe-interval %s: must be positive", p.TokenProbeInterval))
-	}
+	errs = append(errs, cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)...)
 	if _, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount); err != nil {
 		errs = append(errs, Usagef("%v", err))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
@@ -56,9 +57,7 @@ func (o *WaitTrusted) Validate() []error {
 	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
-	if o.PublicKey == "" {
-		errs = append(errs, cmdkit.Usagef("wait-trusted needs --public-key FILE"))
-	}
+	errs = append(errs, cli.UsageIf(o.PublicKey == "", "wait-trusted needs --public-key FILE")...)
 	return append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
 }
 
@@ -83,17 +82,11 @@ func (o *RotateKey) Args(cmd *cobra.Command, args []string) error {
 func (o *RotateKey) Validate() []error {
 	errs := o.Restarting.Validate(o.Shared, nil)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
-	if o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256 {
-		errs = append(errs, cmdkit.Usagef("--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256))
-	}
+	errs = append(errs, cli.UsageIf(o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256, "--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256)...)
 	errs = append(errs, cmdkit.ValidateGrace(o.Grace)...)
 	errs = append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
-	if o.Abort && (o.Rollback || o.DryRun) {
-		errs = append(errs, cmdkit.Usagef("--abort goes with neither --rollback nor --dry-run"))
-	}
-	if o.Rollback && o.DryRun {
-		errs = append(errs, cmdkit.Usagef("--rollback goes without --dry-run"))
-	}
+	errs = append(errs, cli.UsageIf(o.Abort && (o.Rollback || o.DryRun), "--abort goes with neither --rollback nor --dry-run")...)
+	errs = append(errs, cli.UsageIf(o.Rollback && o.DryRun, "--rollback goes without --dry-run")...)
 	return errs
 }
 
