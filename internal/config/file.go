@@ -43,19 +43,13 @@ func (v Value) where(path string) string {
 // Where names the place a key was set, for messages and `config`; "" when
 // the file does not set it.
 func (f *File) Where(name string) string {
-	v, ok := f.lookup(name)
-	if !ok {
+	if f == nil {
 		return ""
 	}
-	return v.where(f.Path)
-}
-
-func (f *File) lookup(name string) (Value, bool) {
-	if f == nil {
-		return Value{}, false
+	if v, ok := f.Values[name]; ok {
+		return v.where(f.Path)
 	}
-	v, ok := f.Values[name]
-	return v, ok
+	return ""
 }
 
 // Load reads path. Every problem is reported, each naming the file and
