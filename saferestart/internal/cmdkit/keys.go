@@ -3,7 +3,6 @@ package cmdkit
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,13 +52,4 @@ func TrimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string
 	if err := files.TrimRetired(retired, log); err != nil {
 		log.WithError(err).Warn("cannot remove retired keys from this host's key files")
 	}
-}
-
-func SortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +55,7 @@ func (p *forgetPlan) empty() bool {
 // steps lists, in order, what the plan changes.
 func (p *forgetPlan) steps(o *ForgetHost) []string {
 	var out []string
-	for _, kid := range cmdkit.SortedKeys(p.next.Record.Superseded) {
+	for _, kid := range slices.Sorted(maps.Keys(p.next.Record.Superseded)) {
 		s := p.next.Record.Superseded[kid]
 		if _, already := p.state.Record.Superseded[kid]; already {
 			out = append(out, fmt.Sprintf("key %s stays superseded (by %s), retired after %s", kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339)))
@@ -65,7 +67,7 @@ func (p *forgetPlan) steps(o *ForgetHost) []string {
 	if p.state.Record.Forgotten.IsZero() {
 		out = append(out, fmt.Sprintf("mark %s forgotten in its key record %s (kept until its keys are retired; its value goes with its last key)", p.host, store.RecordKey(p.host)))
 	}
-	for _, key := range cmdkit.SortedKeys(p.present) {
+	for _, key := range slices.Sorted(maps.Keys(p.present)) {
 		out = append(out, fmt.Sprintf("delete %s %s", p.present[key], key))
 	}
 	return out
@@ -188,7 +190,7 @@ func (o *ForgetHost) readForgetPlan(ctx context.Context, a *cmdkit.Env, cli *cli
 		rotation.WaitingKey(o.RotationPrefix, host):                       "waiting record",
 		hold.IntentKey(o.HoldKeyOrDefault(), host):                        "restart intent",
 	}
-	keys := cmdkit.SortedKeys(what)
+	keys := slices.Sorted(maps.Keys(what))
 	var gets []clientv3.Op
 	for _, k := range keys {
 		gets = append(gets, clientv3.OpGet(k, clientv3.WithCountOnly()))

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,7 +127,7 @@ func (o *PublishKey) publishKey(ctx context.Context, a *cmdkit.Env, cli *clientv
 	if len(dropped) > 0 {
 		log.Warnf("%s holds retired key(s) %s: not published (retired keys are never published again)", name, strings.Join(dropped, ", "))
 	}
-	for _, kid := range cmdkit.SortedKeys(res.Record.Superseded) {
+	for _, kid := range slices.Sorted(maps.Keys(res.Record.Superseded)) {
 		s := res.Record.Superseded[kid]
 		log.WithField("superseded", kid).Infof("superseded key %s stays published beside %s until retire-keys after %s", kid, name, s.RetireAfter.UTC().Format(time.RFC3339))
 	}

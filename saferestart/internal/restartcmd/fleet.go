@@ -41,13 +41,12 @@ type fleetCheck struct {
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
 func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
-	a := r.Env
 	o := r.o
 	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.Kubeconfig, a.Etcd.CommandTimeout)
+	leases, err := fleet.NewLeases(o.Kubeconfig, r.Etcd.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -56,11 +55,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// A master forget-host removed publishes no current key (not
 	// expected) and its lingering Lease is not a member's.
 	expected := func(ctx context.Context) ([]string, []string, error) {
-		rctx, cancel := a.OpCtx(ctx)
+		rctx, cancel := r.OpCtx(ctx)
 		defer cancel()
 		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
 		if err != nil {
-			return nil, nil, a.EtcdErr(err)
+			return nil, nil, r.EtcdErr(err)
 		}
 		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
@@ -69,11 +68,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// restart: counting it would refuse the one restart that brings it
 	// back (a reimaged master's new key).
 	waiting := func(ctx context.Context) ([]string, error) {
-		rctx, cancel := a.OpCtx(ctx)
+		rctx, cancel := r.OpCtx(ctx)
 		defer cancel()
 		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
 		if err != nil {
-			return nil, a.EtcdErr(err)
+			return nil, r.EtcdErr(err)
 		}
 		var out []string
 		var will []string
@@ -94,7 +93,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
 		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
-		Interval: fleetInterval, OpTimeout: a.Etcd.CommandTimeout, Log: log,
+		Interval: fleetInterval, OpTimeout: r.Etcd.CommandTimeout, Log: log,
 	}}, nil
 }
 
