@@ -52,23 +52,16 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	return cmdkit.ExitOK
 }
 
-// tomlValue formats a flag's effective value. user and password are read
-// from the options: an ETCDCTL_USER of name:password was split there.
+// tomlValue formats a flag's effective value. user is not masked: an
+// ETCDCTL_USER of name:password was split into user and password.
 func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
-	switch f.Name {
-	case "user":
+	if f.Name == "user" {
 		return strconv.Quote(o.User)
-	case "password":
-		return strconv.Quote(config.Mask(k, o.Password))
 	}
 	if sv, ok := f.Value.(pflag.SliceValue); ok {
 		return quoteItems(k, sv.GetSlice())
 	}
-	switch f.Value.Type() {
-	case "int", "bool":
-		return f.Value.String()
-	}
-	return strconv.Quote(config.Mask(k, f.Value.String()))
+	return quoteItems(k, []string{f.Value.String()})
 }
 
 func quoteItems(k config.Key, items []string) string {
