@@ -18,14 +18,11 @@ import (
 )
 
 // command describes one subcommand: its options (its own flags' values),
-// its arguments, whether it talks to etcd (then it takes the etcd flags and
-// ETCDCTL_*).
+// whether it talks to etcd (then it takes the etcd flags and ETCDCTL_*).
 type command struct {
 	name, use, short, long string
 	etcd                   bool
 	opts                   options
-	// args takes the command's arguments; nil: it takes none.
-	args func(cmd *cobra.Command, args []string) error
 }
 
 // options is one command's: its flags' values (cmdkit.Register), checked
@@ -35,18 +32,19 @@ type options interface {
 	Run(ctx context.Context, e *cmdkit.Env) int
 }
 
+// argsTaker is a command that takes arguments: Args takes them, once the
+// flags are complete. Any other command takes none.
+type argsTaker interface {
+	Args(cmd *cobra.Command, args []string) error
+}
+
 // commands are the subcommands; restart is the default. Each gets its own
 // options, sharing s (the configuration file, logging and etcd flags).
 func commands(s *cmdkit.Shared) []command {
-	restart := &restartcmd.Command{Shared: s}
-	check := &checkCmd{Shared: s}
-	rotate := &keycmd.RotateKey{Shared: s}
-	forget := &keycmd.ForgetHost{Shared: s}
-	cfg := &configCmd{Shared: s}
 	return []command{
-		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restart.Args,
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, opts: restart},
+			long:  restartHelp, opts: &restartcmd.Command{Shared: s}},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
 			opts: &statusCmd{Shared: s}},
 		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{Shared: s}},
@@ -54,24 +52,24 @@ func commands(s *cmdkit.Shared) []command {
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
-		{name: cmdCheck, use: "check [flags] [FILE...]", args: check.checkArgs, etcd: true,
+		{name: cmdCheck, use: "check [flags] [FILE...]", etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
-			long:  checkHelp, opts: check},
+			long:  checkHelp, opts: &checkCmd{Shared: s}},
 		{name: cmdVersion, short: "print the version", opts: &versionCmd{}},
 		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
 			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
-		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: rotate.Args,
-			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true,
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: &keycmd.RotateKey{Shared: s}},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
 			opts: &keycmd.RetireKeys{Shared: s}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
 			long: publishKeyHelp, opts: &keycmd.PublishKey{Shared: s}},
-		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.Args, long: forgetHelp,
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
-			opts:  forget},
+			opts:  &keycmd.ForgetHost{Shared: s}},
 		// config shows what every command would read: it takes all flags.
-		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", args: cfg.configArgs, opts: cfg},
+		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", opts: &configCmd{Shared: s}},
 	}
 }
 
@@ -177,8 +175,8 @@ func (o *configCmd) Validate() []error {
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
-// configArgs: config takes no arguments, and shows its flags.
-func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
+// Args: config takes no arguments, and shows its flags.
+func (o *configCmd) Args(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return cmdkit.Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
@@ -215,7 +213,8 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
 				e = &s.Etcd
 			}
-			if c.args == nil && len(args) > 0 {
+			taker, takes := c.opts.(argsTaker)
+			if !takes && len(args) > 0 {
 				return cmdkit.Usagef("%s takes no arguments, got %q", c.name, args)
 			}
 			var use func(string) bool
@@ -225,8 +224,8 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 			if err := p.Resolve(cmd, &s.Common, e, use); err != nil {
 				return err
 			}
-			if c.args != nil {
-				if err := c.args(cmd, args); err != nil {
+			if takes {
+				if err := taker.Args(cmd, args); err != nil {
 					return s.FromFile(err)
 				}
 			}
@@ -257,8 +256,8 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 	}
 }
 
-// checkArgs: check's FILEs, before or after --.
-func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
+// Args: check's FILEs, before or after --.
+func (o *checkCmd) Args(_ *cobra.Command, args []string) error {
 	o.Argv = args
 	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
 		return cmdkit.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
