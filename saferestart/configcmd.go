@@ -3,7 +3,6 @@ package saferestart
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,12 +13,11 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// showConfig is the `config` subcommand: every setting as a TOML line with
+// Run is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int { return o.showConfig(e.Stdout, o.fs) }
-
-func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
+func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int {
+	w, fs := e.Stdout, o.fs
 	switch {
 	case o.Shared.File != nil:
 		fmt.Fprintf(w, "# configuration file: %s\n", o.Shared.File.Path)

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keysync/confd/internal/cli"
-	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -59,10 +58,6 @@ func (o *WaitTrusted) Validate() []error {
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, cli.UsageIf(o.PublicKey == "", "wait-trusted needs --public-key FILE")...)
 	return append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
-}
-
-func (o *WaitTrusted) trustPrefixes() trust.Prefixes {
-	return trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix, Rotation: o.RotationPrefix}
 }
 
 type RotateKey struct {

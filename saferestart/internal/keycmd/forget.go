@@ -81,91 +81,89 @@ func (p *forgetPlan) steps(o *ForgetHost) []string {
 // and restart intent go, so that no trust wait, fleet check or signer
 // barrier waits for it and no orphaned intent holds the line. It refuses
 // while the host shows any sign of running.
-func (o *ForgetHost) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.forgetHost(ctx, e, cli) })
-}
-
-func (o *ForgetHost) forgetHost(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	host := o.host
-	log := a.Log.WithField("forget", host)
-	if self := a.TrustHost(ctx); host == self {
-		log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
-		return cmdkit.ExitPreflight
-	}
-	if code := o.forgetEvidence(ctx, a, cli, host, log); code != cmdkit.ExitOK {
-		return code
-	}
-	p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
-		return cmdkit.ExitError
-	}
-	if p.empty() {
-		return o.forgetUnknown(host, log)
-	}
-	if o.DryRun {
-		fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
-		for _, s := range p.steps(o) {
-			fmt.Fprintf(a.Stdout, "would %s\n", s)
+func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		host := o.host
+		log := a.Log.WithField("forget", host)
+		if self := a.TrustHost(ctx); host == self {
+			log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
+			return cmdkit.ExitPreflight
 		}
+		if code := o.forgetEvidence(ctx, a, cli, host, log); code != cmdkit.ExitOK {
+			return code
+		}
+		p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
+		if err != nil {
+			log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+			return cmdkit.ExitError
+		}
+		if p.empty() {
+			return o.forgetUnknown(host, log)
+		}
+		if o.DryRun {
+			fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
+			for _, s := range p.steps(o) {
+				fmt.Fprintf(a.Stdout, "would %s\n", s)
+			}
+			return cmdkit.ExitOK
+		}
+		// Claimed as rotate-key and retire-keys claim a host: a retire-keys
+		// retiring its keys meanwhile would race the supersede.
+		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
+		if errors.Is(err, rotation.ErrBusy) {
+			log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
+			return cmdkit.ExitLockTimeout
+		}
+		if err != nil {
+			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
+			return cmdkit.ExitError
+		}
+		defer func() { _ = claim.Release() }()
+		// Read again under the claim: what is done is what is logged.
+		if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
+			log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+			return cmdkit.ExitError
+		}
+		steps := p.steps(o)
+		// The keys first: from then on the host publishes no current key and
+		// no wait counts it, whatever else a kill leaves behind (a second run
+		// finishes the rest).
+		uctx, cancel := a.OpCtx(ctx)
+		_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+			return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
+		})
+		cancel()
+		if err != nil {
+			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+			return cmdkit.ExitError
+		}
+		var ops []clientv3.Op
+		intent := hold.IntentKey(o.HoldKeyOrDefault(), host)
+		for key := range p.present {
+			if key != intent {
+				ops = append(ops, clientv3.OpDelete(key))
+			}
+		}
+		dctx, cancel := a.OpCtx(ctx)
+		defer cancel()
+		if len(ops) > 0 {
+			if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
+				log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
+				return cmdkit.ExitError
+			}
+		}
+		if _, ok := p.present[intent]; ok {
+			if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
+				log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
+				return cmdkit.ExitError
+			}
+		}
+		for _, s := range steps {
+			log.Info(s)
+		}
+		fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
 		return cmdkit.ExitOK
-	}
-	// Claimed as rotate-key and retire-keys claim a host: a retire-keys
-	// retiring its keys meanwhile would race the supersede.
-	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
-	if errors.Is(err, rotation.ErrBusy) {
-		log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
-		return cmdkit.ExitLockTimeout
-	}
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
-		return cmdkit.ExitError
-	}
-	defer func() { _ = claim.Release() }()
-	// Read again under the claim: what is done is what is logged.
-	if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
-		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
-		return cmdkit.ExitError
-	}
-	steps := p.steps(o)
-	// The keys first: from then on the host publishes no current key and
-	// no wait counts it, whatever else a kill leaves behind (a second run
-	// finishes the rest).
-	uctx, cancel := a.OpCtx(ctx)
-	_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
-		return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
 	})
-	cancel()
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
-		return cmdkit.ExitError
-	}
-	var ops []clientv3.Op
-	intent := hold.IntentKey(o.HoldKeyOrDefault(), host)
-	for key := range p.present {
-		if key != intent {
-			ops = append(ops, clientv3.OpDelete(key))
-		}
-	}
-	dctx, cancel := a.OpCtx(ctx)
-	defer cancel()
-	if len(ops) > 0 {
-		if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
-			return cmdkit.ExitError
-		}
-	}
-	if _, ok := p.present[intent]; ok {
-		if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
-			return cmdkit.ExitError
-		}
-	}
-	for _, s := range steps {
-		log.Info(s)
-	}
-	fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
-	return cmdkit.ExitOK
 }
 
 // forgetUnknown refuses a name etcd knows nothing of.
