@@ -3,12 +3,13 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -74,24 +75,14 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f := &File{Path: path, Values: map[string]Value{}}
-	names := make([]string, 0, len(raw))
-	for n := range raw {
-		names = append(names, n)
-	}
 	lines := keyLines(data)
 	// Report in file order, as a person reads the file.
-	sort.Slice(names, func(i, j int) bool {
-		if lines[names[i]] != lines[names[j]] {
-			return lines[names[i]] < lines[names[j]]
-		}
-		return names[i] < names[j]
+	names := slices.SortedFunc(maps.Keys(raw), func(a, b string) int {
+		return cmp.Or(cmp.Compare(lines[a], lines[b]), cmp.Compare(a, b))
 	})
 	var errs []error
 	for _, n := range names {
-		where := path
-		if l := lines[n]; l > 0 {
-			where = fmt.Sprintf("%s:%d", path, l)
-		}
+		where := Value{Line: lines[n]}.where(path)
 		k, ok := Lookup(n)
 		if !ok {
 			hint := ""
@@ -214,15 +205,14 @@ func keyLines(data []byte) map[string]int {
 			continue
 		}
 		if depth == 0 {
+			name := ""
 			if m := keyAt.FindStringSubmatch(line); m != nil {
-				name := m[1] + m[2] + m[3]
-				if _, seen := out[name]; !seen {
-					out[name] = n
-				}
+				name = m[1] + m[2] + m[3]
 			} else if t := tableAt.FindStringSubmatch(line); t != nil {
-				if _, seen := out[t[1]]; !seen {
-					out[t[1]] = n
-				}
+				name = t[1]
+			}
+			if _, seen := out[name]; name != "" && !seen {
+				out[name] = n
 			}
 		}
 		depth += bracketDepth(line)
