@@ -1,6 +1,7 @@
 package keycmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,16 +20,14 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// publishSource is what publish-key publishes: --certificate, else
-// --public-key, else the public half of --signing-key.
+// sourceFile is the file publish-key publishes: --certificate, else
+// --public-key, else --signing-key (its public half).
+func (o *PublishKey) sourceFile() string { return cmp.Or(o.Certificate, o.PublicKey, o.SigningKey) }
+
+// publishSource is what publish-key publishes, read from sourceFile.
 func (o *PublishKey) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
-	switch {
-	case o.Certificate != "":
-		name = o.Certificate
-	case o.PublicKey != "":
-		name = o.PublicKey
-	default:
-		name = o.SigningKey
+	name = o.sourceFile()
+	if o.Certificate == "" && o.PublicKey == "" {
 		f, err := pemcheck.ReadFile(name)
 		if err != nil {
 			return name, nil, err
