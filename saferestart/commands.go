@@ -178,7 +178,7 @@ func (o *configCmd) Validate() []error {
 // Args: config takes no arguments, and shows its flags.
 func (o *configCmd) Args(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return cmdkit.Usagef("%s takes no arguments, got %q", cmdConfig, args)
+		return cli.Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
 	o.fs = cmd.Flags()
 	return nil
@@ -215,7 +215,7 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 			}
 			taker, takes := c.opts.(argsTaker)
 			if !takes && len(args) > 0 {
-				return cmdkit.Usagef("%s takes no arguments, got %q", c.name, args)
+				return cli.Usagef("%s takes no arguments, got %q", c.name, args)
 			}
 			var use func(string) bool
 			if chk, ok := c.opts.(*checkCmd); ok {
@@ -260,13 +260,13 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 func (o *checkCmd) Args(_ *cobra.Command, args []string) error {
 	o.Argv = args
 	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
-		return cmdkit.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+		return cli.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 	}
 	if len(o.RequireKeys) > 0 && len(o.Argv) == 0 {
-		return cmdkit.Usagef("--require-key applies to bundle FILEs, and none was given")
+		return cli.Usagef("--require-key applies to bundle FILEs, and none was given")
 	}
 	if o.RequireSigningKeys && len(o.Argv) == 0 {
-		return cmdkit.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+		return cli.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
 	}
 	return nil
 }

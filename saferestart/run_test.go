@@ -118,7 +118,7 @@ func TestEtcdErrorNamesTheEndpointsSetting(t *testing.T) {
 			if err := json.Unmarshal([]byte(strings.TrimSpace(errb.String())), &entry); err != nil {
 				t.Fatalf("log is not one JSON line: %v\n%s", err, errb.String())
 			}
-			if entry["msg"] != cmdkit.EtcdConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
+			if entry["msg"] != cli.ConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
 				t.Errorf("msg %q", entry["msg"])
 			}
 			if e, _ := entry["error"].(string); !strings.Contains(e, tc.want) {

@@ -50,13 +50,13 @@ func NewEnv(s *Shared, hostFlag string, stdout, stderr io.Writer, log *logrus.Lo
 }
 
 func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
-	cli, err := e.Dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
-		e.Log.WithError(e.EtcdErr(err)).Error(EtcdConnectFailed)
+		e.Log.WithError(e.EtcdErr(err)).Error(cli.ConnectFailed)
 		return ExitError
 	}
-	defer cli.Close()
-	return f(ctx, cli)
+	defer c.Close()
+	return f(ctx, c)
 }
 
 // opCtx is the context of one etcd request: --command-timeout, not cut
@@ -64,9 +64,6 @@ func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.
 func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
 }
-
-// EtcdConnectFailed is the message of a failed connection to etcd.
-const EtcdConnectFailed = cli.ConnectFailed
 
 // etcdErr names the endpoints in an etcd error and where they came from.
 func (e *Env) EtcdErr(err error) error { return e.Etcd.Err(err) }

@@ -179,12 +179,6 @@ type Restarting struct {
 	MetricsTextfile string `flag:"metrics-textfile"`
 }
 
-// UsageError is a command-line mistake (exit 2).
-type UsageError = cli.UsageError
-
-// Usagef is a usage error (exit 2).
-func Usagef(format string, a ...any) error { return cli.Usagef(format, a...) }
-
 // flagDefs are every flag's default and help, by long name.
 var flagDefs = map[string]struct {
 	def   any
@@ -357,7 +351,7 @@ func (l *Lock) Validate() []error {
 	// info, which the queue listing reads by prefix too.
 	if ip := hold.IntentPrefix(l.HoldKeyOrDefault()); l.LockName != "" &&
 		(strings.HasPrefix(ip, lock.Prefix(l.LockName)) || strings.HasPrefix(ip, lock.InfoPrefix(l.LockName))) {
-		errs = append(errs, Usagef("--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", l.HoldKeyOrDefault(), ip, lock.Prefix(l.LockName), lock.InfoPrefix(l.LockName)))
+		errs = append(errs, cli.Usagef("--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", l.HoldKeyOrDefault(), ip, lock.Prefix(l.LockName), lock.InfoPrefix(l.LockName)))
 	}
 	return errs
 }
@@ -417,7 +411,7 @@ func JoinUsage(errs []error) error {
 	for i, e := range errs {
 		msgs[i] = e.Error()
 	}
-	return &UsageError{Msg: strings.Join(msgs, "; ")}
+	return &cli.UsageError{Msg: strings.Join(msgs, "; ")}
 }
 
 func (l *Lock) HoldKeyOrDefault() string {
@@ -445,11 +439,11 @@ func ValidatePrefixes(keysPrefix, trustPrefix, rotationPrefix *string) []error {
 		v    *string
 	}{{"--keys-prefix", keysPrefix}, {"--trust-prefix", trustPrefix}, {"--rotation-prefix", rotationPrefix}} {
 		if p.v != nil && strings.TrimSuffix(*p.v, "/") == "" {
-			errs = append(errs, Usagef("%s %q: must not be empty", p.name, *p.v))
+			errs = append(errs, cli.Usagef("%s %q: must not be empty", p.name, *p.v))
 		}
 	}
 	if keysPrefix != nil && trustPrefix != nil && etcdkey.Dir(*keysPrefix) == etcdkey.Dir(*trustPrefix) {
-		errs = append(errs, Usagef("--keys-prefix and --trust-prefix must differ (%q)", *keysPrefix))
+		errs = append(errs, cli.Usagef("--keys-prefix and --trust-prefix must differ (%q)", *keysPrefix))
 	}
 	return errs
 }
@@ -467,7 +461,7 @@ func (p *Prefixes) TrustPrefixes() trust.Prefixes {
 func (h *Host) Validate() []error {
 	if h.HostName != "" {
 		if err := etcdkey.ValidHost(h.HostName); err != nil {
-			return []error{Usagef("--host: %v", err)}
+			return []error{cli.Usagef("--host: %v", err)}
 		}
 	}
 	return nil

@@ -28,10 +28,10 @@ func (p *TokenProbe) Validate(runs bool) []error {
 	var errs []error
 	errs = append(errs, cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)...)
 	if _, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount); err != nil {
-		errs = append(errs, Usagef("%v", err))
+		errs = append(errs, cli.Usagef("%v", err))
 	}
 	if _, err := tokenprobe.ParseTargets(p.TokenProbeAPIServers); err != nil {
-		errs = append(errs, Usagef("%v", err))
+		errs = append(errs, cli.Usagef("%v", err))
 	}
 	return errs
 }

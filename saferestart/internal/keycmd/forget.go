@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
@@ -25,10 +26,10 @@ import (
 // Args: forget-host takes the one HOST it removes.
 func (o *ForgetHost) Args(_ *cobra.Command, args []string) error {
 	if len(args) != 1 || args[0] == "" {
-		return cmdkit.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
+		return cli.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
 	}
 	if strings.Contains(args[0], "/") {
-		return cmdkit.Usagef("forget-host %q: a host name holds no /", args[0])
+		return cli.Usagef("forget-host %q: a host name holds no /", args[0])
 	}
 	o.host = args[0]
 	return nil
@@ -98,7 +99,9 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 			return cmdkit.ExitError
 		}
 		if p.empty() {
-			return o.forgetUnknown(host, log)
+			log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
+				host, o.KeysPrefix, o.TrustPrefix, o.RotationPrefix)
+			return cmdkit.ExitPreflight
 		}
 		if o.DryRun {
 			fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
@@ -164,13 +167,6 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 		fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
 		return cmdkit.ExitOK
 	})
-}
-
-// forgetUnknown refuses a name etcd knows nothing of.
-func (o *ForgetHost) forgetUnknown(host string, log logrus.FieldLogger) int {
-	log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
-		host, o.KeysPrefix, o.TrustPrefix, o.RotationPrefix)
-	return cmdkit.ExitPreflight
 }
 
 // readForgetPlan reads what forget-host would change.

@@ -3,6 +3,7 @@ package restartcmd
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
@@ -32,7 +33,7 @@ func RestartArgs(o *cmdkit.Restarting, cmd *cobra.Command, args []string, origin
 		before = args[:dash]
 	}
 	if len(before) > 0 {
-		return cmdkit.Usagef("unexpected argument %q: put the restart command after --", before[0])
+		return cli.Usagef("unexpected argument %q: put the restart command after --", before[0])
 	}
 	if err := applyRestartMode(o, origin); err != nil {
 		return err
@@ -40,7 +41,7 @@ func RestartArgs(o *cmdkit.Restarting, cmd *cobra.Command, args []string, origin
 	o.Argv = modeCommand(o)
 	if dash >= 0 {
 		if len(args) == dash {
-			return cmdkit.Usagef("no command after --")
+			return cli.Usagef("no command after --")
 		}
 		o.Argv = args[dash:]
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleet"
@@ -153,14 +152,4 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		c.log.WithError(err).Warnf("fleet check %s skipped: the local apiserver does not answer", when)
 		return restart.OK
 	}
-}
-
-// fleetWorstCase is what the fleet check adds to a restart at worst: the
-// wait before queueing (its last read included) and the read under the
-// lock.
-func fleetWorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
-	if o.Kubeconfig == "" {
-		return 0
-	}
-	return o.FleetTimeout + 2*e.CommandTimeout
 }

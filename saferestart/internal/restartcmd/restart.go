@@ -74,28 +74,28 @@ func (r *restarter) restart(ctx context.Context) int {
 	}
 	env := runner.WithoutVars(os.Environ(), SecretEnv...)
 	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
-	cli := r.cli
-	if cli == nil {
+	client := r.cli
+	if client == nil {
 		// The restart command dials only now: what needs no etcd is
 		// checked first.
 		c, err := r.Dial(ctx)
 		if err != nil {
-			log.WithError(r.EtcdErr(err)).Error(cmdkit.EtcdConnectFailed)
+			log.WithError(r.EtcdErr(err)).Error(cli.ConnectFailed)
 			return cmdkit.ExitError
 		}
 		defer c.Close()
-		cli = c
+		client = c
 	}
 	// Restart intents name the host as its published key and trust
 	// record do (--host, else hostname -f): the name `forget-host` takes,
 	// and one that differs between hosts even where their kernel host
 	// names do not.
-	holds := &hold.Store{C: cli, HoldKey: o.HoldKeyOrDefault(), Host: r.TrustHost(ctx)}
+	holds := &hold.Store{C: client, HoldKey: o.HoldKeyOrDefault(), Host: r.TrustHost(ctx)}
 	if o.DryRun {
 		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
 			return code
 		}
-		return r.dryRun(ctx, cli)
+		return r.dryRun(ctx, client)
 	}
 	cfg := restart.Config{
 		Argv: o.Argv, Env: env,
@@ -112,7 +112,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(r.TrustHost(ctx), cli, log, func(ctx context.Context) []string {
+	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log, func(ctx context.Context) []string {
 		if snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log); snap != nil {
 			return snap.Trusted
 		}
@@ -123,7 +123,7 @@ func (r *restarter) restart(ctx context.Context) int {
 		return cmdkit.ExitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(r.trustGate(ctx, cli, log, TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, client, log, TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
@@ -131,9 +131,9 @@ func (r *restarter) restart(ctx context.Context) int {
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
 		snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log)
-		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
+		return func(ctx context.Context) { r.writeTrust(ctx, client, log, lockKey, snap) }
 	}
-	locker := &etcdLocker{cli: cli, cfg: lock.Config{
+	locker := &etcdLocker{cli: client, cfg: lock.Config{
 		Name: o.LockName, TTL: o.TTL, OpTimeout: r.Etcd.CommandTimeout,
 		Info: lock.Info{Host: r.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
@@ -322,10 +322,14 @@ func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
 		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
 		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
-		// The fleet check's wait and its two reads (0 without
-		// --kubeconfig). The kubelet's back-off in static-pod mode is
-		// inside --restart-timeout: the static-pod restart is the command.
-		FleetTimeout: fleetWorstCase(o, e), KubeletBackoff: 0,
+		// The kubelet's back-off in static-pod mode is inside
+		// --restart-timeout: the static-pod restart is the command.
+		KubeletBackoff: 0,
+	}
+	// The fleet check's wait before queueing (its last read included) and
+	// its read under the lock; none without --kubeconfig.
+	if o.Kubeconfig != "" {
+		d.FleetTimeout = o.FleetTimeout + 2*e.CommandTimeout
 	}
 	if o.HostName == "" {
 		d.HostnameTimeout = fqdn.Timeout

@@ -45,14 +45,14 @@ func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
 	case cmdkit.ModeSystemd:
 	case cmdkit.ModeStaticPod:
 		if o.StaticPodStopTimeout < time.Second {
-			return cmdkit.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
+			return cli.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
 		}
 		// Unless given (by a flag or the file).
 		if origin["restart-timeout"] == "default" {
 			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
 		}
 	default:
-		return cmdkit.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
+		return cli.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
 	}
 	return nil
 }
