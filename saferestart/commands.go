@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -189,10 +190,7 @@ func (o *configCmd) Args(cmd *cobra.Command, args []string) error {
 func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
 	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
-		use := c.use
-		if use == "" {
-			use = c.name
-		}
+		use := cmp.Or(c.use, c.name)
 		long := c.short
 		if c.long != "" {
 			long += "\n\n" + c.long

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -145,12 +146,7 @@ func (e *Etcd) Client(ctx context.Context) (*clientv3.Client, error) {
 }
 
 // caFlag is CAFrom, or --cacert for an Etcd not filled by Resolve.
-func (e *Etcd) caFlag() string {
-	if e.CAFrom == "" {
-		return "--cacert"
-	}
-	return e.CAFrom
-}
+func (e *Etcd) caFlag() string { return cmp.Or(e.CAFrom, "--cacert") }
 
 // ConnectFailed is the message of a failed connection to etcd.
 const ConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS) or endpoints in the configuration file, the TLS and auth settings, and that etcd runs there"
@@ -182,10 +178,7 @@ func (e *Etcd) Err(err error) error {
 			msg = strings.ReplaceAll(msg, named[0]+": ", "")
 		}
 	}
-	from := e.From
-	if from == "" {
-		from = EndpointsDefault
-	}
+	from := cmp.Or(e.From, EndpointsDefault)
 	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
 }
 

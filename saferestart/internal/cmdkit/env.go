@@ -6,6 +6,7 @@
 package cmdkit
 
 import (
+	"cmp"
 	"context"
 	"io"
 
@@ -39,14 +40,9 @@ type Env struct {
 // NewEnv is the environment of a command whose --host is hostFlag ("" when
 // it has none).
 func NewEnv(s *Shared, hostFlag string, stdout, stderr io.Writer, log *logrus.Logger) *Env {
-	e := &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client, HostFlag: hostFlag}
 	// Holds and lock entries name the host as --host does, so that a hold
 	// reads like the trust records and the published keys of that host.
-	e.Host = e.HostFlag
-	if e.Host == "" {
-		e.Host = Hostname()
-	}
-	return e
+	return &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client, HostFlag: hostFlag, Host: cmp.Or(hostFlag, Hostname())}
 }
 
 func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {

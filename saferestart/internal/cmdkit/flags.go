@@ -1,6 +1,7 @@
 package cmdkit
 
 import (
+	"cmp"
 	"maps"
 	"os"
 	"reflect"
@@ -414,12 +415,7 @@ func JoinUsage(errs []error) error {
 	return &cli.UsageError{Msg: strings.Join(msgs, "; ")}
 }
 
-func (l *Lock) HoldKeyOrDefault() string {
-	if l.HoldKey != "" {
-		return l.HoldKey
-	}
-	return l.LockName + "-hold"
-}
+func (l *Lock) HoldKeyOrDefault() string { return cmp.Or(l.HoldKey, l.LockName+"-hold") }
 
 // Hostname is the host name recorded in holder info and holds.
 func Hostname() string {
@@ -473,12 +469,8 @@ func (h *Host) HostFlag() string { return h.HostName }
 // KeyFileDefaults: rotate-key and retire-keys read sa.key and sa.pub unless
 // told otherwise.
 func KeyFileDefaults(signingKey, publicKey *string) {
-	if *signingKey == "" {
-		*signingKey = DefaultSigningKey
-	}
-	if *publicKey == "" {
-		*publicKey = DefaultPublicKey
-	}
+	*signingKey = cmp.Or(*signingKey, DefaultSigningKey)
+	*publicKey = cmp.Or(*publicKey, DefaultPublicKey)
 }
 
 func ValidateGrace(grace time.Duration) []error {
