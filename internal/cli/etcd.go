@@ -128,8 +128,7 @@ func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, 
 
 // Validate checks the settings every etcd command needs.
 func (e *Etcd) Validate() []error {
-	var errs []error
-	errs = append(errs, UsageIf(e.DialTimeout <= 0, "--dial-timeout %s: must be positive", e.DialTimeout)...)
+	errs := UsageIf(e.DialTimeout <= 0, "--dial-timeout %s: must be positive", e.DialTimeout)
 	errs = append(errs, UsageIf(e.CommandTimeout <= 0, "--command-timeout %s: must be positive", e.CommandTimeout)...)
 	errs = append(errs, UsageIf(len(e.Endpoints) == 0, "--endpoints: no etcd endpoint")...)
 	errs = append(errs, UsageIf((e.Cert == "") != (e.Key == ""), "--cert and --key go together")...)

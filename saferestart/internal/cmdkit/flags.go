@@ -342,19 +342,16 @@ func ValidateEtcd(s *Shared, l *Lock, pre []error, positive map[string]time.Dura
 }
 
 func (l *Lock) Validate() []error {
-	var errs []error
-	errs = append(errs, cli.UsageIf(l.LockName == "" || strings.HasSuffix(l.LockName, "/"), "--lock-name %q: must be non-empty and not end in /", l.LockName)...)
+	errs := cli.UsageIf(l.LockName == "" || strings.HasSuffix(l.LockName, "/"), "--lock-name %q: must be non-empty and not end in /", l.LockName)
 	// A hold key under the lock's prefix would join the mutex queue as its
 	// oldest key: every restarter would wait behind it forever.
 	errs = append(errs, cli.UsageIf(l.LockName != "" && strings.HasPrefix(l.HoldKeyOrDefault(), lock.Prefix(l.LockName)), "--hold-key %q: inside the lock's prefix %q, where it would wedge the lock queue", l.HoldKeyOrDefault(), lock.Prefix(l.LockName))...)
 	// The same goes for the restart intents under it (--hold-key equal to
 	// --lock-name puts them in the mutex queue), and for the participants'
 	// info, which the queue listing reads by prefix too.
-	if ip := hold.IntentPrefix(l.HoldKeyOrDefault()); l.LockName != "" &&
-		(strings.HasPrefix(ip, lock.Prefix(l.LockName)) || strings.HasPrefix(ip, lock.InfoPrefix(l.LockName))) {
-		errs = append(errs, cli.Usagef("--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", l.HoldKeyOrDefault(), ip, lock.Prefix(l.LockName), lock.InfoPrefix(l.LockName)))
-	}
-	return errs
+	ip := hold.IntentPrefix(l.HoldKeyOrDefault())
+	return append(errs, cli.UsageIf(l.LockName != "" && (strings.HasPrefix(ip, lock.Prefix(l.LockName)) || strings.HasPrefix(ip, lock.InfoPrefix(l.LockName))),
+		"--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", l.HoldKeyOrDefault(), ip, lock.Prefix(l.LockName), lock.InfoPrefix(l.LockName))...)
 }
 
 // validate checks the restart flags; their durations that must be

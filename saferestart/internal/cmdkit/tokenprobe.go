@@ -25,8 +25,7 @@ func (p *TokenProbe) Validate(runs bool) []error {
 	if !runs {
 		return nil
 	}
-	var errs []error
-	errs = append(errs, cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)...)
+	errs := cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)
 	if _, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount); err != nil {
 		errs = append(errs, cli.Usagef("%v", err))
 	}
