@@ -24,15 +24,12 @@ import (
 // second connection.
 type keyRotation struct {
 	*cmdkit.Env
-	o    *RotateKey
-	cli  *clientv3.Client
-	host string
-	log  logrus.FieldLogger
+	o *RotateKey
 }
 
 func (o *RotateKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
-		return (&keyRotation{Env: e, o: o, cli: cli}).rotateKey(ctx, cli)
+		return (&keyRotation{Env: e, o: o}).rotateKey(ctx, cli)
 	})
 }
 
@@ -83,7 +80,6 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	// The restart run by the install step records trust under this name too.
 	k.HostFlag = host
 	log := k.Log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
-	k.cli, k.host, k.log = cli, host, log
 	r := k.rotator(cli, host, log)
 	// Missing or wrong key files are not worth retrying: exit 3 before
 	// anything is claimed, generated or published.
