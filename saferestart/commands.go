@@ -26,49 +26,51 @@ type command struct {
 	opts                   options
 }
 
-// options is one command's: its flags' values (cmdkit.Register), checked
-// once complete (Validate), and the command itself (Run).
+// options is one command's: its own flags' values (cmdkit.Register),
+// checked once complete with the shared settings (Validate), and the
+// command itself (Run).
 type options interface {
-	Validate() []error
+	Validate(s *cmdkit.Shared) []error
 	Run(ctx context.Context, e *cmdkit.Env) int
 }
 
 // argsTaker is a command that takes arguments: Args takes them, once the
 // flags are complete. Any other command takes none.
 type argsTaker interface {
-	Args(cmd *cobra.Command, args []string) error
+	Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error
 }
 
 // commands are the subcommands; restart is the default. Each gets its own
-// options, sharing s (the configuration file, logging and etcd flags).
+// options; config shows s too (the configuration file, logging and etcd
+// flags).
 func commands(s *cmdkit.Shared) []command {
 	return []command{
 		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, opts: &restartcmd.Command{Shared: s}},
+			long:  restartHelp, opts: &restartcmd.Command{}},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
-			opts: &statusCmd{Shared: s}},
-		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{Shared: s}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{Shared: s}},
+			opts: &statusCmd{}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{}},
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
 		{name: cmdCheck, use: "check [flags] [FILE...]", etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
-			long:  checkHelp, opts: &checkCmd{Shared: s}},
+			long:  checkHelp, opts: &checkCmd{}},
 		{name: cmdVersion, short: "print the version", opts: &versionCmd{}},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{}},
 		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true,
-			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: &keycmd.RotateKey{Shared: s}},
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: &keycmd.RotateKey{}},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			opts: &keycmd.RetireKeys{Shared: s}},
+			opts: &keycmd.RetireKeys{}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp, opts: &keycmd.PublishKey{Shared: s}},
+			long: publishKeyHelp, opts: &keycmd.PublishKey{}},
 		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
-			opts:  &keycmd.ForgetHost{Shared: s}},
+			opts:  &keycmd.ForgetHost{}},
 		// config shows what every command would read: it takes all flags.
 		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", opts: &configCmd{Shared: s}},
 	}
@@ -78,42 +80,40 @@ func commands(s *cmdkit.Shared) []command {
 // them (cmdkit.Register).
 
 type statusCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	RotationPrefix string `flag:"rotation-prefix"`
 	KeysPrefix     string `flag:"keys-prefix"`
 	cmdkit.OutputFlag
 }
 
-func (o *statusCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *statusCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type holdCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Host
 	Reason string `flag:"reason"`
 }
 
-func (o *holdCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *holdCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
 	return append(errs, cmdkit.ValidateReason(o.Reason)...)
 }
 
 type unholdCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 }
 
-func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
+func (o *unholdCmd) Validate(s *cmdkit.Shared) []error {
+	return cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
+}
 
 type checkCmd struct {
-	Shared *cmdkit.Shared
-	Argv   []string // the FILEs
+	Argv []string // the FILEs
 	cmdkit.Preflight
 	SigningKey string `flag:"signing-key"`
 	cmdkit.CheckFlags
@@ -122,11 +122,11 @@ type checkCmd struct {
 }
 
 // validate: check needs etcd settings only to read the trust records.
-func (o *checkCmd) Validate() []error {
+func (o *checkCmd) Validate(s *cmdkit.Shared) []error {
 	if !o.RequireSigningKeys {
 		return nil
 	}
-	return append(o.Shared.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
+	return append(s.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
 // usesEtcd: check reads etcdctl's environment only when it talks to etcd:
@@ -136,7 +136,7 @@ func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
 
 type versionCmd struct{}
 
-func (versionCmd) Validate() []error { return nil }
+func (versionCmd) Validate(*cmdkit.Shared) []error { return nil }
 
 func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
 	fmt.Fprint(e.Stdout, version.Text(cmdkit.ProgName))
@@ -164,8 +164,8 @@ type configCmd struct {
 	cmdkit.TokenProbe
 }
 
-func (o *configCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *configCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, cli.UsageIf(o.TrustTimeout < 0, "--trust-timeout %s: must not be negative", o.TrustTimeout)...)
@@ -177,7 +177,7 @@ func (o *configCmd) Validate() []error {
 }
 
 // Args: config takes no arguments, and shows its flags.
-func (o *configCmd) Args(cmd *cobra.Command, args []string) error {
+func (o *configCmd) Args(_ *cmdkit.Shared, cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return cli.Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
@@ -223,11 +223,11 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 				return err
 			}
 			if takes {
-				if err := taker.Args(cmd, args); err != nil {
+				if err := taker.Args(s, cmd, args); err != nil {
 					return s.FromFile(err)
 				}
 			}
-			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate())); err != nil {
+			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate(s))); err != nil {
 				return err
 			}
 			return cli.Exit(act(c.name, c.opts))
@@ -255,7 +255,7 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 }
 
 // Args: check's FILEs, before or after --.
-func (o *checkCmd) Args(_ *cobra.Command, args []string) error {
+func (o *checkCmd) Args(_ *cmdkit.Shared, _ *cobra.Command, args []string) error {
 	o.Argv = args
 	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
 		return cli.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")

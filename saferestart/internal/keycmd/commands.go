@@ -26,20 +26,18 @@ const (
 // them (cmdkit.Register).
 
 type Trust struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Prefixes
 	cmdkit.OutputFlag
 }
 
-func (o *Trust) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *Trust) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type WaitTrusted struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	KeysPrefix  string `flag:"keys-prefix"`
 	TrustPrefix string `flag:"trust-prefix"`
@@ -52,8 +50,8 @@ type WaitTrusted struct {
 	cmdkit.TTLFlag
 }
 
-func (o *WaitTrusted) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
+func (o *WaitTrusted) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, o.TTLFlag.Validate(), nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, cli.UsageIf(o.PublicKey == "", "wait-trusted needs --public-key FILE")...)
@@ -61,7 +59,6 @@ func (o *WaitTrusted) Validate() []error {
 }
 
 type RotateKey struct {
-	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	PublicKey string        `flag:"public-key"`
 	Timeout   time.Duration `flag:"timeout"`
@@ -70,12 +67,12 @@ type RotateKey struct {
 }
 
 // Args takes the command after --, as restart does.
-func (o *RotateKey) Args(cmd *cobra.Command, args []string) error {
-	return restartcmd.RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
+func (o *RotateKey) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error {
+	return restartcmd.RestartArgs(&o.Restarting, cmd, args, s.Origin)
 }
 
-func (o *RotateKey) Validate() []error {
-	errs := o.Restarting.Validate(o.Shared, nil)
+func (o *RotateKey) Validate(s *cmdkit.Shared) []error {
+	errs := o.Restarting.Validate(s, nil)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
 	errs = append(errs, cli.UsageIf(o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256, "--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256)...)
 	errs = append(errs, cmdkit.ValidateGrace(o.Grace)...)
@@ -86,7 +83,6 @@ func (o *RotateKey) Validate() []error {
 }
 
 type RetireKeys struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	DryRun      bool   `flag:"dry-run"`
 	KeysPrefix  string `flag:"keys-prefix"`
@@ -100,8 +96,8 @@ type RetireKeys struct {
 	cmdkit.RetireKeysFlags
 }
 
-func (o *RetireKeys) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
+func (o *RetireKeys) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
@@ -109,7 +105,6 @@ func (o *RetireKeys) Validate() []error {
 }
 
 type PublishKey struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	KeysPrefix  string `flag:"keys-prefix"`
 	TrustPrefix string `flag:"trust-prefix"` // the fleet gauges read the trust records
@@ -126,12 +121,12 @@ type PublishKey struct {
 	cmdkit.TokenProbe
 }
 
-func (o *PublishKey) Validate() []error {
+func (o *PublishKey) Validate(s *cmdkit.Shared) []error {
 	var pre []error
 	if o.Watch {
 		pre = o.TTLFlag.Validate()
 	}
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, pre, nil)
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, pre, nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, o.TokenProbe.Validate(o.Watch && o.TokenProbeKubeconfig != "")...)
@@ -144,8 +139,7 @@ func (o *PublishKey) Validate() []error {
 }
 
 type ForgetHost struct {
-	Shared *cmdkit.Shared
-	host   string // the HOST forgotten
+	host string // the HOST forgotten
 	cmdkit.Lock
 	DryRun bool `flag:"dry-run"`
 	cmdkit.Prefixes
@@ -154,8 +148,8 @@ type ForgetHost struct {
 	Kubeconfig string        `flag:"kubeconfig"`
 }
 
-func (o *ForgetHost) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *ForgetHost) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
 	return append(errs, cmdkit.ValidateGrace(o.Grace)...)

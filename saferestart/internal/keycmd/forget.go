@@ -24,7 +24,7 @@ import (
 )
 
 // Args: forget-host takes the one HOST it removes.
-func (o *ForgetHost) Args(_ *cobra.Command, args []string) error {
+func (o *ForgetHost) Args(_ *cmdkit.Shared, _ *cobra.Command, args []string) error {
 	if len(args) != 1 || args[0] == "" {
 		return cli.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
 	}

@@ -10,18 +10,17 @@ import (
 // Command is the restart command's options: the restart flags, --output,
 // and the shared ones.
 type Command struct {
-	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	cmdkit.OutputFlag
 }
 
 // Args takes the command after --.
-func (o *Command) Args(cmd *cobra.Command, args []string) error {
-	return RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
+func (o *Command) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error {
+	return RestartArgs(&o.Restarting, cmd, args, s.Origin)
 }
 
-func (o *Command) Validate() []error {
-	return append(o.Restarting.Validate(o.Shared, nil), o.OutputFlag.Validate()...)
+func (o *Command) Validate(s *cmdkit.Shared) []error {
+	return append(o.Restarting.Validate(s, nil), o.OutputFlag.Validate()...)
 }
 
 // RestartArgs: restart and rotate-key take their command after --, and
