@@ -107,7 +107,7 @@ func (o *statusCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 			err = r.AddKeys(sctx, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
 		}
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("status")
+			a.Log.WithError(a.Etcd.Err(err)).Error("status")
 			return cmdkit.ExitError
 		}
 		if o.Output == "json" {
@@ -136,7 +136,7 @@ func (o *holdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 		rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: operatorUser(), Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
 		stored, err := hold.Add(hctx, cli, key, rec)
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("hold")
+			a.Log.WithError(a.Etcd.Err(err)).Error("hold")
 			return cmdkit.ExitError
 		}
 		if len(stored.Also) > 0 {
@@ -154,7 +154,7 @@ func (o *unholdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 		key := o.HoldKeyOrDefault()
 		prev, err := hold.Delete(hctx, cli, key)
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("unhold")
+			a.Log.WithError(a.Etcd.Err(err)).Error("unhold")
 			return cmdkit.ExitError
 		}
 		if prev == nil {
@@ -173,7 +173,7 @@ func (o *unholdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 			fmt.Fprintf(a.Stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
 		}
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("unhold: restart intents")
+			a.Log.WithError(a.Etcd.Err(err)).Error("unhold: restart intents")
 			return cmdkit.ExitError
 		}
 		return cmdkit.ExitOK

@@ -48,7 +48,7 @@ func NewEnv(s *Shared, hostFlag string, stdout, stderr io.Writer, log *logrus.Lo
 func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
 	c, err := e.Dial(ctx)
 	if err != nil {
-		e.Log.WithError(e.EtcdErr(err)).Error(cli.ConnectFailed)
+		e.Log.WithError(e.Etcd.Err(err)).Error(cli.ConnectFailed)
 		return ExitError
 	}
 	defer c.Close()
@@ -60,9 +60,6 @@ func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.
 func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
 }
-
-// etcdErr names the endpoints in an etcd error and where they came from.
-func (e *Env) EtcdErr(err error) error { return e.Etcd.Err(err) }
 
 // trustHost is --host, or this host's FQDN, asked once per run.
 func (e *Env) TrustHost(ctx context.Context) string {

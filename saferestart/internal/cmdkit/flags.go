@@ -377,9 +377,9 @@ func (o *TTLFlag) Validate() []error {
 }
 
 // validate: the restarting commands' flags after the etcd ones.
-func (o *Restarting) Validate(s *Shared, pre []error) []error {
+func (o *Restarting) Validate(s *Shared) []error {
 	positive := map[string]time.Duration{}
-	errs := ValidateEtcd(s, &o.Lock, append(pre, o.RestartFlags.Validate(positive)...), positive)
+	errs := ValidateEtcd(s, &o.Lock, o.RestartFlags.Validate(positive), positive)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, cli.UsageIf(o.TrustTimeout < 0, "--trust-timeout %s: must not be negative", o.TrustTimeout)...)

@@ -25,7 +25,7 @@ func UpdateKeys(ctx context.Context, a *Env, store *keystate.Store, host string,
 	uctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	if _, err := store.Update(uctx, host, change); err != nil {
-		return a.EtcdErr(err)
+		return a.Etcd.Err(err)
 	}
 	return nil
 }

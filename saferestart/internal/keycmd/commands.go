@@ -72,7 +72,7 @@ func (o *RotateKey) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) er
 }
 
 func (o *RotateKey) Validate(s *cmdkit.Shared) []error {
-	errs := o.Restarting.Validate(s, nil)
+	errs := o.Restarting.Validate(s)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
 	errs = append(errs, cli.UsageIf(o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256, "--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256)...)
 	errs = append(errs, cmdkit.ValidateGrace(o.Grace)...)

@@ -95,7 +95,7 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 		}
 		p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+			log.WithError(a.Etcd.Err(err)).Error("forget-host: nothing done")
 			return cmdkit.ExitError
 		}
 		if p.empty() {
@@ -118,13 +118,13 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 			return cmdkit.ExitLockTimeout
 		}
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
+			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
 			return cmdkit.ExitError
 		}
 		defer func() { _ = claim.Release() }()
 		// Read again under the claim: what is done is what is logged.
 		if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
-			log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
+			log.WithError(a.Etcd.Err(err)).Error("forget-host: nothing done")
 			return cmdkit.ExitError
 		}
 		steps := p.steps(o)
@@ -137,7 +137,7 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 		})
 		cancel()
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
 			return cmdkit.ExitError
 		}
 		var ops []clientv3.Op
@@ -151,13 +151,13 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 		defer cancel()
 		if len(ops) > 0 {
 			if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
-				log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
+				log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
 				return cmdkit.ExitError
 			}
 		}
 		if _, ok := p.present[intent]; ok {
 			if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
-				log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
+				log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
 				return cmdkit.ExitError
 			}
 		}
@@ -211,7 +211,7 @@ func (o *ForgetHost) forgetEvidence(ctx context.Context, a *cmdkit.Env, cli *cli
 	resp, err := cli.Get(rctx, key)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
+		log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
 		return cmdkit.ExitError
 	}
 	if len(resp.Kvs) > 0 {
@@ -225,7 +225,7 @@ func (o *ForgetHost) forgetEvidence(ctx context.Context, a *cmdkit.Env, cli *cli
 	intents, err := hold.Intents(rctx, cli, o.HoldKeyOrDefault())
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
+		log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
 		return cmdkit.ExitError
 	}
 	for _, in := range intents {

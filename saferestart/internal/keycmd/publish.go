@@ -120,7 +120,7 @@ func (o *PublishKey) publishKey(ctx context.Context, a *cmdkit.Env, cli *clientv
 		return cmdkit.ExitPreflight
 	}
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("publish-key: cannot write the published value")
+		log.WithError(a.Etcd.Err(err)).Error("publish-key: cannot write the published value")
 		return cmdkit.ExitError
 	}
 	if len(dropped) > 0 {

@@ -58,7 +58,7 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	}
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
+		log.WithError(k.Etcd.Err(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
 		return cmdkit.ExitError
 	}
 	if o.DryRun {
@@ -94,7 +94,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			return cmdkit.ExitOK, 0
 		}
 		if err != nil {
-			log.WithError(k.EtcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
+			log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
 			return cmdkit.ExitError, 0
 		}
 		defer func() { _ = claim.Release() }()
@@ -104,7 +104,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	st, err := rs.Load(lctx)
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s skipped", host)
 		return cmdkit.ExitError, 0
 	}
 	// Upgrade in place: a rotation installed by an older helper recorded
@@ -122,7 +122,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	cur, err := store.Load(lctx, host)
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s skipped", host)
 		return cmdkit.ExitError, 0
 	}
 	if legacy && o.DryRun {
@@ -176,7 +176,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	})
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s: nothing retired", host)
 		return cmdkit.ExitError, 0
 	}
 	n := 0
@@ -205,7 +205,7 @@ func (k *retirer) markRotationRetired(ctx context.Context, rs *rotation.EtcdStor
 	err := rs.Save(sctx, *st)
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
 		return cmdkit.ExitError
 	}
 	return code
@@ -241,7 +241,7 @@ func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self strin
 	cur, err := store.Load(lctx, self)
 	cancel()
 	if err != nil {
-		log.WithError(k.EtcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
 		return
 	}
 	// retire-keys has no --certificate: the public key file is trimmed.

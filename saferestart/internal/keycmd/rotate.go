@@ -90,7 +90,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	if o.DryRun {
 		lines, err := r.Plan(ctx)
 		if err != nil {
-			log.WithError(k.EtcdErr(err)).Error("rotate-key --dry-run")
+			log.WithError(k.Etcd.Err(err)).Error("rotate-key --dry-run")
 			return cmdkit.ExitError
 		}
 		fmt.Fprintln(k.Stdout, "dry run: nothing written, published or restarted")
@@ -110,7 +110,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		rec, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
 		cancel()
 		if err != nil {
-			log.WithError(k.EtcdErr(err)).Error("rotate-key: cannot read the hold")
+			log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot read the hold")
 			return cmdkit.ExitError
 		}
 		if rec != nil {
@@ -124,7 +124,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 			log.WithError(err).Error("another rotate-key is running for this host: not starting a second one")
 			return cmdkit.ExitLockTimeout
 		}
-		log.WithError(k.EtcdErr(err)).Error("rotate-key: cannot claim the rotation")
+		log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot claim the rotation")
 		return cmdkit.ExitError
 	}
 	defer func() { _ = claim.Release() }()
@@ -200,7 +200,7 @@ func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
 	defer cancel()
 	st, err := r.store.Load(lctx, r.host)
 	if err != nil {
-		return false, a.EtcdErr(err)
+		return false, a.Etcd.Err(err)
 	}
 	_, ok := st.Record.Retired[kid]
 	return ok, nil

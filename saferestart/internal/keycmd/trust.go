@@ -26,14 +26,14 @@ func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
 		defer cancel()
 		rep, err := trust.Collect(tctx, cli, o.TrustPrefixes())
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("trust")
+			a.Log.WithError(a.Etcd.Err(err)).Error("trust")
 			return cmdkit.ExitError
 		}
 		// The hosts whose apiserver waits for a key to be trusted: the ones a
 		// stale host keeps down.
 		recs, err := rotation.List(tctx, cli, o.RotationPrefix)
 		if err != nil {
-			a.Log.WithError(a.EtcdErr(err)).Error("trust: waiting records")
+			a.Log.WithError(a.Etcd.Err(err)).Error("trust: waiting records")
 			return cmdkit.ExitError
 		}
 		waiting := []rotation.Waiting{}
@@ -107,7 +107,7 @@ func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	connect := func(ctx context.Context) (*clientv3.Client, error) {
 		c, err := a.Dial(ctx)
 		if err != nil {
-			return nil, a.EtcdErr(err)
+			return nil, a.Etcd.Err(err)
 		}
 		cli = c
 		return c, nil
@@ -195,7 +195,7 @@ func (o *WaitTrusted) recordStart(a *cmdkit.Env, ctx context.Context, cli *clien
 	pctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	if err := trust.Put(pctx, cli, o.TrustPrefix, "", *snap); err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.TrustPrefix, snap.Host))
+		log.WithError(a.Etcd.Err(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.TrustPrefix, snap.Host))
 		return
 	}
 	log.WithFields(logrus.Fields{"trust_key": trust.Key(o.TrustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).

@@ -20,7 +20,7 @@ func (o *Command) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) erro
 }
 
 func (o *Command) Validate(s *cmdkit.Shared) []error {
-	return append(o.Restarting.Validate(s, nil), o.OutputFlag.Validate()...)
+	return append(o.Restarting.Validate(s), o.OutputFlag.Validate()...)
 }
 
 // RestartArgs: restart and rotate-key take their command after --, and

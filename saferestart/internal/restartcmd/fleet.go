@@ -58,7 +58,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 		defer cancel()
 		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
 		if err != nil {
-			return nil, nil, r.EtcdErr(err)
+			return nil, nil, r.Etcd.Err(err)
 		}
 		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
@@ -71,7 +71,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 		defer cancel()
 		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
 		if err != nil {
-			return nil, r.EtcdErr(err)
+			return nil, r.Etcd.Err(err)
 		}
 		var out []string
 		var will []string

@@ -80,7 +80,7 @@ func (r *restarter) restart(ctx context.Context) int {
 		// checked first.
 		c, err := r.Dial(ctx)
 		if err != nil {
-			log.WithError(r.EtcdErr(err)).Error(cli.ConnectFailed)
+			log.WithError(r.Etcd.Err(err)).Error(cli.ConnectFailed)
 			return cmdkit.ExitError
 		}
 		defer c.Close()
@@ -349,12 +349,12 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 	defer cancel()
 	q, _, err := lock.Queue(qctx, cli, o.LockName)
 	if err != nil {
-		r.Log.WithError(r.EtcdErr(err)).Error("dry run: read the lock")
+		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the lock")
 		return cmdkit.ExitError
 	}
 	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), r.TrustHost(ctx))
 	if err != nil {
-		r.Log.WithError(r.EtcdErr(err)).Error("dry run: read the hold")
+		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the hold")
 		return cmdkit.ExitError
 	}
 	if h != nil && !o.IgnoreHold {

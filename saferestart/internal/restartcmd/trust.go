@@ -78,7 +78,7 @@ func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log lo
 		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
 		return
 	} else if err != nil {
-		log.WithError(r.EtcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
+		log.WithError(r.Etcd.Err(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
 	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
@@ -100,7 +100,7 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 	rep, err := trust.Collect(rctx, cli, r.o.TrustPrefixes())
 	cancel()
 	if err != nil {
-		log.WithError(r.EtcdErr(err)).Error("cannot read key trust")
+		log.WithError(r.Etcd.Err(err)).Error("cannot read key trust")
 		return cmdkit.ExitError
 	}
 	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
