@@ -114,9 +114,6 @@ func Parse(path string, data []byte) (*File, error) {
 
 // convert checks v against k's kind and turns it into flag arguments.
 func convert(k Key, v any) ([]string, error) {
-	wrong := func() error {
-		return fmt.Errorf("want %s, got a TOML %s", k.Kind, tomlType(v))
-	}
 	switch k.Kind {
 	case String:
 		if s, ok := v.(string); ok {
@@ -153,7 +150,7 @@ func convert(k Key, v any) ([]string, error) {
 			return out, nil
 		}
 	}
-	return nil, wrong()
+	return nil, fmt.Errorf("want %s, got a TOML %s", k.Kind, tomlType(v))
 }
 
 func tomlType(v any) string {
