@@ -7,8 +7,8 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// Command is the restart command's options: the restart flags, --output,
-// and the shared ones.
+// Command is the restart command's options: the restart flags and
+// --output.
 type Command struct {
 	cmdkit.Restarting
 	cmdkit.OutputFlag
@@ -27,17 +27,16 @@ func (o *Command) Validate(s *cmdkit.Shared) []error {
 // nothing before it.
 func RestartArgs(o *cmdkit.Restarting, cmd *cobra.Command, args []string, origin map[string]string) error {
 	dash := cmd.ArgsLenAtDash()
-	before := args
-	if dash >= 0 {
-		before = args[:dash]
-	}
-	if len(before) > 0 {
-		return cli.Usagef("unexpected argument %q: put the restart command after --", before[0])
+	if len(args) > 0 && dash != 0 {
+		return cli.Usagef("unexpected argument %q: put the restart command after --", args[0])
 	}
 	if err := applyRestartMode(o, origin); err != nil {
 		return err
 	}
-	o.Argv = modeCommand(o)
+	o.Argv = DefaultCommand
+	if o.RestartMode == cmdkit.ModeStaticPod {
+		o.Argv = staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
+	}
 	if dash >= 0 {
 		if len(args) == dash {
 			return cli.Usagef("no command after --")

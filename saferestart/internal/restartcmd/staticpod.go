@@ -57,14 +57,6 @@ func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
 	return nil
 }
 
-// modeCommand is the restart command when none follows --.
-func modeCommand(o *cmdkit.Restarting) []string {
-	if o.RestartMode != cmdkit.ModeStaticPod {
-		return DefaultCommand
-	}
-	return staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
-}
-
 // staticPodCommand runs this binary as the restart command of container
 // name's static pod.
 func staticPodCommand(endpoint, name string, stop time.Duration) []string {
