@@ -103,10 +103,6 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	if c == nil {
 		return restart.OK
 	}
-	var (
-		s   fleet.Status
-		err error
-	)
 	if c.cfg.MinLive < 0 && c.expected != nil {
 		lists := func(ctx context.Context) (expected, waiting []string) {
 			exp, gone, err := c.expected(ctx)
@@ -125,11 +121,11 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		// waiting record may come after its key started this restart.
 		c.cfg.Refresh = lists
 	}
+	look := fleet.Check
 	if wait {
-		s, err = fleet.Wait(ctx, c.leases, c.cfg)
-	} else {
-		s, err = fleet.Check(ctx, c.leases, c.cfg)
+		look = fleet.Wait
 	}
+	s, err := look(ctx, c.leases, c.cfg)
 	var de *fleet.DegradedError
 	switch {
 	case err == nil && s.OK():

@@ -179,14 +179,9 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 	// The key and lease alone do not say what to do about a holder whose
 	// host is gone: wait for its lease, which etcd says how long is left.
 	_ = lock.FillTTL(qctx, l.cli, &q[0])
-	return holderLine(q[0])
-}
-
-// holderLine is the holder as a waiting or timed-out restart logs it:
-// who, when its lock frees itself if its host is gone, where to look.
-func holderLine(e lock.Entry) string {
-	line := e.String()
-	if a := e.Advice(); a != "" {
+	// Who, when its lock frees itself if its host is gone, where to look.
+	line := q[0].String()
+	if a := q[0].Advice(); a != "" {
 		line += "; " + a
 	}
 	return line + "; `kube-apiserver-safe-restart status` shows the queue"

@@ -59,11 +59,8 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 				log.WithField("waited", time.Since(start).Round(time.Millisecond).String()).Info("the signer signs with the next key")
 				return nil
 			}
-		}
-		if err == nil {
-			w := clientv3.WithRequireLeader(wctx)
 			select {
-			case <-cli.Watch(w, etcdkey.Dir(o.TrustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
+			case <-cli.Watch(clientv3.WithRequireLeader(wctx), etcdkey.Dir(o.TrustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
 			case <-wctx.Done():
 			}
 		} else {
