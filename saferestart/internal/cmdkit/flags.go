@@ -187,7 +187,6 @@ var flagDefs = map[string]struct {
 	short string
 	comma bool // a []string flag that also splits on commas
 }{
-	// Lock: the lock and its hold; every command that talks to etcd.
 	"lock-name": {def: "kube-apiserver-restart", help: "lock name, shared with etcdctl lock NAME"},
 	"hold-key":  {def: "", help: "etcd key of the hold record (default LOCK-NAME-hold)"},
 
@@ -205,9 +204,6 @@ var flagDefs = map[string]struct {
 	"static-pod-stop-timeout": {def: 30 * time.Second, help: "static-pod: how long the stopped container may drain before it is killed (crictl stop --timeout); --restart-timeout defaults to this plus the kubelet's 5m back-off and 30s"},
 	"health-url":              {def: "https://127.0.0.1:6443/readyz", help: "readiness URL polled after the restart while the lock is held; empty turns the gate off"},
 
-	// How this host's helpers reach their own apiserver (the health gate; the
-	// stale-token sampler reads /metrics with the same identity, so one set of
-	// keys in safe-restart.toml serves both).
 	"health-cacert":     {def: "", help: "CA bundle to verify the apiserver's serving certificate (health gate; stale-token sampler)"},
 	"health-cert":       {def: "", help: "client certificate for the health check and the stale-token sampler's /metrics reads"},
 	"health-key":        {def: "", help: "client private key for the health check and the stale-token sampler's /metrics reads"},
@@ -222,9 +218,6 @@ var flagDefs = map[string]struct {
 	"min-live-apiservers": {def: fleet.AllOthers, help: "other apiservers that must be live before this one goes down (-1: every other apiserver that renewed its Lease in the last hour, and every other host that publishes keys and records trust)"},
 	"fleet-timeout":       {def: 10 * time.Minute, help: "wait this long, holding no lock, for enough other apiservers to be live; then exit 5, nothing restarted"},
 
-	// The files checked before the lock (restart, rotate-key) or by check;
-	// for wait-trusted --if-new-key, the files the apiserver about to start
-	// loads, recorded as its trust.
 	"preflight-file":       {help: "PEM file checked before taking the lock (repeatable); wait-trusted --if-new-key: recorded as the starting apiserver's trust"},
 	"preflight-flags-file": {help: "kube-apiserver flags file or EnvironmentFile whose referenced files are checked before taking the lock (repeatable); wait-trusted --if-new-key: its service-account key files are recorded as the starting apiserver's trust"},
 
@@ -240,10 +233,6 @@ var flagDefs = map[string]struct {
 	"grace":           {def: 24 * time.Hour, help: "rotate-key, publish-key, forget-host: how long a superseded public key (the previous key, one the published source no longer holds, or a forgotten host's) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)"},
 	"output":          {def: "text", short: "o", help: "status, --dry-run: text or json"},
 
-	// kube-controller-manager, which signs legacy tokens with the
-	// service-account key too: read by restart (its key goes in the trust
-	// record), rotate-key (restarted after the apiserver) and retire-keys
-	// (refuses to retire the key it signs with).
 	"controller-manager-flags-file":    {help: "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver"},
 	"controller-manager-restart-mode":  {def: ModeSystemd, help: "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)"},
 	"controller-manager-health-url":    {def: "https://127.0.0.1:10257/healthz", help: "rotate-key: kube-controller-manager's health URL, polled after its restart"},
