@@ -97,7 +97,7 @@ func duplicateKeys(files []string) []string {
 	return out
 }
 
-// status is the `status` subcommand: exit 4 while a hold is active.
+// Run is the `status` subcommand: exit 4 while a hold is active.
 func (o *statusCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)

@@ -74,7 +74,7 @@ func (p *forgetPlan) steps(o *ForgetHost) []string {
 	return out
 }
 
-// forgetHost is the `forget-host HOST` subcommand: a master removed for
+// Run is the `forget-host HOST` subcommand: a master removed for
 // good (or renamed: a new host plus forget-host of the old name) stops
 // being one. Its keys become superseded now and stay published until
 // retire-keys retires them after --grace, so the tokens it signed keep

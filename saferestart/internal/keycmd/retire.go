@@ -18,7 +18,7 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// retireKeys is the `retire-keys` subcommand: every due superseded key of
+// Run is the `retire-keys` subcommand: every due superseded key of
 // every host with a record under --rotation-prefix is retired, whichever
 // master runs it (a reimaged host has no local state for its old key; a
 // removed host runs nothing). Each host is claimed as rotate-key claims it,

@@ -19,7 +19,7 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// showTrust is the `trust` subcommand.
+// Run is the `trust` subcommand.
 func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
 	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		tctx, cancel := a.OpCtx(ctx)
@@ -75,7 +75,7 @@ func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
 	})
 }
 
-// waitTrusted is the `wait-trusted` subcommand. It runs before
+// Run is the `wait-trusted` subcommand. It runs before
 // kube-apiserver starts (ExecStartPre, or sa-signing-key.service on
 // kubeadm), often at boot, when etcd may not answer yet (a whole site
 // powered up at once): it keeps trying etcd until --timeout rather than
