@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,7 +134,9 @@ func (o *holdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 		hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
 		defer cancel()
 		key := o.HoldKeyOrDefault()
-		rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: operatorUser(), Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
+		// The operator behind sudo, else the user running it.
+		user := cmp.Or(os.Getenv("SUDO_USER"), os.Getenv("USER"), os.Getenv("LOGNAME"))
+		rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: user, Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
 		stored, err := hold.Add(hctx, cli, key, rec)
 		if err != nil {
 			a.Log.WithError(a.Etcd.Err(err)).Error("hold")
