@@ -23,7 +23,7 @@ var errEtcdSilent = errors.New("etcd did not answer")
 func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files []string) ([]error, error) {
 	cli, err := a.Dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err), o.TrustPrefix)
+		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.Etcd.Err(err), o.TrustPrefix)
 	}
 	defer cli.Close()
 	rctx, cancel := a.OpCtx(ctx)
@@ -33,7 +33,7 @@ func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files 
 		Rotation: rotation.DefaultPrefix})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.EtcdErr(err))
+		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.Etcd.Err(err))
 	}
 	var out []error
 	for _, f := range files {

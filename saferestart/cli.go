@@ -1,10 +1,6 @@
 package saferestart
 
-import (
-	"os"
-
-	"github.com/keysync/confd/internal/config"
-)
+import "github.com/keysync/confd/internal/config"
 
 // defaultConfig is --config's default, read only when present. A variable
 // so that tests never read the real one.
@@ -29,12 +25,3 @@ const (
 	// The effective configuration and where each value came from.
 	cmdConfig = "config"
 )
-
-func operatorUser() string {
-	for _, v := range []string{"SUDO_USER", "USER", "LOGNAME"} {
-		if u := os.Getenv(v); u != "" {
-			return u
-		}
-	}
-	return ""
-}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
@@ -86,7 +87,7 @@ func TestUsageErrors(t *testing.T) {
 		{"--lock-name", "l", "--hold-key", "l-info", "status"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *cmdkit.UsageError
+		var ue *cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -216,7 +217,7 @@ func TestKeySubcommandArgs(t *testing.T) {
 		{"restart", "--host", "a/b"},
 	} {
 		_, _, err := parseArgs(args, env(nil))
-		var ue *cmdkit.UsageError
+		var ue *cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
@@ -242,7 +243,7 @@ func TestUserAndPassword(t *testing.T) {
 	} {
 		o, _, err := parseArgs(append([]string{"status"}, tc.args...), env(tc.env))
 		if tc.usage {
-			var ue *cmdkit.UsageError
+			var ue *cli.UsageError
 			if !errors.As(err, &ue) || strings.Contains(err.Error(), "pw") {
 				t.Errorf("%v %q: err = %v, want a usage error without the password", tc.env, tc.args, err)
 			}

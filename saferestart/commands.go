@@ -1,16 +1,17 @@
 package saferestart
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
-	"github.com/keysync/confd/internal/etcdflags"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
@@ -18,140 +19,114 @@ import (
 )
 
 // command describes one subcommand: its options (its own flags' values),
-// its arguments, whether it talks to etcd (then it takes the etcd flags and
-// ETCDCTL_*).
+// whether it talks to etcd (then it takes the etcd flags and ETCDCTL_*).
 type command struct {
 	name, use, short, long string
 	etcd                   bool
 	opts                   options
-	// args takes the command's arguments; nil: it takes none.
-	args func(cmd *cobra.Command, args []string) error
 }
 
-// options is one command's: its flags' values (registered by Flags),
-// checked once complete (Validate), and the command itself (Run).
+// options is one command's: its own flags' values (cmdkit.Register),
+// checked once complete with the shared settings (Validate), and the
+// command itself (Run).
 type options interface {
-	Flags(fs *pflag.FlagSet)
-	Validate() []error
+	Validate(s *cmdkit.Shared) []error
 	Run(ctx context.Context, e *cmdkit.Env) int
 }
 
+// argsTaker is a command that takes arguments: Args takes them, once the
+// flags are complete. Any other command takes none.
+type argsTaker interface {
+	Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error
+}
+
 // commands are the subcommands; restart is the default. Each gets its own
-// options, sharing s (the configuration file, logging and etcd flags).
+// options; config shows s too (the configuration file, logging and etcd
+// flags).
 func commands(s *cmdkit.Shared) []command {
-	restart := &restartcmd.Command{Shared: s}
-	check := &checkCmd{Shared: s}
-	rotate := &keycmd.RotateKey{Shared: s}
-	forget := &keycmd.ForgetHost{Shared: s}
-	cfg := &configCmd{Shared: s}
 	return []command{
-		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true, args: restart.Args,
+		{name: cmdRestart, use: "restart [flags] [-- COMMAND ARGS...]", etcd: true,
 			short: "restart kube-apiserver through the lock (the default: a command line naming no subcommand)",
-			long:  restartHelp, opts: restart},
+			long:  restartHelp, opts: &restartcmd.Command{}},
 		{name: cmdStatus, etcd: true, short: "show lock holder, waiters (FIFO), hold, each host's rotation and keys; exit 4 while a hold is active",
-			opts: &statusCmd{Shared: s}},
-		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{Shared: s}},
-		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{Shared: s}},
+			opts: &statusCmd{}},
+		{name: cmdHold, use: "hold --reason TEXT", etcd: true, short: "stop every host from restarting", opts: &holdCmd{}},
+		{name: cmdUnhold, etcd: true, short: "allow restarts again", opts: &unholdCmd{}},
 		// check talks to etcd only with --require-signing-keys; it takes the
 		// etcd flags so that it reads them from --config as every other
 		// command does.
-		{name: cmdCheck, use: "check [flags] [FILE...]", args: check.checkArgs, etcd: true,
+		{name: cmdCheck, use: "check [flags] [FILE...]", etcd: true,
 			short: "validate PEM files or an apiserver flags file (confd's check_cmd); etcd only with --require-signing-keys",
-			long:  checkHelp, opts: check},
-		{name: cmdVersion, short: "print the version", opts: versionCmd{}},
-		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{Shared: s}},
+			long:  checkHelp, opts: &checkCmd{}},
+		{name: cmdVersion, short: "print the version", opts: &versionCmd{}},
+		{name: cmdTrust, etcd: true, short: "hosts × service-account key IDs: signing, trusted, stale hosts", opts: &keycmd.Trust{}},
 		{name: cmdWaitTrusted, use: "wait-trusted --public-key FILE", etcd: true,
-			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{Shared: s}},
-		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true, args: rotate.Args,
-			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: rotate},
+			short: "exit 0 once every publishing host trusts FILE's key; 5 on timeout", opts: &keycmd.WaitTrusted{}},
+		{name: cmdRotateKey, use: "rotate-key [flags] [-- COMMAND ARGS...]", etcd: true,
+			short: "rotate this host's service-account key (resumable; --dry-run shows the steps)", opts: &keycmd.RotateKey{}},
 		{name: cmdRetireKeys, etcd: true, short: "retire every host's superseded public keys once their grace is over, from any master (for a systemd timer)",
-			opts: &keycmd.RetireKeys{Shared: s}},
+			opts: &keycmd.RetireKeys{}},
 		{name: cmdPublishKey, etcd: true, short: "publish this host's public key(s) (--public-key, or --signing-key's public half) when they changed; --watch: keep them published",
-			long: publishKeyHelp, opts: &keycmd.PublishKey{Shared: s}},
-		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, args: forget.Args, long: forgetHelp,
+			long: publishKeyHelp, opts: &keycmd.PublishKey{}},
+		{name: cmdForgetHost, use: "forget-host HOST", etcd: true, long: forgetHelp,
 			short: "remove a master for good: its keys superseded (retired after --grace), its trust and rotation records gone; --dry-run shows what",
-			opts:  forget},
+			opts:  &keycmd.ForgetHost{}},
 		// config shows what every command would read: it takes all flags.
-		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", args: cfg.configArgs, opts: cfg},
+		{name: cmdConfig, etcd: true, short: "print the effective configuration and where each value came from", opts: &configCmd{Shared: s}},
 	}
 }
 
-// The options of each command: the flag groups it registers, in the
-// order its --help lists them.
+// The options of each command: its flags in the order its --help lists
+// them (cmdkit.Register).
 
 type statusCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.RotationPrefixFlag
-	cmdkit.KeysPrefixFlag
+	RotationPrefix string `flag:"rotation-prefix"`
+	KeysPrefix     string `flag:"keys-prefix"`
 	cmdkit.OutputFlag
 }
 
-func (o *statusCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.OutputFlag.Flags(fs)
-}
-
-func (o *statusCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *statusCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, nil, &o.RotationPrefix)...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type holdCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Host
-	cmdkit.HoldFlags
+	Reason string `flag:"reason"`
 }
 
-func (o *holdCmd) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.Host.Flags(fs)
-	o.HoldFlags.Flags(fs)
-}
-
-func (o *holdCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *holdCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
-	return append(errs, o.HoldFlags.Validate()...)
+	return append(errs, cmdkit.ValidateReason(o.Reason)...)
 }
 
 type unholdCmd struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 }
 
-func (o *unholdCmd) Flags(fs *pflag.FlagSet) { o.Lock.Flags(fs) }
-
-func (o *unholdCmd) Validate() []error { return cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil) }
-
-type checkCmd struct {
-	Shared *cmdkit.Shared
-	Argv   []string // the FILEs
-	cmdkit.Preflight
-	cmdkit.SigningKeyFlag
-	cmdkit.CheckFlags
-	cmdkit.KeysPrefixFlag
-	cmdkit.TrustPrefixFlag
+func (o *unholdCmd) Validate(s *cmdkit.Shared) []error {
+	return cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 }
 
-func (o *checkCmd) Flags(fs *pflag.FlagSet) {
-	o.Preflight.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.CheckFlags.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
+type checkCmd struct {
+	Argv []string // the FILEs
+	cmdkit.Preflight
+	SigningKey string `flag:"signing-key"`
+	cmdkit.CheckFlags
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 }
 
 // validate: check needs etcd settings only to read the trust records.
-func (o *checkCmd) Validate() []error {
+func (o *checkCmd) Validate(s *cmdkit.Shared) []error {
 	if !o.RequireSigningKeys {
 		return nil
 	}
-	return append(o.Shared.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
+	return append(s.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
 // usesEtcd: check reads etcdctl's environment only when it talks to etcd:
@@ -161,60 +136,39 @@ func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
 
 type versionCmd struct{}
 
-func (versionCmd) Flags(*pflag.FlagSet) {}
-
-func (versionCmd) Validate() []error { return nil }
+func (versionCmd) Validate(*cmdkit.Shared) []error { return nil }
 
 func (versionCmd) Run(_ context.Context, e *cmdkit.Env) int {
 	fmt.Fprint(e.Stdout, version.Text(cmdkit.ProgName))
 	return cmdkit.ExitOK
 }
 
-// configCmd shows what every command would read: it registers every
-// command's flags, with the same functions.
+// configCmd shows what every command would read: it has every command's
+// flags.
 type configCmd struct {
 	Shared *cmdkit.Shared
 	fs     *pflag.FlagSet // the flags shown
 	cmdkit.Restarting
 	cmdkit.OutputFlag
-	cmdkit.HoldFlags
+	Reason string `flag:"reason"`
 	cmdkit.CheckFlags
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
 	cmdkit.WaitTrustedFlags
-	cmdkit.GraceFlag
+	Grace time.Duration `flag:"grace"`
 	cmdkit.RotateKeyFlags
-	cmdkit.PublishKeyFlags
+	Certificate string `flag:"certificate"`
 	cmdkit.PublishWatchFlags
 	cmdkit.RetireKeysFlags
-	cmdkit.StaleToken
+	APIServerMetricsURL string `flag:"apiserver-metrics-url"`
 	cmdkit.TokenProbe
 }
 
-func (o *configCmd) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.OutputFlag.Flags(fs)
-	o.HoldFlags.Flags(fs)
-	o.CheckFlags.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.WaitTrustedFlags.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.RotateKeyFlags.Flags(fs)
-	o.PublishKeyFlags.Flags(fs)
-	o.PublishWatchFlags.Flags(fs)
-	o.RetireKeysFlags.Flags(fs)
-	o.StaleToken.Flags(fs)
-	o.TokenProbe.Flags(fs)
-}
-
-func (o *configCmd) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *configCmd) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
-	if o.TrustTimeout < 0 {
-		errs = append(errs, cmdkit.Usagef("--trust-timeout %s: must not be negative", o.TrustTimeout))
-	}
+	errs = append(errs, cli.UsageIf(o.TrustTimeout < 0, "--trust-timeout %s: must not be negative", o.TrustTimeout)...)
 	errs = append(errs, o.PublishWatchFlags.Validate()...)
 	errs = append(errs, o.TokenProbe.Validate(true)...)
 	errs = append(errs, cmdkit.ValidateFleetFlags(&o.Restarting)...)
@@ -222,10 +176,10 @@ func (o *configCmd) Validate() []error {
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
-// configArgs: config takes no arguments, and shows its flags.
-func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
+// Args: config takes no arguments, and shows its flags.
+func (o *configCmd) Args(_ *cmdkit.Shared, cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return cmdkit.Usagef("%s takes no arguments, got %q", cmdConfig, args)
+		return cli.Usagef("%s takes no arguments, got %q", cmdConfig, args)
 	}
 	o.fs = cmd.Flags()
 	return nil
@@ -236,10 +190,7 @@ func (o *configCmd) configArgs(cmd *cobra.Command, args []string) error {
 func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
 	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
-		use := c.use
-		if use == "" {
-			use = c.name
-		}
+		use := cmp.Or(c.use, c.name)
 		long := c.short
 		if c.long != "" {
 			long += "\n\n" + c.long
@@ -253,15 +204,16 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 		if c.etcd {
 			s.Etcd.Register(fs)
 		}
-		c.opts.Flags(fs)
+		cmdkit.Register(fs, c.opts)
 		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
 			var e *cli.Etcd
 			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
 				e = &s.Etcd
 			}
-			if c.args == nil && len(args) > 0 {
-				return cmdkit.Usagef("%s takes no arguments, got %q", c.name, args)
+			taker, takes := c.opts.(argsTaker)
+			if !takes && len(args) > 0 {
+				return cli.Usagef("%s takes no arguments, got %q", c.name, args)
 			}
 			var use func(string) bool
 			if chk, ok := c.opts.(*checkCmd); ok {
@@ -270,12 +222,12 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 			if err := p.Resolve(cmd, &s.Common, e, use); err != nil {
 				return err
 			}
-			if c.args != nil {
-				if err := c.args(cmd, args); err != nil {
+			if takes {
+				if err := taker.Args(s, cmd, args); err != nil {
 					return s.FromFile(err)
 				}
 			}
-			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate())); err != nil {
+			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate(s))); err != nil {
 				return err
 			}
 			return cli.Exit(act(c.name, c.opts))
@@ -302,17 +254,17 @@ func (o *checkCmd) fileUse(cmd *cobra.Command, args []string) func(string) bool 
 	}
 }
 
-// checkArgs: check's FILEs, before or after --.
-func (o *checkCmd) checkArgs(_ *cobra.Command, args []string) error {
+// Args: check's FILEs, before or after --.
+func (o *checkCmd) Args(_ *cmdkit.Shared, _ *cobra.Command, args []string) error {
 	o.Argv = args
 	if len(o.Argv)+len(o.PreflightFiles)+len(o.PreflightFlagsFiles) == 0 {
-		return cmdkit.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
+		return cli.Usagef("check needs at least one FILE, --preflight-file or --preflight-flags-file")
 	}
 	if len(o.RequireKeys) > 0 && len(o.Argv) == 0 {
-		return cmdkit.Usagef("--require-key applies to bundle FILEs, and none was given")
+		return cli.Usagef("--require-key applies to bundle FILEs, and none was given")
 	}
 	if o.RequireSigningKeys && len(o.Argv) == 0 {
-		return cmdkit.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
+		return cli.Usagef("--require-signing-keys applies to bundle FILEs, and none was given")
 	}
 	return nil
 }
@@ -345,7 +297,7 @@ and for a HOST etcd knows nothing of. Exit 5 while a rotate-key or
 retire-keys of HOST runs. --dry-run prints what it would do.`
 
 // etcdHelp is the help of every command that talks to etcd.
-const etcdHelp = etcdflags.EnvHelp + ` The password is never logged, and
+const etcdHelp = cli.EtcdEnvHelp + ` The password is never logged, and
 ETCDCTL_USER/ETCDCTL_PASSWORD are removed from the restart command's environment.`
 
 const restartHelp = `Preflight the files the new apiserver will read; refuse if a hold is

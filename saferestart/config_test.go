@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
@@ -112,7 +113,7 @@ func TestConfigDefaultPath(t *testing.T) {
 		t.Fatalf("default absent: %v", err)
 	}
 	_, _, err = parseArgs([]string{"--config", defaultConfig}, env(nil))
-	var ue *cmdkit.UsageError
+	var ue *cli.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "absent.toml") {
 		t.Fatalf("named file missing: %v", err)
 	}

@@ -3,7 +3,6 @@ package saferestart
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,12 +13,11 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// showConfig is the `config` subcommand: every setting as a TOML line with
+// Run is the `config` subcommand: every setting as a TOML line with
 // where its value came from (flag, env NAME, FILE:LINE, default), secrets
 // masked. The output is itself a valid configuration file.
-func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int { return o.showConfig(e.Stdout, o.fs) }
-
-func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
+func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int {
+	w, fs := e.Stdout, o.fs
 	switch {
 	case o.Shared.File != nil:
 		fmt.Fprintf(w, "# configuration file: %s\n", o.Shared.File.Path)
@@ -52,23 +50,16 @@ func (o *configCmd) showConfig(w io.Writer, fs *pflag.FlagSet) int {
 	return cmdkit.ExitOK
 }
 
-// tomlValue formats a flag's effective value. user and password are read
-// from the options: an ETCDCTL_USER of name:password was split there.
+// tomlValue formats a flag's effective value. user is not masked: an
+// ETCDCTL_USER of name:password was split into user and password.
 func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
-	switch f.Name {
-	case "user":
+	if f.Name == "user" {
 		return strconv.Quote(o.User)
-	case "password":
-		return strconv.Quote(config.Mask(k, o.Password))
 	}
 	if sv, ok := f.Value.(pflag.SliceValue); ok {
 		return quoteItems(k, sv.GetSlice())
 	}
-	switch f.Value.Type() {
-	case "int", "bool":
-		return f.Value.String()
-	}
-	return strconv.Quote(config.Mask(k, f.Value.String()))
+	return quoteItems(k, []string{f.Value.String()})
 }
 
 func quoteItems(k config.Key, items []string) string {

@@ -11,13 +11,20 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/keysync/confd/internal/groupguard"
+	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
 )
 
 // Main runs the command with os.Args and returns its exit code.
 func Main() int {
-	if len(os.Args) > 1 && os.Args[1] == guardArg {
-		return groupGuard(os.Args[2:])
+	// This binary is the restart command's group guard (internal/groupguard,
+	// shared with confd): each restart attempt runs under it once the lock
+	// is held, and when the helper dies it ends the command's whole group:
+	// the lock is the helper's, and the next host must not restart beside
+	// this one.
+	if len(os.Args) > 1 && os.Args[1] == groupguard.Arg {
+		return groupguard.Main(cmdkit.ProgName, os.Args[2:])
 	}
 	if len(os.Args) > 1 && os.Args[1] == restartcmd.StaticPodArg {
 		return restartcmd.StaticPodMain(os.Args[2:])

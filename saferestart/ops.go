@@ -1,6 +1,7 @@
 package saferestart
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,93 +98,89 @@ func duplicateKeys(files []string) []string {
 	return out
 }
 
-// status is the `status` subcommand: exit 4 while a hold is active.
-func (o *statusCmd) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.status(ctx, e, cli) })
+// Run is the `status` subcommand: exit 4 while a hold is active.
+func (o *statusCmd) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
+		defer cancel()
+		r, err := status.Collect(sctx, cli, o.LockName, o.HoldKeyOrDefault(), o.RotationPrefix)
+		if err == nil {
+			err = r.AddKeys(sctx, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
+		}
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("status")
+			return cmdkit.ExitError
+		}
+		if o.Output == "json" {
+			err = r.WriteJSON(a.Stdout)
+		} else {
+			err = r.WriteText(a.Stdout)
+		}
+		if err != nil {
+			a.Log.WithError(err).Error("write status")
+			return cmdkit.ExitError
+		}
+		// A script or monitoring check tells "the line is stopped" from
+		// "all clear" by the code, as restart's refusal does (4).
+		if r.Hold != nil {
+			return cmdkit.ExitHold
+		}
+		return cmdkit.ExitOK
+	})
 }
 
-func (o *statusCmd) status(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	sctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
-	defer cancel()
-	r, err := status.Collect(sctx, cli, o.LockName, o.HoldKeyOrDefault(), o.RotationPrefix)
-	if err == nil {
-		err = r.AddKeys(sctx, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix))
-	}
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("status")
-		return cmdkit.ExitError
-	}
-	if o.Output == "json" {
-		err = r.WriteJSON(a.Stdout)
-	} else {
-		err = r.WriteText(a.Stdout)
-	}
-	if err != nil {
-		a.Log.WithError(err).Error("write status")
-		return cmdkit.ExitError
-	}
-	// A script or monitoring check tells "the line is stopped" from
-	// "all clear" by the code, as restart's refusal does (4).
-	if r.Hold != nil {
-		return cmdkit.ExitHold
-	}
-	return cmdkit.ExitOK
+func (o *holdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
+		defer cancel()
+		key := o.HoldKeyOrDefault()
+		// The operator behind sudo, else the user running it.
+		user := cmp.Or(os.Getenv("SUDO_USER"), os.Getenv("USER"), os.Getenv("LOGNAME"))
+		rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: user, Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
+		stored, err := hold.Add(hctx, cli, key, rec)
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("hold")
+			return cmdkit.ExitError
+		}
+		if len(stored.Also) > 0 {
+			fmt.Fprintf(a.Stdout, "a hold was already set; your reason is kept beside it\n")
+		}
+		fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, cmdkit.ProgName)
+		return cmdkit.ExitOK
+	})
 }
 
-func (o *holdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.setHold(ctx, e, cli) })
-}
-
-func (o *holdCmd) setHold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
-	defer cancel()
-	key := o.HoldKeyOrDefault()
-	rec := hold.Record{Host: a.Host, PID: os.Getpid(), User: operatorUser(), Reason: o.Reason, Time: time.Now(), Lock: o.LockName}
-	stored, err := hold.Add(hctx, cli, key, rec)
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("hold")
-		return cmdkit.ExitError
-	}
-	if len(stored.Also) > 0 {
-		fmt.Fprintf(a.Stdout, "a hold was already set; your reason is kept beside it\n")
-	}
-	fmt.Fprintf(a.Stdout, "hold set at %s: %s\nevery host now refuses to restart until `%s unhold`\n", key, stored, cmdkit.ProgName)
-	return cmdkit.ExitOK
-}
-
-func (o *unholdCmd) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.unhold(ctx, e, cli) })
-}
-
-func (o *unholdCmd) unhold(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
-	defer cancel()
-	key := o.HoldKeyOrDefault()
-	prev, err := hold.Delete(hctx, cli, key)
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("unhold")
-		return cmdkit.ExitError
-	}
-	if prev == nil {
-		fmt.Fprintf(a.Stdout, "no hold at %s\n", key)
-	} else {
-		a.Log.WithField("hold_key", key).Infof("hold removed: %s", prev)
-		fmt.Fprintf(a.Stdout, "hold removed from %s: %s\n", key, prev)
-	}
-	// A helper killed mid-restart left an intent that holds like a hold
-	// (hold.Intent); unhold is the operator's word that its apiserver is
-	// fine. Live intents are restarts under way: they clear themselves.
-	gone, err := hold.ClearOrphans(hctx, cli, key)
-	for _, in := range gone {
-		r := in.AsHold()
-		a.Log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
-		fmt.Fprintf(a.Stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
-	}
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("unhold: restart intents")
-		return cmdkit.ExitError
-	}
-	return cmdkit.ExitOK
+func (o *unholdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		hctx, cancel := context.WithTimeout(ctx, a.Etcd.CommandTimeout)
+		defer cancel()
+		key := o.HoldKeyOrDefault()
+		prev, err := hold.Delete(hctx, cli, key)
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("unhold")
+			return cmdkit.ExitError
+		}
+		if prev == nil {
+			fmt.Fprintf(a.Stdout, "no hold at %s\n", key)
+		} else {
+			a.Log.WithField("hold_key", key).Infof("hold removed: %s", prev)
+			fmt.Fprintf(a.Stdout, "hold removed from %s: %s\n", key, prev)
+		}
+		// A helper killed mid-restart left an intent that holds like a hold
+		// (hold.Intent); unhold is the operator's word that its apiserver is
+		// fine. Live intents are restarts under way: they clear themselves.
+		gone, err := hold.ClearOrphans(hctx, cli, key)
+		for _, in := range gone {
+			r := in.AsHold()
+			a.Log.WithField("intent_key", in.Key).Infof("orphaned restart intent removed: %s", &r)
+			fmt.Fprintf(a.Stdout, "orphaned restart intent of %s removed from %s (started %s)\n", in.Host, in.Key, in.Started.UTC().Format(time.RFC3339))
+		}
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("unhold: restart intents")
+			return cmdkit.ExitError
+		}
+		return cmdkit.ExitOK
+	})
 }
 
 // checkWarning reports what check accepts but an operator should fix (an

@@ -118,7 +118,7 @@ func TestEtcdErrorNamesTheEndpointsSetting(t *testing.T) {
 			if err := json.Unmarshal([]byte(strings.TrimSpace(errb.String())), &entry); err != nil {
 				t.Fatalf("log is not one JSON line: %v\n%s", err, errb.String())
 			}
-			if entry["msg"] != cmdkit.EtcdConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
+			if entry["msg"] != cli.ConnectFailed || !strings.Contains(entry["msg"].(string), "--endpoints (or ETCDCTL_ENDPOINTS)") {
 				t.Errorf("msg %q", entry["msg"])
 			}
 			if e, _ := entry["error"].(string); !strings.Contains(e, tc.want) {
@@ -137,7 +137,7 @@ func TestEtcdErrorDefaultEndpoints(t *testing.T) {
 	}
 	a := o.env(io.Discard, nil)
 	cause := errors.New("etcd http://127.0.0.1:2379: no connection within 2s: http://127.0.0.1:2379: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused")
-	got := a.EtcdErr(cause)
+	got := a.Etcd.Err(cause)
 	want := "etcd 127.0.0.1:2379 (the default: neither --endpoints, ETCDCTL_ENDPOINTS nor the configuration file sets them): no connection within 2s: unreachable: dial tcp 127.0.0.1:2379: connect: connection refused"
 	if got.Error() != want || !errors.Is(got, cause) {
 		t.Fatalf("got %q, want %q", got, want)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
 )
@@ -40,7 +41,7 @@ token-probe-apiservers = ["m1=https://10.0.0.1:6443", "m2=https://10.0.0.2:6443"
 		{"publish-key", "--watch", "--token-probe-kubeconfig", "k", "--token-probe-service-account", "probe"},
 		{"publish-key", "--watch", "--token-probe-kubeconfig", "k", "--token-probe-interval", "0s"},
 	} {
-		var ue *cmdkit.UsageError
+		var ue *cli.UsageError
 		if _, _, err := parseArgs(append([]string{"--endpoints", "https://e:2379"}, args...), env(nil)); !errors.As(err, &ue) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}

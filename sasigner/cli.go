@@ -11,7 +11,6 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
-	"github.com/keysync/confd/internal/etcdflags"
 	"github.com/keysync/confd/internal/trust"
 )
 
@@ -52,7 +51,7 @@ under --keys-prefix plus the signing key; Metadata with
 --service-account-key-file and --service-account-signing-key-file.
 SIGHUP re-reads --signing-key. See docs/signer.md.
 
-` + etcdflags.EnvHelp + ` The password is never logged.`
+` + cli.EtcdEnvHelp + ` The password is never logged.`
 
 // newCommand is the signer's command line: a daemon with no subcommands.
 // serve runs once the options are complete and valid.

@@ -54,6 +54,15 @@ func (e *UsageError) Error() string { return e.Msg }
 // Usagef makes a UsageError.
 func Usagef(format string, a ...any) error { return &UsageError{fmt.Sprintf(format, a...)} }
 
+// UsageIf is a usage error when bad, none otherwise: a command line's
+// checks, one call each.
+func UsageIf(bad bool, format string, a ...any) []error {
+	if !bad {
+		return nil
+	}
+	return []error{Usagef(format, a...)}
+}
+
 // ExitCode is a command's outcome other than success, already reported
 // (logged) by the command: Execute only returns it.
 type ExitCode int

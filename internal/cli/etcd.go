@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/etcdclient"
-	"github.com/keysync/confd/internal/etcdflags"
 )
 
 // Etcd is the etcd connection etcdctl's flags describe, shared by every
@@ -31,13 +31,23 @@ type Etcd struct {
 	CAFrom string
 }
 
-func (e *Etcd) targets() etcdflags.Targets {
-	return etcdflags.Targets{Endpoints: &e.Endpoints, CACert: &e.CACert, Cert: &e.Cert, Key: &e.Key,
-		User: &e.User, Password: &e.Password, DialTimeout: &e.DialTimeout, CommandTimeout: &e.CommandTimeout}
+// Register adds the etcd flags to fs: etcdctl's names and defaults, so
+// that an operator's etcdctl environment works unchanged.
+func (e *Etcd) Register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&e.Endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated or repeated [env ETCDCTL_ENDPOINTS]")
+	fs.StringVar(&e.CACert, "cacert", "", "CA bundle to verify etcd's certificate [env ETCDCTL_CACERT]")
+	fs.StringVar(&e.Cert, "cert", "", "client certificate for etcd [env ETCDCTL_CERT]")
+	fs.StringVar(&e.Key, "key", "", "client private key for etcd [env ETCDCTL_KEY]")
+	fs.StringVar(&e.User, "user", "", "etcd user name, or name:password as etcdctl takes it [env ETCDCTL_USER]")
+	fs.StringVar(&e.Password, "password", "", "etcd password; with it --user is the whole name [env ETCDCTL_PASSWORD]")
+	fs.DurationVar(&e.DialTimeout, "dial-timeout", 2*time.Second, "etcd dial timeout [env ETCDCTL_DIAL_TIMEOUT]")
+	fs.DurationVar(&e.CommandTimeout, "command-timeout", 5*time.Second, "deadline of each etcd request [env ETCDCTL_COMMAND_TIMEOUT]")
 }
 
-// Register adds the etcd flags to fs.
-func (e *Etcd) Register(fs *pflag.FlagSet) { etcdflags.Register(fs, e.targets()) }
+// EtcdEnvHelp is the help text's paragraph on the environment.
+const EtcdEnvHelp = `Environment: ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY,
+ETCDCTL_USER, ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT as for
+etcdctl; a flag beats the environment.`
 
 // EndpointsDefault is From when neither a flag, the environment nor the
 // file named the endpoints.
@@ -45,7 +55,8 @@ const EndpointsDefault = "the default: neither --endpoints, ETCDCTL_ENDPOINTS no
 
 // applyEnv fills the etcd settings from etcdctl's environment variables
 // where the flag was not given: a flag beats the environment, which beats
-// the file.
+// the file. Errors name the variable, never a value that may be a
+// password.
 func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, bool)) error {
 	e.From = EndpointsDefault
 	if fs.Changed("endpoints") {
@@ -53,14 +64,44 @@ func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, 
 	} else if where := c.File.Where("endpoints"); where != "" && c.Origin["endpoints"] == where {
 		e.From = "from " + where
 	}
-	err := etcdflags.ApplyEnv(fs, e.targets(), env, func(flag, variable string) {
-		c.Origin[flag] = "env " + variable
-		if flag == "endpoints" {
-			e.From = "from " + variable
+	// set is the variable of flag, when it is set and the flag not given.
+	set := func(flag string, empty bool) (string, bool) {
+		name := "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+		v, ok := env(name)
+		if !ok || (v == "" && !empty) || fs.Changed(flag) {
+			return "", false
 		}
-	})
-	if err != nil {
-		return Usagef("%v", err)
+		c.Origin[flag] = "env " + name
+		return v, true
+	}
+	for _, s := range []struct {
+		flag string
+		dst  *string
+	}{{"cacert", &e.CACert}, {"cert", &e.Cert}, {"key", &e.Key}, {"user", &e.User}, {"password", &e.Password}} {
+		if v, ok := set(s.flag, true); ok {
+			*s.dst = v
+		}
+	}
+	if v, ok := set("endpoints", false); ok {
+		e.Endpoints = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				e.Endpoints = append(e.Endpoints, s)
+			}
+		}
+		e.From = "from ETCDCTL_ENDPOINTS"
+	}
+	for _, d := range []struct {
+		flag string
+		dst  *time.Duration
+	}{{"dial-timeout", &e.DialTimeout}, {"command-timeout", &e.CommandTimeout}} {
+		if v, ok := set(d.flag, false); ok {
+			parsed, err := time.ParseDuration(v)
+			if err != nil {
+				return Usagef("%s=%q: %v", strings.TrimPrefix(c.Origin[d.flag], "env "), v, err)
+			}
+			*d.dst = parsed
+		}
 	}
 	e.CAFrom = "--cacert"
 	switch o := c.Origin["cacert"]; {
@@ -69,31 +110,28 @@ func (e *Etcd) applyEnv(fs *pflag.FlagSet, c *Common, env func(string) (string, 
 	case o != "" && o != "flag":
 		e.CAFrom = "--cacert (" + o + ")"
 	}
-	split, err := etcdflags.SplitUser(&e.User, &e.Password)
-	if split {
+	// etcdctl takes a --user given without a separate password as
+	// name:password.
+	if e.User != "" && e.Password == "" {
+		name, pw, ok := strings.Cut(e.User, ":")
+		if !ok {
+			return Usagef("--user %q (or ETCDCTL_USER) has no password: give name:password, or --password / ETCDCTL_PASSWORD", name)
+		}
+		e.User, e.Password = name, pw
 		c.Origin["password"] = c.Origin["user"]
 	}
-	if err != nil {
-		return Usagef("%v", err)
+	if e.Password != "" && e.User == "" {
+		return Usagef("--password (or ETCDCTL_PASSWORD) given without --user (or ETCDCTL_USER)")
 	}
 	return nil
 }
 
 // Validate checks the settings every etcd command needs.
 func (e *Etcd) Validate() []error {
-	var errs []error
-	if e.DialTimeout <= 0 {
-		errs = append(errs, Usagef("--dial-timeout %s: must be positive", e.DialTimeout))
-	}
-	if e.CommandTimeout <= 0 {
-		errs = append(errs, Usagef("--command-timeout %s: must be positive", e.CommandTimeout))
-	}
-	if len(e.Endpoints) == 0 {
-		errs = append(errs, Usagef("--endpoints: no etcd endpoint"))
-	}
-	if (e.Cert == "") != (e.Key == "") {
-		errs = append(errs, Usagef("--cert and --key go together"))
-	}
+	errs := UsageIf(e.DialTimeout <= 0, "--dial-timeout %s: must be positive", e.DialTimeout)
+	errs = append(errs, UsageIf(e.CommandTimeout <= 0, "--command-timeout %s: must be positive", e.CommandTimeout)...)
+	errs = append(errs, UsageIf(len(e.Endpoints) == 0, "--endpoints: no etcd endpoint")...)
+	errs = append(errs, UsageIf((e.Cert == "") != (e.Key == ""), "--cert and --key go together")...)
 	return errs
 }
 
@@ -107,12 +145,7 @@ func (e *Etcd) Client(ctx context.Context) (*clientv3.Client, error) {
 }
 
 // caFlag is CAFrom, or --cacert for an Etcd not filled by Resolve.
-func (e *Etcd) caFlag() string {
-	if e.CAFrom == "" {
-		return "--cacert"
-	}
-	return e.CAFrom
-}
+func (e *Etcd) caFlag() string { return cmp.Or(e.CAFrom, "--cacert") }
 
 // ConnectFailed is the message of a failed connection to etcd.
 const ConnectFailed = "cannot connect to etcd: check --endpoints (or ETCDCTL_ENDPOINTS) or endpoints in the configuration file, the TLS and auth settings, and that etcd runs there"
@@ -144,10 +177,7 @@ func (e *Etcd) Err(err error) error {
 			msg = strings.ReplaceAll(msg, named[0]+": ", "")
 		}
 	}
-	from := e.From
-	if from == "" {
-		from = EndpointsDefault
-	}
+	from := cmp.Or(e.From, EndpointsDefault)
 	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
 }
 

@@ -3,12 +3,13 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -43,19 +44,13 @@ func (v Value) where(path string) string {
 // Where names the place a key was set, for messages and `config`; "" when
 // the file does not set it.
 func (f *File) Where(name string) string {
-	v, ok := f.lookup(name)
-	if !ok {
+	if f == nil {
 		return ""
 	}
-	return v.where(f.Path)
-}
-
-func (f *File) lookup(name string) (Value, bool) {
-	if f == nil {
-		return Value{}, false
+	if v, ok := f.Values[name]; ok {
+		return v.where(f.Path)
 	}
-	v, ok := f.Values[name]
-	return v, ok
+	return ""
 }
 
 // Load reads path. Every problem is reported, each naming the file and
@@ -80,24 +75,14 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f := &File{Path: path, Values: map[string]Value{}}
-	names := make([]string, 0, len(raw))
-	for n := range raw {
-		names = append(names, n)
-	}
 	lines := keyLines(data)
 	// Report in file order, as a person reads the file.
-	sort.Slice(names, func(i, j int) bool {
-		if lines[names[i]] != lines[names[j]] {
-			return lines[names[i]] < lines[names[j]]
-		}
-		return names[i] < names[j]
+	names := slices.SortedFunc(maps.Keys(raw), func(a, b string) int {
+		return cmp.Or(cmp.Compare(lines[a], lines[b]), cmp.Compare(a, b))
 	})
 	var errs []error
 	for _, n := range names {
-		where := path
-		if l := lines[n]; l > 0 {
-			where = fmt.Sprintf("%s:%d", path, l)
-		}
+		where := Value{Line: lines[n]}.where(path)
 		k, ok := Lookup(n)
 		if !ok {
 			hint := ""
@@ -129,9 +114,6 @@ func Parse(path string, data []byte) (*File, error) {
 
 // convert checks v against k's kind and turns it into flag arguments.
 func convert(k Key, v any) ([]string, error) {
-	wrong := func() error {
-		return fmt.Errorf("want %s, got a TOML %s", k.Kind, tomlType(v))
-	}
 	switch k.Kind {
 	case String:
 		if s, ok := v.(string); ok {
@@ -168,7 +150,7 @@ func convert(k Key, v any) ([]string, error) {
 			return out, nil
 		}
 	}
-	return nil, wrong()
+	return nil, fmt.Errorf("want %s, got a TOML %s", k.Kind, tomlType(v))
 }
 
 func tomlType(v any) string {
@@ -220,15 +202,14 @@ func keyLines(data []byte) map[string]int {
 			continue
 		}
 		if depth == 0 {
+			name := ""
 			if m := keyAt.FindStringSubmatch(line); m != nil {
-				name := m[1] + m[2] + m[3]
-				if _, seen := out[name]; !seen {
-					out[name] = n
-				}
+				name = m[1] + m[2] + m[3]
 			} else if t := tableAt.FindStringSubmatch(line); t != nil {
-				if _, seen := out[t[1]]; !seen {
-					out[t[1]] = n
-				}
+				name = t[1]
+			}
+			if _, seen := out[name]; name != "" && !seen {
+				out[name] = n
 			}
 		}
 		depth += bracketDepth(line)

@@ -1,11 +1,12 @@
 // Package cmdkit is what the subcommands of kube-apiserver-safe-restart
 // share: the environment a command runs in (output, logger, etcd, this
-// host's names), the flag groups with the one function registering each
-// and their checks, the exit codes, and the key-record helpers several
-// commands use.
+// host's names), the flag groups and their checks, the one function
+// registering a command's flags, the exit codes, and the key-record
+// helpers several commands use.
 package cmdkit
 
 import (
+	"cmp"
 	"context"
 	"io"
 
@@ -39,24 +40,19 @@ type Env struct {
 // NewEnv is the environment of a command whose --host is hostFlag ("" when
 // it has none).
 func NewEnv(s *Shared, hostFlag string, stdout, stderr io.Writer, log *logrus.Logger) *Env {
-	e := &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client, HostFlag: hostFlag}
 	// Holds and lock entries name the host as --host does, so that a hold
 	// reads like the trust records and the published keys of that host.
-	e.Host = e.HostFlag
-	if e.Host == "" {
-		e.Host = Hostname()
-	}
-	return e
+	return &Env{Etcd: &s.Etcd, Stdout: stdout, Stderr: stderr, Log: log, Dial: s.Etcd.Client, HostFlag: hostFlag, Host: cmp.Or(hostFlag, Hostname())}
 }
 
 func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.Client) int) int {
-	cli, err := e.Dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
-		e.Log.WithError(e.EtcdErr(err)).Error(EtcdConnectFailed)
+		e.Log.WithError(e.Etcd.Err(err)).Error(cli.ConnectFailed)
 		return ExitError
 	}
-	defer cli.Close()
-	return f(ctx, cli)
+	defer c.Close()
+	return f(ctx, c)
 }
 
 // opCtx is the context of one etcd request: --command-timeout, not cut
@@ -64,12 +60,6 @@ func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.
 func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
 }
-
-// EtcdConnectFailed is the message of a failed connection to etcd.
-const EtcdConnectFailed = cli.ConnectFailed
-
-// etcdErr names the endpoints in an etcd error and where they came from.
-func (e *Env) EtcdErr(err error) error { return e.Etcd.Err(err) }
 
 // trustHost is --host, or this host's FQDN, asked once per run.
 func (e *Env) TrustHost(ctx context.Context) string {

@@ -3,7 +3,6 @@ package cmdkit
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,7 +25,7 @@ func UpdateKeys(ctx context.Context, a *Env, store *keystate.Store, host string,
 	uctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	if _, err := store.Update(uctx, host, change); err != nil {
-		return a.EtcdErr(err)
+		return a.Etcd.Err(err)
 	}
 	return nil
 }
@@ -53,13 +52,4 @@ func TrimOwnFiles(rec keystate.Record, signingKey, publicKey, certificate string
 	if err := files.TrimRetired(retired, log); err != nil {
 		log.WithError(err).Warn("cannot remove retired keys from this host's key files")
 	}
-}
-
-func SortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

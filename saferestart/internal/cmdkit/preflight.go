@@ -1,6 +1,7 @@
 package cmdkit
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/keysync/confd/internal/preflight"
@@ -12,9 +13,5 @@ import (
 // looks there for --signing-key's public half (by default the file the
 // signer itself signs with, /etc/kubernetes/pki/sa.key).
 func PreflightInput(o Preflight, signingKey string, warn func(error)) preflight.Input {
-	key := signingKey
-	if key == "" {
-		key = DefaultSigningKey
-	}
-	return preflight.Input{Files: o.PreflightFiles, FlagsFiles: o.PreflightFlagsFiles, Now: time.Now(), SigningKey: key, Warn: warn}
+	return preflight.Input{Files: o.PreflightFiles, FlagsFiles: o.PreflightFlagsFiles, Now: time.Now(), SigningKey: cmp.Or(signingKey, DefaultSigningKey), Warn: warn}
 }

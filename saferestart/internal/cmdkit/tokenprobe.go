@@ -3,8 +3,7 @@ package cmdkit
 import (
 	"time"
 
-	"github.com/spf13/pflag"
-
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/tokenprobe"
 )
 
@@ -13,17 +12,10 @@ import (
 // other group's field (Kubeconfig, Interval) is shadowed where both are
 // embedded.
 type TokenProbe struct {
-	TokenProbeKubeconfig     string
-	TokenProbeServiceAccount string
-	TokenProbeInterval       time.Duration
-	TokenProbeAPIServers     []string
-}
-
-func (p *TokenProbe) Flags(fs *pflag.FlagSet) {
-	fs.StringVar(&p.TokenProbeKubeconfig, "token-probe-kubeconfig", "", "publish-key --watch: kubeconfig whose server is this host's apiserver (e.g. https://127.0.0.1:6443, not the load balancer) and whose identity may create tokens for --token-probe-service-account (examples/rbac/token-probe.yaml); every --token-probe-interval a token from it is presented to every apiserver and the row exported as kube_apiserver_safe_restart_token_accepted{issuer_host,verifier_host} on --publisher-metrics-addr; empty: no probe")
-	fs.StringVar(&p.TokenProbeServiceAccount, "token-probe-service-account", tokenprobe.DefaultServiceAccount, "publish-key --watch: NAMESPACE/NAME of the service account the probe's tokens are for")
-	fs.DurationVar(&p.TokenProbeInterval, "token-probe-interval", tokenprobe.DefaultInterval, "publish-key --watch: how often the token probe runs")
-	fs.StringSliceVar(&p.TokenProbeAPIServers, "token-probe-apiservers", nil, "publish-key --watch: the apiservers the probe presents tokens to, HOST=URL (repeatable or comma-separated; HOST is the verifier_host label); empty: the kubernetes Service's EndpointSlices in default (verifier_host is the address)")
+	TokenProbeKubeconfig     string        `flag:"token-probe-kubeconfig"`
+	TokenProbeServiceAccount string        `flag:"token-probe-service-account"`
+	TokenProbeInterval       time.Duration `flag:"token-probe-interval"`
+	TokenProbeAPIServers     []string      `flag:"token-probe-apiservers"`
 }
 
 // Validate checks the probe's flags where the probe would run (publish-key
@@ -33,15 +25,12 @@ func (p *TokenProbe) Validate(runs bool) []error {
 	if !runs {
 		return nil
 	}
-	var errs []error
-	if p.TokenProbeInterval <= 0 {
-		errs = append(errs, Usagef("--token-probe-interval %s: must be positive", p.TokenProbeInterval))
-	}
+	errs := cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)
 	if _, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount); err != nil {
-		errs = append(errs, Usagef("%v", err))
+		errs = append(errs, cli.Usagef("%v", err))
 	}
 	if _, err := tokenprobe.ParseTargets(p.TokenProbeAPIServers); err != nil {
-		errs = append(errs, Usagef("%v", err))
+		errs = append(errs, cli.Usagef("%v", err))
 	}
 	return errs
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/restartcmd"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -22,177 +22,111 @@ const (
 	byForgetHost = "forget-host"
 )
 
+// The options of each command: its flags in the order its --help lists
+// them (cmdkit.Register).
+
 type Trust struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
 	cmdkit.Prefixes
 	cmdkit.OutputFlag
 }
 
-func (o *Trust) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.OutputFlag.Flags(fs)
-}
-
-func (o *Trust) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *Trust) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	return append(errs, o.OutputFlag.Validate()...)
 }
 
 type WaitTrusted struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.Prefixes
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
 	cmdkit.WaitTrustedFlags
 	cmdkit.Preflight
+	RotationPrefix string `flag:"rotation-prefix"`
 	cmdkit.TTLFlag
 }
 
-func (o *WaitTrusted) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.WaitTrustedFlags.Flags(fs)
-	o.Preflight.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.TTLFlag.Flags(fs)
-}
-
-func (o *WaitTrusted) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, o.TTLFlag.Validate(), nil)
-	errs = append(errs, o.Prefixes.Validate()...)
+func (o *WaitTrusted) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, o.TTLFlag.Validate(), nil)
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
-	if o.PublicKey == "" {
-		errs = append(errs, cmdkit.Usagef("wait-trusted needs --public-key FILE"))
-	}
+	errs = append(errs, cli.UsageIf(o.PublicKey == "", "wait-trusted needs --public-key FILE")...)
 	return append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
 }
 
 type RotateKey struct {
-	Shared *cmdkit.Shared
 	cmdkit.Restarting
-	cmdkit.PublicKeyFlag
-	cmdkit.TimeoutFlag
-	cmdkit.GraceFlag
+	PublicKey string        `flag:"public-key"`
+	Timeout   time.Duration `flag:"timeout"`
+	Grace     time.Duration `flag:"grace"`
 	cmdkit.RotateKeyFlags
 }
 
-func (o *RotateKey) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.TimeoutFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.RotateKeyFlags.Flags(fs)
-}
-
 // Args takes the command after --, as restart does.
-func (o *RotateKey) Args(cmd *cobra.Command, args []string) error {
-	return restartcmd.RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
+func (o *RotateKey) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error {
+	return restartcmd.RestartArgs(&o.Restarting, cmd, args, s.Origin)
 }
 
-func (o *RotateKey) Validate() []error {
-	errs := o.Restarting.Validate(o.Shared, nil)
+func (o *RotateKey) Validate(s *cmdkit.Shared) []error {
+	errs := o.Restarting.Validate(s)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
-	if o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256 {
-		errs = append(errs, cmdkit.Usagef("--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256))
-	}
+	errs = append(errs, cli.UsageIf(o.Algorithm != rotation.RSA2048 && o.Algorithm != rotation.ECDSAP256, "--algorithm %q: want %s or %s", o.Algorithm, rotation.RSA2048, rotation.ECDSAP256)...)
 	errs = append(errs, cmdkit.ValidateGrace(o.Grace)...)
 	errs = append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
-	if o.Abort && (o.Rollback || o.DryRun) {
-		errs = append(errs, cmdkit.Usagef("--abort goes with neither --rollback nor --dry-run"))
-	}
-	if o.Rollback && o.DryRun {
-		errs = append(errs, cmdkit.Usagef("--rollback goes without --dry-run"))
-	}
+	errs = append(errs, cli.UsageIf(o.Abort && (o.Rollback || o.DryRun), "--abort goes with neither --rollback nor --dry-run")...)
+	errs = append(errs, cli.UsageIf(o.Rollback && o.DryRun, "--rollback goes without --dry-run")...)
 	return errs
 }
 
 type RetireKeys struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.DryRunFlag
-	cmdkit.Prefixes
+	DryRun      bool   `flag:"dry-run"`
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"`
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.SigningKeyFlag
-	cmdkit.KubeconfigFlag
+	PublicKey      string `flag:"public-key"`
+	SigningKey     string `flag:"signing-key"`
+	RotationPrefix string `flag:"rotation-prefix"`
+	Kubeconfig     string `flag:"kubeconfig"`
 	cmdkit.ControllerManager
 	cmdkit.RetireKeysFlags
 }
 
-func (o *RetireKeys) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
-	o.ControllerManager.Flags(fs)
-	o.RetireKeysFlags.Flags(fs)
-}
-
-func (o *RetireKeys) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
-	errs = append(errs, o.Prefixes.Validate()...)
+func (o *RetireKeys) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, map[string]time.Duration{"--stale-token-window": o.StaleTokenWindow})
+	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	cmdkit.KeyFileDefaults(&o.SigningKey, &o.PublicKey)
 	return append(errs, o.ControllerManager.Validate()...)
 }
 
 type PublishKey struct {
-	Shared *cmdkit.Shared
 	cmdkit.Lock
-	cmdkit.KeysPrefixFlag
-	cmdkit.TrustPrefixFlag // the fleet gauges read the trust records
+	KeysPrefix  string `flag:"keys-prefix"`
+	TrustPrefix string `flag:"trust-prefix"` // the fleet gauges read the trust records
 	cmdkit.Host
-	cmdkit.PublicKeyFlag
-	cmdkit.SigningKeyFlag
-	cmdkit.RotationPrefixFlag
-	cmdkit.GraceFlag
-	cmdkit.PublishKeyFlags
+	PublicKey      string        `flag:"public-key"`
+	SigningKey     string        `flag:"signing-key"`
+	RotationPrefix string        `flag:"rotation-prefix"`
+	Grace          time.Duration `flag:"grace"`
+	Certificate    string        `flag:"certificate"`
 	cmdkit.PublishWatchFlags
 	cmdkit.TTLFlag
-	cmdkit.StaleToken
+	APIServerMetricsURL string `flag:"apiserver-metrics-url"` // the stale-token sampler's
 	cmdkit.HealthCreds
 	cmdkit.TokenProbe
 }
 
-func (o *PublishKey) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.PublicKeyFlag.Flags(fs)
-	o.SigningKeyFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.PublishKeyFlags.Flags(fs)
-	o.PublishWatchFlags.Flags(fs)
-	o.TTLFlag.Flags(fs)
-	o.StaleToken.Flags(fs)
-	o.HealthCreds.Flags(fs)
-	o.TokenProbe.Flags(fs)
-}
-
-func (o *PublishKey) Validate() []error {
+func (o *PublishKey) Validate(s *cmdkit.Shared) []error {
 	var pre []error
 	if o.Watch {
 		pre = o.TTLFlag.Validate()
 	}
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, pre, nil)
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, pre, nil)
 	errs = append(errs, cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, &o.RotationPrefix)...)
 	errs = append(errs, o.Host.Validate()...)
 	errs = append(errs, o.TokenProbe.Validate(o.Watch && o.TokenProbeKubeconfig != "")...)
@@ -205,29 +139,17 @@ func (o *PublishKey) Validate() []error {
 }
 
 type ForgetHost struct {
-	Shared *cmdkit.Shared
-	host   string // the HOST forgotten
+	host string // the HOST forgotten
 	cmdkit.Lock
-	cmdkit.DryRunFlag
+	DryRun bool `flag:"dry-run"`
 	cmdkit.Prefixes
 	cmdkit.Host
-	cmdkit.GraceFlag
-	cmdkit.KubeconfigFlag
+	Grace      time.Duration `flag:"grace"`
+	Kubeconfig string        `flag:"kubeconfig"`
 }
 
-func (o *ForgetHost) Flags(fs *pflag.FlagSet) {
-	o.Lock.Flags(fs)
-	o.DryRunFlag.Flags(fs)
-	o.KeysPrefixFlag.Flags(fs)
-	o.TrustPrefixFlag.Flags(fs)
-	o.RotationPrefixFlag.Flags(fs)
-	o.Host.Flags(fs)
-	o.GraceFlag.Flags(fs)
-	o.KubeconfigFlag.Flags(fs)
-}
-
-func (o *ForgetHost) Validate() []error {
-	errs := cmdkit.ValidateEtcd(o.Shared, &o.Lock, nil, nil)
+func (o *ForgetHost) Validate(s *cmdkit.Shared) []error {
+	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Prefixes.Validate()...)
 	errs = append(errs, o.Host.Validate()...)
 	return append(errs, cmdkit.ValidateGrace(o.Grace)...)

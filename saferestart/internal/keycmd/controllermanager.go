@@ -17,7 +17,6 @@ import (
 // refuses such tokens once the key is gone. Re-creating the Secret (after
 // kube-controller-manager signs with the new key) clears it.
 func (r *retirer) legacyTokenGate(ctx context.Context, kid string, log logrus.FieldLogger) int {
-	a := r.Env
 	o := r.o
 	if o.Kubeconfig == "" {
 		return cmdkit.ExitOK
@@ -26,7 +25,7 @@ func (r *retirer) legacyTokenGate(ctx context.Context, kid string, log logrus.Fi
 		log.Warnf("--ignore-legacy-tokens: not looking for legacy token Secrets signed with %s; any left stop working once it is retired", kid)
 		return cmdkit.ExitOK
 	}
-	l, err := legacytokens.New(o.Kubeconfig, a.Etcd.CommandTimeout)
+	l, err := legacytokens.New(o.Kubeconfig, r.Etcd.CommandTimeout)
 	if err != nil {
 		log.WithError(err).Error("retire-keys: legacy token check")
 		return cmdkit.ExitPreflight

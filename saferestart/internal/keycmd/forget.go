@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
@@ -21,12 +24,12 @@ import (
 )
 
 // Args: forget-host takes the one HOST it removes.
-func (o *ForgetHost) Args(_ *cobra.Command, args []string) error {
+func (o *ForgetHost) Args(_ *cmdkit.Shared, _ *cobra.Command, args []string) error {
 	if len(args) != 1 || args[0] == "" {
-		return cmdkit.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
+		return cli.Usagef("forget-host takes exactly one HOST (its name under --keys-prefix, as `trust` lists it), got %q", args)
 	}
 	if strings.Contains(args[0], "/") {
-		return cmdkit.Usagef("forget-host %q: a host name holds no /", args[0])
+		return cli.Usagef("forget-host %q: a host name holds no /", args[0])
 	}
 	o.host = args[0]
 	return nil
@@ -53,7 +56,7 @@ func (p *forgetPlan) empty() bool {
 // steps lists, in order, what the plan changes.
 func (p *forgetPlan) steps(o *ForgetHost) []string {
 	var out []string
-	for _, kid := range cmdkit.SortedKeys(p.next.Record.Superseded) {
+	for _, kid := range slices.Sorted(maps.Keys(p.next.Record.Superseded)) {
 		s := p.next.Record.Superseded[kid]
 		if _, already := p.state.Record.Superseded[kid]; already {
 			out = append(out, fmt.Sprintf("key %s stays superseded (by %s), retired after %s", kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339)))
@@ -65,13 +68,13 @@ func (p *forgetPlan) steps(o *ForgetHost) []string {
 	if p.state.Record.Forgotten.IsZero() {
 		out = append(out, fmt.Sprintf("mark %s forgotten in its key record %s (kept until its keys are retired; its value goes with its last key)", p.host, store.RecordKey(p.host)))
 	}
-	for _, key := range cmdkit.SortedKeys(p.present) {
+	for _, key := range slices.Sorted(maps.Keys(p.present)) {
 		out = append(out, fmt.Sprintf("delete %s %s", p.present[key], key))
 	}
 	return out
 }
 
-// forgetHost is the `forget-host HOST` subcommand: a master removed for
+// Run is the `forget-host HOST` subcommand: a master removed for
 // good (or renamed: a new host plus forget-host of the old name) stops
 // being one. Its keys become superseded now and stay published until
 // retire-keys retires them after --grace, so the tokens it signed keep
@@ -79,98 +82,91 @@ func (p *forgetPlan) steps(o *ForgetHost) []string {
 // and restart intent go, so that no trust wait, fleet check or signer
 // barrier waits for it and no orphaned intent holds the line. It refuses
 // while the host shows any sign of running.
-func (o *ForgetHost) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.forgetHost(ctx, e, cli) })
-}
-
-func (o *ForgetHost) forgetHost(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	host := o.host
-	log := a.Log.WithField("forget", host)
-	if self := a.TrustHost(ctx); host == self {
-		log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
-		return cmdkit.ExitPreflight
-	}
-	if code := o.forgetEvidence(ctx, a, cli, host, log); code != cmdkit.ExitOK {
-		return code
-	}
-	p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
-		return cmdkit.ExitError
-	}
-	if p.empty() {
-		return o.forgetUnknown(host, log)
-	}
-	if o.DryRun {
-		fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
-		for _, s := range p.steps(o) {
-			fmt.Fprintf(a.Stdout, "would %s\n", s)
+func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		host := o.host
+		log := a.Log.WithField("forget", host)
+		if self := a.TrustHost(ctx); host == self {
+			log.Errorf("forget-host %s: that is this host (--host, or hostname -f): a master never forgets itself; shut it down and run forget-host %s on another master", host, host)
+			return cmdkit.ExitPreflight
 		}
+		if code := o.forgetEvidence(ctx, a, cli, host, log); code != cmdkit.ExitOK {
+			return code
+		}
+		p, err := o.readForgetPlan(ctx, a, cli, host, time.Now())
+		if err != nil {
+			log.WithError(a.Etcd.Err(err)).Error("forget-host: nothing done")
+			return cmdkit.ExitError
+		}
+		if p.empty() {
+			log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
+				host, o.KeysPrefix, o.TrustPrefix, o.RotationPrefix)
+			return cmdkit.ExitPreflight
+		}
+		if o.DryRun {
+			fmt.Fprintf(a.Stdout, "dry run: nothing written or removed\n")
+			for _, s := range p.steps(o) {
+				fmt.Fprintf(a.Stdout, "would %s\n", s)
+			}
+			return cmdkit.ExitOK
+		}
+		// Claimed as rotate-key and retire-keys claim a host: a retire-keys
+		// retiring its keys meanwhile would race the supersede.
+		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
+		if errors.Is(err, rotation.ErrBusy) {
+			log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
+			return cmdkit.ExitLockTimeout
+		}
+		if err != nil {
+			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
+			return cmdkit.ExitError
+		}
+		defer func() { _ = claim.Release() }()
+		// Read again under the claim: what is done is what is logged.
+		if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
+			log.WithError(a.Etcd.Err(err)).Error("forget-host: nothing done")
+			return cmdkit.ExitError
+		}
+		steps := p.steps(o)
+		// The keys first: from then on the host publishes no current key and
+		// no wait counts it, whatever else a kill leaves behind (a second run
+		// finishes the rest).
+		uctx, cancel := a.OpCtx(ctx)
+		_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+			return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
+		})
+		cancel()
+		if err != nil {
+			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+			return cmdkit.ExitError
+		}
+		var ops []clientv3.Op
+		intent := hold.IntentKey(o.HoldKeyOrDefault(), host)
+		for key := range p.present {
+			if key != intent {
+				ops = append(ops, clientv3.OpDelete(key))
+			}
+		}
+		dctx, cancel := a.OpCtx(ctx)
+		defer cancel()
+		if len(ops) > 0 {
+			if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
+				log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
+				return cmdkit.ExitError
+			}
+		}
+		if _, ok := p.present[intent]; ok {
+			if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
+				log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
+				return cmdkit.ExitError
+			}
+		}
+		for _, s := range steps {
+			log.Info(s)
+		}
+		fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
 		return cmdkit.ExitOK
-	}
-	// Claimed as rotate-key and retire-keys claim a host: a retire-keys
-	// retiring its keys meanwhile would race the supersede.
-	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d forget-host", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
-	if errors.Is(err, rotation.ErrBusy) {
-		log.WithError(err).Errorf("forget-host %s: a rotate-key or retire-keys of %s runs: nothing done; run forget-host again once it ends", host, host)
-		return cmdkit.ExitLockTimeout
-	}
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
-		return cmdkit.ExitError
-	}
-	defer func() { _ = claim.Release() }()
-	// Read again under the claim: what is done is what is logged.
-	if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
-		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")
-		return cmdkit.ExitError
-	}
-	steps := p.steps(o)
-	// The keys first: from then on the host publishes no current key and
-	// no wait counts it, whatever else a kill leaves behind (a second run
-	// finishes the rest).
-	uctx, cancel := a.OpCtx(ctx)
-	_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
-		return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
 	})
-	cancel()
-	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
-		return cmdkit.ExitError
-	}
-	var ops []clientv3.Op
-	intent := hold.IntentKey(o.HoldKeyOrDefault(), host)
-	for key := range p.present {
-		if key != intent {
-			ops = append(ops, clientv3.OpDelete(key))
-		}
-	}
-	dctx, cancel := a.OpCtx(ctx)
-	defer cancel()
-	if len(ops) > 0 {
-		if _, err := cli.Txn(dctx).Then(ops...).Commit(); err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its keys are superseded, but its trust record and rotation records were not deleted: run forget-host again", host)
-			return cmdkit.ExitError
-		}
-	}
-	if _, ok := p.present[intent]; ok {
-		if _, err := hold.DeleteIntent(dctx, cli, o.HoldKeyOrDefault(), host); err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: its restart intent was not deleted (it may hold every restart): run forget-host again", host)
-			return cmdkit.ExitError
-		}
-	}
-	for _, s := range steps {
-		log.Info(s)
-	}
-	fmt.Fprintf(a.Stdout, "%s forgotten: no trust wait, fleet check or signer barrier waits for it; its keys stay published until retire-keys retires them\n", host)
-	return cmdkit.ExitOK
-}
-
-// forgetUnknown refuses a name etcd knows nothing of.
-func (o *ForgetHost) forgetUnknown(host string, log logrus.FieldLogger) int {
-	log.Errorf("forget-host %s: nothing under --keys-prefix %s, --trust-prefix %s or --rotation-prefix %s names that host: check the name (`trust` lists the hosts)",
-		host, o.KeysPrefix, o.TrustPrefix, o.RotationPrefix)
-	return cmdkit.ExitPreflight
 }
 
 // readForgetPlan reads what forget-host would change.
@@ -188,7 +184,7 @@ func (o *ForgetHost) readForgetPlan(ctx context.Context, a *cmdkit.Env, cli *cli
 		rotation.WaitingKey(o.RotationPrefix, host):                       "waiting record",
 		hold.IntentKey(o.HoldKeyOrDefault(), host):                        "restart intent",
 	}
-	keys := cmdkit.SortedKeys(what)
+	keys := slices.Sorted(maps.Keys(what))
 	var gets []clientv3.Op
 	for _, k := range keys {
 		gets = append(gets, clientv3.OpGet(k, clientv3.WithCountOnly()))
@@ -215,7 +211,7 @@ func (o *ForgetHost) forgetEvidence(ctx context.Context, a *cmdkit.Env, cli *cli
 	resp, err := cli.Get(rctx, key)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
+		log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot read %s: nothing done", host, key)
 		return cmdkit.ExitError
 	}
 	if len(resp.Kvs) > 0 {
@@ -229,7 +225,7 @@ func (o *ForgetHost) forgetEvidence(ctx context.Context, a *cmdkit.Env, cli *cli
 	intents, err := hold.Intents(rctx, cli, o.HoldKeyOrDefault())
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
+		log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot read the restart intents: nothing done", host)
 		return cmdkit.ExitError
 	}
 	for _, in := range intents {

@@ -1,10 +1,13 @@
 package keycmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,16 +20,14 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// publishSource is what publish-key publishes: --certificate, else
-// --public-key, else the public half of --signing-key.
+// sourceFile is the file publish-key publishes: --certificate, else
+// --public-key, else --signing-key (its public half).
+func (o *PublishKey) sourceFile() string { return cmp.Or(o.Certificate, o.PublicKey, o.SigningKey) }
+
+// publishSource is what publish-key publishes, read from sourceFile.
 func (o *PublishKey) publishSource(ctx context.Context) (name string, items []keystate.Item, err error) {
-	switch {
-	case o.Certificate != "":
-		name = o.Certificate
-	case o.PublicKey != "":
-		name = o.PublicKey
-	default:
-		name = o.SigningKey
+	name = o.sourceFile()
+	if o.Certificate == "" && o.PublicKey == "" {
 		f, err := pemcheck.ReadFile(name)
 		if err != nil {
 			return name, nil, err
@@ -119,13 +120,13 @@ func (o *PublishKey) publishKey(ctx context.Context, a *cmdkit.Env, cli *clientv
 		return cmdkit.ExitPreflight
 	}
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("publish-key: cannot write the published value")
+		log.WithError(a.Etcd.Err(err)).Error("publish-key: cannot write the published value")
 		return cmdkit.ExitError
 	}
 	if len(dropped) > 0 {
 		log.Warnf("%s holds retired key(s) %s: not published (retired keys are never published again)", name, strings.Join(dropped, ", "))
 	}
-	for _, kid := range cmdkit.SortedKeys(res.Record.Superseded) {
+	for _, kid := range slices.Sorted(maps.Keys(res.Record.Superseded)) {
 		s := res.Record.Superseded[kid]
 		log.WithField("superseded", kid).Infof("superseded key %s stays published beside %s until retire-keys after %s", kid, name, s.RetireAfter.UTC().Format(time.RFC3339))
 	}

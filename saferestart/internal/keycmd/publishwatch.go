@@ -44,13 +44,7 @@ func (o *PublishKey) publishWatch(ctx context.Context, a *cmdkit.Env, cli *clien
 		}
 		defer srv.Close()
 	}
-	files := []string{o.SigningKey}
-	switch {
-	case o.Certificate != "":
-		files = []string{o.Certificate}
-	case o.PublicKey != "":
-		files = []string{o.PublicKey}
-	}
+	files := []string{o.sourceFile()}
 	w := &keywatch.Watcher{
 		Client: cli,
 		Store:  store,

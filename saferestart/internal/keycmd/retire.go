@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -17,7 +18,7 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// retireKeys is the `retire-keys` subcommand: every due superseded key of
+// Run is the `retire-keys` subcommand: every due superseded key of
 // every host with a record under --rotation-prefix is retired, whichever
 // master runs it (a reimaged host has no local state for its old key; a
 // removed host runs nothing). Each host is claimed as rotate-key claims it,
@@ -40,13 +41,12 @@ type retirer struct {
 }
 
 func (k *retirer) retireKeys(ctx context.Context) int {
-	a := k.Env
 	o := k.o
 	cli := k.cli
-	self := a.TrustHost(ctx)
-	log := a.Log.WithField("host", self)
+	self := k.TrustHost(ctx)
+	log := k.Log.WithField("host", self)
 	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
-	lctx, cancel := a.OpCtx(ctx)
+	lctx, cancel := k.OpCtx(ctx)
 	hosts, err := store.Hosts(lctx)
 	var recs map[string]trust.Record
 	if err == nil {
@@ -58,11 +58,11 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	}
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
+		log.WithError(k.Etcd.Err(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
 		return cmdkit.ExitError
 	}
 	if o.DryRun {
-		fmt.Fprintln(a.Stdout, "dry run: nothing retired, written or removed")
+		fmt.Fprintln(k.Stdout, "dry run: nothing retired, written or removed")
 	}
 	code, retired := cmdkit.ExitOK, 0
 	for _, h := range hosts {
@@ -84,46 +84,45 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
 func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
-	a := k.Env
 	o := k.o
 	cli := k.cli
-	log := a.Log.WithField("host", host)
+	log := k.Log.WithField("host", host)
 	if !o.DryRun {
-		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", a.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
+		claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d retire-keys", k.Host, os.Getpid()), cmdkit.ClaimTTL, 0)
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Infof("%s is being rotated or retired by another run: skipped, its run retires its keys", host)
 			return cmdkit.ExitOK, 0
 		}
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
+			log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
 			return cmdkit.ExitError, 0
 		}
 		defer func() { _ = claim.Release() }()
 	}
 	rs := &rotation.EtcdStore{KV: cli, Prefix: o.RotationPrefix, Host: host}
-	lctx, cancel := a.OpCtx(ctx)
+	lctx, cancel := k.OpCtx(ctx)
 	st, err := rs.Load(lctx)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s skipped", host)
 		return cmdkit.ExitError, 0
 	}
 	// Upgrade in place: a rotation installed by an older helper recorded
 	// its previous key's retire time in its state only.
 	legacy := st != nil && st.Phase == rotation.PhaseInstalled && st.Previous != ""
 	if legacy && !o.DryRun {
-		if err := cmdkit.UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
+		if err := cmdkit.UpdateKeys(ctx, k.Env, store, host, func(cur keystate.State) (keystate.State, error) {
 			return cur.Supersede(st.Previous, st.RetireAfter, byRotateKey, "", time.Now())
 		}); err != nil {
 			log.WithError(err).Errorf("retire-keys: cannot record %s's previous key %s as superseded: skipped", host, st.Previous)
 			return cmdkit.ExitError, 0
 		}
 	}
-	lctx, cancel = a.OpCtx(ctx)
+	lctx, cancel = k.OpCtx(ctx)
 	cur, err := store.Load(lctx, host)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s skipped", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s skipped", host)
 		return cmdkit.ExitError, 0
 	}
 	if legacy && o.DryRun {
@@ -136,7 +135,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	own := k.ownSigning(host)
 	code := cmdkit.ExitOK
 	var due []string
-	for _, kid := range cmdkit.SortedKeys(cur.Record.Superseded) {
+	for _, kid := range slices.Sorted(maps.Keys(cur.Record.Superseded)) {
 		s := cur.Record.Superseded[kid]
 		klog := log.WithField("superseded", kid)
 		switch {
@@ -163,7 +162,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 		return k.markRotationRetired(ctx, rs, st, cur.Record, log, code), 0
 	}
 	var res keystate.Result
-	uctx, cancel := a.OpCtx(ctx)
+	uctx, cancel := k.OpCtx(ctx)
 	res, err = store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
 		// Only what is still superseded: a key made current again
 		// meanwhile (a rollback) is not retired.
@@ -177,7 +176,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	})
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s: nothing retired", host)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s: nothing retired", host)
 		return cmdkit.ExitError, 0
 	}
 	n := 0
@@ -198,16 +197,15 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 // its previous key is: rotate-key --rollback then refuses, and a new
 // rotate-key starts afresh.
 func (k *retirer) markRotationRetired(ctx context.Context, rs *rotation.EtcdStore, st *rotation.State, rec keystate.Record, log logrus.FieldLogger, code int) int {
-	a := k.Env
 	if st == nil || st.Phase != rotation.PhaseInstalled || rec.Retired[st.Previous].IsZero() {
 		return code
 	}
 	st.Phase, st.Updated = rotation.PhaseRetired, time.Now().UTC()
-	sctx, cancel := a.OpCtx(ctx)
+	sctx, cancel := k.OpCtx(ctx)
 	err := rs.Save(sctx, *st)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
+		log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: %s's rotation state not marked retired (its previous key %s is): run retire-keys again", st.Host, st.Previous)
 		return cmdkit.ExitError
 	}
 	return code
@@ -239,12 +237,11 @@ func (k *retirer) ownSigning(host string) []string {
 // TrimOwnFiles removes the keys retired (by this run or any other) from
 // this host's --public-key and --signing-key's backup.
 func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
-	a := k.Env
-	lctx, cancel := a.OpCtx(ctx)
+	lctx, cancel := k.OpCtx(ctx)
 	cur, err := store.Load(lctx, self)
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
 		return
 	}
 	// retire-keys has no --certificate: the public key file is trimmed.

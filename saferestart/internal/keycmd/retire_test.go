@@ -24,21 +24,18 @@ import (
 
 // parse is a command line of o's flags, checked, with s the shared flags
 // (--endpoints defaults to a local etcd).
-func parse(t *testing.T, s *cmdkit.Shared, o interface {
-	Flags(*pflag.FlagSet)
-	Validate() []error
-}, args ...string) {
+func parse(t *testing.T, s *cmdkit.Shared, o interface{ Validate(*cmdkit.Shared) []error }, args ...string) {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	s.Etcd.Register(fs)
-	o.Flags(fs)
+	cmdkit.Register(fs, o)
 	if !strings.Contains(strings.Join(args, " "), "--endpoints") {
 		args = append([]string{"--endpoints", "127.0.0.1:2379"}, args...)
 	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	if errs := o.Validate(); len(errs) > 0 {
+	if errs := o.Validate(s); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 }
@@ -67,12 +64,12 @@ func TestLegacyTokenGate(t *testing.T) {
 		{nil, "OLDKID", cmdkit.ExitOK}, // no kubeconfig: not looked at
 		{[]string{"--kubeconfig", kc}, "OTHER", cmdkit.ExitOK},
 	} {
-		o := &RetireKeys{Shared: &cmdkit.Shared{}}
-		parse(t, o.Shared, o, tt.args...)
+		o, s := &RetireKeys{}, &cmdkit.Shared{}
+		parse(t, s, o, tt.args...)
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		if got := (&retirer{Env: cmdkit.NewEnv(o.Shared, o.HostName, &logs, &logs, log), o: o}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
+		if got := (&retirer{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o: o}).legacyTokenGate(context.Background(), tt.kid, log); got != tt.want {
 			t.Errorf("%v: exit %d, want %d:\n%s", tt.args, got, tt.want, logs.String())
 		}
 		if tt.want == cmdkit.ExitPreflight && !strings.Contains(logs.String(), "apps/ci-token") {
@@ -92,12 +89,12 @@ func TestRetireRefusedWhileControllerManagerSignsWithIt(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	o := &RetireKeys{Shared: &cmdkit.Shared{}}
-	parse(t, o.Shared, o, "--endpoints", srv.Endpoint, "--host", "m1")
+	o, s := &RetireKeys{}, &cmdkit.Shared{}
+	parse(t, s, o, "--endpoints", srv.Endpoint, "--host", "m1")
 	var logs bytes.Buffer
 	log := logrus.New()
 	log.Out = &logs
-	r := &retirer{Env: cmdkit.NewEnv(o.Shared, o.HostName, &logs, &logs, log), o: o}
+	r := &retirer{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o: o}
 	record := func(host, signing, cm string) {
 		rec := trust.Record{Host: host, Trusted: []string{"OLDKID", "NEWKID"}, Signing: signing, ControllerManagerSigning: cm, Time: time.Now()}
 		if err := trust.Put(ctx, cli, trust.DefaultPrefix, "", rec); err != nil {
@@ -167,12 +164,12 @@ func TestStaleTokenGate(t *testing.T) {
 			[]string{"level=warning", "--ignore-stale-tokens: retiring OLDKID although stale service-account tokens were used on m1 at"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := &RetireKeys{Shared: &cmdkit.Shared{}}
-			parse(t, o.Shared, o, tc.args...)
+			o, s := &RetireKeys{}, &cmdkit.Shared{}
+			parse(t, s, o, tc.args...)
 			var logs bytes.Buffer
 			log := logrus.New()
 			log.Out = &logs
-			ok := (&retirer{Env: cmdkit.NewEnv(o.Shared, o.HostName, &logs, &logs, log), o: o}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
+			ok := (&retirer{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o: o}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
 			if ok != tc.retire {
 				t.Errorf("retire %v, want %v:\n%s", ok, tc.retire, logs.String())
 			}

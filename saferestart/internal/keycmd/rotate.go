@@ -24,15 +24,12 @@ import (
 // second connection.
 type keyRotation struct {
 	*cmdkit.Env
-	o    *RotateKey
-	cli  *clientv3.Client
-	host string
-	log  logrus.FieldLogger
+	o *RotateKey
 }
 
 func (o *RotateKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
-		return (&keyRotation{Env: e, o: o, cli: cli}).rotateKey(ctx, cli)
+		return (&keyRotation{Env: e, o: o}).rotateKey(ctx, cli)
 	})
 }
 
@@ -42,7 +39,6 @@ func (k *keyRotation) step(cli *clientv3.Client, host string, log logrus.FieldLo
 }
 
 func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.FieldLogger) *rotation.Rotator {
-	a := k.Env
 	o := k.o
 	store := cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix)
 	return &rotation.Rotator{
@@ -57,16 +53,16 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 			if err != nil {
 				return err
 			}
-			return cmdkit.UpdateKeys(ctx, a, store, host, func(cur keystate.State) (keystate.State, error) {
+			return cmdkit.UpdateKeys(ctx, k.Env, store, host, func(cur keystate.State) (keystate.State, error) {
 				next, _, err := cur.Publish(items, byRotateKey, time.Now(), o.Grace)
 				return next, err
 			})
 		},
-		Keys: &rotationKeys{a: a, store: store, host: host},
+		Keys: &rotationKeys{a: k.Env, store: store, host: host},
 		WaitTrusted: func(ctx context.Context, kid string) error {
 			wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 			defer cancel()
-			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: []string{kid}, OpTimeout: a.Etcd.CommandTimeout, Log: log})
+			_, err := trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: []string{kid}, OpTimeout: k.Etcd.CommandTimeout, Log: log})
 			var nt *trust.NotTrustedError
 			if errors.As(err, &nt) && !cmdkit.Interrupted(ctx) {
 				return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("next key %s not trusted within --timeout %s by %s; nothing installed", kid, o.Timeout, strings.Join(nt.Hosts, ", "))}
@@ -79,13 +75,11 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 
 // rotateKey is the `rotate-key` subcommand.
 func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
-	a := k.Env
 	o := k.o
-	host := a.TrustHost(ctx)
+	host := k.TrustHost(ctx)
 	// The restart run by the install step records trust under this name too.
-	a.HostFlag = host
-	log := a.Log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
-	k.cli, k.host, k.log = cli, host, log
+	k.HostFlag = host
+	log := k.Log.WithFields(logrus.Fields{"host": host, "rotation": rotation.DefaultPrefix})
 	r := k.rotator(cli, host, log)
 	// Missing or wrong key files are not worth retrying: exit 3 before
 	// anything is claimed, generated or published.
@@ -96,14 +90,14 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	if o.DryRun {
 		lines, err := r.Plan(ctx)
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Error("rotate-key --dry-run")
+			log.WithError(k.Etcd.Err(err)).Error("rotate-key --dry-run")
 			return cmdkit.ExitError
 		}
-		fmt.Fprintln(a.Stdout, "dry run: nothing written, published or restarted")
+		fmt.Fprintln(k.Stdout, "dry run: nothing written, published or restarted")
 		for _, l := range lines {
-			fmt.Fprintln(a.Stdout, l)
+			fmt.Fprintln(k.Stdout, l)
 		}
-		fmt.Fprintf(a.Stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.Timeout)
+		fmt.Fprintf(k.Stdout, "the wait-trusted step waits up to --timeout %s, before the restart below (whose worst case follows)\n", o.Timeout)
 		// The restart the install step would run.
 		return k.step(cli, host, log).Run(ctx)
 	}
@@ -111,12 +105,12 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	// queue restarts the hold refuses, and the wait would time out. An
 	// abort restarts nothing.
 	if !o.IgnoreHold && !o.Abort {
-		hctx, cancel := a.OpCtx(ctx)
+		hctx, cancel := k.OpCtx(ctx)
 		// Another host's orphaned restart intent counts, as for restart.
 		rec, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
 		cancel()
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Error("rotate-key: cannot read the hold")
+			log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot read the hold")
 			return cmdkit.ExitError
 		}
 		if rec != nil {
@@ -124,13 +118,13 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 			return cmdkit.ExitHold
 		}
 	}
-	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d", a.Host, os.Getpid()), o.TTL, time.Duration(o.TTL+2)*time.Second)
+	claim, err := rotation.Acquire(ctx, cli, o.RotationPrefix, host, fmt.Sprintf("%s pid %d", k.Host, os.Getpid()), o.TTL, time.Duration(o.TTL+2)*time.Second)
 	if err != nil {
 		if errors.Is(err, rotation.ErrBusy) {
 			log.WithError(err).Error("another rotate-key is running for this host: not starting a second one")
 			return cmdkit.ExitLockTimeout
 		}
-		log.WithError(a.EtcdErr(err)).Error("rotate-key: cannot claim the rotation")
+		log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot claim the rotation")
 		return cmdkit.ExitError
 	}
 	defer func() { _ = claim.Release() }()
@@ -206,7 +200,7 @@ func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
 	defer cancel()
 	st, err := r.store.Load(lctx, r.host)
 	if err != nil {
-		return false, a.EtcdErr(err)
+		return false, a.Etcd.Err(err)
 	}
 	_, ok := st.Record.Retired[kid]
 	return ok, nil

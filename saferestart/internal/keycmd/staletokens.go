@@ -2,7 +2,8 @@ package keycmd
 
 import (
 	"context"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -48,12 +49,7 @@ func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts m
 	for _, p := range problems {
 		log.Warn(p)
 	}
-	ev := staleTokenEvidence{recs: recs}
-	for h := range trusts {
-		ev.hosts = append(ev.hosts, h)
-	}
-	sort.Strings(ev.hosts)
-	return ev, nil
+	return staleTokenEvidence{recs: recs, hosts: slices.Sorted(maps.Keys(trusts))}, nil
 }
 
 // staleTokenGate runs before retire-keys retires kid, superseded (it

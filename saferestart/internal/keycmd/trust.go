@@ -19,65 +19,63 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// showTrust is the `trust` subcommand.
-func (o *Trust) Run(ctx context.Context, e *cmdkit.Env) int {
-	return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.showTrust(ctx, e, cli) })
-}
-
-func (o *Trust) showTrust(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client) int {
-	tctx, cancel := a.OpCtx(ctx)
-	defer cancel()
-	rep, err := trust.Collect(tctx, cli, o.TrustPrefixes())
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("trust")
-		return cmdkit.ExitError
-	}
-	// The hosts whose apiserver waits for a key to be trusted: the ones a
-	// stale host keeps down.
-	recs, err := rotation.List(tctx, cli, o.RotationPrefix)
-	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("trust: waiting records")
-		return cmdkit.ExitError
-	}
-	waiting := []rotation.Waiting{}
-	for _, h := range recs {
-		if h.Waiting != nil {
-			waiting = append(waiting, *h.Waiting)
+// Run is the `trust` subcommand.
+func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
+	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
+		tctx, cancel := a.OpCtx(ctx)
+		defer cancel()
+		rep, err := trust.Collect(tctx, cli, o.TrustPrefixes())
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("trust")
+			return cmdkit.ExitError
 		}
-	}
-	if o.Output == "json" {
-		enc := json.NewEncoder(a.Stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(struct {
-			*trust.Report
-			Waiting   []rotation.Waiting     `json:"waiting"`
-			Rotations []rotation.HostRecords `json:"rotations"`
-		}{rep, waiting, recs})
-	} else {
-		err = rep.WriteText(a.Stdout)
-		for _, w := range waiting {
-			if err == nil {
-				_, err = fmt.Fprintf(a.Stdout, "waiting: %s\n", w)
-			}
+		// The hosts whose apiserver waits for a key to be trusted: the ones a
+		// stale host keeps down.
+		recs, err := rotation.List(tctx, cli, o.RotationPrefix)
+		if err != nil {
+			a.Log.WithError(a.Etcd.Err(err)).Error("trust: waiting records")
+			return cmdkit.ExitError
 		}
+		waiting := []rotation.Waiting{}
 		for _, h := range recs {
-			if err == nil && (h.State != nil || h.StateError != "" || h.Rotating) {
-				_, err = fmt.Fprintf(a.Stdout, "rotation of %s: %s\n", h.Host, h.Text())
+			if h.Waiting != nil {
+				waiting = append(waiting, *h.Waiting)
 			}
 		}
-	}
-	if err != nil {
-		a.Log.WithError(err).Error("write trust report")
-		return cmdkit.ExitError
-	}
-	if stale := rep.Stale(); len(stale) > 0 {
-		a.Log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
-		return cmdkit.ExitStale
-	}
-	return cmdkit.ExitOK
+		if o.Output == "json" {
+			enc := json.NewEncoder(a.Stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(struct {
+				*trust.Report
+				Waiting   []rotation.Waiting     `json:"waiting"`
+				Rotations []rotation.HostRecords `json:"rotations"`
+			}{rep, waiting, recs})
+		} else {
+			err = rep.WriteText(a.Stdout)
+			for _, w := range waiting {
+				if err == nil {
+					_, err = fmt.Fprintf(a.Stdout, "waiting: %s\n", w)
+				}
+			}
+			for _, h := range recs {
+				if err == nil && (h.State != nil || h.StateError != "" || h.Rotating) {
+					_, err = fmt.Fprintf(a.Stdout, "rotation of %s: %s\n", h.Host, h.Text())
+				}
+			}
+		}
+		if err != nil {
+			a.Log.WithError(err).Error("write trust report")
+			return cmdkit.ExitError
+		}
+		if stale := rep.Stale(); len(stale) > 0 {
+			a.Log.Warnf("stale hosts: %s (their apiservers do not trust every published key: tokens signed with it are refused there)", strings.Join(stale, ", "))
+			return cmdkit.ExitStale
+		}
+		return cmdkit.ExitOK
+	})
 }
 
-// waitTrusted is the `wait-trusted` subcommand. It runs before
+// Run is the `wait-trusted` subcommand. It runs before
 // kube-apiserver starts (ExecStartPre, or sa-signing-key.service on
 // kubeadm), often at boot, when etcd may not answer yet (a whole site
 // powered up at once): it keeps trying etcd until --timeout rather than
@@ -109,7 +107,7 @@ func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	connect := func(ctx context.Context) (*clientv3.Client, error) {
 		c, err := a.Dial(ctx)
 		if err != nil {
-			return nil, a.EtcdErr(err)
+			return nil, a.Etcd.Err(err)
 		}
 		cli = c
 		return c, nil
@@ -119,7 +117,7 @@ func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	defer rec.withdraw()
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: o.TrustPrefixes(), Keys: kids, Exclude: exclude, SkipUnrecorded: o.SkipUnrecorded,
+	rep, err := trust.Wait(wctx, nil, trust.WaitOptions{Prefixes: trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix, Rotation: o.RotationPrefix}, Keys: kids, Exclude: exclude, SkipUnrecorded: o.SkipUnrecorded,
 		SkipSigningOf: skipSigning, OpTimeout: a.Etcd.CommandTimeout, Client: connect, Announce: rec.announce, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
@@ -197,7 +195,7 @@ func (o *WaitTrusted) recordStart(a *cmdkit.Env, ctx context.Context, cli *clien
 	pctx, cancel := a.OpCtx(ctx)
 	defer cancel()
 	if err := trust.Put(pctx, cli, o.TrustPrefix, "", *snap); err != nil {
-		log.WithError(a.EtcdErr(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.TrustPrefix, snap.Host))
+		log.WithError(a.Etcd.Err(err)).Errorf("could not write the trust record %s of the apiserver about to start: other masters' trust waits see the record of its last restart", trust.Key(o.TrustPrefix, snap.Host))
 		return
 	}
 	log.WithFields(logrus.Fields{"trust_key": trust.Key(o.TrustPrefix, snap.Host), "trusted": strings.Join(snap.Trusted, ","), "signing": snap.Signing}).

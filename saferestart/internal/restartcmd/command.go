@@ -2,51 +2,44 @@ package restartcmd
 
 import (
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// Command is the restart command's options: the restart flags, --output,
-// and the shared ones.
+// Command is the restart command's options: the restart flags and
+// --output.
 type Command struct {
-	Shared *cmdkit.Shared
 	cmdkit.Restarting
 	cmdkit.OutputFlag
 }
 
-func (o *Command) Flags(fs *pflag.FlagSet) {
-	o.Restarting.Flags(fs)
-	o.OutputFlag.Flags(fs)
-}
-
 // Args takes the command after --.
-func (o *Command) Args(cmd *cobra.Command, args []string) error {
-	return RestartArgs(&o.Restarting, cmd, args, o.Shared.Origin)
+func (o *Command) Args(s *cmdkit.Shared, cmd *cobra.Command, args []string) error {
+	return RestartArgs(&o.Restarting, cmd, args, s.Origin)
 }
 
-func (o *Command) Validate() []error {
-	return append(o.Restarting.Validate(o.Shared, nil), o.OutputFlag.Validate()...)
+func (o *Command) Validate(s *cmdkit.Shared) []error {
+	return append(o.Restarting.Validate(s), o.OutputFlag.Validate()...)
 }
 
 // RestartArgs: restart and rotate-key take their command after --, and
 // nothing before it.
 func RestartArgs(o *cmdkit.Restarting, cmd *cobra.Command, args []string, origin map[string]string) error {
 	dash := cmd.ArgsLenAtDash()
-	before := args
-	if dash >= 0 {
-		before = args[:dash]
-	}
-	if len(before) > 0 {
-		return cmdkit.Usagef("unexpected argument %q: put the restart command after --", before[0])
+	if len(args) > 0 && dash != 0 {
+		return cli.Usagef("unexpected argument %q: put the restart command after --", args[0])
 	}
 	if err := applyRestartMode(o, origin); err != nil {
 		return err
 	}
-	o.Argv = modeCommand(o)
+	o.Argv = DefaultCommand
+	if o.RestartMode == cmdkit.ModeStaticPod {
+		o.Argv = staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
+	}
 	if dash >= 0 {
 		if len(args) == dash {
-			return cmdkit.Usagef("no command after --")
+			return cli.Usagef("no command after --")
 		}
 		o.Argv = args[dash:]
 	}

@@ -25,7 +25,6 @@ var controllerManagerCommand = []string{"systemctl", "restart", "kube-controller
 // restarted so that it signs new legacy token Secrets with the new key too,
 // and its /healthz must answer. A command after -- never covers it.
 func (k *Step) restartControllerManager(ctx context.Context, log logrus.FieldLogger) error {
-	a := k.Env
 	o := k.Opts
 	if len(o.CMFlagsFiles) == 0 {
 		return nil
@@ -55,7 +54,7 @@ func (k *Step) restartControllerManager(ctx context.Context, log logrus.FieldLog
 	}
 	log.WithField("command", runner.Quote(argv)).Infof("kube-controller-manager signs with the rotated key (%s): restarting it", keyFile)
 	res := runner.Run(ctx, runner.Spec{Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: timeout,
-		Grace: killGrace, Stdout: a.Stderr, Stderr: a.Stderr, ParentDeathSignal: syscall.SIGKILL})
+		Grace: killGrace, Stdout: k.Stderr, Stderr: k.Stderr, ParentDeathSignal: syscall.SIGKILL})
 	if res.Err != nil {
 		return &cmdkit.CodeError{Code: cmdkit.ExitRestart, What: fmt.Sprintf("kube-controller-manager restart: %v", res.Err)}
 	}

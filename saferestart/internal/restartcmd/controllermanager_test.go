@@ -25,21 +25,18 @@ import (
 
 // parse is a command line of o's flags, checked, with s the shared flags
 // (--endpoints defaults to a local etcd).
-func parse(t *testing.T, s *cmdkit.Shared, o interface {
-	Flags(*pflag.FlagSet)
-	Validate() []error
-}, args ...string) {
+func parse(t *testing.T, s *cmdkit.Shared, o interface{ Validate(*cmdkit.Shared) []error }, args ...string) {
 	t.Helper()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	s.Etcd.Register(fs)
-	o.Flags(fs)
+	cmdkit.Register(fs, o)
 	if !strings.Contains(strings.Join(args, " "), "--endpoints") {
 		args = append([]string{"--endpoints", "127.0.0.1:2379"}, args...)
 	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	if errs := o.Validate(); len(errs) > 0 {
+	if errs := o.Validate(s); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 }
@@ -122,13 +119,13 @@ func TestRestartControllerManager(t *testing.T) {
 	run := func(t *testing.T, flagsFile string) error {
 		t.Helper()
 		_ = os.Remove(calls)
-		o := &Command{Shared: &cmdkit.Shared{}}
-		parse(t, o.Shared, o, "--signing-key", signing, "--controller-manager-flags-file", flagsFile,
+		o, s := &Command{}, &cmdkit.Shared{}
+		parse(t, s, o, "--signing-key", signing, "--controller-manager-flags-file", flagsFile,
 			"--controller-manager-health-url", srv.URL+"/healthz", "--health-settle", "10ms", "--health-interval", "5ms", "--health-timeout", "2s")
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		err := (&Step{Env: cmdkit.NewEnv(o.Shared, o.HostName, &logs, &logs, log), Opts: &o.Restarting}).restartControllerManager(context.Background(), log)
+		err := (&Step{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), Opts: &o.Restarting}).restartControllerManager(context.Background(), log)
 		t.Log(logs.String())
 		return err
 	}
@@ -187,12 +184,12 @@ func TestTrustRecordNamesControllerManagerKey(t *testing.T) {
 		{"with the flag", []string{"--controller-manager-flags-file", cmFlags}, keyID(t, cmKey)},
 		{"without", nil, ""},
 	} {
-		o := &Command{Shared: &cmdkit.Shared{}}
-		parse(t, o.Shared, o, append([]string{"--host", "m1", "--preflight-flags-file", apiFlags}, tt.args...)...)
+		o, s := &Command{}, &cmdkit.Shared{}
+		parse(t, s, o, append([]string{"--host", "m1", "--preflight-flags-file", apiFlags}, tt.args...)...)
 		var logs bytes.Buffer
 		log := logrus.New()
 		log.Out = &logs
-		rec := TrustSnapshot(context.Background(), cmdkit.NewEnv(o.Shared, o.HostName, &logs, &logs, log), o.Preflight, o.CMFlagsFiles, log)
+		rec := TrustSnapshot(context.Background(), cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o.Preflight, o.CMFlagsFiles, log)
 		if rec == nil || rec.Signing != keyID(t, apiKey) || rec.ControllerManagerSigning != tt.want {
 			t.Errorf("%s: record %+v, want controller-manager key %q\n%s", tt.name, rec, tt.want, logs.String())
 		}

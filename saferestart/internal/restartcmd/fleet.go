@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleet"
@@ -41,13 +40,12 @@ type fleetCheck struct {
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
 func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
-	a := r.Env
 	o := r.o
 	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
 		return nil, nil
 	}
-	leases, err := fleet.NewLeases(o.Kubeconfig, a.Etcd.CommandTimeout)
+	leases, err := fleet.NewLeases(o.Kubeconfig, r.Etcd.CommandTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -56,11 +54,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// A master forget-host removed publishes no current key (not
 	// expected) and its lingering Lease is not a member's.
 	expected := func(ctx context.Context) ([]string, []string, error) {
-		rctx, cancel := a.OpCtx(ctx)
+		rctx, cancel := r.OpCtx(ctx)
 		defer cancel()
 		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
 		if err != nil {
-			return nil, nil, a.EtcdErr(err)
+			return nil, nil, r.Etcd.Err(err)
 		}
 		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
 	}
@@ -69,11 +67,11 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	// restart: counting it would refuse the one restart that brings it
 	// back (a reimaged master's new key).
 	waiting := func(ctx context.Context) ([]string, error) {
-		rctx, cancel := a.OpCtx(ctx)
+		rctx, cancel := r.OpCtx(ctx)
 		defer cancel()
 		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
 		if err != nil {
-			return nil, a.EtcdErr(err)
+			return nil, r.Etcd.Err(err)
 		}
 		var out []string
 		var will []string
@@ -94,7 +92,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	}
 	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
 		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
-		Interval: fleetInterval, OpTimeout: a.Etcd.CommandTimeout, Log: log,
+		Interval: fleetInterval, OpTimeout: r.Etcd.CommandTimeout, Log: log,
 	}}, nil
 }
 
@@ -105,10 +103,6 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	if c == nil {
 		return restart.OK
 	}
-	var (
-		s   fleet.Status
-		err error
-	)
 	if c.cfg.MinLive < 0 && c.expected != nil {
 		lists := func(ctx context.Context) (expected, waiting []string) {
 			exp, gone, err := c.expected(ctx)
@@ -127,11 +121,11 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		// waiting record may come after its key started this restart.
 		c.cfg.Refresh = lists
 	}
+	look := fleet.Check
 	if wait {
-		s, err = fleet.Wait(ctx, c.leases, c.cfg)
-	} else {
-		s, err = fleet.Check(ctx, c.leases, c.cfg)
+		look = fleet.Wait
 	}
+	s, err := look(ctx, c.leases, c.cfg)
 	var de *fleet.DegradedError
 	switch {
 	case err == nil && s.OK():
@@ -154,14 +148,4 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 		c.log.WithError(err).Warnf("fleet check %s skipped: the local apiserver does not answer", when)
 		return restart.OK
 	}
-}
-
-// fleetWorstCase is what the fleet check adds to a restart at worst: the
-// wait before queueing (its last read included) and the read under the
-// lock.
-func fleetWorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
-	if o.Kubeconfig == "" {
-		return 0
-	}
-	return o.FleetTimeout + 2*e.CommandTimeout
 }

@@ -57,9 +57,8 @@ func (o *Command) Run(ctx context.Context, e *cmdkit.Env) int {
 }
 
 func (r *restarter) restart(ctx context.Context) int {
-	a := r.Env
 	o := r.o
-	log := a.Log.WithField("lock", o.LockName)
+	log := r.Log.WithField("lock", o.LockName)
 	if err := health.Validate(healthConfig(&o.RestartFlags)); err != nil {
 		for _, e := range cmdkit.SplitErrors(err) {
 			log.Errorf("preflight: health gate: %v", e)
@@ -74,35 +73,35 @@ func (r *restarter) restart(ctx context.Context) int {
 		return cmdkit.ExitPreflight
 	}
 	env := runner.WithoutVars(os.Environ(), SecretEnv...)
-	run := &commandRunner{stdout: a.Stdout, stderr: a.Stderr, timeout: o.RestartTimeout}
-	cli := r.cli
-	if cli == nil {
+	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
+	client := r.cli
+	if client == nil {
 		// The restart command dials only now: what needs no etcd is
 		// checked first.
-		c, err := a.Dial(ctx)
+		c, err := r.Dial(ctx)
 		if err != nil {
-			log.WithError(a.EtcdErr(err)).Error(cmdkit.EtcdConnectFailed)
+			log.WithError(r.Etcd.Err(err)).Error(cli.ConnectFailed)
 			return cmdkit.ExitError
 		}
 		defer c.Close()
-		cli = c
+		client = c
 	}
 	// Restart intents name the host as its published key and trust
 	// record do (--host, else hostname -f): the name `forget-host` takes,
 	// and one that differs between hosts even where their kernel host
 	// names do not.
-	holds := &hold.Store{C: cli, HoldKey: o.HoldKeyOrDefault(), Host: a.TrustHost(ctx)}
+	holds := &hold.Store{C: client, HoldKey: o.HoldKeyOrDefault(), Host: r.TrustHost(ctx)}
 	if o.DryRun {
 		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
 			return code
 		}
-		return r.dryRun(ctx, cli)
+		return r.dryRun(ctx, client)
 	}
 	cfg := restart.Config{
 		Argv: o.Argv, Env: env,
 		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
-		OpTimeout: a.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
-		HoldRetry: restart.MinHoldRetry, Host: a.Host, PID: os.Getpid(), LockName: o.LockName,
+		OpTimeout: r.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
+		HoldRetry: restart.MinHoldRetry, Host: r.Host, PID: os.Getpid(), LockName: o.LockName,
 		PreflightTimeout: preflightTimeout, Log: log,
 	}
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
@@ -113,8 +112,8 @@ func (r *restarter) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(a.TrustHost(ctx), cli, log, func(ctx context.Context) []string {
-		if snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log); snap != nil {
+	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log, func(ctx context.Context) []string {
+		if snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log); snap != nil {
 			return snap.Trusted
 		}
 		return []string{}
@@ -124,33 +123,32 @@ func (r *restarter) restart(ctx context.Context) int {
 		return cmdkit.ExitPreflight
 	}
 	cfg.BeforeQueue = func(ctx context.Context) restart.Code {
-		if code := restart.Code(r.trustGate(ctx, cli, log, TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
+		if code := restart.Code(r.trustGate(ctx, client, log, TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log))); code != restart.OK {
 			return code
 		}
 		return fc.run(ctx, true, "before queueing")
 	}
 	cfg.UnderLock = func(ctx context.Context) restart.Code { return fc.run(ctx, false, "under the lock") }
 	cfg.Locked = func(ctx context.Context, lockKey string) func(context.Context) {
-		snap := TrustSnapshot(ctx, a, o.Preflight, o.CMFlagsFiles, log)
-		return func(ctx context.Context) { r.writeTrust(ctx, cli, log, lockKey, snap) }
+		snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log)
+		return func(ctx context.Context) { r.writeTrust(ctx, client, log, lockKey, snap) }
 	}
-	locker := &etcdLocker{cli: cli, cfg: lock.Config{
-		Name: o.LockName, TTL: o.TTL, OpTimeout: a.Etcd.CommandTimeout,
-		Info: lock.Info{Host: a.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
+	locker := &etcdLocker{cli: client, cfg: lock.Config{
+		Name: o.LockName, TTL: o.TTL, OpTimeout: r.Etcd.CommandTimeout,
+		Info: lock.Info{Host: r.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
-	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: a.Etcd.CommandTimeout, log: log}
-	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, a.Force))
+	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: r.Etcd.CommandTimeout, log: log}
+	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, r.Force))
 }
 
 // runPreflight is preflight for --dry-run, which runs no state machine.
 func (r *restarter) runPreflight(ctx context.Context) int {
-	a := r.Env
 	o := r.o
 	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { a.Log.Warnf("preflight: %v", err) })); err != nil {
+	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
 		for _, e := range cmdkit.SplitErrors(err) {
-			a.Log.Errorf("preflight: %v", e)
+			r.Log.Errorf("preflight: %v", e)
 		}
 		return cmdkit.ExitPreflight
 	}
@@ -181,14 +179,9 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 	// The key and lease alone do not say what to do about a holder whose
 	// host is gone: wait for its lease, which etcd says how long is left.
 	_ = lock.FillTTL(qctx, l.cli, &q[0])
-	return holderLine(q[0])
-}
-
-// holderLine is the holder as a waiting or timed-out restart logs it:
-// who, when its lock frees itself if its host is gone, where to look.
-func holderLine(e lock.Entry) string {
-	line := e.String()
-	if a := e.Advice(); a != "" {
+	// Who, when its lock frees itself if its host is gone, where to look.
+	line := q[0].String()
+	if a := q[0].Advice(); a != "" {
 		line += "; " + a
 	}
 	return line + "; `kube-apiserver-safe-restart status` shows the queue"
@@ -324,10 +317,14 @@ func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
 		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
 		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
-		// The fleet check's wait and its two reads (0 without
-		// --kubeconfig). The kubelet's back-off in static-pod mode is
-		// inside --restart-timeout: the static-pod restart is the command.
-		FleetTimeout: fleetWorstCase(o, e), KubeletBackoff: 0,
+		// The kubelet's back-off in static-pod mode is inside
+		// --restart-timeout: the static-pod restart is the command.
+		KubeletBackoff: 0,
+	}
+	// The fleet check's wait before queueing (its last read included) and
+	// its read under the lock; none without --kubeconfig.
+	if o.Kubeconfig != "" {
+		d.FleetTimeout = o.FleetTimeout + 2*e.CommandTimeout
 	}
 	if o.HostName == "" {
 		d.HostnameTimeout = fqdn.Timeout
@@ -342,32 +339,31 @@ func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 // long it could take at worst (for confd's reload_cmd_timeout). It takes no
 // lock and runs nothing.
 func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
-	a := r.Env
 	o := r.o
-	qctx, cancel := a.OpCtx(ctx)
+	qctx, cancel := r.OpCtx(ctx)
 	defer cancel()
 	q, _, err := lock.Queue(qctx, cli, o.LockName)
 	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the lock")
+		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the lock")
 		return cmdkit.ExitError
 	}
-	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), a.TrustHost(ctx))
+	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), r.TrustHost(ctx))
 	if err != nil {
-		a.Log.WithError(a.EtcdErr(err)).Error("dry run: read the hold")
+		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the hold")
 		return cmdkit.ExitError
 	}
 	if h != nil && !o.IgnoreHold {
-		a.Log.WithField("hold_key", o.HoldKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
+		r.Log.WithField("hold_key", o.HoldKeyOrDefault()).Errorf("hold active: set by %s; a restart would be refused", h)
 		return cmdkit.ExitHold
 	}
-	worst := WorstCase(o, a.Etcd)
+	worst := WorstCase(o, r.Etcd)
 	type part struct {
 		Name    string `json:"name"`
 		Times   int    `json:"times"`
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(durations(o, a.Etcd)) {
+	for _, w := range restart.Waits(durations(o, r.Etcd)) {
 		if w.Total() > 0 {
 			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
 		}
@@ -390,7 +386,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 			"worst_case_seconds": int64(worst.Round(time.Second) / time.Second),
 			"worst_case_parts":   parts,
 		}
-		enc := json.NewEncoder(a.Stdout)
+		enc := json.NewEncoder(r.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(plan); err != nil {
@@ -426,7 +422,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		}
 		b.WriteString("\n")
 	}
-	_, _ = a.Stdout.Write([]byte(b.String()))
+	_, _ = r.Stdout.Write([]byte(b.String()))
 	return cmdkit.ExitOK
 }
 

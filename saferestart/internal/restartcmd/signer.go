@@ -28,7 +28,6 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
 func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
-	a := k.Env
 	o := k.Opts
 	ids, err := trust.FileKeyIDs(o.SigningKey)
 	if err != nil || len(ids) != 1 {
@@ -39,11 +38,11 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 	if slices.Equal(argv, DefaultCommand) {
 		argv = signerReloadCommand
 	}
-	log := a.Log.WithField("host", host).WithField("next", kid)
+	log := k.Log.WithField("host", host).WithField("next", kid)
 	log.WithField("command", runner.Quote(argv)).Info("reloading the signer: the apiserver is not restarted")
 	res := runner.Run(ctx, runner.Spec{
 		Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: o.RestartTimeout,
-		Stdout: a.Stderr, Stderr: a.Stderr, ParentDeathSignal: syscall.SIGKILL,
+		Stdout: k.Stderr, Stderr: k.Stderr, ParentDeathSignal: syscall.SIGKILL,
 	})
 	if !res.OK() {
 		return &cmdkit.CodeError{Code: cmdkit.ExitError, What: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
@@ -52,7 +51,7 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 	defer cancel()
 	start := time.Now()
 	for {
-		rctx, rcancel := a.OpCtx(wctx)
+		rctx, rcancel := k.OpCtx(wctx)
 		recs, rev, err := trust.List(rctx, cli, o.TrustPrefix)
 		rcancel()
 		if err == nil {
@@ -60,11 +59,8 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 				log.WithField("waited", time.Since(start).Round(time.Millisecond).String()).Info("the signer signs with the next key")
 				return nil
 			}
-		}
-		if err == nil {
-			w := clientv3.WithRequireLeader(wctx)
 			select {
-			case <-cli.Watch(w, etcdkey.Dir(o.TrustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
+			case <-cli.Watch(clientv3.WithRequireLeader(wctx), etcdkey.Dir(o.TrustPrefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1)):
 			case <-wctx.Done():
 			}
 		} else {
@@ -78,7 +74,7 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 				return ctx.Err()
 			}
 			return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
-				kid, o.TrustTimeout, strings.Join(notFetched(a, cli, o.TrustPrefix, kid), ", "))}
+				kid, o.TrustTimeout, strings.Join(notFetched(k.Env, cli, o.TrustPrefix, kid), ", "))}
 		}
 	}
 }

@@ -45,24 +45,16 @@ func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
 	case cmdkit.ModeSystemd:
 	case cmdkit.ModeStaticPod:
 		if o.StaticPodStopTimeout < time.Second {
-			return cmdkit.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
+			return cli.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
 		}
 		// Unless given (by a flag or the file).
 		if origin["restart-timeout"] == "default" {
 			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
 		}
 	default:
-		return cmdkit.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
+		return cli.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
 	}
 	return nil
-}
-
-// modeCommand is the restart command when none follows --.
-func modeCommand(o *cmdkit.Restarting) []string {
-	if o.RestartMode != cmdkit.ModeStaticPod {
-		return DefaultCommand
-	}
-	return staticPodCommand(o.CRIEndpoint, "kube-apiserver", o.StaticPodStopTimeout)
 }
 
 // staticPodCommand runs this binary as the restart command of container

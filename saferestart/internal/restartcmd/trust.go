@@ -69,17 +69,16 @@ func ServiceAccountFiles(o cmdkit.Preflight) ([]string, string, error) {
 // logged, not fatal: the restart itself succeeded, and a missing record
 // shows as a stale host in `trust` and in every wait.
 func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, lockKey string, rec *trust.Record) {
-	a := r.Env
 	if rec == nil {
 		return
 	}
-	tctx, cancel := a.OpCtx(ctx)
+	tctx, cancel := r.OpCtx(ctx)
 	defer cancel()
 	if err := trust.Put(tctx, cli, r.o.TrustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
 		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
 		return
 	} else if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
+		log.WithError(r.Etcd.Err(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
 		return
 	}
 	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
@@ -94,15 +93,14 @@ func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log lo
 // bundle when they first start; waiting for them would deadlock a fleet
 // coming up. The wait holds no lock, so the other hosts can restart.
 func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log logrus.FieldLogger, snap *trust.Record) int {
-	a := r.Env
 	if snap == nil || snap.Signing == "" || r.o.TrustTimeout == 0 {
 		return cmdkit.ExitOK
 	}
-	rctx, cancel := a.OpCtx(ctx)
+	rctx, cancel := r.OpCtx(ctx)
 	rep, err := trust.Collect(rctx, cli, r.o.TrustPrefixes())
 	cancel()
 	if err != nil {
-		log.WithError(a.EtcdErr(err)).Error("cannot read key trust")
+		log.WithError(r.Etcd.Err(err)).Error("cannot read key trust")
 		return cmdkit.ExitError
 	}
 	if own := rep.RecordOf(snap.Host); own != nil && own.Signing == snap.Signing {
@@ -116,7 +114,7 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.TrustTimeout)
 	wctx, cancel := context.WithTimeout(ctx, r.o.TrustTimeout)
 	defer cancel()
-	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.TrustPrefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: a.Etcd.CommandTimeout, Log: log})
+	_, err = trust.Wait(wctx, cli, trust.WaitOptions{Prefixes: r.o.TrustPrefixes(), Keys: []string{snap.Signing}, Exclude: exclude, SkipUnrecorded: true, OpTimeout: r.Etcd.CommandTimeout, Log: log})
 	var nt *trust.NotTrustedError
 	switch {
 	case err == nil:

@@ -11,8 +11,8 @@ import (
 // The worst case a dry run prints is every bounded wait of a restart with
 // these flags, enumerated here from the flags' values.
 func TestWorstCaseSumsEveryWait(t *testing.T) {
-	o := &Command{Shared: &cmdkit.Shared{}}
-	parse(t, o.Shared, o, "--dry-run")
+	o, s := &Command{}, &cmdkit.Shared{}
+	parse(t, s, o, "--dry-run")
 	const op = 5 * time.Second // --command-timeout
 	want := 2*time.Second +    // --dial-timeout
 		3*preflightTimeout + // before queueing, before each of 2 attempts
@@ -29,13 +29,13 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 		op + // trust record
 		30*time.Second + op + // hold write, retried
 		2*op // unlock, revoke
-	if got := WorstCase(&o.Restarting, &o.Shared.Etcd); got != want || want != 40*time.Minute+27*time.Second {
+	if got := WorstCase(&o.Restarting, &s.Etcd); got != want || want != 40*time.Minute+27*time.Second {
 		t.Fatalf("worst case %s, want %s (40m27s)", got, want)
 	}
 	// --host skips hostname -f; --trust-timeout 0 turns the gate off; no gate.
-	o = &Command{Shared: &cmdkit.Shared{}}
-	parse(t, o.Shared, o, "--dry-run", "--host", "m1", "--trust-timeout", "0", "--health-url", "")
-	if got := WorstCase(&o.Restarting, &o.Shared.Etcd); got != want-fqdn.Timeout-op-15*time.Minute-2*(3*time.Minute+op) {
+	o, s = &Command{}, &cmdkit.Shared{}
+	parse(t, s, o, "--dry-run", "--host", "m1", "--trust-timeout", "0", "--health-url", "")
+	if got := WorstCase(&o.Restarting, &s.Etcd); got != want-fqdn.Timeout-op-15*time.Minute-2*(3*time.Minute+op) {
 		t.Fatalf("worst case without hostname, trust gate and health gate: %s", got)
 	}
 }
