@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 )
 
 // ErrState is an operation the rotation's stored state does not allow
@@ -111,22 +113,11 @@ func (r *Rotator) withoutKey(kid string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var keep []pubBlock
-	for _, b := range blocks {
-		if b.kid != kid {
-			keep = append(keep, b)
-		}
-	}
+	keep := slices.DeleteFunc(blocks, func(b keystate.Item) bool { return b.KID == kid })
 	if len(keep) == 0 {
 		return nil, fmt.Errorf("%s holds no key but %s: not publishing an empty value", r.Files.PublicKey, kid)
 	}
-	value := joinBlocks(keep)
-	if string(value) != string(data) {
-		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
-			return nil, err
-		}
-	}
-	return value, nil
+	return r.Files.writePublic(data, keep)
 }
 
 // removeNext removes the next key's files: the private key scrubbed.

@@ -10,11 +10,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 )
 
 // Rotator runs one host's rotation. The etcd, trust and restart sides are
@@ -211,19 +213,12 @@ func (r *Rotator) Run(ctx context.Context) error {
 }
 
 func (r *Rotator) nextFilesMatch(kid string) bool {
-	if kid == "" {
-		return false
-	}
 	got, err := signingKeyID(r.Files.NextKey())
-	if err != nil || got != kid {
+	if kid == "" || err != nil || got != kid {
 		return false
 	}
-	data, err := os.ReadFile(r.Files.NextPub())
-	if err != nil {
-		return false
-	}
-	bs, err := publicBlocks(r.Files.NextPub(), data)
-	return err == nil && len(bs) == 1 && bs[0].kid == kid
+	_, err = r.Files.nextPublic(kid)
+	return err == nil
 }
 
 func (r *Rotator) generate() (string, error) {
@@ -253,29 +248,16 @@ func (r *Rotator) publish(ctx context.Context, next string) error {
 	if err != nil {
 		return err
 	}
-	nextData, err := os.ReadFile(r.Files.NextPub())
+	nb, err := r.Files.nextPublic(next)
 	if err != nil {
 		return err
 	}
-	nb, err := publicBlocks(r.Files.NextPub(), nextData)
+	if !slices.ContainsFunc(blocks, func(b keystate.Item) bool { return b.KID == next }) {
+		blocks = append(blocks, nb)
+	}
+	value, err := r.Files.writePublic(cur, blocks)
 	if err != nil {
 		return err
-	}
-	if len(nb) != 1 || nb[0].kid != next {
-		return fmt.Errorf("%s does not hold exactly the next key %s", r.Files.NextPub(), next)
-	}
-	has := false
-	for _, b := range blocks {
-		has = has || b.kid == next
-	}
-	if !has {
-		blocks = append(blocks, nb[0])
-	}
-	value := joinBlocks(blocks)
-	if string(value) != string(cur) {
-		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
-			return err
-		}
 	}
 	return r.Publish(ctx, value)
 }

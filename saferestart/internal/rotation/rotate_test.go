@@ -162,7 +162,7 @@ func kidsOf(t *testing.T, v []byte) []string {
 	}
 	var out []string
 	for _, b := range bs {
-		out = append(out, b.kid)
+		out = append(out, b.KID)
 	}
 	return out
 }
