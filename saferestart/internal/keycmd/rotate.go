@@ -73,7 +73,7 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 			}
 			return err
 		},
-		Restarter: k.step(cli, host, log),
+		Restart: k.step(cli, host, log).Restart,
 	}
 }
 

@@ -197,13 +197,8 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 		return stateErr("%s holds key %s, neither the previous key %s nor the next %s: changed by hand? not touching it", r.Files.SigningKey, cur, st.Previous, st.Next)
 	}
 	log.WithField("step", StepRestart).Info("restarting this apiserver through the lock to sign with the previous key again")
-	if err := r.Restarter.Restart(ctx); err != nil {
+	if err := r.Restart(ctx); err != nil {
 		return stepErr(StepRestart, err)
-	}
-	if r.Follow != nil {
-		if err := r.Follow(ctx, st.Previous); err != nil {
-			return stepErr(StepRestart, err)
-		}
 	}
 	now := r.now()
 	back := State{Host: st.Host, Phase: PhaseInstalled, Algorithm: st.Algorithm, Previous: st.Next, Next: st.Previous,

@@ -35,16 +35,13 @@ type Rotator struct {
 	Keys KeySet
 	// WaitTrusted returns once every publishing host trusts kid.
 	WaitTrusted func(ctx context.Context, kid string) error
-	// Restarter restarts this host's apiserver through the lock
-	// (preflight, trust record and health gate included).
-	Restarter Restarter
-	// Follow, when set, runs after this apiserver's restart with a new
-	// signing key (kid): the install's, or a rollback's, before the state
-	// records it. It is where the other holders of the signing key (the
-	// controller-manager) are made to follow.
-	Follow func(ctx context.Context, kid string) error
-	Now    func() time.Time
-	Log    logrus.FieldLogger
+	// Restart restarts this host's apiserver through the lock (preflight,
+	// trust record and health gate included), or switches its signer, to
+	// sign with the key now in Files.SigningKey; then it makes the other
+	// holders of the signing key (the controller-manager) follow.
+	Restart func(ctx context.Context) error
+	Now     func() time.Time
+	Log     logrus.FieldLogger
 }
 
 // KeySet is the host's published key set beyond its current keys: the
@@ -59,17 +56,6 @@ type KeySet interface {
 	// Retired reports whether kid was retired.
 	Retired(ctx context.Context, kid string) (bool, error)
 }
-
-// Restarter restarts this host's apiserver (or switches its signer).
-type Restarter interface {
-	Restart(ctx context.Context) error
-}
-
-// RestartFunc is a function as a Restarter.
-type RestartFunc func(ctx context.Context) error
-
-// Restart calls f.
-func (f RestartFunc) Restart(ctx context.Context) error { return f(ctx) }
 
 func (r *Rotator) now() time.Time {
 	if r.Now != nil {
@@ -184,13 +170,8 @@ func (r *Rotator) Run(ctx context.Context) error {
 			return stepErr(StepInstall, err)
 		}
 		r.Log.WithFields(logrus.Fields{"step": StepRestart}).Info("restarting this apiserver through the lock to sign with the next key")
-		if err := r.Restarter.Restart(ctx); err != nil {
+		if err := r.Restart(ctx); err != nil {
 			return stepErr(StepRestart, err)
-		}
-		if r.Follow != nil {
-			if err := r.Follow(ctx, st.Next); err != nil {
-				return stepErr(StepRestart, err)
-			}
 		}
 		st.Installed = r.now()
 		st.RetireAfter = st.Installed.Add(r.Grace)

@@ -70,6 +70,7 @@ type fleet struct {
 	published []byte
 	trusted   map[string]bool // key IDs every other host trusts
 	signing   string          // key ID the running apiserver signs with
+	restarted []string        // key IDs signing after each successful restart
 	events    []string
 	keys      *memKeys
 	fail      map[string]error // step → error injected once
@@ -134,7 +135,7 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 			f.events = append(f.events, StepWait)
 			return nil
 		},
-		Restarter: RestartFunc(func(context.Context) error {
+		Restart: func(context.Context) error {
 			if err := f.failOnce(StepRestart); err != nil {
 				return err
 			}
@@ -146,9 +147,10 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 				t.Errorf("restart with signing key %s that not every host trusts", s)
 			}
 			f.signing = s
+			f.restarted = append(f.restarted, s)
 			f.events = append(f.events, StepRestart)
 			return nil
-		}),
+		},
 		Keys: f.keys,
 	}
 	return f, r, store
