@@ -80,7 +80,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 		return nil, fmt.Errorf("read published keys %s: %w", etcdkey.Dir(p.Keys), err)
 	}
 	rev := keys.Header.Revision
-	records, _, err := list(ctx, kv, p.Trust, clientv3.WithRev(rev))
+	records, _, err := List(ctx, kv, p.Trust, clientv3.WithRev(rev))
 	if err != nil {
 		return nil, err
 	}
@@ -151,22 +151,12 @@ func publishedKeyIDs(name string, data []byte) (kids, warnings []string, err err
 	for _, e := range f.WeakKeys() {
 		warnings = append(warnings, e.Error())
 	}
-	cas := f.CAs()
-	if len(cas) == 0 {
-		kids, err = keyIDs(f)
-		return kids, warnings, err
-	}
-	kept := &pemcheck.File{Name: f.Name}
 	drop := map[int]bool{}
-	for _, ca := range cas {
+	for _, ca := range f.CAs() {
 		drop[ca.Block.Index] = true
 		warnings = append(warnings, fmt.Sprintf("%s %s: %v: %s: not served", name, ca.Block, pemcheck.ErrCA, ca.Reason))
 	}
-	for _, b := range f.Blocks {
-		if !drop[b.Index] {
-			kept.Blocks = append(kept.Blocks, b)
-		}
-	}
+	kept := &pemcheck.File{Name: f.Name, Blocks: slices.DeleteFunc(slices.Clone(f.Blocks), func(b pemcheck.Block) bool { return drop[b.Index] })}
 	kids, err = keyIDs(kept)
 	return kids, warnings, err
 }
@@ -174,7 +164,7 @@ func publishedKeyIDs(name string, data []byte) (kids, warnings []string, err err
 // CollectRecorded reads the trust records alone, for a wait among the
 // recorded hosts: every row has a record and publishes nothing.
 func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*Report, error) {
-	records, rev, err := list(ctx, kv, trustPrefix)
+	records, rev, err := List(ctx, kv, trustPrefix)
 	if err != nil {
 		return nil, err
 	}
