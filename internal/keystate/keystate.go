@@ -15,13 +15,13 @@ package keystate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -80,11 +80,8 @@ func ParseValue(name string, data []byte, keepCerts bool) ([]Item, error) {
 // SortItems sorts by key ID (then bytes): the value's one order, so that
 // every writer produces the same bytes for the same keys.
 func SortItems(items []Item) {
-	sort.SliceStable(items, func(i, j int) bool {
-		if items[i].KID != items[j].KID {
-			return items[i].KID < items[j].KID
-		}
-		return bytes.Compare(items[i].PEM, items[j].PEM) < 0
+	slices.SortStableFunc(items, func(a, b Item) int {
+		return cmp.Or(strings.Compare(a.KID, b.KID), bytes.Compare(a.PEM, b.PEM))
 	})
 }
 
