@@ -124,32 +124,23 @@ func (s *Sampler) init() error {
 	if s.Host == "" {
 		return errors.New("stale-token sampler: no host name (--host)")
 	}
-	c, err := NewHTTPClient(s.Client)
-	if err != nil {
-		return err
-	}
-	s.http = c
-	return nil
-}
-
-// NewHTTPClient checks cfg and builds its client, so that a bad URL, CA or
-// client pair fails at the start rather than at every sample.
-func NewHTTPClient(cfg ClientConfig) (*http.Client, error) {
-	u, err := url.Parse(cfg.URL)
+	// The configuration is checked here, so that a bad URL, CA or client
+	// pair fails at the start rather than at every sample.
+	u, err := url.Parse(s.Client.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		// url.Error quotes the input, which could hold userinfo.
-		return nil, errors.New("--apiserver-metrics-url: want https://HOST:PORT/metrics (the local apiserver's)")
+		return errors.New("--apiserver-metrics-url: want https://HOST:PORT/metrics (the local apiserver's)")
 	}
-	tc, err := tlsconf.Client(cfg.CACert, cfg.Cert, cfg.Key)
+	tc, err := tlsconf.Client(s.Client.CACert, s.Client.Cert, s.Client.Key)
 	if err != nil {
-		return nil, fmt.Errorf("--apiserver-metrics-url %s: --health-cacert/--health-cert/--health-key: %w", u.Redacted(), err)
+		return fmt.Errorf("--apiserver-metrics-url %s: --health-cacert/--health-cert/--health-key: %w", u.Redacted(), err)
 	}
-	if cfg.TokenFile != "" {
-		if _, err := readToken(cfg.TokenFile); err != nil {
-			return nil, err
+	if s.Client.TokenFile != "" {
+		if _, err := readToken(s.Client.TokenFile); err != nil {
+			return err
 		}
 	}
-	return &http.Client{
+	s.http = &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig: tc,
@@ -160,7 +151,8 @@ func NewHTTPClient(cfg ClientConfig) (*http.Client, error) {
 		},
 		// A redirect could carry the token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}, nil
+	}
+	return nil
 }
 
 func readToken(path string) (string, error) {
@@ -225,7 +217,7 @@ func (s *Sampler) Once(ctx context.Context) error {
 
 // fetch reads and parses /metrics once.
 func (s *Sampler) fetch(ctx context.Context) (Sample, error) {
-	u, _ := url.Parse(s.Client.URL) // checked by NewHTTPClient
+	u, _ := url.Parse(s.Client.URL) // checked by init
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Client.URL, nil)
 	if err != nil {
 		return Sample{}, fmt.Errorf("--apiserver-metrics-url %s: %w", u.Redacted(), err)

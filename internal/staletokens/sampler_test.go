@@ -146,7 +146,7 @@ func TestSamplerWritesOnlyWhatChanged(t *testing.T) {
 	if strings.Contains(logs.String()+err.Error(), secret) {
 		t.Error("the bearer token reached a log or an error")
 	}
-	if _, err := NewHTTPClient(ClientConfig{URL: "ftp://x"}); err == nil {
+	if err := (&Sampler{Client: ClientConfig{URL: "ftp://x"}, Host: "m1"}).Once(context.Background()); err == nil {
 		t.Error("an ftp URL accepted")
 	}
 }
