@@ -62,16 +62,6 @@ type Record struct {
 // Trusts reports whether the record lists kid as trusted.
 func (r *Record) Trusts(kid string) bool { return r != nil && slices.Contains(r.Trusted, kid) }
 
-// TrustsAll reports whether the record lists every one of kids as trusted.
-func (r *Record) TrustsAll(kids []string) bool {
-	for _, kid := range kids {
-		if !r.Trusts(kid) {
-			return false
-		}
-	}
-	return true
-}
-
 // ControllerManagersSigningWith returns, sorted, the hosts whose record
 // says their kube-controller-manager signs with kid.
 func ControllerManagersSigningWith(recs map[string]Record, kid string) []string {

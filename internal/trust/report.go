@@ -39,7 +39,7 @@ type Host struct {
 	// Unpublished lists the keys its record says its apiserver (or
 	// kube-apiserver-sa-signer) or kube-controller-manager signs with that
 	// no host publishes: every bundle rendered now drops them, and the
-	// tokens signed with them are refused (see SigningKeys).
+	// tokens signed with them are refused (see SigningKeysNotIn).
 	Unpublished []string `json:"unpublished_signing_keys"`
 	// Stale: the host publishes current keys but has no record, or its
 	// record lacks a key that is published now (its apiserver was last
@@ -241,9 +241,11 @@ type SigningKey struct {
 	Signer string `json:"signer"`
 }
 
-// SigningKeys returns every key a trust record says a host's apiserver,
-// signer or kube-controller-manager signs with, by host: a bundle that
-// lacks one makes every apiserver loading it refuse their tokens.
+// SigningKeysNotIn returns the keys a trust record says a host's
+// apiserver, signer or kube-controller-manager signs with that are not
+// among kids (the key IDs a bundle holds), in host order: the keys such a
+// bundle would silently drop, making every apiserver loading it refuse
+// their tokens.
 //
 // A host whose published keys are all unknown to its own record is left
 // out: its key pair was replaced (a reimaged host, whose old private key is
@@ -254,15 +256,20 @@ type SigningKey struct {
 // publishes nothing (its value deleted), a value that does not parse, or a
 // key its record already trusts (a key withdrawn by hand after a rotation)
 // is no such replacement, and its keys stay required.
-func (r *Report) SigningKeys() []SigningKey {
+func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
 	var out []SigningKey
 	for _, h := range r.Hosts {
-		out = append(out, signingKeys(h)...)
+		for _, k := range signingKeys(h) {
+			if !slices.Contains(kids, k.Kid) {
+				out = append(out, k)
+			}
+		}
 	}
 	return out
 }
 
-// signingKeys is SigningKeys for one row (Publishes and PublishError set).
+// signingKeys is the signing keys of one row (Publishes and PublishError
+// set), as SigningKeysNotIn counts them.
 func signingKeys(h Host) []SigningKey {
 	rec := h.Record
 	if rec == nil || rec.Unparseable != "" {
@@ -285,19 +292,6 @@ func signingKeys(h Host) []SigningKey {
 		add(rec.Signing, "kube-apiserver")
 	}
 	add(rec.ControllerManagerSigning, "kube-controller-manager")
-	return out
-}
-
-// SigningKeysNotIn returns the keys of SigningKeys that are not among kids
-// (the key IDs a bundle holds), in host order: the keys such a bundle would
-// silently drop.
-func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
-	var out []SigningKey
-	for _, k := range r.SigningKeys() {
-		if !slices.Contains(kids, k.Kid) {
-			out = append(out, k)
-		}
-	}
 	return out
 }
 
@@ -328,17 +322,11 @@ func (h *Host) stale() bool {
 	return h.in(Publishers) && (h.Record == nil || len(h.Missing) > 0) || len(h.Unpublished) > 0
 }
 
-// NotTrusting returns the hosts that publish keys (except those in
-// exclude) whose record does not trust every one of kids, sorted.
-func (r *Report) NotTrusting(kids []string, exclude []string) []string {
-	return r.NotTrustingAmong(Publishers, kids, exclude)
-}
-
 // NotTrustingAmong returns the hosts among a (except those in exclude)
 // whose record does not trust every one of kids, sorted.
 func (r *Report) NotTrustingAmong(a Among, kids []string, exclude []string) []string {
 	return r.hostsWhere(func(h *Host) bool {
-		return h.in(a) && !slices.Contains(exclude, h.Host) && !h.Record.TrustsAll(kids)
+		return h.in(a) && !slices.Contains(exclude, h.Host) && slices.ContainsFunc(kids, func(kid string) bool { return !h.Record.Trusts(kid) })
 	})
 }
 

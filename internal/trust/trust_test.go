@@ -91,10 +91,10 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 	if stale["a"] || !stale["b"] || !stale["c"] || stale["old"] {
 		t.Fatalf("stale %v, want b (lacks K2) and c (no record) only", stale)
 	}
-	if got := r.NotTrusting([]string{"K2"}, nil); !slices.Equal(got, []string{"b", "c"}) {
+	if got := r.NotTrustingAmong(Publishers, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("not trusting K2: %v", got)
 	}
-	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
+	if got := r.NotTrustingAmong(Publishers, []string{"K1"}, []string{"c"}); len(got) != 0 {
 		t.Fatalf("not trusting K1 excluding c: %v", got)
 	}
 	if got := r.NotTrustingAmong(Recorded, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "old"}) {
