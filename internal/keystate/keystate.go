@@ -218,18 +218,6 @@ type State struct {
 	value, recordRaw    []byte
 }
 
-// Due lists, sorted, the superseded key IDs whose retire time is over.
-func (s State) Due(now time.Time) []string {
-	var due []string
-	for kid, sup := range s.Record.Superseded {
-		if !now.Before(sup.RetireAfter) {
-			due = append(due, kid)
-		}
-	}
-	slices.Sort(due)
-	return due
-}
-
 // RetiredError refuses to publish keys that were all retired.
 type RetiredError struct {
 	Host string
