@@ -154,12 +154,7 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 	if rec.Host == "" {
 		rec.Host = host
 	}
-	if rec.Superseded == nil {
-		rec.Superseded = map[string]Superseded{}
-	}
-	if rec.Retired == nil {
-		rec.Retired = map[string]time.Time{}
-	}
+	rec = rec.clone()
 	for kid, until := range rec.Keep {
 		if _, ok := rec.Superseded[kid]; ok {
 			continue
@@ -190,13 +185,13 @@ func (r Record) clone() Record {
 	return c
 }
 
-// supersede marks it superseded since now, retired after now+grace, unless
-// it is retired or already superseded (the first time stands). r is a
-// clone: its maps are its own.
-func (r Record) supersede(it Item, by string, now time.Time, grace time.Duration) {
-	_, gone := r.Retired[it.KID]
-	if _, ok := r.Superseded[it.KID]; !ok && !gone {
-		r.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
+// supersede marks kid (published as pem) superseded since now, retired
+// after retireAfter, unless it is retired or already superseded (the first
+// time stands). r is a clone: its maps are its own.
+func (r Record) supersede(kid string, pem []byte, by string, now, retireAfter time.Time) {
+	_, gone := r.Retired[kid]
+	if _, ok := r.Superseded[kid]; !ok && !gone {
+		r.Superseded[kid] = Superseded{Since: now.UTC(), RetireAfter: retireAfter.UTC(), PEM: string(pem), By: by}
 	}
 }
 
@@ -299,7 +294,7 @@ func (s State) Publish(source []Item, by string, now time.Time, grace time.Durat
 	}
 	for _, it := range s.Items {
 		if _, ok := find(keep, it.KID); !ok {
-			next.Record.supersede(it, by, now, grace)
+			next.Record.supersede(it.KID, it.PEM, by, now, now.Add(grace))
 		}
 	}
 	// Publishing under a forgotten name is a new host of that name.
@@ -316,7 +311,7 @@ func (s State) Forget(by string, now time.Time, grace time.Duration) State {
 	next := s
 	next.Record = s.Record.clone()
 	for _, it := range s.Items {
-		next.Record.supersede(it, by, now, grace)
+		next.Record.supersede(it.KID, it.PEM, by, now, now.Add(grace))
 	}
 	if next.Record.Forgotten.IsZero() {
 		next.Record.Forgotten = now.UTC()
@@ -339,15 +334,8 @@ func (s State) Supersede(kid string, retireAfter time.Time, by, resumed string, 
 		delete(next.Record.Superseded, resumed)
 	}
 	if kid != "" {
-		_, gone := next.Record.Retired[kid]
-		_, already := next.Record.Superseded[kid]
-		if !gone && !already {
-			sup := Superseded{Since: now.UTC(), RetireAfter: retireAfter.UTC(), By: by}
-			if it, ok := find(s.Items, kid); ok {
-				sup.PEM = string(it.PEM)
-			}
-			next.Record.Superseded[kid] = sup
-		}
+		it, _ := find(s.Items, kid)
+		next.Record.supersede(kid, it.PEM, by, now, retireAfter)
 	}
 	next.Items = next.build(s.Items)
 	return next, nil
