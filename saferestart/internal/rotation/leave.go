@@ -76,10 +76,8 @@ func (r *Rotator) Abort(ctx context.Context) error {
 	if st.Next != "" {
 		// Nothing signed with the next key: it is retired at once rather
 		// than superseded, and never published again.
-		if r.Keys != nil {
-			if err := r.Keys.Withdraw(ctx, st.Next); err != nil {
-				return fmt.Errorf("withdraw the next key %s: %w", st.Next, err)
-			}
+		if err := r.Keys.Withdraw(ctx, st.Next); err != nil {
+			return fmt.Errorf("withdraw the next key %s: %w", st.Next, err)
 		}
 		value, err := r.withoutKey(st.Next)
 		if err != nil {
@@ -163,14 +161,10 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 	default:
 		return fmt.Errorf("rotation state has unknown phase %q", st.Phase)
 	}
-	if r.Keys != nil {
-		gone, err := r.Keys.Retired(ctx, st.Previous)
-		if err != nil {
-			return err
-		}
-		if gone {
-			return stateErr("the previous key %s was retired (tombstoned by retire-keys, no longer trusted everywhere): rotate again instead", st.Previous)
-		}
+	if gone, err := r.Keys.Retired(ctx, st.Previous); err != nil {
+		return err
+	} else if gone {
+		return stateErr("the previous key %s was retired (tombstoned by retire-keys, no longer trusted everywhere): rotate again instead", st.Previous)
 	}
 	log := r.Log.WithFields(logrus.Fields{"previous": st.Previous, "next": st.Next})
 	switch cur {

@@ -30,8 +30,7 @@ type Rotator struct {
 	// Publish makes value (PEM public keys) this host's current keys in
 	// its published value.
 	Publish func(ctx context.Context, value []byte) error
-	// Keys is the host's key record (superseded and retired keys); nil:
-	// none kept (tests of the step machine alone).
+	// Keys is the host's key record (superseded and retired keys).
 	Keys KeySet
 	// WaitTrusted returns once every publishing host trusts kid.
 	WaitTrusted func(ctx context.Context, kid string) error
@@ -278,7 +277,7 @@ func (r *Rotator) install(st *State) error {
 }
 
 func (r *Rotator) supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error {
-	if r.Keys == nil || kid == "" {
+	if kid == "" {
 		return nil
 	}
 	return r.Keys.Supersede(ctx, kid, retireAfter, resumed)
@@ -306,8 +305,12 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 	if st != nil && st.Next != "" && phase != "" {
 		next = st.Next
 	}
+	state := "none"
+	if st != nil {
+		state = fmt.Sprintf("%s, previous %s, next %s, updated %s", st.Phase, st.Previous, st.Next, st.Updated.Format(time.RFC3339))
+	}
 	lines := []string{
-		fmt.Sprintf("rotation of %s (state: %s)", r.Host, describe(st)),
+		fmt.Sprintf("rotation of %s (state: %s)", r.Host, state),
 		mark(at >= 1) + fmt.Sprintf("%s: write %s (%s, mode 0600) and %s", StepGenerate, r.Files.NextKey(), r.Algorithm, r.Files.NextPub()),
 		mark(at >= 2) + fmt.Sprintf("%s: make %s hold the current and the next public key and publish it as this host's value", StepPublish, r.Files.PublicKey),
 		mark(at >= 3) + fmt.Sprintf("%s: wait until every publishing host's trust record lists %s", StepWait, next),
@@ -324,11 +327,4 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 		lines = append(lines, "rotate-key --abort would withdraw the next key instead, as long as it is not installed")
 	}
 	return lines, nil
-}
-
-func describe(st *State) string {
-	if st == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%s, previous %s, next %s, updated %s", st.Phase, st.Previous, st.Next, st.Updated.Format(time.RFC3339))
 }
