@@ -206,15 +206,10 @@ type Verdict struct {
 // without one, or with one not sampled within the window, is unknown.
 func Decide(recs map[string]Record, hosts []string, since, now time.Time, window time.Duration) Verdict {
 	var v Verdict
-	all := map[string]bool{}
-	for _, h := range hosts {
-		all[h] = true
-	}
-	for h := range recs {
-		all[h] = true
-	}
+	all := slices.Concat(hosts, slices.Collect(maps.Keys(recs)))
+	slices.Sort(all)
 	from := now.Add(-window)
-	for _, h := range slices.Sorted(maps.Keys(all)) {
+	for _, h := range slices.Compact(all) {
 		r, ok := recs[h]
 		switch g := r.LastGrowth; {
 		case !g.IsZero() && g.After(since.Add(StaleAfter)) && !g.Before(from):

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -174,16 +174,9 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 // build is Collect without etcd.
 func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record) *Report {
 	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}}
-	var hosts []string
-	for h := range published {
-		hosts = append(hosts, h)
-	}
-	for h := range records {
-		if _, ok := published[h]; !ok {
-			hosts = append(hosts, h)
-		}
-	}
-	sort.Strings(hosts)
+	hosts := slices.Concat(slices.Collect(maps.Keys(published)), slices.Collect(maps.Keys(records)))
+	slices.Sort(hosts)
+	hosts = slices.Compact(hosts)
 	add := func(list *[]string, kid string) {
 		if !slices.Contains(*list, kid) {
 			*list = append(*list, kid)
