@@ -93,13 +93,10 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 			continue // not a host's key
 		}
 		kids, warn, err := publishedKeyIDs(string(kv.Key), kv.Value)
-		warnings[host] = warn
+		published[host], warnings[host] = kids, warn
 		if err != nil {
 			pubErr[host] = err.Error()
-			published[host] = nil
-			continue
 		}
-		published[host] = kids
 	}
 	r := build(rev, published, pubErr, records)
 	for i := range r.Hosts {
@@ -189,17 +186,15 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		}
 	}
 	for _, h := range hosts {
-		if rec, ok := records[h]; ok {
-			for _, kid := range rec.Trusted {
-				add(&r.Keys, kid)
-			}
-			if rec.ControllerManagerSigning != "" {
-				add(&r.Keys, rec.ControllerManagerSigning)
-			}
+		for _, kid := range records[h].Trusted {
+			add(&r.Keys, kid)
+		}
+		if cm := records[h].ControllerManagerSigning; cm != "" {
+			add(&r.Keys, cm)
 		}
 	}
 	for _, h := range hosts {
-		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h], Missing: []string{}}
+		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h]}
 		if row.Publishes == nil {
 			row.Publishes = []string{}
 		}
@@ -207,11 +202,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 			row.Record = &rec
 		}
 		row.HostKeys = keystate.HostKeys{Host: h, Current: row.Publishes, Superseded: []keystate.SupersededKey{}}
-		for _, kid := range r.Published {
-			if !row.Record.Trusts(kid) {
-				row.Missing = append(row.Missing, kid)
-			}
-		}
+		row.Missing = slices.DeleteFunc(slices.Clone(r.Published), func(kid string) bool { return row.Record.Trusts(kid) })
 		row.Unpublished = []string{}
 		for _, k := range signingKeys(row) {
 			if !slices.Contains(r.Published, k.Kid) && !slices.Contains(row.Unpublished, k.Kid) {
