@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -365,12 +366,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteText writes a table of hosts × key IDs: "S" the host signs with the
 // key, "T" it trusts it, "-" it does not; then the stale hosts.
 func (r *Report) WriteText(w io.Writer) error {
-	var b strings.Builder
 	if len(r.Hosts) == 0 {
-		fmt.Fprintf(&b, "no host publishes keys and no trust record exists (revision %d)\n", r.Revision)
-		_, err := io.WriteString(w, b.String())
+		_, err := fmt.Fprintf(w, "no host publishes keys and no trust record exists (revision %d)\n", r.Revision)
 		return err
 	}
+	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "HOST")
 	for i := range r.Keys {
@@ -443,11 +443,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "keys of %s: %s\n", h.Host, h.HostKeys.Text())
 		}
 	}
-	if stale := r.Stale(); len(stale) > 0 {
-		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))
-	} else {
-		b.WriteString("stale hosts: none\n")
-	}
+	stale := strings.Join(r.Stale(), ", ")
+	fmt.Fprintf(&b, "stale hosts: %s\n", cmp.Or(stale, "none"))
 	for _, h := range r.Hosts {
 		for _, w := range h.Warnings {
 			fmt.Fprintf(&b, "warning: %s: %s\n", h.Host, w)
