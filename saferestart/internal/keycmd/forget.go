@@ -119,7 +119,7 @@ func (o *ForgetHost) forgetHost(ctx context.Context, a *cmdkit.Env, cli *clientv
 		log.WithError(a.EtcdErr(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
 		return cmdkit.ExitError
 	}
-	defer func() { _ = claim.Release() }()
+	defer func() { _ = claim.Withdraw() }()
 	// Read again under the claim: what is done is what is logged.
 	if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
 		log.WithError(a.EtcdErr(err)).Error("forget-host: nothing done")

@@ -98,7 +98,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			log.WithError(a.EtcdErr(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
 			return cmdkit.ExitError, 0
 		}
-		defer func() { _ = claim.Release() }()
+		defer func() { _ = claim.Withdraw() }()
 	}
 	rs := &rotation.EtcdStore{KV: cli, Prefix: o.RotationPrefix, Host: host}
 	lctx, cancel := a.OpCtx(ctx)

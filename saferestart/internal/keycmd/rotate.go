@@ -133,7 +133,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		log.WithError(a.EtcdErr(err)).Error("rotate-key: cannot claim the rotation")
 		return cmdkit.ExitError
 	}
-	defer func() { _ = claim.Release() }()
+	defer func() { _ = claim.Withdraw() }()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
