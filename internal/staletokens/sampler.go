@@ -19,14 +19,14 @@ import (
 	"github.com/keysync/confd/internal/tlsconf"
 )
 
-// Defaults of a Sampler.
+// A Sampler's timing.
 const (
-	DefaultInterval = time.Minute
-	// DefaultHeartbeat bounds how often an unchanged record is written
+	Interval = time.Minute
+	// Heartbeat bounds how often an unchanged record is written
 	// again only to move last_sample: one write per master per 15 minutes,
 	// not per sample, keeps etcd's revisions and watchers quiet, and still
 	// tells retire-keys within its window whether a sampler is alive.
-	DefaultHeartbeat = 15 * time.Minute
+	Heartbeat = 15 * time.Minute
 	// metricsReadLimit bounds a /metrics body (kube-apiserver's is a few
 	// MiB with every resource's histograms).
 	metricsReadLimit = 64 << 20
@@ -46,13 +46,11 @@ type ClientConfig struct {
 // Sampler reads one apiserver's stale-token counter every Interval and
 // records it at ROTATION-PREFIX/HOST/stale-tokens.
 type Sampler struct {
-	Client    ClientConfig
-	KV        clientv3.KV
-	Prefix    string // the rotation prefix
-	Host      string
-	Interval  time.Duration // default DefaultInterval
-	Heartbeat time.Duration // default DefaultHeartbeat
-	Log       logrus.FieldLogger
+	Client ClientConfig
+	KV     clientv3.KV
+	Prefix string // the rotation prefix
+	Host   string
+	Log    logrus.FieldLogger
 	// Now is the clock (default time.Now); tests drive it.
 	Now func() time.Time
 	// Failed, when set, is told of every failed sample (the publisher
@@ -92,7 +90,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 		}
 	}
 	sample()
-	t := time.NewTicker(s.Interval)
+	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -108,12 +106,6 @@ func (s *Sampler) Run(ctx context.Context) error {
 func (s *Sampler) init() error {
 	if s.http != nil {
 		return nil
-	}
-	if s.Interval <= 0 {
-		s.Interval = DefaultInterval
-	}
-	if s.Heartbeat <= 0 {
-		s.Heartbeat = DefaultHeartbeat
 	}
 	if s.Now == nil {
 		s.Now = time.Now
@@ -196,7 +188,7 @@ func (s *Sampler) Once(ctx context.Context) error {
 	}
 	now := s.Now()
 	r := Observe(s.prev, s.Host, sample, now)
-	if !changed(s.prev, r) && now.Sub(s.prev.LastSample) < s.Heartbeat {
+	if !changed(s.prev, r) && now.Sub(s.prev.LastSample) < Heartbeat {
 		return nil
 	}
 	data, err := json.Marshal(r)

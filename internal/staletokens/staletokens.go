@@ -106,7 +106,7 @@ type Record struct {
 	LastGrowth time.Time `json:"last_growth,omitzero"`
 	// LastSample is when the apiserver was last read. The record is
 	// written when something changed, and otherwise at most every
-	// Sampler.Heartbeat, so this lags by up to that much.
+	// Heartbeat, so this lags by up to that much.
 	LastSample time.Time `json:"last_sample"`
 	Counter    float64   `json:"counter"`
 	// Absent: the apiserver does not expose the counter.
