@@ -177,7 +177,7 @@ func TestWaitTimesOutWhileEtcdIsDown(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond})
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) {
 		t.Fatalf("wait with etcd down: %v, want a NotTrustedError", err)
