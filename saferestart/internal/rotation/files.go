@@ -67,11 +67,8 @@ func generate(algorithm string) (privPEM, pubPEM []byte, err error) {
 	default:
 		return nil, nil, fmt.Errorf("--algorithm %q: want %s or %s", algorithm, RSA2048, ECDSAP256)
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, nil, err
-	}
-	return privPEM, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+	pubPEM, err = pemcheck.PublicPEM(pub)
+	return privPEM, pubPEM, err
 }
 
 // signingKeyID is the key ID of the single private key in path.
