@@ -73,9 +73,6 @@ func (e *StepError) Error() string { return fmt.Sprintf("rotate-key step %q: %v"
 func (e *StepError) Unwrap() error { return e.Err }
 
 func stepErr(step string, err error) error {
-	if err == nil {
-		return nil
-	}
 	return &StepError{Step: step, Err: err}
 }
 
