@@ -127,12 +127,10 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 				log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", maxRetryDelay)
 				downSince = time.Now()
 			}
-			t := time.NewTimer(delay)
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return fail(ctx.Err())
-			case <-t.C:
+			case <-time.After(delay):
 			}
 			delay = min(2*delay, maxRetryDelay)
 			continue
