@@ -173,7 +173,7 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 			return stateErr("%s does not hold the previous key %s (%v, %s): cannot roll back", r.Files.Backup(), st.Previous, err, got)
 		}
 		if st.Phase != PhaseRollingBack {
-			st.Phase, st.Updated = PhaseRollingBack, r.now()
+			st.Phase, st.Updated = PhaseRollingBack, time.Now().UTC()
 			if err := r.Store.Save(ctx, *st); err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 	if err := r.Restart(ctx); err != nil {
 		return stepErr(StepRestart, err)
 	}
-	now := r.now()
+	now := time.Now().UTC()
 	back := State{Host: st.Host, Phase: PhaseInstalled, Algorithm: st.Algorithm, Previous: st.Next, Next: st.Previous,
 		Grace: r.Grace.String(), Started: st.Started, Updated: now, Installed: now, RetireAfter: now.Add(r.Grace), RolledBack: true}
 	// The key signing again is current again; the rolled-back one is

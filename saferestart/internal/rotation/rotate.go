@@ -39,7 +39,6 @@ type Rotator struct {
 	// sign with the key now in Files.SigningKey; then it makes the other
 	// holders of the signing key (the controller-manager) follow.
 	Restart func(ctx context.Context) error
-	Now     func() time.Time
 	Log     logrus.FieldLogger
 }
 
@@ -54,13 +53,6 @@ type KeySet interface {
 	Supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error
 	// Retired reports whether kid was retired.
 	Retired(ctx context.Context, kid string) (bool, error)
-}
-
-func (r *Rotator) now() time.Time {
-	if r.Now != nil {
-		return r.Now().UTC()
-	}
-	return time.Now().UTC()
 }
 
 // StepError is a rotation step that failed; Step names it.
@@ -115,13 +107,13 @@ func (r *Rotator) Run(ctx context.Context) error {
 		if err != nil {
 			return stepErr(StepGenerate, fmt.Errorf("current signing key: %w", err))
 		}
-		st = &State{Host: r.Host, Algorithm: r.Algorithm, Previous: cur, Grace: r.Grace.String(), Started: r.now()}
+		st = &State{Host: r.Host, Algorithm: r.Algorithm, Previous: cur, Grace: r.Grace.String(), Started: time.Now().UTC()}
 		r.Log.WithField("previous", cur).Info("starting a rotation of this host's service-account key")
 	} else {
 		r.Log.WithFields(logrus.Fields{"phase": st.Phase, "next": st.Next}).Info("resuming the rotation")
 	}
 	save := func(p Phase) error {
-		st.Phase, st.Updated = p, r.now()
+		st.Phase, st.Updated = p, time.Now().UTC()
 		return r.Store.Save(ctx, *st)
 	}
 
@@ -169,7 +161,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 		if err := r.Restart(ctx); err != nil {
 			return stepErr(StepRestart, err)
 		}
-		st.Installed = r.now()
+		st.Installed = time.Now().UTC()
 		st.RetireAfter = st.Installed.Add(r.Grace)
 		st.Grace = r.Grace.String()
 		// The previous key stays published as superseded until

@@ -107,10 +107,8 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 	store := &memStore{}
 	log := logrus.New()
 	log.Out = io.Discard
-	clock := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	r := &Rotator{
 		Host: "m1", Files: files, Algorithm: algorithm, Grace: time.Hour, Store: store, Log: log,
-		Now: func() time.Time { return clock },
 		Publish: func(_ context.Context, v []byte) error {
 			if err := f.failOnce(StepPublish); err != nil {
 				return err
