@@ -15,13 +15,13 @@ package keystate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -80,11 +80,8 @@ func ParseValue(name string, data []byte, keepCerts bool) ([]Item, error) {
 // SortItems sorts by key ID (then bytes): the value's one order, so that
 // every writer produces the same bytes for the same keys.
 func SortItems(items []Item) {
-	sort.SliceStable(items, func(i, j int) bool {
-		if items[i].KID != items[j].KID {
-			return items[i].KID < items[j].KID
-		}
-		return bytes.Compare(items[i].PEM, items[j].PEM) < 0
+	slices.SortStableFunc(items, func(a, b Item) int {
+		return cmp.Or(strings.Compare(a.KID, b.KID), bytes.Compare(a.PEM, b.PEM))
 	})
 }
 
@@ -157,12 +154,7 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 	if rec.Host == "" {
 		rec.Host = host
 	}
-	if rec.Superseded == nil {
-		rec.Superseded = map[string]Superseded{}
-	}
-	if rec.Retired == nil {
-		rec.Retired = map[string]time.Time{}
-	}
+	rec = rec.clone()
 	for kid, until := range rec.Keep {
 		if _, ok := rec.Superseded[kid]; ok {
 			continue
@@ -193,13 +185,13 @@ func (r Record) clone() Record {
 	return c
 }
 
-// supersede marks it superseded since now, retired after now+grace, unless
-// it is retired or already superseded (the first time stands). r is a
-// clone: its maps are its own.
-func (r Record) supersede(it Item, by string, now time.Time, grace time.Duration) {
-	_, gone := r.Retired[it.KID]
-	if _, ok := r.Superseded[it.KID]; !ok && !gone {
-		r.Superseded[it.KID] = Superseded{Since: now.UTC(), RetireAfter: now.Add(grace).UTC(), PEM: string(it.PEM), By: by}
+// supersede marks kid (published as pem) superseded since now, retired
+// after retireAfter, unless it is retired or already superseded (the first
+// time stands). r is a clone: its maps are its own.
+func (r Record) supersede(kid string, pem []byte, by string, now, retireAfter time.Time) {
+	_, gone := r.Retired[kid]
+	if _, ok := r.Superseded[kid]; !ok && !gone {
+		r.Superseded[kid] = Superseded{Since: now.UTC(), RetireAfter: retireAfter.UTC(), PEM: string(pem), By: by}
 	}
 }
 
@@ -219,18 +211,6 @@ type State struct {
 
 	valueRev, recordRev int64
 	value, recordRaw    []byte
-}
-
-// Due lists, sorted, the superseded key IDs whose retire time is over.
-func (s State) Due(now time.Time) []string {
-	var due []string
-	for kid, sup := range s.Record.Superseded {
-		if !now.Before(sup.RetireAfter) {
-			due = append(due, kid)
-		}
-	}
-	slices.Sort(due)
-	return due
 }
 
 // RetiredError refuses to publish keys that were all retired.
@@ -314,7 +294,7 @@ func (s State) Publish(source []Item, by string, now time.Time, grace time.Durat
 	}
 	for _, it := range s.Items {
 		if _, ok := find(keep, it.KID); !ok {
-			next.Record.supersede(it, by, now, grace)
+			next.Record.supersede(it.KID, it.PEM, by, now, now.Add(grace))
 		}
 	}
 	// Publishing under a forgotten name is a new host of that name.
@@ -331,7 +311,7 @@ func (s State) Forget(by string, now time.Time, grace time.Duration) State {
 	next := s
 	next.Record = s.Record.clone()
 	for _, it := range s.Items {
-		next.Record.supersede(it, by, now, grace)
+		next.Record.supersede(it.KID, it.PEM, by, now, now.Add(grace))
 	}
 	if next.Record.Forgotten.IsZero() {
 		next.Record.Forgotten = now.UTC()
@@ -354,15 +334,8 @@ func (s State) Supersede(kid string, retireAfter time.Time, by, resumed string, 
 		delete(next.Record.Superseded, resumed)
 	}
 	if kid != "" {
-		_, gone := next.Record.Retired[kid]
-		_, already := next.Record.Superseded[kid]
-		if !gone && !already {
-			sup := Superseded{Since: now.UTC(), RetireAfter: retireAfter.UTC(), By: by}
-			if it, ok := find(s.Items, kid); ok {
-				sup.PEM = string(it.PEM)
-			}
-			next.Record.Superseded[kid] = sup
-		}
+		it, _ := find(s.Items, kid)
+		next.Record.supersede(kid, it.PEM, by, now, retireAfter)
 	}
 	next.Items = next.build(s.Items)
 	return next, nil

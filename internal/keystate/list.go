@@ -67,15 +67,12 @@ func (h HostKeys) Text() string {
 // never published) is listed too. One host's unreadable value or record
 // is reported in its KeysError, not fatal.
 func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error) {
-	var opts []clientv3.OpOption
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
 	kdir, rdir := etcdkey.Dir(s.KeysPrefix), etcdkey.Dir(s.RecordPrefix)
-	resp, err := s.KV.Txn(ctx).Then(
-		clientv3.OpGet(kdir, append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...),
-		clientv3.OpGet(rdir, append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...),
-	).Commit()
+	resp, err := s.KV.Txn(ctx).Then(clientv3.OpGet(kdir, opts...), clientv3.OpGet(rdir, opts...)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read published keys %s and key records %s: %w", kdir, rdir, err)
 	}
@@ -92,7 +89,6 @@ func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error
 			continue
 		}
 		st := get(host)
-		st.value = kv.Value
 		if st.Items, st.ValueErr = ParseValue(string(kv.Key), kv.Value, true); st.ValueErr != nil {
 			st.Items = nil
 		}

@@ -14,15 +14,14 @@ import (
 	"github.com/keysync/confd/internal/etcdkey"
 )
 
-// DefaultAttempts bounds Update's compare-and-swap retries.
-const DefaultAttempts = 5
+// attempts bounds Update's compare-and-swap retries.
+const attempts = 5
 
 // Store reads and writes hosts' values and records.
 type Store struct {
 	KV           clientv3.KV
 	KeysPrefix   string // KEYS-PREFIX: values at KEYS-PREFIX/HOST
 	RecordPrefix string // records at RECORD-PREFIX/HOST/kept, beside the rotation state
-	Attempts     int    // compare-and-swap attempts; 0: DefaultAttempts
 }
 
 // ValueKey is host's published value.
@@ -87,13 +86,9 @@ func (r Result) Value() []byte { return r.value }
 // Update reads host's state, applies change, and writes the new value and
 // record in one transaction that succeeds only if neither changed since
 // the read; on a conflict it reads and applies change again, up to
-// Attempts times. Nothing is written when nothing changed: an unchanged
+// attempts times. Nothing is written when nothing changed: an unchanged
 // republish makes no revision (and no restart).
 func (s *Store) Update(ctx context.Context, host string, change func(State) (State, error)) (Result, error) {
-	attempts := s.Attempts
-	if attempts <= 0 {
-		attempts = DefaultAttempts
-	}
 	vk, rk := s.ValueKey(host), s.RecordKey(host)
 	for attempt := 1; attempt <= attempts; attempt++ {
 		cur, err := s.Load(ctx, host)

@@ -13,12 +13,12 @@ import (
 
 // A writer that changes the value between Update's read and its write
 // makes Update read and merge again: neither change is lost. One that
-// always does makes it give up after Attempts with a clear error.
+// always does makes it give up after its attempts with a clear error.
 func TestUpdateCompareAndSwap(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
 	cli := srv.Client(t)
-	s := &Store{KV: cli, KeysPrefix: "/keys", RecordPrefix: "/rot", Attempts: 3}
+	s := &Store{KV: cli, KeysPrefix: "/keys", RecordPrefix: "/rot"}
 	a, b, c := keys(t)
 	now := time.Now()
 	if _, err := cli.Put(ctx, s.ValueKey("m1"), string(Join([]Item{a}))); err != nil {
@@ -65,7 +65,7 @@ func TestUpdateCompareAndSwap(t *testing.T) {
 		}
 		return cur.Retire([]string{b.KID}, now)
 	})
-	if err == nil || n != 3 || !strings.Contains(err.Error(), "run the command again") {
+	if err == nil || n != attempts || !strings.Contains(err.Error(), "run the command again") {
 		t.Fatalf("endless conflicts: %v after %d attempts", err, n)
 	}
 }

@@ -19,14 +19,14 @@ import (
 	"github.com/keysync/confd/internal/tlsconf"
 )
 
-// Defaults of a Sampler.
+// A Sampler's timing.
 const (
-	DefaultInterval = time.Minute
-	// DefaultHeartbeat bounds how often an unchanged record is written
+	Interval = time.Minute
+	// Heartbeat bounds how often an unchanged record is written
 	// again only to move last_sample: one write per master per 15 minutes,
 	// not per sample, keeps etcd's revisions and watchers quiet, and still
 	// tells retire-keys within its window whether a sampler is alive.
-	DefaultHeartbeat = 15 * time.Minute
+	Heartbeat = 15 * time.Minute
 	// metricsReadLimit bounds a /metrics body (kube-apiserver's is a few
 	// MiB with every resource's histograms).
 	metricsReadLimit = 64 << 20
@@ -46,13 +46,11 @@ type ClientConfig struct {
 // Sampler reads one apiserver's stale-token counter every Interval and
 // records it at ROTATION-PREFIX/HOST/stale-tokens.
 type Sampler struct {
-	Client    ClientConfig
-	KV        clientv3.KV
-	Prefix    string // the rotation prefix
-	Host      string
-	Interval  time.Duration // default DefaultInterval
-	Heartbeat time.Duration // default DefaultHeartbeat
-	Log       logrus.FieldLogger
+	Client ClientConfig
+	KV     clientv3.KV
+	Prefix string // the rotation prefix
+	Host   string
+	Log    logrus.FieldLogger
 	// Now is the clock (default time.Now); tests drive it.
 	Now func() time.Time
 	// Failed, when set, is told of every failed sample (the publisher
@@ -92,7 +90,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 		}
 	}
 	sample()
-	t := time.NewTicker(s.Interval)
+	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -109,12 +107,6 @@ func (s *Sampler) init() error {
 	if s.http != nil {
 		return nil
 	}
-	if s.Interval <= 0 {
-		s.Interval = DefaultInterval
-	}
-	if s.Heartbeat <= 0 {
-		s.Heartbeat = DefaultHeartbeat
-	}
 	if s.Now == nil {
 		s.Now = time.Now
 	}
@@ -124,32 +116,23 @@ func (s *Sampler) init() error {
 	if s.Host == "" {
 		return errors.New("stale-token sampler: no host name (--host)")
 	}
-	c, err := NewHTTPClient(s.Client)
-	if err != nil {
-		return err
-	}
-	s.http = c
-	return nil
-}
-
-// NewHTTPClient checks cfg and builds its client, so that a bad URL, CA or
-// client pair fails at the start rather than at every sample.
-func NewHTTPClient(cfg ClientConfig) (*http.Client, error) {
-	u, err := url.Parse(cfg.URL)
+	// The configuration is checked here, so that a bad URL, CA or client
+	// pair fails at the start rather than at every sample.
+	u, err := url.Parse(s.Client.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		// url.Error quotes the input, which could hold userinfo.
-		return nil, errors.New("--apiserver-metrics-url: want https://HOST:PORT/metrics (the local apiserver's)")
+		return errors.New("--apiserver-metrics-url: want https://HOST:PORT/metrics (the local apiserver's)")
 	}
-	tc, err := tlsconf.Client(cfg.CACert, cfg.Cert, cfg.Key)
+	tc, err := tlsconf.Client(s.Client.CACert, s.Client.Cert, s.Client.Key)
 	if err != nil {
-		return nil, fmt.Errorf("--apiserver-metrics-url %s: --health-cacert/--health-cert/--health-key: %w", u.Redacted(), err)
+		return fmt.Errorf("--apiserver-metrics-url %s: --health-cacert/--health-cert/--health-key: %w", u.Redacted(), err)
 	}
-	if cfg.TokenFile != "" {
-		if _, err := readToken(cfg.TokenFile); err != nil {
-			return nil, err
+	if s.Client.TokenFile != "" {
+		if _, err := readToken(s.Client.TokenFile); err != nil {
+			return err
 		}
 	}
-	return &http.Client{
+	s.http = &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig: tc,
@@ -160,7 +143,8 @@ func NewHTTPClient(cfg ClientConfig) (*http.Client, error) {
 		},
 		// A redirect could carry the token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}, nil
+	}
+	return nil
 }
 
 func readToken(path string) (string, error) {
@@ -204,7 +188,7 @@ func (s *Sampler) Once(ctx context.Context) error {
 	}
 	now := s.Now()
 	r := Observe(s.prev, s.Host, sample, now)
-	if !changed(s.prev, r) && now.Sub(s.prev.LastSample) < s.Heartbeat {
+	if !changed(s.prev, r) && now.Sub(s.prev.LastSample) < Heartbeat {
 		return nil
 	}
 	data, err := json.Marshal(r)
@@ -225,7 +209,7 @@ func (s *Sampler) Once(ctx context.Context) error {
 
 // fetch reads and parses /metrics once.
 func (s *Sampler) fetch(ctx context.Context) (Sample, error) {
-	u, _ := url.Parse(s.Client.URL) // checked by NewHTTPClient
+	u, _ := url.Parse(s.Client.URL) // checked by init
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Client.URL, nil)
 	if err != nil {
 		return Sample{}, fmt.Errorf("--apiserver-metrics-url %s: %w", u.Redacted(), err)

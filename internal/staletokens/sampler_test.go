@@ -91,7 +91,7 @@ func TestSamplerWritesOnlyWhatChanged(t *testing.T) {
 	log.Out = &logs
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	s := &Sampler{Client: ClientConfig{URL: m.URL + "/metrics", CACert: m.caFile, TokenFile: tok}, KV: kv, Prefix: "/rot/", Host: "m1",
-		Heartbeat: 15 * time.Minute, Log: log, Now: func() time.Time { return now }}
+		Log: log, Now: func() time.Time { return now }}
 	key := "/rot/m1/stale-tokens"
 	record := func() Record {
 		var r Record
@@ -146,7 +146,7 @@ func TestSamplerWritesOnlyWhatChanged(t *testing.T) {
 	if strings.Contains(logs.String()+err.Error(), secret) {
 		t.Error("the bearer token reached a log or an error")
 	}
-	if _, err := NewHTTPClient(ClientConfig{URL: "ftp://x"}); err == nil {
+	if err := (&Sampler{Client: ClientConfig{URL: "ftp://x"}, Host: "m1"}).Once(context.Background()); err == nil {
 		t.Error("an ftp URL accepted")
 	}
 }
@@ -161,7 +161,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	kv := &fakeKV{data: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &Sampler{Client: ClientConfig{URL: m.URL + "/metrics", CACert: m.caFile, TokenFile: tok}, KV: kv, Prefix: "/rot", Host: "m1", Interval: time.Hour}
+	s := &Sampler{Client: ClientConfig{URL: m.URL + "/metrics", CACert: m.caFile, TokenFile: tok}, KV: kv, Prefix: "/rot", Host: "m1"}
 	go func() { done <- s.Run(ctx) }()
 	cancel()
 	if err := <-done; err != nil {

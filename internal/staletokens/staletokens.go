@@ -106,7 +106,7 @@ type Record struct {
 	LastGrowth time.Time `json:"last_growth,omitzero"`
 	// LastSample is when the apiserver was last read. The record is
 	// written when something changed, and otherwise at most every
-	// Sampler.Heartbeat, so this lags by up to that much.
+	// Heartbeat, so this lags by up to that much.
 	LastSample time.Time `json:"last_sample"`
 	Counter    float64   `json:"counter"`
 	// Absent: the apiserver does not expose the counter.
@@ -188,26 +188,15 @@ func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record
 	return recs, problems, nil
 }
 
-// Growth is one apiserver's counter growth that refuses a retirement.
-type Growth struct {
-	Host string
-	At   time.Time
-}
-
-// Unknown is an apiserver whose counter says nothing recent: never sampled
-// (LastSample zero), or not since the window began.
-type Unknown struct {
-	Host       string
-	LastSample time.Time
-}
-
-// Verdict is what the records say about retiring one key.
+// Verdict is what the records say about retiring one key, each host
+// named as the logs show it.
 type Verdict struct {
 	// Refusing: counters that grew within the window and more than
-	// StaleAfter after the key stopped signing.
-	Refusing []Growth
-	// Unknown apiservers do not refuse; they are named.
-	Unknown []Unknown
+	// StaleAfter after the key stopped signing ("m1 at T").
+	Refusing []string
+	// Unknown apiservers do not refuse; they are named: "m3 (never
+	// sampled)", "m4 (last sampled T)".
+	Unknown []string
 }
 
 // Decide weighs the records about a key superseded at since (when it
@@ -217,50 +206,26 @@ type Verdict struct {
 // without one, or with one not sampled within the window, is unknown.
 func Decide(recs map[string]Record, hosts []string, since, now time.Time, window time.Duration) Verdict {
 	var v Verdict
-	all := map[string]bool{}
-	for _, h := range hosts {
-		all[h] = true
-	}
-	for h := range recs {
-		all[h] = true
-	}
+	all := slices.Concat(hosts, slices.Collect(maps.Keys(recs)))
+	slices.Sort(all)
 	from := now.Add(-window)
-	for _, h := range slices.Sorted(maps.Keys(all)) {
+	for _, h := range slices.Compact(all) {
 		r, ok := recs[h]
-		if !ok {
-			v.Unknown = append(v.Unknown, Unknown{Host: h})
-			continue
-		}
-		if g := r.LastGrowth; !g.IsZero() && g.After(since.Add(StaleAfter)) && !g.Before(from) {
-			v.Refusing = append(v.Refusing, Growth{Host: h, At: g})
-			continue
-		}
-		if r.LastSample.Before(from) {
-			v.Unknown = append(v.Unknown, Unknown{Host: h, LastSample: r.LastSample})
+		switch g := r.LastGrowth; {
+		case !g.IsZero() && g.After(since.Add(StaleAfter)) && !g.Before(from):
+			v.Refusing = append(v.Refusing, h+" at "+g.UTC().Format(time.RFC3339))
+		case !ok || r.LastSample.IsZero() && r.LastSample.Before(from):
+			v.Unknown = append(v.Unknown, h+" (never sampled)")
+		case r.LastSample.Before(from):
+			v.Unknown = append(v.Unknown, h+" (last sampled "+r.LastSample.UTC().Format(time.RFC3339)+")")
 		}
 	}
 	return v
 }
 
 // String names the refusing hosts and times: "m1 at T, m2 at T".
-func (v Verdict) String() string {
-	var parts []string
-	for _, g := range v.Refusing {
-		parts = append(parts, g.Host+" at "+g.At.UTC().Format(time.RFC3339))
-	}
-	return strings.Join(parts, ", ")
-}
+func (v Verdict) String() string { return strings.Join(v.Refusing, ", ") }
 
 // UnknownString names the unknown hosts: "m3 (never sampled), m4 (last
 // sampled T)".
-func (v Verdict) UnknownString() string {
-	var parts []string
-	for _, u := range v.Unknown {
-		if u.LastSample.IsZero() {
-			parts = append(parts, u.Host+" (never sampled)")
-		} else {
-			parts = append(parts, u.Host+" (last sampled "+u.LastSample.UTC().Format(time.RFC3339)+")")
-		}
-	}
-	return strings.Join(parts, ", ")
-}
+func (v Verdict) UnknownString() string { return strings.Join(v.Unknown, ", ") }

@@ -63,7 +63,7 @@ func TestForgottenHostIsNoPublisher(t *testing.T) {
 	if got := rep.Publishers(nil); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("publishers %v, want [a]", got)
 	}
-	if got := rep.NotTrusting([]string{"new"}, nil); !slices.Equal(got, []string{"a"}) {
+	if got := rep.NotTrustingAmong(Publishers, []string{"new"}, nil); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("not trusting a new key: %v, want [a] (not the forgotten c)", got)
 	}
 	if len(rep.Stale()) != 0 || !slices.Equal(rep.Gone(), []string{"c"}) || !slices.Equal(rep.Published, []string{ka, kc}) && !slices.Equal(rep.Published, []string{kc, ka}) {

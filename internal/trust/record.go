@@ -62,16 +62,6 @@ type Record struct {
 // Trusts reports whether the record lists kid as trusted.
 func (r *Record) Trusts(kid string) bool { return r != nil && slices.Contains(r.Trusted, kid) }
 
-// TrustsAll reports whether the record lists every one of kids as trusted.
-func (r *Record) TrustsAll(kids []string) bool {
-	for _, kid := range kids {
-		if !r.Trusts(kid) {
-			return false
-		}
-	}
-	return true
-}
-
 // ControllerManagersSigningWith returns, sorted, the hosts whose record
 // says their kube-controller-manager signs with kid.
 func ControllerManagersSigningWith(recs map[string]Record, kid string) []string {
@@ -177,23 +167,12 @@ func FileKeyIDs(path string) ([]string, error) {
 	return keyIDs(f)
 }
 
-func keyIDs(f *pemcheck.File) ([]string, error) {
-	out, err := loadedKeyIDs(f)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no RSA or ECDSA key", f.Name)
-	}
-	return out, nil
-}
-
-// loadedKeyIDs returns the key IDs of the blocks kube-apiserver's
+// keyIDs returns the key IDs of the blocks kube-apiserver's
 // service-account key reader takes (client-go keyutil.ParsePublicKeysPEM):
 // RSA and ECDSA public keys, certificates and private keys, but not PKCS#1
-// "RSA PUBLIC KEY" blocks. A file that preflight let through holds nothing
-// else.
-func loadedKeyIDs(f *pemcheck.File) ([]string, error) {
+// "RSA PUBLIC KEY" blocks; an error when there is none. A file that
+// preflight let through holds nothing else.
+func keyIDs(f *pemcheck.File) ([]string, error) {
 	var out []string
 	for _, b := range f.Blocks {
 		if b.Public == nil || (b.Kind != pemcheck.PrivateKey && b.Encoding == pemcheck.PKCS1) {
@@ -211,6 +190,9 @@ func loadedKeyIDs(f *pemcheck.File) ([]string, error) {
 		if !slices.Contains(out, kid) {
 			out = append(out, kid)
 		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no RSA or ECDSA key", f.Name)
 	}
 	return out, nil
 }
@@ -261,14 +243,10 @@ func decode(key, host string, value []byte, rev int64) Record {
 	return r
 }
 
-// List returns every record under prefix, by host, and the revision read.
-// A key deeper than PREFIX/HOST is no host's record and is left out.
-func List(ctx context.Context, kv clientv3.KV, prefix string) (map[string]Record, int64, error) {
-	return list(ctx, kv, prefix)
-}
-
-// list is List reading with opts (Collect reads at its revision).
-func list(ctx context.Context, kv clientv3.KV, prefix string, opts ...clientv3.OpOption) (map[string]Record, int64, error) {
+// List returns every record under prefix, by host, and the revision read
+// (with opts: Collect reads at its revision). A key deeper than
+// PREFIX/HOST is no host's record and is left out.
+func List(ctx context.Context, kv clientv3.KV, prefix string, opts ...clientv3.OpOption) (map[string]Record, int64, error) {
 	p := etcdkey.Dir(prefix)
 	resp, err := kv.Get(ctx, p, append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)...)
 	if err != nil {

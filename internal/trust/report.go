@@ -1,12 +1,13 @@
 package trust
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,7 +40,7 @@ type Host struct {
 	// Unpublished lists the keys its record says its apiserver (or
 	// kube-apiserver-sa-signer) or kube-controller-manager signs with that
 	// no host publishes: every bundle rendered now drops them, and the
-	// tokens signed with them are refused (see SigningKeys).
+	// tokens signed with them are refused (see SigningKeysNotIn).
 	Unpublished []string `json:"unpublished_signing_keys"`
 	// Stale: the host publishes current keys but has no record, or its
 	// record lacks a key that is published now (its apiserver was last
@@ -80,7 +81,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 		return nil, fmt.Errorf("read published keys %s: %w", etcdkey.Dir(p.Keys), err)
 	}
 	rev := keys.Header.Revision
-	records, _, err := list(ctx, kv, p.Trust, clientv3.WithRev(rev))
+	records, _, err := List(ctx, kv, p.Trust, clientv3.WithRev(rev))
 	if err != nil {
 		return nil, err
 	}
@@ -93,13 +94,10 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 			continue // not a host's key
 		}
 		kids, warn, err := publishedKeyIDs(string(kv.Key), kv.Value)
-		warnings[host] = warn
+		published[host], warnings[host] = kids, warn
 		if err != nil {
 			pubErr[host] = err.Error()
-			published[host] = nil
-			continue
 		}
-		published[host] = kids
 	}
 	r := build(rev, published, pubErr, records)
 	for i := range r.Hosts {
@@ -151,22 +149,12 @@ func publishedKeyIDs(name string, data []byte) (kids, warnings []string, err err
 	for _, e := range f.WeakKeys() {
 		warnings = append(warnings, e.Error())
 	}
-	cas := f.CAs()
-	if len(cas) == 0 {
-		kids, err = keyIDs(f)
-		return kids, warnings, err
-	}
-	kept := &pemcheck.File{Name: f.Name}
 	drop := map[int]bool{}
-	for _, ca := range cas {
+	for _, ca := range f.CAs() {
 		drop[ca.Block.Index] = true
 		warnings = append(warnings, fmt.Sprintf("%s %s: %v: %s: not served", name, ca.Block, pemcheck.ErrCA, ca.Reason))
 	}
-	for _, b := range f.Blocks {
-		if !drop[b.Index] {
-			kept.Blocks = append(kept.Blocks, b)
-		}
-	}
+	kept := &pemcheck.File{Name: f.Name, Blocks: slices.DeleteFunc(slices.Clone(f.Blocks), func(b pemcheck.Block) bool { return drop[b.Index] })}
 	kids, err = keyIDs(kept)
 	return kids, warnings, err
 }
@@ -174,7 +162,7 @@ func publishedKeyIDs(name string, data []byte) (kids, warnings []string, err err
 // CollectRecorded reads the trust records alone, for a wait among the
 // recorded hosts: every row has a record and publishes nothing.
 func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*Report, error) {
-	records, rev, err := list(ctx, kv, trustPrefix)
+	records, rev, err := List(ctx, kv, trustPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -184,16 +172,9 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 // build is Collect without etcd.
 func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record) *Report {
 	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}}
-	var hosts []string
-	for h := range published {
-		hosts = append(hosts, h)
-	}
-	for h := range records {
-		if _, ok := published[h]; !ok {
-			hosts = append(hosts, h)
-		}
-	}
-	sort.Strings(hosts)
+	hosts := slices.Concat(slices.Collect(maps.Keys(published)), slices.Collect(maps.Keys(records)))
+	slices.Sort(hosts)
+	hosts = slices.Compact(hosts)
 	add := func(list *[]string, kid string) {
 		if !slices.Contains(*list, kid) {
 			*list = append(*list, kid)
@@ -206,17 +187,15 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		}
 	}
 	for _, h := range hosts {
-		if rec, ok := records[h]; ok {
-			for _, kid := range rec.Trusted {
-				add(&r.Keys, kid)
-			}
-			if rec.ControllerManagerSigning != "" {
-				add(&r.Keys, rec.ControllerManagerSigning)
-			}
+		for _, kid := range records[h].Trusted {
+			add(&r.Keys, kid)
+		}
+		if cm := records[h].ControllerManagerSigning; cm != "" {
+			add(&r.Keys, cm)
 		}
 	}
 	for _, h := range hosts {
-		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h], Missing: []string{}}
+		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h]}
 		if row.Publishes == nil {
 			row.Publishes = []string{}
 		}
@@ -224,11 +203,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 			row.Record = &rec
 		}
 		row.HostKeys = keystate.HostKeys{Host: h, Current: row.Publishes, Superseded: []keystate.SupersededKey{}}
-		for _, kid := range r.Published {
-			if !row.Record.Trusts(kid) {
-				row.Missing = append(row.Missing, kid)
-			}
-		}
+		row.Missing = slices.DeleteFunc(slices.Clone(r.Published), func(kid string) bool { return row.Record.Trusts(kid) })
 		row.Unpublished = []string{}
 		for _, k := range signingKeys(row) {
 			if !slices.Contains(r.Published, k.Kid) && !slices.Contains(row.Unpublished, k.Kid) {
@@ -251,9 +226,11 @@ type SigningKey struct {
 	Signer string `json:"signer"`
 }
 
-// SigningKeys returns every key a trust record says a host's apiserver,
-// signer or kube-controller-manager signs with, by host: a bundle that
-// lacks one makes every apiserver loading it refuse their tokens.
+// SigningKeysNotIn returns the keys a trust record says a host's
+// apiserver, signer or kube-controller-manager signs with that are not
+// among kids (the key IDs a bundle holds), in host order: the keys such a
+// bundle would silently drop, making every apiserver loading it refuse
+// their tokens.
 //
 // A host whose published keys are all unknown to its own record is left
 // out: its key pair was replaced (a reimaged host, whose old private key is
@@ -264,15 +241,20 @@ type SigningKey struct {
 // publishes nothing (its value deleted), a value that does not parse, or a
 // key its record already trusts (a key withdrawn by hand after a rotation)
 // is no such replacement, and its keys stay required.
-func (r *Report) SigningKeys() []SigningKey {
+func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
 	var out []SigningKey
 	for _, h := range r.Hosts {
-		out = append(out, signingKeys(h)...)
+		for _, k := range signingKeys(h) {
+			if !slices.Contains(kids, k.Kid) {
+				out = append(out, k)
+			}
+		}
 	}
 	return out
 }
 
-// signingKeys is SigningKeys for one row (Publishes and PublishError set).
+// signingKeys is the signing keys of one row (Publishes and PublishError
+// set), as SigningKeysNotIn counts them.
 func signingKeys(h Host) []SigningKey {
 	rec := h.Record
 	if rec == nil || rec.Unparseable != "" {
@@ -295,19 +277,6 @@ func signingKeys(h Host) []SigningKey {
 		add(rec.Signing, "kube-apiserver")
 	}
 	add(rec.ControllerManagerSigning, "kube-controller-manager")
-	return out
-}
-
-// SigningKeysNotIn returns the keys of SigningKeys that are not among kids
-// (the key IDs a bundle holds), in host order: the keys such a bundle would
-// silently drop.
-func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
-	var out []SigningKey
-	for _, k := range r.SigningKeys() {
-		if !slices.Contains(kids, k.Kid) {
-			out = append(out, k)
-		}
-	}
 	return out
 }
 
@@ -338,17 +307,11 @@ func (h *Host) stale() bool {
 	return h.in(Publishers) && (h.Record == nil || len(h.Missing) > 0) || len(h.Unpublished) > 0
 }
 
-// NotTrusting returns the hosts that publish keys (except those in
-// exclude) whose record does not trust every one of kids, sorted.
-func (r *Report) NotTrusting(kids []string, exclude []string) []string {
-	return r.NotTrustingAmong(Publishers, kids, exclude)
-}
-
 // NotTrustingAmong returns the hosts among a (except those in exclude)
 // whose record does not trust every one of kids, sorted.
 func (r *Report) NotTrustingAmong(a Among, kids []string, exclude []string) []string {
 	return r.hostsWhere(func(h *Host) bool {
-		return h.in(a) && !slices.Contains(exclude, h.Host) && !h.Record.TrustsAll(kids)
+		return h.in(a) && !slices.Contains(exclude, h.Host) && slices.ContainsFunc(kids, func(kid string) bool { return !h.Record.Trusts(kid) })
 	})
 }
 
@@ -403,12 +366,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteText writes a table of hosts × key IDs: "S" the host signs with the
 // key, "T" it trusts it, "-" it does not; then the stale hosts.
 func (r *Report) WriteText(w io.Writer) error {
-	var b strings.Builder
 	if len(r.Hosts) == 0 {
-		fmt.Fprintf(&b, "no host publishes keys and no trust record exists (revision %d)\n", r.Revision)
-		_, err := io.WriteString(w, b.String())
+		_, err := fmt.Fprintf(w, "no host publishes keys and no trust record exists (revision %d)\n", r.Revision)
 		return err
 	}
+	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "HOST")
 	for i := range r.Keys {
@@ -481,11 +443,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "keys of %s: %s\n", h.Host, h.HostKeys.Text())
 		}
 	}
-	if stale := r.Stale(); len(stale) > 0 {
-		fmt.Fprintf(&b, "stale hosts: %s\n", strings.Join(stale, ", "))
-	} else {
-		b.WriteString("stale hosts: none\n")
-	}
+	stale := strings.Join(r.Stale(), ", ")
+	fmt.Fprintf(&b, "stale hosts: %s\n", cmp.Or(stale, "none"))
 	for _, h := range r.Hosts {
 		for _, w := range h.Warnings {
 			fmt.Fprintf(&b, "warning: %s: %s\n", h.Host, w)

@@ -91,10 +91,10 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 	if stale["a"] || !stale["b"] || !stale["c"] || stale["old"] {
 		t.Fatalf("stale %v, want b (lacks K2) and c (no record) only", stale)
 	}
-	if got := r.NotTrusting([]string{"K2"}, nil); !slices.Equal(got, []string{"b", "c"}) {
+	if got := r.NotTrustingAmong(Publishers, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("not trusting K2: %v", got)
 	}
-	if got := r.NotTrusting([]string{"K1"}, []string{"c"}); len(got) != 0 {
+	if got := r.NotTrustingAmong(Publishers, []string{"K1"}, []string{"c"}); len(got) != 0 {
 		t.Fatalf("not trusting K1 excluding c: %v", got)
 	}
 	if got := r.NotTrustingAmong(Recorded, []string{"K2"}, nil); !slices.Equal(got, []string{"b", "old"}) {
@@ -177,7 +177,7 @@ func TestWaitTimesOutWhileEtcdIsDown(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond})
+	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) {
 		t.Fatalf("wait with etcd down: %v, want a NotTrustedError", err)

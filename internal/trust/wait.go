@@ -28,6 +28,12 @@ func (e *NotTrustedError) Error() string {
 
 func (e *NotTrustedError) Unwrap() error { return e.Err }
 
+// retryDelay is the first pause before reading again after etcd failed; it
+// doubles with each failure in a row, up to maxRetryDelay, so that a wait
+// that outlives an etcd outage (a site's power cut) neither hammers it nor
+// wakes late. Otherwise Wait is woken by etcd watch events only.
+const retryDelay, maxRetryDelay = time.Second, 15 * time.Second
+
 // WaitOptions tune Wait.
 type WaitOptions struct {
 	Prefixes Prefixes
@@ -48,13 +54,6 @@ type WaitOptions struct {
 	SkipSigningOf string
 	// OpTimeout bounds each etcd read (default 5s).
 	OpTimeout time.Duration
-	// RetryDelay is the first pause before reading again after etcd failed
-	// (default 1s); it doubles with each failure in a row, up to
-	// MaxRetryDelay (default 15s), so that a wait that outlives an etcd
-	// outage (a site's power cut) neither hammers it nor wakes late.
-	// Otherwise Wait is woken by etcd watch events only.
-	RetryDelay    time.Duration
-	MaxRetryDelay time.Duration
 	// Client, when Wait is given no client, returns it; its failure is
 	// retried as a failed read is (a caller may start before etcd answers).
 	Client func(context.Context) (*clientv3.Client, error)
@@ -80,12 +79,6 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 5 * time.Second
 	}
-	if o.RetryDelay <= 0 {
-		o.RetryDelay = time.Second
-	}
-	if o.MaxRetryDelay < o.RetryDelay {
-		o.MaxRetryDelay = max(15*time.Second, o.RetryDelay)
-	}
 	log := o.Log
 	if log == nil {
 		l := logrus.New()
@@ -95,7 +88,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 	var last *Report
 	var lastMissing []string
 	var downSince time.Time // zero while etcd answers
-	delay := o.RetryDelay
+	delay := retryDelay
 	fail := func(err error) (*Report, error) {
 		hosts := lastMissing
 		if last == nil {
@@ -131,22 +124,20 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 				return fail(ctx.Err())
 			}
 			if downSince.IsZero() {
-				log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", o.MaxRetryDelay)
+				log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", maxRetryDelay)
 				downSince = time.Now()
 			}
-			t := time.NewTimer(delay)
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return fail(ctx.Err())
-			case <-t.C:
+			case <-time.After(delay):
 			}
-			delay = min(2*delay, o.MaxRetryDelay)
+			delay = min(2*delay, maxRetryDelay)
 			continue
 		}
 		if !downSince.IsZero() {
 			log.Infof("etcd answers again, after %s", time.Since(downSince).Round(time.Second))
-			downSince, delay = time.Time{}, o.RetryDelay
+			downSince, delay = time.Time{}, retryDelay
 		}
 		last = rep
 		if len(missing) == 0 {

@@ -121,7 +121,7 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: cannot claim it under --rotation-prefix %s: nothing done", host, o.RotationPrefix)
 			return cmdkit.ExitError
 		}
-		defer func() { _ = claim.Release() }()
+		defer func() { _ = claim.Withdraw() }()
 		// Read again under the claim: what is done is what is logged.
 		if p, err = o.readForgetPlan(ctx, a, cli, host, time.Now()); err != nil {
 			log.WithError(a.Etcd.Err(err)).Error("forget-host: nothing done")

@@ -97,7 +97,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			log.WithError(k.Etcd.Err(err)).Errorf("retire-keys: cannot claim %s: skipped", host)
 			return cmdkit.ExitError, 0
 		}
-		defer func() { _ = claim.Release() }()
+		defer func() { _ = claim.Withdraw() }()
 	}
 	rs := &rotation.EtcdStore{KV: cli, Prefix: o.RotationPrefix, Host: host}
 	lctx, cancel := k.OpCtx(ctx)

@@ -69,7 +69,7 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 			}
 			return err
 		},
-		Restarter: k.step(cli, host, log),
+		Restart: k.step(cli, host, log).Restart,
 	}
 }
 
@@ -127,7 +127,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 		log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot claim the rotation")
 		return cmdkit.ExitError
 	}
-	defer func() { _ = claim.Release() }()
+	defer func() { _ = claim.Withdraw() }()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

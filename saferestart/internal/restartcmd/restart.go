@@ -44,7 +44,7 @@ var SecretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
 // restarter restarts kube-apiserver through the lock on one etcd client:
 // its own for the restart command, or the one rotate-key already holds
-// (rotation.Restarter).
+// (rotation.Rotator.Restart).
 type restarter struct {
 	*cmdkit.Env
 	o      *cmdkit.Restarting

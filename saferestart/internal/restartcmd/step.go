@@ -9,7 +9,7 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// Step is rotate-key's install step (rotation.Restarter), on the etcd
+// Step is rotate-key's install step (rotation.Rotator.Restart), on the etcd
 // client rotate-key holds: this apiserver restarted through the lock, or,
 // with Signer, the signer's switch to the next key; then
 // kube-controller-manager when it holds the key. It never dials.
@@ -25,7 +25,7 @@ type Step struct {
 	Logger logrus.FieldLogger
 }
 
-// Restart is the step (rotation.Restarter).
+// Restart is the step (rotation.Rotator.Restart).
 func (k *Step) Restart(ctx context.Context) error {
 	if k.Signer {
 		// The signer's barrier switched the apiserver's tokens to the new

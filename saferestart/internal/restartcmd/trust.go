@@ -108,7 +108,7 @@ func (r *restarter) trustGate(ctx context.Context, cli *clientv3.Client, log log
 	}
 	exclude := []string{snap.Host}
 	log = log.WithField("signing", snap.Signing)
-	if others := rep.NotTrusting([]string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
+	if others := rep.NotTrustingAmong(trust.Publishers, []string{snap.Signing}, append(exclude, rep.Unrecorded()...)); len(others) == 0 {
 		return cmdkit.ExitOK
 	}
 	log.Infof("this apiserver will sign with a new key: waiting up to --trust-timeout %s, without the lock, until every other host trusts it", r.o.TrustTimeout)

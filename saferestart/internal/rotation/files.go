@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,11 +9,12 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
+	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/pemcheck"
 )
 
@@ -65,11 +67,8 @@ func generate(algorithm string) (privPEM, pubPEM []byte, err error) {
 	default:
 		return nil, nil, fmt.Errorf("--algorithm %q: want %s or %s", algorithm, RSA2048, ECDSAP256)
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, nil, err
-	}
-	return privPEM, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+	pubPEM, err = pemcheck.PublicPEM(pub)
+	return privPEM, pubPEM, err
 }
 
 // signingKeyID is the key ID of the single private key in path.
@@ -94,20 +93,14 @@ func signingKeyID(path string) (string, error) {
 	return kids[0], nil
 }
 
-// pubBlock is one public key of a published value with its key ID.
-type pubBlock struct {
-	kid string
-	pem []byte
-}
-
 // publicBlocks returns the public keys in PEM bytes, re-encoded as PKIX
 // "PUBLIC KEY" (what the apiserver's reader takes), in order, duplicates once.
-func publicBlocks(name string, data []byte) ([]pubBlock, error) {
+func publicBlocks(name string, data []byte) ([]keystate.Item, error) {
 	f, err := pemcheck.Parse(name, data)
 	if err != nil {
 		return nil, err
 	}
-	var out []pubBlock
+	var out []keystate.Item
 	seen := map[string]bool{}
 	for _, b := range f.Blocks {
 		if b.Kind != pemcheck.PublicKey {
@@ -121,27 +114,48 @@ func publicBlocks(name string, data []byte) ([]pubBlock, error) {
 			continue
 		}
 		seen[kid] = true
-		der, err := x509.MarshalPKIXPublicKey(b.Public)
+		pub, err := pemcheck.PublicPEM(b.Public)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, pubBlock{kid: kid, pem: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})})
+		out = append(out, keystate.Item{KID: kid, PEM: pub})
 	}
 	return out, nil
 }
 
-func joinBlocks(bs []pubBlock) []byte {
-	var out []byte
-	for _, b := range bs {
-		out = append(out, b.pem...)
+// nextPublic is the next key's public half, an error unless NextPub holds
+// exactly kid.
+func (f Files) nextPublic(kid string) (keystate.Item, error) {
+	data, err := os.ReadFile(f.NextPub())
+	if err != nil {
+		return keystate.Item{}, err
 	}
-	return out
+	nb, err := publicBlocks(f.NextPub(), data)
+	if err != nil {
+		return keystate.Item{}, err
+	}
+	if len(nb) != 1 || nb[0].KID != kid {
+		return keystate.Item{}, fmt.Errorf("%s does not hold exactly the next key %s", f.NextPub(), kid)
+	}
+	return nb[0], nil
+}
+
+// writePublic makes the public key file hold keys (its mode kept) unless
+// it holds exactly those bytes (old) already, and returns them.
+func (f Files) writePublic(old []byte, keys []keystate.Item) ([]byte, error) {
+	value := keystate.Join(keys)
+	if !bytes.Equal(value, old) {
+		if err := atomicfile.WriteFile(f.PublicKey, value, modeOf(f.PublicKey, 0o644)); err != nil {
+			return nil, err
+		}
+	}
+	return value, nil
 }
 
 // modeOf is path's permission bits, or def when it does not exist.
 func modeOf(path string, def fs.FileMode) fs.FileMode {
 	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) || err != nil {
+	if err != nil {
 		return def
 	}
 	return st.Mode().Perm()

@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 )
 
 // ErrState is an operation the rotation's stored state does not allow
@@ -74,10 +76,8 @@ func (r *Rotator) Abort(ctx context.Context) error {
 	if st.Next != "" {
 		// Nothing signed with the next key: it is retired at once rather
 		// than superseded, and never published again.
-		if r.Keys != nil {
-			if err := r.Keys.Withdraw(ctx, st.Next); err != nil {
-				return fmt.Errorf("withdraw the next key %s: %w", st.Next, err)
-			}
+		if err := r.Keys.Withdraw(ctx, st.Next); err != nil {
+			return fmt.Errorf("withdraw the next key %s: %w", st.Next, err)
 		}
 		value, err := r.withoutKey(st.Next)
 		if err != nil {
@@ -111,22 +111,11 @@ func (r *Rotator) withoutKey(kid string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var keep []pubBlock
-	for _, b := range blocks {
-		if b.kid != kid {
-			keep = append(keep, b)
-		}
-	}
+	keep := slices.DeleteFunc(blocks, func(b keystate.Item) bool { return b.KID == kid })
 	if len(keep) == 0 {
 		return nil, fmt.Errorf("%s holds no key but %s: not publishing an empty value", r.Files.PublicKey, kid)
 	}
-	value := joinBlocks(keep)
-	if string(value) != string(data) {
-		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
-			return nil, err
-		}
-	}
-	return value, nil
+	return r.Files.writePublic(data, keep)
 }
 
 // removeNext removes the next key's files: the private key scrubbed.
@@ -172,14 +161,10 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 	default:
 		return fmt.Errorf("rotation state has unknown phase %q", st.Phase)
 	}
-	if r.Keys != nil {
-		gone, err := r.Keys.Retired(ctx, st.Previous)
-		if err != nil {
-			return err
-		}
-		if gone {
-			return stateErr("the previous key %s was retired (tombstoned by retire-keys, no longer trusted everywhere): rotate again instead", st.Previous)
-		}
+	if gone, err := r.Keys.Retired(ctx, st.Previous); err != nil {
+		return err
+	} else if gone {
+		return stateErr("the previous key %s was retired (tombstoned by retire-keys, no longer trusted everywhere): rotate again instead", st.Previous)
 	}
 	log := r.Log.WithFields(logrus.Fields{"previous": st.Previous, "next": st.Next})
 	switch cur {
@@ -188,7 +173,7 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 			return stateErr("%s does not hold the previous key %s (%v, %s): cannot roll back", r.Files.Backup(), st.Previous, err, got)
 		}
 		if st.Phase != PhaseRollingBack {
-			st.Phase, st.Updated = PhaseRollingBack, r.now()
+			st.Phase, st.Updated = PhaseRollingBack, time.Now().UTC()
 			if err := r.Store.Save(ctx, *st); err != nil {
 				return err
 			}
@@ -206,15 +191,10 @@ func (r *Rotator) Rollback(ctx context.Context) error {
 		return stateErr("%s holds key %s, neither the previous key %s nor the next %s: changed by hand? not touching it", r.Files.SigningKey, cur, st.Previous, st.Next)
 	}
 	log.WithField("step", StepRestart).Info("restarting this apiserver through the lock to sign with the previous key again")
-	if err := r.Restarter.Restart(ctx); err != nil {
+	if err := r.Restart(ctx); err != nil {
 		return stepErr(StepRestart, err)
 	}
-	if r.Follow != nil {
-		if err := r.Follow(ctx, st.Previous); err != nil {
-			return stepErr(StepRestart, err)
-		}
-	}
-	now := r.now()
+	now := time.Now().UTC()
 	back := State{Host: st.Host, Phase: PhaseInstalled, Algorithm: st.Algorithm, Previous: st.Next, Next: st.Previous,
 		Grace: r.Grace.String(), Started: st.Started, Updated: now, Installed: now, RetireAfter: now.Add(r.Grace), RolledBack: true}
 	// The key signing again is current again; the rolled-back one is

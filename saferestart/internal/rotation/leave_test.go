@@ -81,8 +81,6 @@ func TestRollbackThenRetire(t *testing.T) {
 	f, r, store := newFleet(t, ECDSAP256)
 	prev := f.signing
 	ctx := context.Background()
-	var followed []string
-	r.Follow = func(_ context.Context, kid string) error { followed = append(followed, kid); return nil }
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +109,8 @@ func TestRollbackThenRetire(t *testing.T) {
 	if m := mode(t, f.files.SigningKey); m != 0o600 {
 		t.Fatalf("signing key mode %o", m)
 	}
-	if got := strings.Join(followed, ","); got != next+","+prev {
-		t.Fatalf("followed %s, want the install's %s then the rollback's %s", got, next, prev)
+	if got := strings.Join(f.restarted, ","); got != next+","+prev {
+		t.Fatalf("restarted to sign with %s, want the install's %s then the rollback's %s", got, next, prev)
 	}
 	st := store.st
 	if st.Phase != PhaseInstalled || !st.RolledBack || st.Next != prev || st.Previous != next {

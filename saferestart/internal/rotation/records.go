@@ -36,7 +36,8 @@ func (w Waiting) String() string {
 // WaitingKey is host's waiting record's etcd key.
 func WaitingKey(prefix, host string) string { return etcdkey.Join(prefix, host, "waiting") }
 
-// Announcement is a waiting or alive record on its lease.
+// Announcement is a record on its lease: a waiting or alive record, or a
+// rotation claim.
 type Announcement struct {
 	sess      *concurrency.Session
 	key, what string

@@ -10,11 +10,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 )
 
 // Rotator runs one host's rotation. The etcd, trust and restart sides are
@@ -28,21 +30,16 @@ type Rotator struct {
 	// Publish makes value (PEM public keys) this host's current keys in
 	// its published value.
 	Publish func(ctx context.Context, value []byte) error
-	// Keys is the host's key record (superseded and retired keys); nil:
-	// none kept (tests of the step machine alone).
+	// Keys is the host's key record (superseded and retired keys).
 	Keys KeySet
 	// WaitTrusted returns once every publishing host trusts kid.
 	WaitTrusted func(ctx context.Context, kid string) error
-	// Restarter restarts this host's apiserver through the lock
-	// (preflight, trust record and health gate included).
-	Restarter Restarter
-	// Follow, when set, runs after this apiserver's restart with a new
-	// signing key (kid): the install's, or a rollback's, before the state
-	// records it. It is where the other holders of the signing key (the
-	// controller-manager) are made to follow.
-	Follow func(ctx context.Context, kid string) error
-	Now    func() time.Time
-	Log    logrus.FieldLogger
+	// Restart restarts this host's apiserver through the lock (preflight,
+	// trust record and health gate included), or switches its signer, to
+	// sign with the key now in Files.SigningKey; then it makes the other
+	// holders of the signing key (the controller-manager) follow.
+	Restart func(ctx context.Context) error
+	Log     logrus.FieldLogger
 }
 
 // KeySet is the host's published key set beyond its current keys: the
@@ -58,24 +55,6 @@ type KeySet interface {
 	Retired(ctx context.Context, kid string) (bool, error)
 }
 
-// Restarter restarts this host's apiserver (or switches its signer).
-type Restarter interface {
-	Restart(ctx context.Context) error
-}
-
-// RestartFunc is a function as a Restarter.
-type RestartFunc func(ctx context.Context) error
-
-// Restart calls f.
-func (f RestartFunc) Restart(ctx context.Context) error { return f(ctx) }
-
-func (r *Rotator) now() time.Time {
-	if r.Now != nil {
-		return r.Now().UTC()
-	}
-	return time.Now().UTC()
-}
-
 // StepError is a rotation step that failed; Step names it.
 type StepError struct {
 	Step string
@@ -86,9 +65,6 @@ func (e *StepError) Error() string { return fmt.Sprintf("rotate-key step %q: %v"
 func (e *StepError) Unwrap() error { return e.Err }
 
 func stepErr(step string, err error) error {
-	if err == nil {
-		return nil
-	}
 	return &StepError{Step: step, Err: err}
 }
 
@@ -131,13 +107,13 @@ func (r *Rotator) Run(ctx context.Context) error {
 		if err != nil {
 			return stepErr(StepGenerate, fmt.Errorf("current signing key: %w", err))
 		}
-		st = &State{Host: r.Host, Algorithm: r.Algorithm, Previous: cur, Grace: r.Grace.String(), Started: r.now()}
+		st = &State{Host: r.Host, Algorithm: r.Algorithm, Previous: cur, Grace: r.Grace.String(), Started: time.Now().UTC()}
 		r.Log.WithField("previous", cur).Info("starting a rotation of this host's service-account key")
 	} else {
 		r.Log.WithFields(logrus.Fields{"phase": st.Phase, "next": st.Next}).Info("resuming the rotation")
 	}
 	save := func(p Phase) error {
-		st.Phase, st.Updated = p, r.now()
+		st.Phase, st.Updated = p, time.Now().UTC()
 		return r.Store.Save(ctx, *st)
 	}
 
@@ -182,15 +158,10 @@ func (r *Rotator) Run(ctx context.Context) error {
 			return stepErr(StepInstall, err)
 		}
 		r.Log.WithFields(logrus.Fields{"step": StepRestart}).Info("restarting this apiserver through the lock to sign with the next key")
-		if err := r.Restarter.Restart(ctx); err != nil {
+		if err := r.Restart(ctx); err != nil {
 			return stepErr(StepRestart, err)
 		}
-		if r.Follow != nil {
-			if err := r.Follow(ctx, st.Next); err != nil {
-				return stepErr(StepRestart, err)
-			}
-		}
-		st.Installed = r.now()
+		st.Installed = time.Now().UTC()
 		st.RetireAfter = st.Installed.Add(r.Grace)
 		st.Grace = r.Grace.String()
 		// The previous key stays published as superseded until
@@ -211,19 +182,12 @@ func (r *Rotator) Run(ctx context.Context) error {
 }
 
 func (r *Rotator) nextFilesMatch(kid string) bool {
-	if kid == "" {
-		return false
-	}
 	got, err := signingKeyID(r.Files.NextKey())
-	if err != nil || got != kid {
+	if kid == "" || err != nil || got != kid {
 		return false
 	}
-	data, err := os.ReadFile(r.Files.NextPub())
-	if err != nil {
-		return false
-	}
-	bs, err := publicBlocks(r.Files.NextPub(), data)
-	return err == nil && len(bs) == 1 && bs[0].kid == kid
+	_, err = r.Files.nextPublic(kid)
+	return err == nil
 }
 
 func (r *Rotator) generate() (string, error) {
@@ -253,29 +217,16 @@ func (r *Rotator) publish(ctx context.Context, next string) error {
 	if err != nil {
 		return err
 	}
-	nextData, err := os.ReadFile(r.Files.NextPub())
+	nb, err := r.Files.nextPublic(next)
 	if err != nil {
 		return err
 	}
-	nb, err := publicBlocks(r.Files.NextPub(), nextData)
+	if !slices.ContainsFunc(blocks, func(b keystate.Item) bool { return b.KID == next }) {
+		blocks = append(blocks, nb)
+	}
+	value, err := r.Files.writePublic(cur, blocks)
 	if err != nil {
 		return err
-	}
-	if len(nb) != 1 || nb[0].kid != next {
-		return fmt.Errorf("%s does not hold exactly the next key %s", r.Files.NextPub(), next)
-	}
-	has := false
-	for _, b := range blocks {
-		has = has || b.kid == next
-	}
-	if !has {
-		blocks = append(blocks, nb[0])
-	}
-	value := joinBlocks(blocks)
-	if string(value) != string(cur) {
-		if err := atomicfile.WriteFile(r.Files.PublicKey, value, modeOf(r.Files.PublicKey, 0o644)); err != nil {
-			return err
-		}
 	}
 	return r.Publish(ctx, value)
 }
@@ -315,7 +266,7 @@ func (r *Rotator) install(st *State) error {
 }
 
 func (r *Rotator) supersede(ctx context.Context, kid string, retireAfter time.Time, resumed string) error {
-	if r.Keys == nil || kid == "" {
+	if kid == "" {
 		return nil
 	}
 	return r.Keys.Supersede(ctx, kid, retireAfter, resumed)
@@ -343,8 +294,12 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 	if st != nil && st.Next != "" && phase != "" {
 		next = st.Next
 	}
+	state := "none"
+	if st != nil {
+		state = fmt.Sprintf("%s, previous %s, next %s, updated %s", st.Phase, st.Previous, st.Next, st.Updated.Format(time.RFC3339))
+	}
 	lines := []string{
-		fmt.Sprintf("rotation of %s (state: %s)", r.Host, describe(st)),
+		fmt.Sprintf("rotation of %s (state: %s)", r.Host, state),
 		mark(at >= 1) + fmt.Sprintf("%s: write %s (%s, mode 0600) and %s", StepGenerate, r.Files.NextKey(), r.Algorithm, r.Files.NextPub()),
 		mark(at >= 2) + fmt.Sprintf("%s: make %s hold the current and the next public key and publish it as this host's value", StepPublish, r.Files.PublicKey),
 		mark(at >= 3) + fmt.Sprintf("%s: wait until every publishing host's trust record lists %s", StepWait, next),
@@ -361,11 +316,4 @@ func (r *Rotator) Plan(ctx context.Context) ([]string, error) {
 		lines = append(lines, "rotate-key --abort would withdraw the next key instead, as long as it is not installed")
 	}
 	return lines, nil
-}
-
-func describe(st *State) string {
-	if st == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%s, previous %s, next %s, updated %s", st.Phase, st.Previous, st.Next, st.Updated.Format(time.RFC3339))
 }

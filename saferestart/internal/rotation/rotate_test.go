@@ -70,6 +70,7 @@ type fleet struct {
 	published []byte
 	trusted   map[string]bool // key IDs every other host trusts
 	signing   string          // key ID the running apiserver signs with
+	restarted []string        // key IDs signing after each successful restart
 	events    []string
 	keys      *memKeys
 	fail      map[string]error // step → error injected once
@@ -106,10 +107,8 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 	store := &memStore{}
 	log := logrus.New()
 	log.Out = io.Discard
-	clock := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	r := &Rotator{
 		Host: "m1", Files: files, Algorithm: algorithm, Grace: time.Hour, Store: store, Log: log,
-		Now: func() time.Time { return clock },
 		Publish: func(_ context.Context, v []byte) error {
 			if err := f.failOnce(StepPublish); err != nil {
 				return err
@@ -134,7 +133,7 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 			f.events = append(f.events, StepWait)
 			return nil
 		},
-		Restarter: RestartFunc(func(context.Context) error {
+		Restart: func(context.Context) error {
 			if err := f.failOnce(StepRestart); err != nil {
 				return err
 			}
@@ -146,9 +145,10 @@ func newFleet(t *testing.T, algorithm string) (*fleet, *Rotator, *memStore) {
 				t.Errorf("restart with signing key %s that not every host trusts", s)
 			}
 			f.signing = s
+			f.restarted = append(f.restarted, s)
 			f.events = append(f.events, StepRestart)
 			return nil
-		}),
+		},
 		Keys: f.keys,
 	}
 	return f, r, store
@@ -162,7 +162,7 @@ func kidsOf(t *testing.T, v []byte) []string {
 	}
 	var out []string
 	for _, b := range bs {
-		out = append(out, b.kid)
+		out = append(out, b.KID)
 	}
 	return out
 }

@@ -115,23 +115,19 @@ func (s *EtcdStore) Clear(ctx context.Context) error {
 // ErrBusy means another rotation of the same host is running.
 var ErrBusy = errors.New("another rotation of this host is running")
 
-// Claim is the right to rotate one host's key: a key bound to a lease, so
-// that a killed rotation gives it up within the TTL.
-type Claim struct {
-	sess *concurrency.Session
-	key  string
-}
-
 type owner struct {
 	Host    string    `json:"host"`
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
 }
 
-// Acquire claims host's rotation. When another process holds it, it waits
-// up to wait for that claim to go (a killed rotation's lease expiring), then
-// returns an error wrapping ErrBusy that names the holder.
-func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self string, ttl int, wait time.Duration) (*Claim, error) {
+// Acquire claims host's rotation: the right to rotate its key is the
+// owner record PREFIX/HOST/owner on a lease of ttl seconds, so that a
+// killed rotation gives it up within the TTL; Withdraw gives it up. When
+// another process holds it, it waits up to wait for that claim to go (a
+// killed rotation's lease expiring), then returns an error wrapping
+// ErrBusy that names the holder.
+func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self string, ttl int, wait time.Duration) (*Announcement, error) {
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("rotation claim: etcd session: %w", err)
@@ -149,7 +145,7 @@ func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self strin
 			return nil, fmt.Errorf("rotation claim %s: %w", key, err)
 		}
 		if resp.Succeeded {
-			return &Claim{sess: sess, key: key}, nil
+			return &Announcement{sess: sess, key: key, what: "rotation claim"}, nil
 		}
 		kv := resp.Responses[0].GetResponseRange().Kvs
 		holder := "(gone)"
@@ -175,9 +171,3 @@ func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self strin
 		}
 	}
 }
-
-// Lost is closed when the claim's lease is gone.
-func (c *Claim) Lost() <-chan struct{} { return c.sess.Done() }
-
-// Release gives the claim up.
-func (c *Claim) Release() error { return c.sess.Close() }

@@ -29,14 +29,14 @@ func TestClaimStopsASecondRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = c3.Release()
+	_ = c3.Withdraw()
 	// A claim whose process died (client gone, lease not revoked) is taken
 	// over once its lease expires, by a claimer willing to wait that long.
 	dead, err := clientv3.New(srv.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = c1.Release()
+	_ = c1.Withdraw()
 	if _, err := Acquire(ctx, dead, DefaultPrefix, "m1", "killed", 1, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestClaimStopsASecondRotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim after the holder died: %v", err)
 	}
-	_ = c2.Release()
+	_ = c2.Withdraw()
 }
 
 func TestEtcdStoreRoundTrip(t *testing.T) {

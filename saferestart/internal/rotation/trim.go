@@ -8,7 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/keysync/confd/internal/atomicfile"
+	"github.com/keysync/confd/internal/keystate"
 )
 
 // TrimRetired removes retired keys from the host's own files, once any
@@ -40,11 +40,11 @@ func (f Files) trimPublic(retired func(kid string) bool, log logrus.FieldLogger)
 	if err != nil {
 		return nil // not a key file this can rewrite (a certificate): the publisher's checks speak for it
 	}
-	var keep []pubBlock
+	var keep []keystate.Item
 	var gone []string
 	for _, b := range blocks {
-		if retired(b.kid) {
-			gone = append(gone, b.kid)
+		if retired(b.KID) {
+			gone = append(gone, b.KID)
 			continue
 		}
 		keep = append(keep, b)
@@ -55,7 +55,7 @@ func (f Files) trimPublic(retired func(kid string) bool, log logrus.FieldLogger)
 	if len(keep) == 0 {
 		return fmt.Errorf("%s holds only retired keys %v: left as it is; put this host's current public key in it", f.PublicKey, gone)
 	}
-	if err := atomicfile.WriteFile(f.PublicKey, joinBlocks(keep), modeOf(f.PublicKey, 0o644)); err != nil {
+	if _, err := f.writePublic(data, keep); err != nil {
 		return fmt.Errorf("trim retired keys from %s: %w", f.PublicKey, err)
 	}
 	log.WithField("file", f.PublicKey).Infof("retired key(s) %v removed from %s", gone, f.PublicKey)
@@ -64,7 +64,7 @@ func (f Files) trimPublic(retired func(kid string) bool, log logrus.FieldLogger)
 
 func (f Files) trimBackup(retired func(kid string) bool, log logrus.FieldLogger) error {
 	kid, err := signingKeyID(f.Backup())
-	if errors.Is(err, fs.ErrNotExist) || err != nil || !retired(kid) {
+	if err != nil || !retired(kid) {
 		return nil
 	}
 	if cur, err := signingKeyID(f.SigningKey); err == nil && cur == kid {
