@@ -4,8 +4,6 @@
 package authoring
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -24,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/resource"
 	"github.com/keysync/confd/template"
@@ -129,7 +128,12 @@ func checkConfigFile(c ConfigFile) []Problem {
 			break
 		}
 		if err := c.Set(k, raw[k]); err != nil {
-			ps = append(ps, Problem{File: c.Path, Line: keyLine(data, "", k), Msg: err.Error()})
+			line := config.KeyLines(data)[k]
+			switch raw[k].(type) {
+			case map[string]any, []map[string]any:
+				line = 0 // a [table] is reported without its header's line, as it always was
+			}
+			ps = append(ps, Problem{File: c.Path, Line: line, Msg: err.Error()})
 		}
 	}
 	sortProblems(ps)
@@ -195,32 +199,10 @@ func locate(msg string) Problem {
 	p := Problem{File: m[1], Msg: m[2]}
 	if k := templateKey.FindStringSubmatch(p.Msg); k != nil {
 		if data, err := os.ReadFile(p.File); err == nil {
-			p.Line = keyLine(data, "template", k[1])
+			p.Line = config.KeyLines(data)["template."+k[1]]
 		}
 	}
 	return p
-}
-
-// keyLine finds the line where key is assigned inside [table] ("" for the
-// top level), or 0. It only locates a key for a message; the resource and
-// config loaders remain the parsers.
-func keyLine(data []byte, table, key string) int {
-	keyRe := regexp.MustCompile(`^\s*(?:` + regexp.QuoteMeta(key) + `|"` + regexp.QuoteMeta(key) + `"|'` + regexp.QuoteMeta(key) + `')\s*=`)
-	tableRe := regexp.MustCompile(`^\s*\[\s*([^\]]*?)\s*\]`)
-	current := ""
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if m := tableRe.FindStringSubmatch(line); m != nil && !strings.Contains(line, "=") {
-			current = strings.Trim(m[1], `"'`)
-			continue
-		}
-		if current == table && keyRe.MatchString(line) {
-			return n
-		}
-	}
-	return 0
 }
 
 // text/template's messages read "template: NAME:LINE: msg" or

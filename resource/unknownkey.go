@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"slices"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/suggest"
 )
 
@@ -38,34 +38,8 @@ func unknownKeyError(file string, k toml.Key) error {
 }
 
 // keyLine finds the line that defines k: a "name =" line inside k's table,
-// or the header of a table k names. BurntSushi/toml keeps no positions for
-// keys; 0 means not found (dotted or inline forms).
+// or the header of a table k names; 0 means not found.
 func keyLine(file string, k toml.Key) int {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	table := ""
-	want := strings.Join(k[:len(k)-1], ".")
-	name := k[len(k)-1]
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		l := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(l, "[") {
-			table = strings.Trim(strings.Trim(l, "[] \t"), `"`)
-			if i := strings.Index(l, "]"); i > 0 {
-				table = strings.Trim(strings.TrimSpace(strings.Trim(l[:i], "[")), `"`)
-			}
-			if table == k.String() {
-				return n
-			}
-			continue
-		}
-		key, _, ok := strings.Cut(l, "=")
-		if ok && table == want && strings.Trim(strings.TrimSpace(key), `"'`) == name {
-			return n
-		}
-	}
-	return 0
+	data, _ := os.ReadFile(file)
+	return config.KeyLines(data)[strings.Join(k, ".")]
 }

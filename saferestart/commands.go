@@ -227,7 +227,7 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 					return s.FromFile(err)
 				}
 			}
-			if err := s.FromFile(cmdkit.JoinUsage(c.opts.Validate(s))); err != nil {
+			if err := s.FromFile(cli.JoinUsage(c.opts.Validate(s))); err != nil {
 				return err
 			}
 			return cli.Exit(act(c.name, c.opts))

@@ -45,17 +45,10 @@ func signals() (context.Context, <-chan struct{}, func()) {
 	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	done := make(chan struct{})
 	go func() {
-		n := 0
-		for {
+		for _, act := range []func(){cancel, func() { close(force) }} {
 			select {
 			case <-ch:
-				n++
-				switch n {
-				case 1:
-					cancel()
-				case 2:
-					close(force)
-				}
+				act()
 			case <-done:
 				return
 			}

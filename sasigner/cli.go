@@ -1,7 +1,6 @@
 package sasigner
 
 import (
-	"fmt"
 	"os/user"
 	"strconv"
 	"strings"
@@ -94,44 +93,23 @@ func newCommand(p *cli.Program, o *options, serve func(*options) int) *cobra.Com
 }
 
 func validate(o *options) error {
-	var errs []string
-	add := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
-	for _, err := range o.Etcd.Validate() {
-		errs = append(errs, err.Error())
-	}
-	if o.socket == "" || !strings.HasPrefix(o.socket, "/") {
-		add("--socket %q: want an absolute path", o.socket)
-	}
-	if o.signingKey == "" {
-		add("--signing-key: required")
-	}
-	if p := strings.TrimRight(o.keysPrefix, "/"); p == "" {
-		add("--keys-prefix %q: want a non-root prefix", o.keysPrefix)
-	}
-	if p := strings.TrimRight(o.trustPrefix, "/"); p == "" {
-		add("--trust-prefix %q: want a non-root prefix", o.trustPrefix)
-	}
-	if o.refreshHint < time.Second || o.refreshHint%time.Second != 0 {
-		add("--refresh-hint %s: want whole seconds, at least 1s (FetchKeys carries seconds; the apiserver refuses 0)", o.refreshHint)
-	}
+	errs := o.Etcd.Validate()
+	errs = append(errs, cli.UsageIf(!strings.HasPrefix(o.socket, "/"), "--socket %q: want an absolute path", o.socket)...)
+	errs = append(errs, cli.UsageIf(o.signingKey == "", "--signing-key: required")...)
+	errs = append(errs, cli.UsageIf(strings.TrimRight(o.keysPrefix, "/") == "", "--keys-prefix %q: want a non-root prefix", o.keysPrefix)...)
+	errs = append(errs, cli.UsageIf(strings.TrimRight(o.trustPrefix, "/") == "", "--trust-prefix %q: want a non-root prefix", o.trustPrefix)...)
+	errs = append(errs, cli.UsageIf(o.refreshHint < time.Second || o.refreshHint%time.Second != 0,
+		"--refresh-hint %s: want whole seconds, at least 1s (FetchKeys carries seconds; the apiserver refuses 0)", o.refreshHint)...)
 	// kube-apiserver exits when Metadata says less than 600 s.
-	if o.maxTokenExpiration < 600*time.Second || o.maxTokenExpiration%time.Second != 0 {
-		add("--max-token-expiration %s: want whole seconds, at least 10m0s (kube-apiserver refuses less)", o.maxTokenExpiration)
-	}
-	if o.trustTimeout < 0 {
-		add("--trust-timeout %s: must not be negative", o.trustTimeout)
-	}
+	errs = append(errs, cli.UsageIf(o.maxTokenExpiration < 600*time.Second || o.maxTokenExpiration%time.Second != 0,
+		"--max-token-expiration %s: want whole seconds, at least 10m0s (kube-apiserver refuses less)", o.maxTokenExpiration)...)
+	errs = append(errs, cli.UsageIf(o.trustTimeout < 0, "--trust-timeout %s: must not be negative", o.trustTimeout)...)
 	if o.socketGroup != "" {
 		gid, err := lookupGroup(o.socketGroup)
-		if err != nil {
-			add("--socket-group %q: %v", o.socketGroup, err)
-		}
+		errs = append(errs, cli.UsageIf(err != nil, "--socket-group %q: %v", o.socketGroup, err)...)
 		o.gid = gid
 	}
-	if len(errs) > 0 {
-		return &cli.UsageError{Msg: strings.Join(errs, "; ")}
-	}
-	return nil
+	return cli.JoinUsage(errs)
 }
 
 func lookupGroup(name string) (int, error) {

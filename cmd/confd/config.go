@@ -24,47 +24,28 @@ import (
 	"github.com/keysync/confd/internal/runner"
 )
 
-// fileKeys maps confd.toml keys (confd 0.16's spellings; the dash/underscore
-// variant is accepted too) to the flag they set.
-var fileKeys = map[string]string{
-	"backend":             "backend",
-	"nodes":               "node",
-	"prefix":              "prefix",
-	"confdir":             "confdir",
-	"interval":            "interval",
-	"watch":               "watch",
-	"onetime":             "onetime",
-	"noop":                "noop",
-	"noop_show_secrets":   "noop-show-secrets",
-	"secret_keyring":      "secret-keyring",
-	"sync-only":           "sync-only",
-	"keep-stage-file":     "keep-stage-file",
-	"log-level":           "log-level",
-	"log-format":          "log-format",
-	"client_cert":         "client-cert",
-	"client_key":          "client-key",
-	"client_cakeys":       "client-ca-keys",
-	"client_insecure":     "client-insecure",
-	"basic_auth":          "basic-auth",
-	"username":            "username",
-	"password":            "password",
-	"srv_domain":          "srv-domain",
-	"srv_record":          "srv-record",
-	"scheme":              "scheme",
-	"file":                "file",
-	"filter":              "filter",
-	"check_cmd_timeout":   "check-cmd-timeout",
-	"reload_cmd_timeout":  "reload-cmd-timeout",
-	"command_grace":       "command-grace",
-	"dest_lock_timeout":   "dest-lock-timeout",
-	"lock_dir":            "lock-dir",
-	"dial_timeout":        "dial-timeout",
-	"request_timeout":     "request-timeout",
-	"wait":                "wait",
-	"resync":              "resync",
-	"metrics_addr":        "metrics-addr",
-	"watch_stall_timeout": "watch-stall-timeout",
-	"max_commands":        "max-commands",
+// fileKeys are confd.toml's keys, in confd 0.16's spellings (the
+// dash/underscore variant is accepted too: fileKeyFlag).
+var fileKeys = []string{"backend", "nodes", "prefix", "confdir", "interval", "watch", "onetime", "noop",
+	"noop_show_secrets", "secret_keyring", "sync-only", "keep-stage-file", "log-level", "log-format",
+	"client_cert", "client_key", "client_cakeys", "client_insecure", "basic_auth", "username", "password",
+	"srv_domain", "srv_record", "scheme", "file", "filter", "check_cmd_timeout", "reload_cmd_timeout",
+	"command_grace", "dest_lock_timeout", "lock_dir", "dial_timeout", "request_timeout", "wait", "resync",
+	"metrics_addr", "watch_stall_timeout", "max_commands"}
+
+// renamedKeys are the keys whose flag confd 0.16 named otherwise.
+var renamedKeys = map[string]string{"nodes": "node", "client_cakeys": "client-ca-keys"}
+
+// fileKeyFlag is the flag confd.toml's key k sets: the key's name with
+// dashes, but for renamedKeys. The dash/underscore variants confd's own
+// docs mix are folded.
+func fileKeyFlag(k string) (string, bool) {
+	for _, cand := range []string{k, strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(k, "-", "_")} {
+		if slices.Contains(fileKeys, cand) {
+			return cmp.Or(renamedKeys[cand], strings.ReplaceAll(cand, "_", "-")), true
+		}
+	}
+	return "", false
 }
 
 // otherBackendKeys are confd.toml keys that only confd's other backends
@@ -97,16 +78,6 @@ func commandEnv(environ []string) []string {
 
 // secretFlags never have their values echoed in errors.
 var secretFlags = map[string]bool{"password": true}
-
-// canonicalKey folds the dash/underscore variants confd's own docs mix.
-func canonicalKey(k string) string {
-	for _, cand := range []string{k, strings.ReplaceAll(k, "_", "-"), strings.ReplaceAll(k, "-", "_")} {
-		if _, ok := fileKeys[cand]; ok {
-			return cand
-		}
-	}
-	return k
-}
 
 // applyFileAndEnv fills every flag not given on the command line from the
 // environment, then from confd.toml: flag > environment > file > default.
@@ -155,7 +126,7 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 	// running on a default nobody chose (confd 0.16 ignored them silently).
 	var unknown []error
 	for _, k := range keys {
-		name, known := fileKeys[canonicalKey(k)]
+		name, known := fileKeyFlag(k)
 		switch {
 		case otherBackendKeys[k]:
 			log.Warnf("%s: key %q is used by no backend this confd supports; ignored", where(k), k)
@@ -181,7 +152,7 @@ func unknownKey(k string, v interface{}) error {
 	}
 	// Sorted: suggest.Closest breaks ties by order, and a hint must not
 	// change from one run to the next.
-	if m := suggest.Closest(k, slices.Sorted(maps.Keys(fileKeys))); m != "" {
+	if m := suggest.Closest(k, slices.Sorted(slices.Values(fileKeys))); m != "" {
 		return fmt.Errorf("unknown key %q; did you mean %q?", k, m)
 	}
 	return fmt.Errorf("unknown key %q: not a confd.toml key (docs/operations.md lists them)", k)
@@ -289,7 +260,7 @@ func authoringFlags(c *Config) error {
 // checkFileKey says what applyFileAndEnv would make of one confd.toml key,
 // for -check-config, applying it to a scratch configuration only.
 func checkFileKey(k string, v interface{}) error {
-	name, known := fileKeys[canonicalKey(k)]
+	name, known := fileKeyFlag(k)
 	switch {
 	case otherBackendKeys[k]:
 		return fmt.Errorf("key %q is used by no backend this confd supports (ignored)", k)

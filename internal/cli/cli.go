@@ -63,6 +63,18 @@ func UsageIf(bad bool, format string, a ...any) []error {
 	return []error{Usagef(format, a...)}
 }
 
+// JoinUsage is one usage error of all of errs, nil when there are none.
+func JoinUsage(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return &UsageError{Msg: strings.Join(msgs, "; ")}
+}
+
 // ExitCode is a command's outcome other than success, already reported
 // (logged) by the command: Execute only returns it.
 type ExitCode int

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -75,7 +76,7 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f := &File{Path: path, Values: map[string]Value{}}
-	lines := keyLines(data)
+	lines := KeyLines(data)
 	// Report in file order, as a person reads the file.
 	names := slices.SortedFunc(maps.Keys(raw), func(a, b string) int {
 		return cmp.Or(cmp.Compare(lines[a], lines[b]), cmp.Compare(a, b))
@@ -173,26 +174,25 @@ func tomlType(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// keyAt matches the start of a top-level key assignment: name, "name" or
+// keyAt matches the start of a key assignment: name, "name" or
 // 'name', then =.
 var keyAt = regexp.MustCompile(`^\s*(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\s*=`)
 
 // tableAt matches a table header, [name] or [[name]].
 var tableAt = regexp.MustCompile(`^\s*\[+\s*"?([^\]"]+)"?\s*\]`)
 
-// KeyLines is keyLines for confd's confd.toml, which is read with its own
-// keys but reports an unknown one with its line, as Parse does.
-func KeyLines(data []byte) map[string]int { return keyLines(data) }
-
-// keyLines maps each top-level key (and table header) to the line that
-// defines it. BurntSushi/toml keeps key positions to itself, so the lines
-// are found by reading the file: a flat file of "name = value" lines is
-// what this package accepts, and a line inside a multi-line string or
-// array is skipped by tracking brackets and triple quotes.
-func keyLines(data []byte) map[string]int {
+// KeyLines maps each key to the line that defines it, by its dotted path
+// ("name" at the top level, "table.name" inside [table]), and each table
+// header to its line, by the table's name. BurntSushi/toml keeps key
+// positions to itself, so the lines are found by reading the file: a line
+// inside a multi-line string or array is skipped by tracking brackets and
+// triple quotes; dotted and inline keys are not found. It serves this
+// package's flat file, confd.toml and confd's resources alike, and only
+// locates a key for a message: the loaders remain the parsers.
+func KeyLines(data []byte) map[string]int {
 	out := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	depth, inTriple := 0, ""
+	depth, inTriple, table := 0, "", ""
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		if inTriple != "" {
@@ -205,8 +205,12 @@ func keyLines(data []byte) map[string]int {
 			name := ""
 			if m := keyAt.FindStringSubmatch(line); m != nil {
 				name = m[1] + m[2] + m[3]
+				if table != "" {
+					name = table + "." + name
+				}
 			} else if t := tableAt.FindStringSubmatch(line); t != nil {
-				name = t[1]
+				table = strings.TrimSpace(t[1])
+				name = table
 			}
 			if _, seen := out[name]; name != "" && !seen {
 				out[name] = n

@@ -389,18 +389,6 @@ func ValidateReason(reason string) []error {
 		cli.UsageIf(redact.HasKey(reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
 }
 
-// JoinUsage is one usage error of all of errs, nil when there are none.
-func JoinUsage(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	return &cli.UsageError{Msg: strings.Join(msgs, "; ")}
-}
-
 func (l *Lock) HoldKeyOrDefault() string { return cmp.Or(l.HoldKey, l.LockName+"-hold") }
 
 // Hostname is the host name recorded in holder info and holds.
