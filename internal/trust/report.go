@@ -62,6 +62,9 @@ type Report struct {
 	Keys      []string `json:"keys"`
 	Published []string `json:"published"`
 	Hosts     []Host   `json:"hosts"`
+	// Lifecycle is every host's key lifecycle as read with Prefixes.Rotation
+	// (hosts with a key record alone included); nil without it.
+	Lifecycle map[string]keystate.HostKeys `json:"-"`
 }
 
 // Prefixes names where the published keys and the trust records live.
@@ -110,6 +113,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 			return nil, err
 		}
 		r.withLifecycle(life)
+		r.Lifecycle = life
 	}
 	return r, nil
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -191,29 +193,34 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 	if s == nil {
 		return
 	}
-	for _, host := range s.Hosts() {
-		k := s.Keys[host]
-		gauge(descPublished, float64(s.Published(host)), host)
+	all := s.hosts()
+	for _, host := range slices.Sorted(maps.Keys(all)) {
+		h, k := all[host], s.Keys[host]
+		published := 0
+		if h.trust != nil {
+			published = len(h.trust.Publishes)
+		}
+		gauge(descPublished, float64(published), host)
 		gauge(descSuperseded, float64(len(k.Superseded)), host)
 		for _, sk := range k.Superseded {
 			gauge(descRetirementDue, sk.RetireAfter.Sub(now).Seconds(), host, sk.KID)
 		}
-		gauge(descUntrusted, float64(s.Untrusted(host)), host)
-		// No time without a trust record: 0 would claim 1970, and a host
-		// forget-host removed would look unrestarted for good;
-		// untrusted_keys says that a host has no record.
-		if t := s.LastRestart(host); !t.IsZero() {
-			gauge(descLastRestart, float64(t.UnixNano())/1e9, host)
+		gauge(descUntrusted, float64(s.untrusted(host, h)), host)
+		// No time without a trust record (the helper writes it after its
+		// health gate): 0 would claim 1970, and a host forget-host removed
+		// would look unrestarted for good; untrusted_keys says that a host
+		// has no record.
+		if h.trust != nil && h.trust.Record != nil && !h.trust.Record.Time.IsZero() {
+			gauge(descLastRestart, float64(h.trust.Record.Time.UnixNano())/1e9, host)
 		}
-		st, ok := s.Rotation(host)
 		current := PhaseNone
-		switch {
-		case !ok:
+		switch r := h.rotation; {
+		case r.StateError != "":
 			current = ""
-		case st != nil:
-			current = string(st.Phase)
-			if !st.Updated.IsZero() {
-				gauge(descPhaseAge, max(0, now.Sub(st.Updated).Seconds()), host)
+		case r.State != nil:
+			current = string(r.State.Phase)
+			if !r.State.Updated.IsZero() {
+				gauge(descPhaseAge, max(0, now.Sub(r.State.Updated).Seconds()), host)
 			}
 		}
 		for _, p := range Phases {
