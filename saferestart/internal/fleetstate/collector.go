@@ -64,8 +64,8 @@ type Collector struct {
 	// Read reads the state; Read with the publisher's etcd client in
 	// production.
 	Read    func(ctx context.Context) (*Snapshot, error)
-	Timeout time.Duration // DefaultTimeout when 0
-	Log     logrus.FieldLogger
+	Timeout time.Duration      // DefaultTimeout when 0
+	Log     logrus.FieldLogger // required
 	// Failed counts a failed read (publisher_errors_total{kind="fleet-state"}).
 	Failed func()
 	Now    func() time.Time // time.Now when nil
@@ -108,7 +108,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	switch {
 	case err != nil:
 		if !c.failing {
-			c.log().WithError(err).Warn("publish-key --watch: cannot read the fleet state from etcd; the fleet metrics show the last read until it recovers")
+			c.Log.WithError(err).Warn("publish-key --watch: cannot read the fleet state from etcd; the fleet metrics show the last read until it recovers")
 		}
 		c.failing = true
 		if c.Failed != nil {
@@ -116,7 +116,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	default:
 		if c.failing {
-			c.log().Info("publish-key --watch: reading the fleet state from etcd again")
+			c.Log.Info("publish-key --watch: reading the fleet state from etcd again")
 		}
 		c.failing = false
 		c.last, c.lastOK, up = s, now, 1
@@ -139,13 +139,6 @@ func (c *Collector) now() time.Time {
 		return c.Now()
 	}
 	return time.Now()
-}
-
-func (c *Collector) log() logrus.FieldLogger {
-	if c.Log != nil {
-		return c.Log
-	}
-	return logrus.StandardLogger()
 }
 
 type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
