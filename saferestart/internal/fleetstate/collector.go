@@ -183,12 +183,12 @@ func (c *Collector) fleet(gauge gaugeFunc, now time.Time) {
 // hosts sends the per-host gauges, every one for every host.
 func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 	s := c.last
-	if s == nil {
+	if s == nil || s.Trust == nil {
 		return
 	}
 	all := s.hosts()
 	for _, host := range slices.Sorted(maps.Keys(all)) {
-		h, k := all[host], s.Keys[host]
+		h, k := all[host], s.Trust.Lifecycle[host]
 		published := 0
 		if h.trust != nil {
 			published = len(h.trust.Publishes)

@@ -9,12 +9,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/hold"
-	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/status"
 )
 
 // PhaseNone is the rotation_phase label of a host with no rotation record,
@@ -37,49 +36,31 @@ type Prefixes struct {
 	HoldKey  string // --hold-key (its default already applied)
 }
 
-// Snapshot is the fleet state as one read found it.
+// Snapshot is the fleet state as one read found it: what `status` reports
+// (the lock, the hold, the rotation records) and more.
 type Snapshot struct {
-	// Keys is every host's published keys and key record (keystate).
-	Keys map[string]keystate.HostKeys
-	// Trust is the hosts × keys report `trust` prints.
+	status.Report
+	// Trust is the hosts × keys report `trust` prints, with every host's
+	// published keys and key record (Lifecycle).
 	Trust *trust.Report
-	// Rotations are the hosts with rotation records.
-	Rotations []rotation.HostRecords
 	// StaleTokens are the stale-token records, by host.
 	StaleTokens map[string]staletokens.Record
-	// Hold is what stops the line (hold.Active), nil when nothing does.
-	Hold *hold.Record
-	// Holder is the restart lock's holder, nil when it is free.
-	Holder *lock.Entry
 }
 
 // Read reads the fleet state through the records' own readers.
 func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
-	rep, err := trust.Collect(ctx, kv, trust.Prefixes{Keys: p.Keys, Trust: p.Trust, Rotation: p.Rotation})
+	st, err := status.Collect(ctx, kv, p.LockName, p.HoldKey, p.Rotation)
 	if err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
-	// The report lists the hosts with a value or a trust record; a host
-	// with a key record alone (forgotten, every key retired) is in its
-	// Lifecycle.
-	s := &Snapshot{Trust: rep, Keys: rep.Lifecycle}
-	if s.Rotations, err = rotation.List(ctx, kv, p.Rotation); err != nil {
+	s := &Snapshot{Report: *st}
+	if s.Trust, err = trust.Collect(ctx, kv, trust.Prefixes{Keys: p.Keys, Trust: p.Trust, Rotation: p.Rotation}); err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
 	// An unparseable stale-token record is left out: its sampler rewrites
 	// it, and `retire-keys` names it.
 	if s.StaleTokens, _, err = staletokens.List(ctx, kv, p.Rotation); err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	if s.Hold, err = hold.Active(ctx, kv, p.HoldKey, ""); err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	entries, _, err := lock.Queue(ctx, kv, p.LockName)
-	if err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	if len(entries) > 0 {
-		s.Holder = &entries[0]
 	}
 	return s, nil
 }
@@ -90,17 +71,17 @@ type host struct {
 	rotation rotation.HostRecords // Host "": no rotation record
 }
 
-// hosts is every host with a published value, a key record, a trust record
-// or a rotation record, by name.
+// hosts is every host with a published value, a key record (the trust
+// report lists the hosts with a value or a trust record; a host with a key
+// record alone, forgotten with every key retired, is in its Lifecycle), a
+// trust record or a rotation record, by name.
 func (s *Snapshot) hosts() map[string]host {
 	out := map[string]host{}
-	for h := range s.Keys {
+	for h := range s.Trust.Lifecycle {
 		out[h] = host{}
 	}
-	if s.Trust != nil {
-		for i := range s.Trust.Hosts {
-			out[s.Trust.Hosts[i].Host] = host{trust: &s.Trust.Hosts[i]}
-		}
+	for i := range s.Trust.Hosts {
+		out[s.Trust.Hosts[i].Host] = host{trust: &s.Trust.Hosts[i]}
 	}
 	for _, r := range s.Rotations {
 		h := out[r.Host]
@@ -118,7 +99,7 @@ func (s *Snapshot) hosts() map[string]host {
 // wait-trusted waits on counts as `trust` shows it: its apiserver trusts
 // the keys once restarted.
 func (s *Snapshot) untrusted(name string, h host) int {
-	if s.Trust == nil || s.Keys[name].Gone() {
+	if s.Trust.Lifecycle[name].Gone() {
 		return 0
 	}
 	var rec *trust.Record
