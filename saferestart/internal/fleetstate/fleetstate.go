@@ -27,15 +27,6 @@ var Phases = []string{
 	string(rotation.PhaseInstalled), string(rotation.PhaseRetired), string(rotation.PhaseRollingBack), PhaseNone,
 }
 
-// Prefixes names where the records live, as publish-key's flags give them.
-type Prefixes struct {
-	Keys     string // --keys-prefix: published values
-	Trust    string // --trust-prefix: trust records
-	Rotation string // --rotation-prefix: key, rotation and stale-token records
-	LockName string // --lock-name
-	HoldKey  string // --hold-key (its default already applied)
-}
-
 // Snapshot is the fleet state as one read found it: what `status` reports
 // (the lock, the hold, the rotation records) and more.
 type Snapshot struct {
@@ -47,14 +38,16 @@ type Snapshot struct {
 	StaleTokens map[string]staletokens.Record
 }
 
-// Read reads the fleet state through the records' own readers.
-func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
-	st, err := status.Collect(ctx, kv, p.LockName, p.HoldKey, p.Rotation)
+// Read reads the fleet state through the records' own readers: the keys,
+// trust and rotation records under p, the lock lockName and the hold at
+// holdKey (its default already applied).
+func Read(ctx context.Context, kv hold.Client, p trust.Prefixes, lockName, holdKey string) (*Snapshot, error) {
+	st, err := status.Collect(ctx, kv, lockName, holdKey, p.Rotation)
 	if err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
 	s := &Snapshot{Report: *st}
-	if s.Trust, err = trust.Collect(ctx, kv, trust.Prefixes{Keys: p.Keys, Trust: p.Trust, Rotation: p.Rotation}); err != nil {
+	if s.Trust, err = trust.Collect(ctx, kv, p); err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
 	// An unparseable stale-token record is left out: its sampler rewrites
