@@ -209,11 +209,7 @@ func (r *Rotator) generate() (string, error) {
 // one, and publishes exactly those bytes, so that the example publisher
 // (which publishes the file when it changes) agrees with us.
 func (r *Rotator) publish(ctx context.Context, next string) error {
-	cur, err := os.ReadFile(r.Files.PublicKey)
-	if err != nil {
-		return err
-	}
-	blocks, err := publicBlocks(r.Files.PublicKey, cur)
+	cur, blocks, err := readPublic(r.Files.PublicKey)
 	if err != nil {
 		return err
 	}
