@@ -50,7 +50,7 @@ type Sampler struct {
 	KV     clientv3.KV
 	Prefix string // the rotation prefix
 	Host   string
-	Log    logrus.FieldLogger
+	Log    logrus.FieldLogger // required
 	// Now is the clock (default time.Now); tests drive it.
 	Now func() time.Time
 	// Failed, when set, is told of every failed sample (the publisher
@@ -109,9 +109,6 @@ func (s *Sampler) init() error {
 	}
 	if s.Now == nil {
 		s.Now = time.Now
-	}
-	if s.Log == nil {
-		s.Log = logrus.StandardLogger()
 	}
 	if s.Host == "" {
 		return errors.New("stale-token sampler: no host name (--host)")

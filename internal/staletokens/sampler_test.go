@@ -161,7 +161,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	kv := &fakeKV{data: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := &Sampler{Client: ClientConfig{URL: m.URL + "/metrics", CACert: m.caFile, TokenFile: tok}, KV: kv, Prefix: "/rot", Host: "m1"}
+	s := &Sampler{Client: ClientConfig{URL: m.URL + "/metrics", CACert: m.caFile, TokenFile: tok}, KV: kv, Prefix: "/rot", Host: "m1", Log: logrus.StandardLogger()}
 	go func() { done <- s.Run(ctx) }()
 	cancel()
 	if err := <-done; err != nil {

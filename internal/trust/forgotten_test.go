@@ -36,11 +36,11 @@ func TestForgottenHostIsNoPublisher(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{ka}})
+		_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{ka}})
 		done <- err
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{ka}})
+	_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{ka}})
 	cancel()
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"c"}) {

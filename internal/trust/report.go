@@ -62,6 +62,9 @@ type Report struct {
 	Keys      []string `json:"keys"`
 	Published []string `json:"published"`
 	Hosts     []Host   `json:"hosts"`
+	// Lifecycle is every host's key lifecycle as read with Prefixes.Rotation
+	// (hosts with a key record alone included); nil without it.
+	Lifecycle map[string]keystate.HostKeys `json:"-"`
 }
 
 // Prefixes names where the published keys and the trust records live.
@@ -99,41 +102,18 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 			pubErr[host] = err.Error()
 		}
 	}
-	r := build(rev, published, pubErr, records)
+	var life map[string]keystate.HostKeys
+	if p.Rotation != "" {
+		store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
+		if life, err = store.List(ctx, rev); err != nil {
+			return nil, err
+		}
+	}
+	r := build(rev, published, pubErr, records, life)
 	for i := range r.Hosts {
 		r.Hosts[i].Warnings = warnings[r.Hosts[i].Host]
 	}
-	if p.Rotation != "" {
-		store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
-		life, err := store.List(ctx, rev)
-		if err != nil {
-			return nil, err
-		}
-		r.withLifecycle(life)
-	}
 	return r, nil
-}
-
-// withLifecycle adds each host's key records: a host whose published keys
-// are all superseded (forget-host removed it) publishes no current key, so
-// it is no longer a publisher that waits, fleet checks and staleness count;
-// its superseded keys stay published, and every other host must still
-// trust them until they are retired.
-func (r *Report) withLifecycle(life map[string]keystate.HostKeys) {
-	for i := range r.Hosts {
-		h := &r.Hosts[i]
-		l, ok := life[h.Host]
-		if !ok {
-			continue
-		}
-		if l.KeysError != "" {
-			// Unreadable record: every published key counts as current,
-			// so that no wait leaves the host out on a guess.
-			l.Current = h.Publishes
-		}
-		h.HostKeys = l
-		h.Stale = h.stale()
-	}
 }
 
 // publishedKeyIDs is the key IDs of a host's published value as the bundle
@@ -166,12 +146,16 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 	if err != nil {
 		return nil, err
 	}
-	return build(rev, nil, nil, records), nil
+	return build(rev, nil, nil, records, nil), nil
 }
 
-// build is Collect without etcd.
-func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record) *Report {
-	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}}
+// build is Collect without etcd. life is each host's key records: a host
+// whose published keys are all superseded (forget-host removed it)
+// publishes no current key, so it is no longer a publisher that waits,
+// fleet checks and staleness count; its superseded keys stay published,
+// and every other host must still trust them until they are retired.
+func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record, life map[string]keystate.HostKeys) *Report {
+	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}, Lifecycle: life}
 	hosts := slices.Concat(slices.Collect(maps.Keys(published)), slices.Collect(maps.Keys(records)))
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
@@ -203,6 +187,14 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 			row.Record = &rec
 		}
 		row.HostKeys = keystate.HostKeys{Host: h, Current: row.Publishes, Superseded: []keystate.SupersededKey{}}
+		if l, ok := life[h]; ok {
+			if l.KeysError != "" {
+				// Unreadable record: every published key counts as current,
+				// so that no wait leaves the host out on a guess.
+				l.Current = row.Publishes
+			}
+			row.HostKeys = l
+		}
 		row.Missing = slices.DeleteFunc(slices.Clone(r.Published), func(kid string) bool { return row.Record.Trusts(kid) })
 		row.Unpublished = []string{}
 		for _, k := range signingKeys(row) {

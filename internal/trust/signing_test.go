@@ -90,7 +90,7 @@ func TestSigningKeysNotIn(t *testing.T) {
 			bundle: []string{"k1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := build(1, tc.published, tc.pubErr, tc.records)
+			r := build(1, tc.published, tc.pubErr, tc.records, nil)
 			var got []string
 			for _, k := range r.SigningKeysNotIn(tc.bundle) {
 				got = append(got, fmt.Sprintf("%s/%s/%s", k.Host, k.Kid, k.Signer))
@@ -110,7 +110,7 @@ func TestTrustReportsAnUnpublishedSigningKey(t *testing.T) {
 	r := build(1, map[string][]string{"m1": {"k1"}}, nil, map[string]Record{
 		"m1": {Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k1"},
 		"m2": {Host: "m2", Trusted: []string{"k1", "k2"}, Signing: "k2"},
-	})
+	}, nil)
 	var b strings.Builder
 	if err := r.WriteText(&b); err != nil {
 		t.Fatal(err)

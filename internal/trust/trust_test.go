@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/keysync/confd/internal/etcdtest"
 	"github.com/keysync/confd/internal/keytest"
+	"github.com/sirupsen/logrus"
 )
 
 func write(t *testing.T, dir, name string, data ...[]byte) string {
@@ -80,7 +82,7 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 		"b":   {Host: "b", Trusted: []string{"K1", "K3", "K4", "K0"}, Signing: "K3"},
 		"old": {Host: "old", Trusted: []string{"K0"}},
 	}
-	r := build(7, published, map[string]string{}, records)
+	r := build(7, published, map[string]string{}, records, nil)
 	if got := strings.Join(r.Keys, ","); got != "K1,K2,K3,K4,K0" {
 		t.Fatalf("keys %s", got)
 	}
@@ -139,7 +141,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 
 	// b does not trust next: a short wait ends naming b only.
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
+	_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
 	cancel()
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"b"}) || !errors.Is(err, context.DeadlineExceeded) {
@@ -153,7 +155,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		close(started)
-		_, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
+		_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}})
 		done <- err
 	}()
 	<-started
@@ -166,7 +168,7 @@ func TestWaitWakesOnRecordAndTimesOutNamingHosts(t *testing.T) {
 	put("b", a, b)
 	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := Wait(wctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}, Exclude: []string{"b"}}); err != nil {
+	if _, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{keytest.KeyID(t, &next.PublicKey)}, Exclude: []string{"b"}}); err != nil {
 		t.Fatalf("wait excluding b: %v", err)
 	}
 }
@@ -177,7 +179,7 @@ func TestWaitTimesOutWhileEtcdIsDown(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, err := Wait(ctx, cli, WaitOptions{Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond})
+	_, err := Wait(ctx, cli, WaitOptions{Log: quiet(), Prefixes: Prefixes{Keys: "/k", Trust: "/t"}, Keys: []string{"x"}, OpTimeout: 100 * time.Millisecond})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) {
 		t.Fatalf("wait with etcd down: %v, want a NotTrustedError", err)
@@ -198,14 +200,14 @@ func TestWaitSkipUnrecorded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := Wait(ctx, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
+	_, err := Wait(ctx, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"c"}) {
 		t.Fatalf("plain wait: %v, want c named", err)
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
-	if _, err := Wait(ctx2, cli, WaitOptions{Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}, SkipUnrecorded: true}); err != nil {
+	if _, err := Wait(ctx2, cli, WaitOptions{Log: quiet(), Prefixes: p, Keys: []string{keytest.KeyID(t, &a.PublicKey)}, SkipUnrecorded: true}); err != nil {
 		t.Fatalf("wait skipping unrecorded hosts: %v", err)
 	}
 }
@@ -229,7 +231,7 @@ func TestWaitAmongRecorded(t *testing.T) {
 	srv.Put(t, "/k-trust/x/y", "not a host's record")
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
+	_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
 	var nt *NotTrustedError
 	if !errors.As(err, &nt) || !slices.Equal(nt.Hosts, []string{"old"}) {
 		t.Fatalf("wait among recorded: %v, want old named (not c, not x/y)", err)
@@ -238,7 +240,7 @@ func TestWaitAmongRecorded(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := Wait(wctx, cli, WaitOptions{Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
+		_, err := Wait(wctx, cli, WaitOptions{Log: quiet(), Prefixes: Prefixes{Trust: p.Trust}, Among: Recorded, Keys: []string{keytest.KeyID(t, &a.PublicKey)}})
 		done <- err
 	}()
 	if err := Put(ctx, cli, p.Trust, "", Record{Host: "old", Trusted: []string{"K0", keytest.KeyID(t, &a.PublicKey)}}); err != nil {
@@ -315,7 +317,7 @@ func TestTrustShowsModes(t *testing.T) {
 	rep := build(1, map[string][]string{"m1": {"k1"}, "m2": {"k2"}}, nil, map[string]Record{
 		"m1": {Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k1"},
 		"m2": {Host: "m2", Trusted: []string{"k1", "k2"}, Signing: "k2", Source: SignerSource},
-	})
+	}, nil)
 	var b strings.Builder
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -349,7 +351,7 @@ func TestControllerManagerSigning(t *testing.T) {
 	if got := ControllerManagersSigningWith(recs, ""); len(got) != 0 {
 		t.Fatalf("controller-managers signing with no key: %v", got)
 	}
-	rep := build(1, map[string][]string{"m1": {"k2"}, "m2": {"k1"}}, nil, recs)
+	rep := build(1, map[string][]string{"m1": {"k2"}, "m2": {"k1"}}, nil, recs, nil)
 	var b strings.Builder
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -357,4 +359,11 @@ func TestControllerManagerSigning(t *testing.T) {
 	if !strings.Contains(b.String(), "TC") || !strings.Contains(b.String(), "C its kube-controller-manager") {
 		t.Fatalf("trust table does not show the controller-manager's key:\n%s", b.String())
 	}
+}
+
+// quiet is the logger of a Wait in these tests: it discards.
+func quiet() logrus.FieldLogger {
+	l := logrus.New()
+	l.Out = io.Discard
+	return l
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -63,7 +62,7 @@ type WaitOptions struct {
 	// record is lost (Wait then reads and calls it again). Its failure is
 	// retried as a failed read is.
 	Announce func(ctx context.Context, cli *clientv3.Client, keys []string) (<-chan struct{}, error)
-	Log      logrus.FieldLogger
+	Log      logrus.FieldLogger // required
 }
 
 // Wait returns once every host among o.Among (by default every host that
@@ -78,12 +77,6 @@ type WaitOptions struct {
 func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 5 * time.Second
-	}
-	log := o.Log
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
 	}
 	var last *Report
 	var lastMissing []string
@@ -124,7 +117,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 				return fail(ctx.Err())
 			}
 			if downSince.IsZero() {
-				log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", maxRetryDelay)
+				o.Log.WithError(err).Warnf("etcd does not answer: retrying (backing off up to %s) until the wait ends", maxRetryDelay)
 				downSince = time.Now()
 			}
 			select {
@@ -136,7 +129,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 			continue
 		}
 		if !downSince.IsZero() {
-			log.Infof("etcd answers again, after %s", time.Since(downSince).Round(time.Second))
+			o.Log.Infof("etcd answers again, after %s", time.Since(downSince).Round(time.Second))
 			downSince, delay = time.Time{}, retryDelay
 		}
 		last = rep
@@ -144,7 +137,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 			return rep, nil
 		}
 		if !slices.Equal(missing, lastMissing) {
-			log.WithFields(logrus.Fields{"keys": strings.Join(keys, ","), "hosts": strings.Join(missing, ",")}).
+			o.Log.WithFields(logrus.Fields{"keys": strings.Join(keys, ","), "hosts": strings.Join(missing, ",")}).
 				Infof("waiting for %s to trust key %s", strings.Join(missing, ", "), strings.Join(keys, ", "))
 			lastMissing = missing
 		}

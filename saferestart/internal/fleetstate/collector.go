@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,8 +64,8 @@ type Collector struct {
 	// Read reads the state; Read with the publisher's etcd client in
 	// production.
 	Read    func(ctx context.Context) (*Snapshot, error)
-	Timeout time.Duration // DefaultTimeout when 0
-	Log     logrus.FieldLogger
+	Timeout time.Duration      // DefaultTimeout when 0
+	Log     logrus.FieldLogger // required
 	// Failed counts a failed read (publisher_errors_total{kind="fleet-state"}).
 	Failed func()
 	Now    func() time.Time // time.Now when nil
@@ -106,7 +108,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	switch {
 	case err != nil:
 		if !c.failing {
-			c.log().WithError(err).Warn("publish-key --watch: cannot read the fleet state from etcd; the fleet metrics show the last read until it recovers")
+			c.Log.WithError(err).Warn("publish-key --watch: cannot read the fleet state from etcd; the fleet metrics show the last read until it recovers")
 		}
 		c.failing = true
 		if c.Failed != nil {
@@ -114,7 +116,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	default:
 		if c.failing {
-			c.log().Info("publish-key --watch: reading the fleet state from etcd again")
+			c.Log.Info("publish-key --watch: reading the fleet state from etcd again")
 		}
 		c.failing = false
 		c.last, c.lastOK, up = s, now, 1
@@ -137,13 +139,6 @@ func (c *Collector) now() time.Time {
 		return c.Now()
 	}
 	return time.Now()
-}
-
-func (c *Collector) log() logrus.FieldLogger {
-	if c.Log != nil {
-		return c.Log
-	}
-	return logrus.StandardLogger()
 }
 
 type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
@@ -188,32 +183,37 @@ func (c *Collector) fleet(gauge gaugeFunc, now time.Time) {
 // hosts sends the per-host gauges, every one for every host.
 func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 	s := c.last
-	if s == nil {
+	if s == nil || s.Trust == nil {
 		return
 	}
-	for _, host := range s.Hosts() {
-		k := s.Keys[host]
-		gauge(descPublished, float64(s.Published(host)), host)
+	all := s.hosts()
+	for _, host := range slices.Sorted(maps.Keys(all)) {
+		h, k := all[host], s.Trust.Lifecycle[host]
+		published := 0
+		if h.trust != nil {
+			published = len(h.trust.Publishes)
+		}
+		gauge(descPublished, float64(published), host)
 		gauge(descSuperseded, float64(len(k.Superseded)), host)
 		for _, sk := range k.Superseded {
 			gauge(descRetirementDue, sk.RetireAfter.Sub(now).Seconds(), host, sk.KID)
 		}
-		gauge(descUntrusted, float64(s.Untrusted(host)), host)
-		// No time without a trust record: 0 would claim 1970, and a host
-		// forget-host removed would look unrestarted for good;
-		// untrusted_keys says that a host has no record.
-		if t := s.LastRestart(host); !t.IsZero() {
-			gauge(descLastRestart, float64(t.UnixNano())/1e9, host)
+		gauge(descUntrusted, float64(s.untrusted(host, h)), host)
+		// No time without a trust record (the helper writes it after its
+		// health gate): 0 would claim 1970, and a host forget-host removed
+		// would look unrestarted for good; untrusted_keys says that a host
+		// has no record.
+		if h.trust != nil && h.trust.Record != nil && !h.trust.Record.Time.IsZero() {
+			gauge(descLastRestart, float64(h.trust.Record.Time.UnixNano())/1e9, host)
 		}
-		st, ok := s.Rotation(host)
 		current := PhaseNone
-		switch {
-		case !ok:
+		switch r := h.rotation; {
+		case r.StateError != "":
 			current = ""
-		case st != nil:
-			current = string(st.Phase)
-			if !st.Updated.IsZero() {
-				gauge(descPhaseAge, max(0, now.Sub(st.Updated).Seconds()), host)
+		case r.State != nil:
+			current = string(r.State.Phase)
+			if !r.State.Updated.IsZero() {
+				gauge(descPhaseAge, max(0, now.Sub(r.State.Updated).Seconds()), host)
 			}
 		}
 		for _, p := range Phases {

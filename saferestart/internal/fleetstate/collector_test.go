@@ -19,6 +19,7 @@ import (
 	"github.com/keysync/confd/saferestart/internal/hold"
 	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/status"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
@@ -61,22 +62,22 @@ func fixed(s *Snapshot) func(context.Context) (*Snapshot, error) {
 // only its key record is left, with a superseded key not yet due.
 func fleet() *Snapshot {
 	return &Snapshot{
-		Keys: map[string]keystate.HostKeys{
-			"m1": {Host: "m1", Current: []string{"k1b"}, Superseded: []keystate.SupersededKey{{KID: "k1a", RetireAfter: t0.Add(-90 * time.Second)}}},
-			"m2": {Host: "m2", Current: []string{"k2"}},
-			"m3": {Host: "m3", Superseded: []keystate.SupersededKey{{KID: "k3", RetireAfter: t0.Add(time.Hour)}}, Forgotten: &t0},
-		},
 		Trust: &trust.Report{
 			Published: []string{"k1a", "k1b", "k2"},
 			Hosts: []trust.Host{
 				{Host: "m1", Publishes: []string{"k1a", "k1b"}, Record: &trust.Record{Host: "m1", Trusted: []string{"k1a", "k1b", "k2"}, Time: t0.Add(-time.Hour)}},
 				{Host: "m2", Publishes: []string{"k2"}},
 			},
+			Lifecycle: map[string]keystate.HostKeys{
+				"m1": {Host: "m1", Current: []string{"k1b"}, Superseded: []keystate.SupersededKey{{KID: "k1a", RetireAfter: t0.Add(-90 * time.Second)}}},
+				"m2": {Host: "m2", Current: []string{"k2"}},
+				"m3": {Host: "m3", Superseded: []keystate.SupersededKey{{KID: "k3", RetireAfter: t0.Add(time.Hour)}}, Forgotten: &t0},
+			},
 		},
-		Rotations: []rotation.HostRecords{
+		Report: status.Report{Rotations: []rotation.HostRecords{
 			{Host: "m1", State: &rotation.State{Host: "m1", Phase: rotation.PhaseInstalled, Updated: t0.Add(-10 * time.Minute)}},
 			{Host: "m4", StateError: "not a rotation record"},
-		},
+		}},
 		StaleTokens: map[string]staletokens.Record{"m1": {Host: "m1", Counter: 7}},
 	}
 }
@@ -178,7 +179,7 @@ func TestCollectorHoldAndLock(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := scrape(t, &Collector{Read: fixed(&Snapshot{Hold: tt.hold, Holder: tt.lock}), Now: func() time.Time { return t0 }})
+			got := scrape(t, &Collector{Read: fixed(&Snapshot{Report: status.Report{Hold: tt.hold, Holder: tt.lock}}), Now: func() time.Time { return t0 }})
 			for name, v := range tt.want {
 				if g, ok := got[name]; !ok || g != v {
 					t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
@@ -197,7 +198,7 @@ func TestCollectorHoldAndLock(t *testing.T) {
 // first saw it; a new holder starts again from 0.
 func TestCollectorHolderFirstSeen(t *testing.T) {
 	now := t0
-	s := &Snapshot{Holder: &lock.Entry{Key: "l/1", CreateRevision: 5}}
+	s := &Snapshot{Report: status.Report{Holder: &lock.Entry{Key: "l/1", CreateRevision: 5}}}
 	c := &Collector{Read: fixed(s), Now: func() time.Time { return now }}
 	const age = `kube_apiserver_safe_restart_lock_holder_age_seconds`
 	if got := scrape(t, c)[age]; got != 0 {
@@ -226,7 +227,7 @@ func TestCollectorReadFails(t *testing.T) {
 			if fail {
 				return nil, errors.New("etcd cut")
 			}
-			return &Snapshot{Hold: &hold.Record{Host: "m2", Reason: "x"}}, nil
+			return &Snapshot{Report: status.Report{Hold: &hold.Record{Host: "m2", Reason: "x"}}}, nil
 		},
 		Failed: func() { failures++ },
 		Log:    logger,

@@ -8,16 +8,12 @@ package fleetstate
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"time"
 
-	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/hold"
-	"github.com/keysync/confd/saferestart/internal/lock"
 	"github.com/keysync/confd/saferestart/internal/rotation"
+	"github.com/keysync/confd/saferestart/internal/status"
 )
 
 // PhaseNone is the rotation_phase label of a host with no rotation record,
@@ -31,45 +27,27 @@ var Phases = []string{
 	string(rotation.PhaseInstalled), string(rotation.PhaseRetired), string(rotation.PhaseRollingBack), PhaseNone,
 }
 
-// Prefixes names where the records live, as publish-key's flags give them.
-type Prefixes struct {
-	Keys     string // --keys-prefix: published values
-	Trust    string // --trust-prefix: trust records
-	Rotation string // --rotation-prefix: key, rotation and stale-token records
-	LockName string // --lock-name
-	HoldKey  string // --hold-key (its default already applied)
-}
-
-// Snapshot is the fleet state as one read found it.
+// Snapshot is the fleet state as one read found it: what `status` reports
+// (the lock, the hold, the rotation records) and more.
 type Snapshot struct {
-	// Keys is every host's published keys and key record (keystate).
-	Keys map[string]keystate.HostKeys
-	// Trust is the hosts × keys report `trust` prints.
+	status.Report
+	// Trust is the hosts × keys report `trust` prints, with every host's
+	// published keys and key record (Lifecycle).
 	Trust *trust.Report
-	// Rotations are the hosts with rotation records.
-	Rotations []rotation.HostRecords
 	// StaleTokens are the stale-token records, by host.
 	StaleTokens map[string]staletokens.Record
-	// Hold is what stops the line (hold.Active), nil when nothing does.
-	Hold *hold.Record
-	// Holder is the restart lock's holder, nil when it is free.
-	Holder *lock.Entry
 }
 
-// Read reads the fleet state through the records' own readers.
-func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
-	rep, err := trust.Collect(ctx, kv, trust.Prefixes{Keys: p.Keys, Trust: p.Trust, Rotation: p.Rotation})
+// Read reads the fleet state through the records' own readers: the keys,
+// trust and rotation records under p, the lock lockName and the hold at
+// holdKey (its default already applied).
+func Read(ctx context.Context, kv hold.Client, p trust.Prefixes, lockName, holdKey string) (*Snapshot, error) {
+	st, err := status.Collect(ctx, kv, lockName, holdKey, p.Rotation)
 	if err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
-	s := &Snapshot{Trust: rep}
-	// The report lists the hosts with a value or a trust record; a host
-	// with a key record alone (forgotten, every key retired) is in List.
-	store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
-	if s.Keys, err = store.List(ctx, rep.Revision); err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	if s.Rotations, err = rotation.List(ctx, kv, p.Rotation); err != nil {
+	s := &Snapshot{Report: *st}
+	if s.Trust, err = trust.Collect(ctx, kv, p); err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
 	// An unparseable stale-token record is left out: its sampler rewrites
@@ -77,63 +55,50 @@ func Read(ctx context.Context, kv hold.Client, p Prefixes) (*Snapshot, error) {
 	if s.StaleTokens, _, err = staletokens.List(ctx, kv, p.Rotation); err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
-	if s.Hold, err = hold.Active(ctx, kv, p.HoldKey, ""); err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	entries, _, err := lock.Queue(ctx, kv, p.LockName)
-	if err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	if len(entries) > 0 {
-		s.Holder = &entries[0]
-	}
 	return s, nil
 }
 
-// Hosts is every host with a published value, a key record, a trust
-// record or a rotation record, sorted.
-func (s *Snapshot) Hosts() []string {
-	hosts := map[string]bool{}
-	for h := range s.Keys {
-		hosts[h] = true
+// host is what the snapshot says of one host.
+type host struct {
+	trust    *trust.Host          // its row in the trust report; nil: none
+	rotation rotation.HostRecords // Host "": no rotation record
+}
+
+// hosts is every host with a published value, a key record (the trust
+// report lists the hosts with a value or a trust record; a host with a key
+// record alone, forgotten with every key retired, is in its Lifecycle), a
+// trust record or a rotation record, by name.
+func (s *Snapshot) hosts() map[string]host {
+	out := map[string]host{}
+	for h := range s.Trust.Lifecycle {
+		out[h] = host{}
 	}
-	if s.Trust != nil {
-		for _, h := range s.Trust.Hosts {
-			hosts[h.Host] = true
-		}
+	for i := range s.Trust.Hosts {
+		out[s.Trust.Hosts[i].Host] = host{trust: &s.Trust.Hosts[i]}
 	}
 	for _, r := range s.Rotations {
-		hosts[r.Host] = true
+		h := out[r.Host]
+		h.rotation = r
+		out[r.Host] = h
 	}
-	delete(hosts, "")
-	return slices.Sorted(maps.Keys(hosts))
+	delete(out, "")
+	return out
 }
 
-// Published is the number of key IDs in host's published value, as `trust`
-// reads it.
-func (s *Snapshot) Published(host string) int {
-	if s.Trust == nil {
-		return 0
-	}
-	for _, h := range s.Trust.Hosts {
-		if h.Host == host {
-			return len(h.Publishes)
-		}
-	}
-	return 0
-}
-
-// Untrusted is the number of published keys (every host's, forgotten
+// untrusted is the number of published keys (every host's, forgotten
 // hosts' superseded ones included, as trust.Wait and `trust` count them)
-// that host's trust record does not list; with no record, every one. A
-// host forget-host removed must trust nothing (no wait waits for it): 0.
-// A host wait-trusted waits on counts as `trust` shows it: its apiserver
-// trusts the keys once restarted.
-func (s *Snapshot) Untrusted(host string) int {
-	if s.Trust == nil || s.Keys[host].Gone() {
+// that h's trust record does not list; with no record, every one. A host
+// forget-host removed must trust nothing (no wait waits for it): 0. A host
+// wait-trusted waits on counts as `trust` shows it: its apiserver trusts
+// the keys once restarted.
+func (s *Snapshot) untrusted(name string, h host) int {
+	if s.Trust.Lifecycle[name].Gone() {
 		return 0
 	}
-	rec := s.Trust.RecordOf(host)
+	var rec *trust.Record
+	if h.trust != nil {
+		rec = h.trust.Record
+	}
 	n := 0
 	for _, kid := range s.Trust.Published {
 		if !rec.Trusts(kid) {
@@ -141,27 +106,4 @@ func (s *Snapshot) Untrusted(host string) int {
 		}
 	}
 	return n
-}
-
-// LastRestart is the time of host's trust record, which the helper writes
-// after its health gate; zero without one.
-func (s *Snapshot) LastRestart(host string) time.Time {
-	if s.Trust == nil {
-		return time.Time{}
-	}
-	if rec := s.Trust.RecordOf(host); rec != nil {
-		return rec.Time
-	}
-	return time.Time{}
-}
-
-// Rotation is host's rotation state: nil with ok when it has none, not ok
-// when its record is unreadable.
-func (s *Snapshot) Rotation(host string) (st *rotation.State, ok bool) {
-	for _, r := range s.Rotations {
-		if r.Host == host {
-			return r.State, r.StateError == ""
-		}
-	}
-	return nil, true
 }

@@ -130,9 +130,7 @@ func (in Intent) AsHold() Record {
 }
 
 // Active is what stops the line for host self: the hold at holdKey, and
-// every orphaned intent of another host (self's own is what its retry
-// clears, so it does not stop self). Orphans come after the hold, in Also;
-// without a hold the first orphan is the record. nil: nothing holds.
+// every orphaned intent of another host (see Stopping). nil: nothing holds.
 // self "" counts every orphan (status: the line is stopped for the others).
 func Active(ctx context.Context, c Client, holdKey, self string) (*Record, error) {
 	rec, err := Get(ctx, c, holdKey)
@@ -143,6 +141,14 @@ func Active(ctx context.Context, c Client, holdKey, self string) (*Record, error
 	if err != nil {
 		return nil, err
 	}
+	return Stopping(rec, intents, self), nil
+}
+
+// Stopping is the hold rec with every orphaned intent of a host other than
+// self (self's own is what its retry clears, so it does not stop self):
+// orphans come after the hold, in Also; without a hold the first orphan is
+// the record. nil: nothing holds.
+func Stopping(rec *Record, intents []Intent, self string) *Record {
 	for _, in := range intents {
 		if !in.Orphaned || (self != "" && in.Host == self) {
 			continue
@@ -154,7 +160,7 @@ func Active(ctx context.Context, c Client, holdKey, self string) (*Record, error
 		}
 		rec.Also = append(rec.Also, h)
 	}
-	return rec, nil
+	return rec
 }
 
 // ClearOrphans removes every orphaned intent (unhold), each only if it is

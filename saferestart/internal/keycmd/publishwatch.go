@@ -12,6 +12,7 @@ import (
 	"github.com/keysync/confd/internal/keystate"
 	"github.com/keysync/confd/internal/promserve"
 	"github.com/keysync/confd/internal/sdnotify"
+	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/fleetstate"
@@ -33,8 +34,8 @@ func (o *PublishKey) publishWatch(ctx context.Context, a *cmdkit.Env, cli *clien
 	m := keywatch.NewMetrics()
 	m.Registry.MustRegister(&fleetstate.Collector{Log: log, Failed: m.FleetStateFailed,
 		Read: func(ctx context.Context) (*fleetstate.Snapshot, error) {
-			return fleetstate.Read(ctx, cli, fleetstate.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix,
-				Rotation: o.RotationPrefix, LockName: o.LockName, HoldKey: o.HoldKeyOrDefault()})
+			return fleetstate.Read(ctx, cli, trust.Prefixes{Keys: o.KeysPrefix, Trust: o.TrustPrefix, Rotation: o.RotationPrefix},
+				o.LockName, o.HoldKeyOrDefault())
 		}})
 	if o.PublisherMetricsAddr != "" {
 		srv, err := promserve.Serve(ctx, "--publisher-metrics-addr", o.PublisherMetricsAddr, m.Registry)

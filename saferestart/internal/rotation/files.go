@@ -123,14 +123,20 @@ func publicBlocks(name string, data []byte) ([]keystate.Item, error) {
 	return out, nil
 }
 
+// readPublic is publicBlocks of the file at path, and its bytes.
+func readPublic(path string) ([]byte, []keystate.Item, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := publicBlocks(path, data)
+	return data, keys, err
+}
+
 // nextPublic is the next key's public half, an error unless NextPub holds
 // exactly kid.
 func (f Files) nextPublic(kid string) (keystate.Item, error) {
-	data, err := os.ReadFile(f.NextPub())
-	if err != nil {
-		return keystate.Item{}, err
-	}
-	nb, err := publicBlocks(f.NextPub(), data)
+	_, nb, err := readPublic(f.NextPub())
 	if err != nil {
 		return keystate.Item{}, err
 	}

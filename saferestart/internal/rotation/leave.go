@@ -33,11 +33,7 @@ func (f Files) Check() error {
 	if _, err := signingKeyID(f.SigningKey); err != nil {
 		return stateErr("signing key (--signing-key): %v", err)
 	}
-	data, err := os.ReadFile(f.PublicKey)
-	if err != nil {
-		return stateErr("public key (--public-key): %v", err)
-	}
-	if _, err := publicBlocks(f.PublicKey, data); err != nil {
+	if _, _, err := readPublic(f.PublicKey); err != nil {
 		return stateErr("public key (--public-key): %v", err)
 	}
 	return nil
@@ -103,11 +99,7 @@ func (r *Rotator) Abort(ctx context.Context) error {
 // withoutKey rewrites the public key file without kid and returns what it
 // now holds, the value to publish.
 func (r *Rotator) withoutKey(kid string) ([]byte, error) {
-	data, err := os.ReadFile(r.Files.PublicKey)
-	if err != nil {
-		return nil, err
-	}
-	blocks, err := publicBlocks(r.Files.PublicKey, data)
+	data, blocks, err := readPublic(r.Files.PublicKey)
 	if err != nil {
 		return nil, err
 	}

@@ -55,17 +55,9 @@ type KeySet interface {
 	Retired(ctx context.Context, kid string) (bool, error)
 }
 
-// StepError is a rotation step that failed; Step names it.
-type StepError struct {
-	Step string
-	Err  error
-}
-
-func (e *StepError) Error() string { return fmt.Sprintf("rotate-key step %q: %v", e.Step, e.Err) }
-func (e *StepError) Unwrap() error { return e.Err }
-
+// stepErr is a rotation step that failed, named in the message.
 func stepErr(step string, err error) error {
-	return &StepError{Step: step, Err: err}
+	return fmt.Errorf("rotate-key step %q: %w", step, err)
 }
 
 // Steps, in order, as logged and shown by Plan.
@@ -209,11 +201,7 @@ func (r *Rotator) generate() (string, error) {
 // one, and publishes exactly those bytes, so that the example publisher
 // (which publishes the file when it changes) agrees with us.
 func (r *Rotator) publish(ctx context.Context, next string) error {
-	cur, err := os.ReadFile(r.Files.PublicKey)
-	if err != nil {
-		return err
-	}
-	blocks, err := publicBlocks(r.Files.PublicKey, cur)
+	cur, blocks, err := readPublic(r.Files.PublicKey)
 	if err != nil {
 		return err
 	}

@@ -73,14 +73,15 @@ func Collect(ctx context.Context, kv hold.Client, lockName, holdKey, rotationPre
 		// report without it is still the report.
 		_ = lock.FillTTL(ctx, kv, r.Holder)
 	}
-	// Every host's orphan counts: status speaks for the fleet, for which
-	// the line is stopped (only the owner's own retry may go on).
-	if r.Hold, err = hold.Active(ctx, kv, holdKey, ""); err != nil {
+	if r.Hold, err = hold.Get(ctx, kv, holdKey); err != nil {
 		return nil, err
 	}
 	if r.Intents, err = hold.Intents(ctx, kv, holdKey); err != nil {
 		return nil, err
 	}
+	// Every host's orphan counts: status speaks for the fleet, for which
+	// the line is stopped (only the owner's own retry may go on).
+	r.Hold = hold.Stopping(r.Hold, r.Intents, "")
 	r.RotationPrefix = rotationPrefix
 	if r.Rotations, err = rotation.List(ctx, kv, rotationPrefix); err != nil {
 		return nil, err
