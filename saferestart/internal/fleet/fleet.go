@@ -157,10 +157,12 @@ type Leases interface {
 // (k8s.io/client-go/kubernetes/scheme) and made the helper's binary 35 MB
 // larger; this costs a fraction (measured in the commit that added it).
 func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
-	cfg, err := RESTConfig(kubeconfig, opTimeout)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
+	cfg.Timeout = opTimeout
+	cfg.UserAgent = "kube-apiserver-safe-restart"
 	scheme := runtime.NewScheme()
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -183,25 +185,9 @@ type restLeases struct {
 }
 
 func (l *restLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	var list coordinationv1.LeaseList
-	err := l.rc.Get().Namespace(Namespace).Resource("leases").
-		VersionedParams(&opts, l.params).Do(ctx).Into(&list)
-	if err != nil {
-		return nil, err
-	}
-	return &list, nil
-}
-
-// RESTConfig loads a kubeconfig file as client-go does (current context);
-// no request is made.
-func RESTConfig(kubeconfig string, opTimeout time.Duration) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-	}
-	cfg.Timeout = opTimeout
-	cfg.UserAgent = "kube-apiserver-safe-restart"
-	return cfg, nil
+	list := &coordinationv1.LeaseList{}
+	return list, l.rc.Get().Namespace(Namespace).Resource("leases").
+		VersionedParams(&opts, l.params).Do(ctx).Into(list)
 }
 
 // Check reads the Leases once.

@@ -203,12 +203,6 @@ func TestWaitUnavailable(t *testing.T) {
 	}
 }
 
-func TestRESTConfig(t *testing.T) {
-	if _, err := RESTConfig(t.TempDir()+"/missing", time.Second); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
-		t.Errorf("missing kubeconfig: %v", err)
-	}
-}
-
 // The kubeadm reimage deadlock: m2 came back with a new key and its
 // apiserver waits (wait-trusted) for m1's restart to trust that key, so m2
 // has no live Lease and still records trust. Counting it would refuse
