@@ -7,7 +7,6 @@ package health
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -58,10 +57,14 @@ func Probe(ctx context.Context, cfg Config) error {
 // refused is an answer no restart fixes: a certificate the gate does not
 // trust (ErrTLS), 401 or 403 (ErrUnauthorized); nil for any other.
 func (p *prober) refused(out outcome) error {
-	switch {
-	case certError(out.cause):
+	// The TLS client wraps every failure to verify the server's
+	// certificate (unknown CA, wrong host, expired) in this type: the
+	// gate's CA or the URL's host is wrong. A refused or reset connection
+	// is not one: the apiserver is restarting.
+	if _, bad := errors.AsType[*tls.CertificateVerificationError](out.cause); bad {
 		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
-	case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
+	}
+	if out.status == http.StatusUnauthorized || out.status == http.StatusForbidden {
 		return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
 	}
 	return nil
@@ -95,22 +98,6 @@ func Validate(cfg Config) error {
 	}
 	_, err := newProber(cfg) // no request made: no connection to close
 	return err
-}
-
-// certError reports a server certificate the client does not accept: the
-// gate's CA (or the URL's host) is wrong, which no restart fixes. A
-// refused or reset connection is not one: the apiserver is restarting.
-func certError(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		unknownCA *x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify)
 }
 
 // Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
