@@ -46,7 +46,6 @@ func Probe(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer p.client.CloseIdleConnections()
 	out, err := p.get(ctx, p.target.String(), excerptReadLimit)
 	if err != nil {
 		return err
@@ -96,7 +95,7 @@ func Validate(cfg Config) error {
 	if cfg.URL == "" {
 		return nil
 	}
-	_, err := newProber(cfg) // no request made: no connection to close
+	_, err := newProber(cfg)
 	return err
 }
 
@@ -120,7 +119,6 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if err != nil {
 		return err
 	}
-	defer p.client.CloseIdleConnections()
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)

@@ -401,8 +401,11 @@ func (p *Prober) call(ctx context.Context, c *http.Client, method, u string, bod
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err // url.Error quotes the method and URL, named here already
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, u, unwrapURL(err))
+		return nil, nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
@@ -491,14 +494,4 @@ func statusMessage(data []byte) string {
 		m = m[:300] + "..."
 	}
 	return ": " + m
-}
-
-// unwrapURL drops url.Error's quoting of the method and URL, which the
-// caller already names.
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
