@@ -122,21 +122,19 @@ func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPend
 		m.lastSuccess.WithLabelValues(name).SetToCurrentTime()
 	}
 	m.passes.WithLabelValues(name, result).Inc()
-	var ce *apply.CommandError
-	switch {
-	case res.Changed && err == nil:
+	// A failed pass that leaves a reload pending replaced its file (the
+	// check passed) or had replaced it before; the reload failed.
+	replaced := res.Changed && (err == nil || reloadPending)
+	if replaced {
 		m.writes.WithLabelValues(name).Inc()
 		m.checks.WithLabelValues(name, "ok").Inc()
-	case res.Changed && reloadPending:
-		// The file passed its check and was replaced; the reload failed.
-		m.writes.WithLabelValues(name).Inc()
-		m.checks.WithLabelValues(name, "ok").Inc()
+	}
+	if err != nil && reloadPending {
 		m.reloads.WithLabelValues(name, "failed").Inc()
-	case res.Changed && errors.As(err, &ce):
+	}
+	if _, failed := errors.AsType[*apply.CommandError](err); res.Changed && !replaced && failed {
 		// A command failed before the file was replaced: the check.
 		m.checks.WithLabelValues(name, "failed").Inc()
-	case !res.Changed && err != nil && reloadPending:
-		m.reloads.WithLabelValues(name, "failed").Inc()
 	}
 	if res.Reloaded {
 		m.reloads.WithLabelValues(name, "ok").Inc()

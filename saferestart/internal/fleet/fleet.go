@@ -8,6 +8,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -321,11 +322,7 @@ func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 	log.Warnf("fleet check: %s: waiting up to --fleet-timeout %s, holding no lock, for them to serve again", s, cfg.Timeout)
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
-	interval := cfg.Interval
-	if interval <= 0 {
-		interval = 2 * time.Second
-	}
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(cmp.Or(cfg.Interval, 2*time.Second))
 	defer tick.Stop()
 	for {
 		select {
