@@ -309,17 +309,11 @@ func matching(names []string, host string) string {
 // cfg.Timeout. It returns a *DegradedError when they stay short, and an
 // error wrapping ErrUnavailable or ErrAccess when a read fails.
 func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
-	log := cfg.Log
-	if log == nil {
-		l := logrus.New()
-		l.SetLevel(logrus.PanicLevel)
-		log = l
-	}
 	s, err := Check(ctx, leases, cfg)
 	if err != nil || s.OK() {
 		return s, err
 	}
-	log.Warnf("fleet check: %s: waiting up to --fleet-timeout %s, holding no lock, for them to serve again", s, cfg.Timeout)
+	cfg.Log.Warnf("fleet check: %s: waiting up to --fleet-timeout %s, holding no lock, for them to serve again", s, cfg.Timeout)
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(cmp.Or(cfg.Interval, 2*time.Second))
@@ -340,7 +334,7 @@ func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 			return s, err
 		}
 		if next.OK() {
-			log.Infof("fleet check: %s: the fleet serves again", next)
+			cfg.Log.Infof("fleet check: %s: the fleet serves again", next)
 			return next, nil
 		}
 		s = next

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/sirupsen/logrus"
 )
 
 var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -31,7 +34,7 @@ func lease(name, host string, age time.Duration) *coordinationv1.Lease {
 }
 
 func cfg(host string, min int) Config {
-	return Config{Host: host, LeaseAge: 30 * time.Second, MinLive: min, Timeout: time.Minute, Interval: time.Millisecond, Now: func() time.Time { return now }}
+	return Config{Host: host, LeaseAge: 30 * time.Second, MinLive: min, Timeout: time.Minute, Interval: time.Millisecond, Now: func() time.Time { return now }, Log: quiet}
 }
 
 // A gracefully stopped apiserver deletes its Lease: the hosts the caller
@@ -294,3 +297,10 @@ func TestWaitRefreshesWaiting(t *testing.T) {
 		t.Errorf("%d refreshes, want 2", n)
 	}
 }
+
+// quiet is the logger of tests that do not read the log.
+var quiet = func() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}()

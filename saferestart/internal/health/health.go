@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -109,11 +108,6 @@ func Validate(cfg Config) error {
 func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.URL == "" {
 		return nil
-	}
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
 	}
 	p, err := newProber(cfg)
 	if err != nil {

@@ -158,9 +158,6 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Log == nil {
-		cfg.Log = logrus.StandardLogger()
-	}
 	ns, name, err := ParseServiceAccount(cfg.ServiceAccount)
 	if err != nil {
 		return nil, err
