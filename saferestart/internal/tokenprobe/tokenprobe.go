@@ -326,11 +326,7 @@ func (p *Prober) forgetVanished(targets []Target) {
 // token asks this host's apiserver for a token for the probe service
 // account. The token is returned and never put in an error.
 func (p *Prober) token(ctx context.Context) (string, error) {
-	exp := int64(ExpirationSeconds)
-	body, _ := json.Marshal(authenticationv1.TokenRequest{
-		TypeMeta: metav1.TypeMeta{APIVersion: "authentication.k8s.io/v1", Kind: "TokenRequest"},
-		Spec:     authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp},
-	})
+	body := fmt.Appendf(nil, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":%d}}`, ExpirationSeconds)
 	u := p.server + "/api/v1/namespaces/" + url.PathEscape(p.namespace) + "/serviceaccounts/" + url.PathEscape(p.name) + "/token"
 	resp, data, err := p.call(ctx, p.api, http.MethodPost, u, body, "", 1<<20)
 	if err != nil {
