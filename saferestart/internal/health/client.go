@@ -203,16 +203,13 @@ func keyIDs(files []string) (map[string]bool, error) {
 	var errs []error
 	for _, path := range files {
 		f, err := pemcheck.ReadFile(path)
+		var ids []string
 		if err == nil {
-			var ids []string
-			if ids, err = f.KeyIDs(); err == nil {
-				for _, id := range ids {
-					want[id] = true
-				}
-			}
+			ids, err = f.KeyIDs() // nil on error
 		}
-		if err != nil {
-			errs = append(errs, err)
+		errs = append(errs, err)
+		for _, id := range ids {
+			want[id] = true
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
