@@ -135,10 +135,10 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 	log.WithFields(logrus.Fields{"settle": p.Settle, "interval": p.Interval, "timeout": p.Timeout}).
 		Info("waiting for kube-apiserver to become ready")
 	var (
-		okSince time.Time
-		okCount int
-		probes  int
-		last    *outcome
+		okSince  time.Time
+		settling bool // answered 200 since okSince
+		probes   int
+		last     *outcome
 	)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -149,7 +149,7 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			if last != nil {
 				desc = last.String()
 			}
-			if okCount > 0 {
+			if settling {
 				desc += fmt.Sprintf(", but only for %s of the %s settle time",
 					time.Since(okSince).Round(time.Millisecond), p.Settle)
 			}
@@ -175,34 +175,22 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 		probes++
 		now := time.Now()
 		entry := log.WithFields(logrus.Fields{"probe": probes, "status": out.String()})
-		logged := false
 		switch {
-		case out.ok():
-			if okCount == 0 {
-				okSince = now
-				entry.Info("kube-apiserver answered 200; settling")
-				logged = true
-			}
-			okCount++
-			if okCount >= 2 && now.Sub(okSince) >= p.Settle {
-				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
-				return nil
-			}
+		case out.ok() && !settling:
+			okSince = now
+			entry.Info("kube-apiserver answered 200; settling")
+		case out.ok() && now.Sub(okSince) >= p.Settle: // the second 200 at least
+			entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
+			return nil
+		case !out.ok() && settling:
+			entry.Warn("kube-apiserver stopped answering 200 while settling; starting over")
+		case !out.ok() && (last == nil || last.String() != out.String()):
+			// Log changes at info, repeats at debug, to keep the log short.
+			entry.Info("kube-apiserver not ready")
 		default:
-			switch {
-			case okCount > 0:
-				entry.Warn("kube-apiserver stopped answering 200 while settling; starting over")
-				logged = true
-			case last == nil || last.String() != out.String():
-				// Log changes at info, repeats at debug, to keep the log short.
-				entry.Info("kube-apiserver not ready")
-				logged = true
-			}
-			okCount = 0
-		}
-		if !logged {
 			entry.Debug("readiness probe")
 		}
+		settling = out.ok()
 		last = &out
 		timer.Reset(p.Interval)
 	}
