@@ -95,8 +95,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	retry := time.Second
 	for {
 		err := w.reconcile(ctx, TriggerStart)
-		var refused *Refused
-		if errors.As(err, &refused) {
+		if _, refused := errors.AsType[*Refused](err); refused {
 			return err
 		}
 		if err == nil {
