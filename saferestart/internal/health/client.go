@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -76,9 +77,7 @@ func newProber(cfg Config) (*prober, error) {
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
 	p := &prober{Config: cfg, target: u}
-	if p.Interval <= 0 {
-		p.Interval = defaultInterval
-	}
+	p.Interval = cmp.Or(p.Interval, defaultInterval)
 	p.requestTimeout = max(p.Interval, minRequestTimeout)
 	if p.TokenFile != "" {
 		if _, err := p.readToken(); err != nil {

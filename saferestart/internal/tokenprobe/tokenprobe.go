@@ -17,6 +17,7 @@ package tokenprobe
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,12 +150,7 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Host == "" {
 		return nil, errors.New("token probe: no host name (--host)")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
+	cfg.Interval, cfg.Timeout = cmp.Or(cfg.Interval, DefaultInterval), cmp.Or(cfg.Timeout, DefaultTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
