@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Metrics is a daemon.Observer that keeps its own registry.
@@ -139,14 +140,14 @@ func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPend
 	if res.Reloaded {
 		m.reloads.WithLabelValues(name, "ok").Inc()
 	}
-	m.pending.WithLabelValues(name).Set(one(reloadPending))
+	m.pending.WithLabelValues(name).Set(promserve.Bool(reloadPending))
 }
 
 // Landed records how long a change took to reach a file.
 func (m *Metrics) Landed(d time.Duration) { m.landed.Observe(d.Seconds()) }
 
 // WatchUp records the watch's state.
-func (m *Metrics) WatchUp(up bool) { m.watchUp.Set(one(up)) }
+func (m *Metrics) WatchUp(up bool) { m.watchUp.Set(promserve.Bool(up)) }
 
 // WatchReconnect counts a reopened watch.
 func (m *Metrics) WatchReconnect() { m.reconnects.Inc() }
@@ -170,15 +171,7 @@ func (m *Metrics) Revisions(processed, current int64) {
 // Ready records readiness for /readyz.
 func (m *Metrics) Ready(ready bool) {
 	m.ready.Store(ready)
-	m.readyGauge.Set(one(ready))
-}
-
-// one is a gauge's value for b: 1 when true.
-func one(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	m.readyGauge.Set(promserve.Bool(ready))
 }
 
 // Handler serves /metrics, /healthz and /readyz.

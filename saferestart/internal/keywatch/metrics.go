@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/keysync/confd/internal/etcdrestore"
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Repair reasons: why a reconcile wrote what it wrote. Each is a value of
@@ -132,12 +133,6 @@ func (m *Metrics) setKeys(current, superseded, retired int) {
 	m.keys.WithLabelValues("retired").Set(float64(retired))
 }
 
-func (m *Metrics) setAlive(up bool) {
-	v := 0.0
-	if up {
-		v = 1
-	}
-	m.alive.Set(v)
-}
+func (m *Metrics) setAlive(up bool) { m.alive.Set(promserve.Bool(up)) }
 
 func (m *Metrics) ok(at time.Time) { m.lastOK.Set(float64(at.Unix())) }

@@ -38,6 +38,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Defaults of the publisher's flags.
@@ -256,11 +258,7 @@ func (p *Prober) Once(ctx context.Context) {
 			if p.outcome(ctx, ErrReview+" "+tg.Host, "presenting the token to "+tg.Host, err) {
 				return
 			}
-			v := 0.0
-			if ok {
-				v = 1
-			}
-			p.accepted.WithLabelValues(p.cfg.Host, tg.Host).Set(v)
+			p.accepted.WithLabelValues(p.cfg.Host, tg.Host).Set(promserve.Bool(ok))
 			p.timestamp.WithLabelValues(p.cfg.Host, tg.Host).Set(float64(p.cfg.Now().UnixNano()) / 1e9)
 		})
 	}
