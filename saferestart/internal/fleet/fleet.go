@@ -246,7 +246,6 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 			newest[host] = t
 		}
 	}
-	seen := 0
 	expected := map[string]bool{}
 	for _, e := range cfg.Expected {
 		if e == cfg.Host || e == "" {
@@ -265,7 +264,6 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		}
 		if match == "" {
 			s.Missing = append(s.Missing, e+" (no identity Lease)")
-			seen++
 			continue
 		}
 		expected[match] = true
@@ -275,16 +273,14 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		switch {
 		case age <= cfg.LeaseAge:
 			s.Live = append(s.Live, host)
-			seen++
 		case age <= SeenWithin || expected[host]:
 			s.Missing = append(s.Missing, fmt.Sprintf("%s (renewed %s ago)", host, age.Round(time.Second)))
-			seen++
 		}
 	}
 	s.Self, s.Waiting = slices.Sorted(maps.Keys(self)), slices.Sorted(maps.Keys(waiting))
 	slices.Sort(s.Live)
 	slices.Sort(s.Missing)
-	s.Want = seen
+	s.Want = len(s.Live) + len(s.Missing) // every other host seen
 	if cfg.MinLive >= 0 {
 		s.Want = cfg.MinLive
 	}
