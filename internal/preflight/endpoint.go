@@ -134,11 +134,7 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 		c.add("--signing-key "+in.SigningKey, err)
 		return
 	}
-	der, err := x509.MarshalPKIXPublicKey(key.Public)
-	if err != nil {
-		c.add("--signing-key "+in.SigningKey, err)
-		return
-	}
+	der, _ := x509.MarshalPKIXPublicKey(key.Public) // KeyID marshalled it already
 	fetcher, timeout := cmp.Or[KeyFetcher](in.Signer, GRPCFetcher{}), cmp.Or(in.SignerTimeout, DefaultSignerTimeout)
 	fctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
