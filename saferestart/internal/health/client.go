@@ -134,12 +134,11 @@ func (p *prober) redact(s string) string {
 type outcome struct {
 	status int
 	text   string // "503 Service Unavailable: excerpt" or the transport error
-	err    bool
-	cause  error // the transport error, when there was no answer
+	cause  error  // no answer (the transport error), or no whole body
 	body   []byte
 }
 
-func (o outcome) ok() bool       { return !o.err && o.status == http.StatusOK }
+func (o outcome) ok() bool       { return o.cause == nil && o.status == http.StatusOK }
 func (o outcome) String() string { return o.text }
 
 // get fetches target. Failing to reach the server is an outcome (the
@@ -162,16 +161,15 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return outcome{err: true, cause: err, text: p.redact(err.Error())}, nil
+		return outcome{cause: err, text: p.redact(err.Error())}, nil
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status)}
+	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status), cause: err}
 	if ex := p.redact(excerpt(body)); ex != "" {
 		o.text += ": " + ex
 	}
 	if err != nil {
-		o.err = true
 		o.text += " (reading body: " + p.redact(err.Error()) + ")"
 	}
 	return o, nil
