@@ -145,10 +145,9 @@ func (e *DegradedError) Error() string {
 	return fmt.Sprintf("fleet degraded after waiting %s: %s", e.Timeout, e.Status)
 }
 
-// Leases is what the check reads: client-go's Lease client for kube-system.
-type Leases interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
-}
+// Leases is what the check reads: the List of client-go's Lease client for
+// kube-system.
+type Leases func(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
 
 // NewLeases reads kube-system's Leases from the apiserver a kubeconfig file
 // names, with each request bounded by opTimeout.
@@ -176,19 +175,12 @@ func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
-	return &restLeases{rc: rc, params: runtime.NewParameterCodec(scheme)}, nil
-}
-
-// restLeases lists kube-system's Leases, as client-go's typed client does.
-type restLeases struct {
-	rc     rest.Interface
-	params runtime.ParameterCodec
-}
-
-func (l *restLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	list := &coordinationv1.LeaseList{}
-	return list, l.rc.Get().Namespace(Namespace).Resource("leases").
-		VersionedParams(&opts, l.params).Do(ctx).Into(list)
+	params := runtime.NewParameterCodec(scheme)
+	// As client-go's typed client lists them.
+	return func(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+		list := &coordinationv1.LeaseList{}
+		return list, rc.Get().Namespace(Namespace).Resource("leases").VersionedParams(&opts, params).Do(ctx).Into(list)
+	}, nil
 }
 
 // Check reads the Leases once.
@@ -198,7 +190,7 @@ func Check(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.OpTimeout)
 		defer cancel()
 	}
-	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: Selector})
+	list, err := leases(ctx, metav1.ListOptions{LabelSelector: Selector})
 	if err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
 			return Status{}, fmt.Errorf("%w: list leases in %s: %w", ErrAccess, Namespace, err)
