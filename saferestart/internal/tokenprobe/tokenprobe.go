@@ -402,24 +402,6 @@ func (p *Prober) call(ctx context.Context, c *http.Client, method, u string, bod
 	return resp, data, nil
 }
 
-// endpointSlices is the part of an EndpointSliceList the probe reads
-// (decoded here rather than through discovery/v1's types, which would
-// link core/v1 into the helper).
-type endpointSlices struct {
-	Items []struct {
-		Ports []struct {
-			Name *string `json:"name"`
-			Port *int32  `json:"port"`
-		} `json:"ports"`
-		Endpoints []struct {
-			Addresses  []string `json:"addresses"`
-			Conditions struct {
-				Ready *bool `json:"ready"`
-			} `json:"conditions"`
-		} `json:"endpoints"`
-	} `json:"items"`
-}
-
 // endpoints reads the kubernetes Service's EndpointSlices from this
 // host's apiserver: every ready endpoint address, at the slice's https
 // port (its only port when unnamed).
@@ -433,7 +415,23 @@ func (p *Prober) endpoints(ctx context.Context) ([]Target, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s%s (the kubeconfig's identity needs list on endpointslices in default, or set --token-probe-apiservers)", u, resp.Status, statusMessage(data))
 	}
-	var list endpointSlices
+	// The part of an EndpointSliceList the probe reads (decoded here
+	// rather than through discovery/v1's types, which would link core/v1
+	// into the helper).
+	var list struct {
+		Items []struct {
+			Ports []struct {
+				Name *string `json:"name"`
+				Port *int32  `json:"port"`
+			} `json:"ports"`
+			Endpoints []struct {
+				Addresses  []string `json:"addresses"`
+				Conditions struct {
+					Ready *bool `json:"ready"`
+				} `json:"conditions"`
+			} `json:"endpoints"`
+		} `json:"items"`
+	}
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fmt.Errorf("GET %s: no EndpointSliceList: %w", u, err)
 	}
