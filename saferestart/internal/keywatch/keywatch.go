@@ -416,11 +416,9 @@ func (w *Watcher) loadTombstones() {
 	w.tombs = t
 }
 
-// remember adds tombstones seen and reports whether any was new.
-func (w *Watcher) remember(host string, more map[string]time.Time) bool {
-	changed := w.tombs.add(host, more)
-	w.unsaved = w.unsaved || changed
-	return changed
+// remember adds tombstones seen; a new one is unsaved.
+func (w *Watcher) remember(host string, more map[string]time.Time) {
+	w.unsaved = w.tombs.add(host, more) || w.unsaved
 }
 
 // saveTombstones writes the tombstone file when it changed. A failure is
