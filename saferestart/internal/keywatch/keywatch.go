@@ -192,7 +192,7 @@ func (w *Watcher) filesDigest() string {
 // reconcile makes etcd hold the host's current keys and every tombstone
 // this master knows.
 func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
-	w.Metrics.reconcile(trigger)
+	w.Metrics.reconciles.WithLabelValues(trigger).Inc()
 	log := w.Log.WithField("trigger", trigger)
 	rctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
 	defer cancel()
@@ -249,7 +249,7 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 		}
 	}
 	w.Metrics.setKeys(current, len(res.Record.Superseded), len(res.Record.Retired))
-	w.Metrics.ok(time.Now())
+	w.Metrics.lastOK.Set(float64(time.Now().Unix()))
 	if restored != nil {
 		log.WithField("keys", keystate.KIDs(res.Items)).Info("etcd restore handled: this host's keys and every tombstone seen are in etcd")
 	}

@@ -1,8 +1,6 @@
 package keywatch
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -113,8 +111,6 @@ func counterVec(name, label string, values []string, help string) *prometheus.Co
 
 func (m *Metrics) repair(reason string) { m.repairs.WithLabelValues(reason).Inc() }
 
-func (m *Metrics) reconcile(trigger string) { m.reconciles.WithLabelValues(trigger).Inc() }
-
 // SampleFailed counts a failed stale-token sample (the sampler runs
 // beside the loop, as one of its Runners).
 func (m *Metrics) SampleFailed() { m.fail(ErrStaleTokens) }
@@ -134,5 +130,3 @@ func (m *Metrics) setKeys(current, superseded, retired int) {
 }
 
 func (m *Metrics) setAlive(up bool) { m.alive.Set(promserve.Bool(up)) }
-
-func (m *Metrics) ok(at time.Time) { m.lastOK.Set(float64(at.Unix())) }
