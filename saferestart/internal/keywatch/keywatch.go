@@ -120,7 +120,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if w.Notify != nil {
 			w.Notify.Stopping()
 		}
-		w.withdraw()
+		if w.alive != nil {
+			if err := w.alive.Withdraw(); err != nil {
+				w.Log.WithError(err).Warn("alive record not removed")
+			}
+			w.Metrics.setAlive(false)
+		}
 	}()
 	for _, run := range w.Runners {
 		wg.Go(func() {
@@ -457,17 +462,6 @@ func (w *Watcher) announce(ctx context.Context) {
 	w.alive = a
 	w.Metrics.setAlive(true)
 	w.Log.WithField("key", a.Key()).WithField("ttl", w.TTL).Info("alive record written")
-}
-
-func (w *Watcher) withdraw() {
-	if w.alive == nil {
-		return
-	}
-	if err := w.alive.Withdraw(); err != nil {
-		w.Log.WithError(err).Warn("alive record not removed")
-	}
-	w.alive = nil
-	w.Metrics.setAlive(false)
 }
 
 // watch wakes the loop when etcd's copy changes: this host's value, or any
