@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/keysync/confd/apply"
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Metrics is a daemon.Observer that keeps its own registry.
@@ -122,33 +123,31 @@ func (m *Metrics) Processed(name string, res apply.Result, err error, reloadPend
 		m.lastSuccess.WithLabelValues(name).SetToCurrentTime()
 	}
 	m.passes.WithLabelValues(name, result).Inc()
-	var ce *apply.CommandError
-	switch {
-	case res.Changed && err == nil:
+	// A failed pass that leaves a reload pending replaced its file (the
+	// check passed) or had replaced it before; the reload failed.
+	replaced := res.Changed && (err == nil || reloadPending)
+	if replaced {
 		m.writes.WithLabelValues(name).Inc()
 		m.checks.WithLabelValues(name, "ok").Inc()
-	case res.Changed && reloadPending:
-		// The file passed its check and was replaced; the reload failed.
-		m.writes.WithLabelValues(name).Inc()
-		m.checks.WithLabelValues(name, "ok").Inc()
+	}
+	if err != nil && reloadPending {
 		m.reloads.WithLabelValues(name, "failed").Inc()
-	case res.Changed && errors.As(err, &ce):
+	}
+	if _, failed := errors.AsType[*apply.CommandError](err); res.Changed && !replaced && failed {
 		// A command failed before the file was replaced: the check.
 		m.checks.WithLabelValues(name, "failed").Inc()
-	case !res.Changed && err != nil && reloadPending:
-		m.reloads.WithLabelValues(name, "failed").Inc()
 	}
 	if res.Reloaded {
 		m.reloads.WithLabelValues(name, "ok").Inc()
 	}
-	m.pending.WithLabelValues(name).Set(one(reloadPending))
+	m.pending.WithLabelValues(name).Set(promserve.Bool(reloadPending))
 }
 
 // Landed records how long a change took to reach a file.
 func (m *Metrics) Landed(d time.Duration) { m.landed.Observe(d.Seconds()) }
 
 // WatchUp records the watch's state.
-func (m *Metrics) WatchUp(up bool) { m.watchUp.Set(one(up)) }
+func (m *Metrics) WatchUp(up bool) { m.watchUp.Set(promserve.Bool(up)) }
 
 // WatchReconnect counts a reopened watch.
 func (m *Metrics) WatchReconnect() { m.reconnects.Inc() }
@@ -172,15 +171,7 @@ func (m *Metrics) Revisions(processed, current int64) {
 // Ready records readiness for /readyz.
 func (m *Metrics) Ready(ready bool) {
 	m.ready.Store(ready)
-	m.readyGauge.Set(one(ready))
-}
-
-// one is a gauge's value for b: 1 when true.
-func one(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	m.readyGauge.Set(promserve.Bool(ready))
 }
 
 // Handler serves /metrics, /healthz and /readyz.

@@ -66,20 +66,16 @@ func apiserverFlags() map[string]flagSpec {
 // options returns the pemcheck rules for a file in role r. Certificate and
 // key files may be one combined file, as Go's TLS loader allows.
 func options(r role, now time.Time) pemcheck.Options {
-	switch r {
-	case roleSAKey:
+	o := map[role]pemcheck.Options{
 		// ForbidCA: the apiserver would trust the CA's key (issue 34).
-		return pemcheck.Options{Now: now, Validate: apiserverReadsSAKey, APIServerSAKeys: true, ForbidCA: true}
-	case roleSigningKey:
-		return pemcheck.Options{Now: now, Require: pemcheck.PrivateKey, Validate: apiserverSigns}
-	case roleCA:
-		return pemcheck.Options{Now: now, Allow: pemcheck.Certificate, Require: pemcheck.Certificate}
-	case roleCert:
-		return pemcheck.Options{Now: now, Allow: pemcheck.Certificate | pemcheck.PrivateKey, Require: pemcheck.Certificate}
-	case roleKey:
-		return pemcheck.Options{Now: now, Allow: pemcheck.Certificate | pemcheck.PrivateKey, Require: pemcheck.PrivateKey}
-	}
-	return pemcheck.Options{Now: now}
+		roleSAKey:      {Validate: apiserverReadsSAKey, APIServerSAKeys: true, ForbidCA: true},
+		roleSigningKey: {Require: pemcheck.PrivateKey, Validate: apiserverSigns},
+		roleCA:         {Allow: pemcheck.Certificate, Require: pemcheck.Certificate},
+		roleCert:       {Allow: pemcheck.Certificate | pemcheck.PrivateKey, Require: pemcheck.Certificate},
+		roleKey:        {Allow: pemcheck.Certificate | pemcheck.PrivateKey, Require: pemcheck.PrivateKey},
+	}[r]
+	o.Now = now
+	return o
 }
 
 // apiserverReadsSAKey mirrors which blocks kube-apiserver's

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -133,18 +134,8 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 		c.add("--signing-key "+in.SigningKey, err)
 		return
 	}
-	der, err := x509.MarshalPKIXPublicKey(key.Public)
-	if err != nil {
-		c.add("--signing-key "+in.SigningKey, err)
-		return
-	}
-	fetcher, timeout := in.Signer, in.SignerTimeout
-	if fetcher == nil {
-		fetcher = GRPCFetcher{}
-	}
-	if timeout <= 0 {
-		timeout = DefaultSignerTimeout
-	}
+	der, _ := x509.MarshalPKIXPublicKey(key.Public) // KeyID marshalled it already
+	fetcher, timeout := cmp.Or[KeyFetcher](in.Signer, GRPCFetcher{}), cmp.Or(in.SignerTimeout, DefaultSignerTimeout)
 	fctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := fetcher.FetchKeys(fctx, ep.value)

@@ -127,7 +127,8 @@ func CheckFiles(ctx context.Context, paths []string, opts CheckOptions) error {
 			return errors.Join(append(c.errs, fmt.Errorf("check: %w", err))...)
 		}
 		if f := c.load(p, ""); f != nil {
-			o := pemcheck.Options{Now: c.now, ForbidPrivate: opts.PublicOnly, Validate: apiserverReadsSAKey, APIServerSAKeys: true, ForbidCA: true}
+			o := options(roleSAKey, c.now)
+			o.ForbidPrivate = opts.PublicOnly
 			if opts.KeysOnly {
 				o.Allow = pemcheck.PublicKey | pemcheck.PrivateKey
 			}

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"errors"
+	"maps"
 )
 
 // ServiceAccountFiles returns the files a kube-apiserver started with the
@@ -10,12 +11,8 @@ import (
 // --service-account-signing-key-file ("" when absent). The trust record of
 // a restart is computed from exactly these files.
 func ServiceAccountFiles(flagsFiles []string) (keyFiles []string, signingKey string, err error) {
-	specs := map[string]flagSpec{}
-	for name, s := range apiserverFlags() {
-		if s.role == roleSAKey || s.role == roleSigningKey {
-			specs[name] = s
-		}
-	}
+	specs := apiserverFlags()
+	maps.DeleteFunc(specs, func(_ string, s flagSpec) bool { return s.role != roleSAKey && s.role != roleSigningKey })
 	occ, errs := readFlags(flagsFiles, specs)
 	if len(errs) > 0 {
 		return nil, "", errors.Join(errs...)

@@ -2,7 +2,7 @@
 // liveness answer on /healthz: the helpers' one metrics endpoint
 // (kube-apiserver-sa-signer's --metrics-addr, publish-key --watch's
 // --publisher-metrics-addr). confd's -metrics-addr has readiness too and
-// is its own (metrics/).
+// is its own (metrics/), but sets its gauges with Bool too.
 package promserve
 
 import (
@@ -30,4 +30,12 @@ func Serve(ctx context.Context, flag, addr string, reg *prometheus.Registry) (*h
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }() // an error ends it with the process
 	return srv, nil
+}
+
+// Bool is a gauge's value for b: 1 when true.
+func Bool(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

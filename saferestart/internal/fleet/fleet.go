@@ -8,6 +8,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -144,10 +145,9 @@ func (e *DegradedError) Error() string {
 	return fmt.Sprintf("fleet degraded after waiting %s: %s", e.Timeout, e.Status)
 }
 
-// Leases is what the check reads: client-go's Lease client for kube-system.
-type Leases interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
-}
+// Leases is what the check reads: the List of client-go's Lease client for
+// kube-system.
+type Leases func(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
 
 // NewLeases reads kube-system's Leases from the apiserver a kubeconfig file
 // names, with each request bounded by opTimeout.
@@ -157,10 +157,12 @@ type Leases interface {
 // (k8s.io/client-go/kubernetes/scheme) and made the helper's binary 35 MB
 // larger; this costs a fraction (measured in the commit that added it).
 func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
-	cfg, err := RESTConfig(kubeconfig, opTimeout)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
+	cfg.Timeout = opTimeout
+	cfg.UserAgent = "kube-apiserver-safe-restart"
 	scheme := runtime.NewScheme()
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -173,35 +175,12 @@ func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
-	return &restLeases{rc: rc, params: runtime.NewParameterCodec(scheme)}, nil
-}
-
-// restLeases lists kube-system's Leases, as client-go's typed client does.
-type restLeases struct {
-	rc     rest.Interface
-	params runtime.ParameterCodec
-}
-
-func (l *restLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	var list coordinationv1.LeaseList
-	err := l.rc.Get().Namespace(Namespace).Resource("leases").
-		VersionedParams(&opts, l.params).Do(ctx).Into(&list)
-	if err != nil {
-		return nil, err
-	}
-	return &list, nil
-}
-
-// RESTConfig loads a kubeconfig file as client-go does (current context);
-// no request is made.
-func RESTConfig(kubeconfig string, opTimeout time.Duration) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-	}
-	cfg.Timeout = opTimeout
-	cfg.UserAgent = "kube-apiserver-safe-restart"
-	return cfg, nil
+	params := runtime.NewParameterCodec(scheme)
+	// As client-go's typed client lists them.
+	return func(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+		list := &coordinationv1.LeaseList{}
+		return list, rc.Get().Namespace(Namespace).Resource("leases").VersionedParams(&opts, params).Do(ctx).Into(list)
+	}, nil
 }
 
 // Check reads the Leases once.
@@ -211,7 +190,7 @@ func Check(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.OpTimeout)
 		defer cancel()
 	}
-	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: Selector})
+	list, err := leases(ctx, metav1.ListOptions{LabelSelector: Selector})
 	if err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
 			return Status{}, fmt.Errorf("%w: list leases in %s: %w", ErrAccess, Namespace, err)
@@ -259,7 +238,6 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 			newest[host] = t
 		}
 	}
-	seen := 0
 	expected := map[string]bool{}
 	for _, e := range cfg.Expected {
 		if e == cfg.Host || e == "" {
@@ -278,7 +256,6 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		}
 		if match == "" {
 			s.Missing = append(s.Missing, e+" (no identity Lease)")
-			seen++
 			continue
 		}
 		expected[match] = true
@@ -288,16 +265,14 @@ func status(items []coordinationv1.Lease, cfg Config, now time.Time) Status {
 		switch {
 		case age <= cfg.LeaseAge:
 			s.Live = append(s.Live, host)
-			seen++
 		case age <= SeenWithin || expected[host]:
 			s.Missing = append(s.Missing, fmt.Sprintf("%s (renewed %s ago)", host, age.Round(time.Second)))
-			seen++
 		}
 	}
 	s.Self, s.Waiting = slices.Sorted(maps.Keys(self)), slices.Sorted(maps.Keys(waiting))
 	slices.Sort(s.Live)
 	slices.Sort(s.Missing)
-	s.Want = seen
+	s.Want = len(s.Live) + len(s.Missing) // every other host seen
 	if cfg.MinLive >= 0 {
 		s.Want = cfg.MinLive
 	}
@@ -322,24 +297,14 @@ func matching(names []string, host string) string {
 // cfg.Timeout. It returns a *DegradedError when they stay short, and an
 // error wrapping ErrUnavailable or ErrAccess when a read fails.
 func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
-	log := cfg.Log
-	if log == nil {
-		l := logrus.New()
-		l.SetLevel(logrus.PanicLevel)
-		log = l
-	}
 	s, err := Check(ctx, leases, cfg)
 	if err != nil || s.OK() {
 		return s, err
 	}
-	log.Warnf("fleet check: %s: waiting up to --fleet-timeout %s, holding no lock, for them to serve again", s, cfg.Timeout)
+	cfg.Log.Warnf("fleet check: %s: waiting up to --fleet-timeout %s, holding no lock, for them to serve again", s, cfg.Timeout)
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
-	interval := cfg.Interval
-	if interval <= 0 {
-		interval = 2 * time.Second
-	}
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(cmp.Or(cfg.Interval, 2*time.Second))
 	defer tick.Stop()
 	for {
 		select {
@@ -357,7 +322,7 @@ func Wait(ctx context.Context, leases Leases, cfg Config) (Status, error) {
 			return s, err
 		}
 		if next.OK() {
-			log.Infof("fleet check: %s: the fleet serves again", next)
+			cfg.Log.Infof("fleet check: %s: the fleet serves again", next)
 			return next, nil
 		}
 		s = next

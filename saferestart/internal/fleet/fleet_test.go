@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/sirupsen/logrus"
 )
 
 var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -31,13 +34,13 @@ func lease(name, host string, age time.Duration) *coordinationv1.Lease {
 }
 
 func cfg(host string, min int) Config {
-	return Config{Host: host, LeaseAge: 30 * time.Second, MinLive: min, Timeout: time.Minute, Interval: time.Millisecond, Now: func() time.Time { return now }}
+	return Config{Host: host, LeaseAge: 30 * time.Second, MinLive: min, Timeout: time.Minute, Interval: time.Millisecond, Now: func() time.Time { return now }, Log: quiet}
 }
 
 // A gracefully stopped apiserver deletes its Lease: the hosts the caller
 // expects (those recording trust) are missing then, not forgotten.
 func TestCheckExpected(t *testing.T) {
-	leases := fake.NewClientset(lease("a1", "m1", time.Second), lease("a2", "m2", time.Second), lease("a4", "m4", 3*time.Hour)).CoordinationV1().Leases(Namespace)
+	leases := fake.NewClientset(lease("a1", "m1", time.Second), lease("a2", "m2", time.Second), lease("a4", "m4", 3*time.Hour)).CoordinationV1().Leases(Namespace).List
 	c := cfg("m1.example.com", AllOthers)
 	c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com", "m4.example.com"}
 	s, err := Check(context.Background(), leases, c)
@@ -100,7 +103,7 @@ func TestCheck(t *testing.T) {
 			for _, l := range tt.leases {
 				objs = append(objs, l)
 			}
-			leases := fake.NewClientset(objs...).CoordinationV1().Leases(Namespace)
+			leases := fake.NewClientset(objs...).CoordinationV1().Leases(Namespace).List
 			s, err := Check(context.Background(), leases, cfg(tt.host, tt.min))
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +126,7 @@ func TestCheckSelectsIdentityLeases(t *testing.T) {
 		sel.Store(a.(k8stesting.ListAction).GetListRestrictions().Labels.String())
 		return false, nil, nil
 	})
-	if _, err := Check(context.Background(), c.CoordinationV1().Leases(Namespace), cfg("m1", AllOthers)); err != nil {
+	if _, err := Check(context.Background(), c.CoordinationV1().Leases(Namespace).List, cfg("m1", AllOthers)); err != nil {
 		t.Fatal(err)
 	}
 	if got := sel.Load(); got != Selector {
@@ -144,7 +147,7 @@ func TestCheckErrors(t *testing.T) {
 	} {
 		c := fake.NewClientset()
 		c.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.err })
-		_, err := Check(context.Background(), c.CoordinationV1().Leases(Namespace), cfg("m1", AllOthers))
+		_, err := Check(context.Background(), c.CoordinationV1().Leases(Namespace).List, cfg("m1", AllOthers))
 		if !errors.Is(err, tt.want) {
 			t.Errorf("%v: got %v, want %v", tt.err, err, tt.want)
 		}
@@ -163,7 +166,7 @@ func TestWaitUntilLive(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	s, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace), cfg("m1", AllOthers))
+	s, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace).List, cfg("m1", AllOthers))
 	if err != nil || !s.OK() || strings.Join(s.Live, ",") != "m2,m3" {
 		t.Fatalf("Wait = %v, %v", s, err)
 	}
@@ -177,7 +180,7 @@ func TestWaitDegraded(t *testing.T) {
 	c := fake.NewClientset(lease("a2", "m2", time.Second), lease("a3", "m3", 45*time.Second))
 	conf := cfg("m1", AllOthers)
 	conf.Timeout = 20 * time.Millisecond
-	_, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace), conf)
+	_, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace).List, conf)
 	var de *DegradedError
 	if !errors.As(err, &de) {
 		t.Fatalf("Wait = %v, want a DegradedError", err)
@@ -198,14 +201,8 @@ func TestWaitUnavailable(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if _, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace), cfg("m1", AllOthers)); !errors.Is(err, ErrUnavailable) {
+	if _, err := Wait(context.Background(), c.CoordinationV1().Leases(Namespace).List, cfg("m1", AllOthers)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Wait = %v, want ErrUnavailable", err)
-	}
-}
-
-func TestRESTConfig(t *testing.T) {
-	if _, err := RESTConfig(t.TempDir()+"/missing", time.Second); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
-		t.Errorf("missing kubeconfig: %v", err)
 	}
 }
 
@@ -223,7 +220,7 @@ func TestCheckWaitingHostDoesNotRefuse(t *testing.T) {
 		for _, l := range items {
 			objs = append(objs, l)
 		}
-		leases := fake.NewClientset(objs...).CoordinationV1().Leases(Namespace)
+		leases := fake.NewClientset(objs...).CoordinationV1().Leases(Namespace).List
 		c := cfg("m1.example.com", AllOthers)
 		c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com"}
 		s, err := Check(context.Background(), leases, c)
@@ -248,7 +245,7 @@ func TestCheckWaitingHostDoesNotRefuse(t *testing.T) {
 // A master forget-host removed left its Lease behind (up to SeenWithin):
 // it is no member that must be live, and LiveAs names a live host only.
 func TestCheckGoneHostNotCounted(t *testing.T) {
-	leases := fake.NewClientset(lease("a2", "m2", time.Second), lease("a3", "m3", 5*time.Minute)).CoordinationV1().Leases(Namespace)
+	leases := fake.NewClientset(lease("a2", "m2", time.Second), lease("a3", "m3", 5*time.Minute)).CoordinationV1().Leases(Namespace).List
 	c := cfg("m1.example.com", AllOthers)
 	s, err := Check(context.Background(), leases, c)
 	if err != nil || s.OK() {
@@ -281,7 +278,7 @@ func TestWaitRefreshesWaiting(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	leases := cs.CoordinationV1().Leases(Namespace)
+	leases := cs.CoordinationV1().Leases(Namespace).List
 	c := cfg("m1.example.com", AllOthers)
 	c.Timeout = time.Hour
 	c.Expected = []string{"m1.example.com", "m2.example.com", "m3.example.com"}
@@ -300,3 +297,10 @@ func TestWaitRefreshesWaiting(t *testing.T) {
 		t.Errorf("%d refreshes, want 2", n)
 	}
 }
+
+// quiet is the logger of tests that do not read the log.
+var quiet = func() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}()

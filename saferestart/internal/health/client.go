@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -76,9 +77,7 @@ func newProber(cfg Config) (*prober, error) {
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
 	p := &prober{Config: cfg, target: u}
-	if p.Interval <= 0 {
-		p.Interval = defaultInterval
-	}
+	p.Interval = cmp.Or(p.Interval, defaultInterval)
 	p.requestTimeout = max(p.Interval, minRequestTimeout)
 	if p.TokenFile != "" {
 		if _, err := p.readToken(); err != nil {
@@ -135,12 +134,11 @@ func (p *prober) redact(s string) string {
 type outcome struct {
 	status int
 	text   string // "503 Service Unavailable: excerpt" or the transport error
-	err    bool
-	cause  error // the transport error, when there was no answer
+	cause  error  // no answer (the transport error), or no whole body
 	body   []byte
 }
 
-func (o outcome) ok() bool       { return !o.err && o.status == http.StatusOK }
+func (o outcome) ok() bool       { return o.cause == nil && o.status == http.StatusOK }
 func (o outcome) String() string { return o.text }
 
 // get fetches target. Failing to reach the server is an outcome (the
@@ -163,16 +161,15 @@ func (p *prober) get(ctx context.Context, target string, limit int64) (outcome, 
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return outcome{err: true, cause: err, text: p.redact(err.Error())}, nil
+		return outcome{cause: err, text: p.redact(err.Error())}, nil
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status)}
+	o := outcome{status: resp.StatusCode, body: body, text: p.redact(resp.Status), cause: err}
 	if ex := p.redact(excerpt(body)); ex != "" {
 		o.text += ": " + ex
 	}
 	if err != nil {
-		o.err = true
 		o.text += " (reading body: " + p.redact(err.Error()) + ")"
 	}
 	return o, nil
@@ -203,16 +200,13 @@ func keyIDs(files []string) (map[string]bool, error) {
 	var errs []error
 	for _, path := range files {
 		f, err := pemcheck.ReadFile(path)
+		var ids []string
 		if err == nil {
-			var ids []string
-			if ids, err = f.KeyIDs(); err == nil {
-				for _, id := range ids {
-					want[id] = true
-				}
-			}
+			ids, err = f.KeyIDs() // nil on error
 		}
-		if err != nil {
-			errs = append(errs, err)
+		errs = append(errs, err)
+		for _, id := range ids {
+			want[id] = true
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

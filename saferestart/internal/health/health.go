@@ -7,10 +7,8 @@ package health
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -47,7 +45,6 @@ func Probe(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer p.client.CloseIdleConnections()
 	out, err := p.get(ctx, p.target.String(), excerptReadLimit)
 	if err != nil {
 		return err
@@ -58,10 +55,14 @@ func Probe(ctx context.Context, cfg Config) error {
 // refused is an answer no restart fixes: a certificate the gate does not
 // trust (ErrTLS), 401 or 403 (ErrUnauthorized); nil for any other.
 func (p *prober) refused(out outcome) error {
-	switch {
-	case certError(out.cause):
+	// The TLS client wraps every failure to verify the server's
+	// certificate (unknown CA, wrong host, expired) in this type: the
+	// gate's CA or the URL's host is wrong. A refused or reset connection
+	// is not one: the apiserver is restarting.
+	if _, bad := errors.AsType[*tls.CertificateVerificationError](out.cause); bad {
 		return fmt.Errorf("%w: %s: %s", ErrTLS, p.target.Redacted(), out)
-	case out.status == http.StatusUnauthorized || out.status == http.StatusForbidden:
+	}
+	if out.status == http.StatusUnauthorized || out.status == http.StatusForbidden {
 		return fmt.Errorf("%w: %s answered %s", ErrUnauthorized, p.target.Redacted(), out)
 	}
 	return nil
@@ -93,24 +94,8 @@ func Validate(cfg Config) error {
 	if cfg.URL == "" {
 		return nil
 	}
-	_, err := newProber(cfg) // no request made: no connection to close
+	_, err := newProber(cfg)
 	return err
-}
-
-// certError reports a server certificate the client does not accept: the
-// gate's CA (or the URL's host) is wrong, which no restart fixes. A
-// refused or reset connection is not one: the apiserver is restarting.
-func certError(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		unknownCA *x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify)
 }
 
 // Wait blocks until the apiserver at cfg.URL is ready and settled (and, if
@@ -124,16 +109,10 @@ func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.URL == "" {
 		return nil
 	}
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
-	}
 	p, err := newProber(cfg)
 	if err != nil {
 		return err
 	}
-	defer p.client.CloseIdleConnections()
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
@@ -156,10 +135,10 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 	log.WithFields(logrus.Fields{"settle": p.Settle, "interval": p.Interval, "timeout": p.Timeout}).
 		Info("waiting for kube-apiserver to become ready")
 	var (
-		okSince time.Time
-		okCount int
-		probes  int
-		last    *outcome
+		okSince  time.Time
+		settling bool // answered 200 since okSince
+		probes   int
+		last     *outcome
 	)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -170,7 +149,7 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 			if last != nil {
 				desc = last.String()
 			}
-			if okCount > 0 {
+			if settling {
 				desc += fmt.Sprintf(", but only for %s of the %s settle time",
 					time.Since(okSince).Round(time.Millisecond), p.Settle)
 			}
@@ -196,34 +175,22 @@ func (p *prober) waitReady(ctx context.Context, log logrus.FieldLogger) error {
 		probes++
 		now := time.Now()
 		entry := log.WithFields(logrus.Fields{"probe": probes, "status": out.String()})
-		logged := false
 		switch {
-		case out.ok():
-			if okCount == 0 {
-				okSince = now
-				entry.Info("kube-apiserver answered 200; settling")
-				logged = true
-			}
-			okCount++
-			if okCount >= 2 && now.Sub(okSince) >= p.Settle {
-				entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
-				return nil
-			}
+		case out.ok() && !settling:
+			okSince = now
+			entry.Info("kube-apiserver answered 200; settling")
+		case out.ok() && now.Sub(okSince) >= p.Settle: // the second 200 at least
+			entry.WithField("settled", now.Sub(okSince).Round(time.Millisecond)).Info("kube-apiserver ready")
+			return nil
+		case !out.ok() && settling:
+			entry.Warn("kube-apiserver stopped answering 200 while settling; starting over")
+		case !out.ok() && (last == nil || last.String() != out.String()):
+			// Log changes at info, repeats at debug, to keep the log short.
+			entry.Info("kube-apiserver not ready")
 		default:
-			switch {
-			case okCount > 0:
-				entry.Warn("kube-apiserver stopped answering 200 while settling; starting over")
-				logged = true
-			case last == nil || last.String() != out.String():
-				// Log changes at info, repeats at debug, to keep the log short.
-				entry.Info("kube-apiserver not ready")
-				logged = true
-			}
-			okCount = 0
-		}
-		if !logged {
 			entry.Debug("readiness probe")
 		}
+		settling = out.ok()
 		last = &out
 		timer.Reset(p.Interval)
 	}

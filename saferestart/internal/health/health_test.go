@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -148,7 +149,7 @@ func TestNon200ResetsSettle(t *testing.T) {
 		}
 		w.Write([]byte("ok"))
 	}, nil)
-	if err := Wait(context.Background(), s.config(), nil); err != nil {
+	if err := Wait(context.Background(), s.config(), quiet); err != nil {
 		t.Fatal(err)
 	}
 	returned := time.Now()
@@ -170,7 +171,7 @@ func TestUnauthorizedReturnsAtOnce(t *testing.T) {
 				n.Add(1)
 				http.Error(w, `forbidden: User "system:anonymous" cannot get path "/readyz"`, code)
 			}, nil)
-			err := Wait(context.Background(), s.config(), nil)
+			err := Wait(context.Background(), s.config(), quiet)
 			if !errors.Is(err, ErrUnauthorized) {
 				t.Fatalf("err = %v, want ErrUnauthorized", err)
 			}
@@ -190,7 +191,7 @@ func TestTimeout(t *testing.T) {
 	}, nil)
 	cfg := s.config()
 	cfg.Timeout = 100 * time.Millisecond
-	err := Wait(context.Background(), cfg, nil)
+	err := Wait(context.Background(), cfg, quiet)
 	if !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want ErrNotReady and DeadlineExceeded", err)
 	}
@@ -208,7 +209,7 @@ func TestTimeoutWhileSettling(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }, nil)
 	cfg := s.config()
 	cfg.Settle, cfg.Timeout = time.Hour, 100*time.Millisecond
-	err := Wait(context.Background(), cfg, nil)
+	err := Wait(context.Background(), cfg, quiet)
 	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "settle time") {
 		t.Fatalf("err = %v, want ErrNotReady explaining the settle", err)
 	}
@@ -231,7 +232,7 @@ func TestBearerTokenSentAndNeverShown(t *testing.T) {
 		}, nil)
 		cfg := s.config()
 		cfg.TokenFile = tokenFile
-		if err := Wait(context.Background(), cfg, nil); err != nil {
+		if err := Wait(context.Background(), cfg, quiet); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -282,7 +283,7 @@ func TestTokenReadFresh(t *testing.T) {
 	}, nil)
 	cfg := s.config()
 	cfg.TokenFile = tokenFile
-	done := waitAsync(context.Background(), cfg, nil)
+	done := waitAsync(context.Background(), cfg, quiet)
 	await(t, sawOld, "a probe with the old token")
 	writeFile(t, tokenFile, []byte("new-token\n"))
 	if err := await(t, done, "Wait"); err != nil {
@@ -303,12 +304,12 @@ func TestClientCertificate(t *testing.T) {
 
 	cfg := s.config()
 	cfg.Cert, cfg.Key = certFile, keyFile
-	if err := Wait(context.Background(), cfg, nil); err != nil {
+	if err := Wait(context.Background(), cfg, quiet); err != nil {
 		t.Fatalf("with client certificate: %v", err)
 	}
 	cfg = s.config()
 	cfg.Timeout = 100 * time.Millisecond
-	if err := Wait(context.Background(), cfg, nil); !errors.Is(err, ErrNotReady) {
+	if err := Wait(context.Background(), cfg, quiet); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("without client certificate: err = %v, want ErrNotReady", err)
 	}
 }
@@ -376,7 +377,7 @@ func TestJWKS(t *testing.T) {
 			s := newServer(t, tc.handler, nil)
 			cfg := s.config()
 			cfg.JWKSKeyFiles = tc.files
-			err := Wait(context.Background(), cfg, nil)
+			err := Wait(context.Background(), cfg, quiet)
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -420,12 +421,12 @@ func TestConfigErrorsAtOnce(t *testing.T) {
 			if err := Validate(cfg); !errors.Is(err, ErrConfig) {
 				t.Fatalf("Validate err = %v, want ErrConfig", err)
 			}
-			if err := Wait(ctx, cfg, nil); !errors.Is(err, ErrConfig) {
+			if err := Wait(ctx, cfg, quiet); !errors.Is(err, ErrConfig) {
 				t.Fatalf("err = %v, want ErrConfig", err)
 			}
 		})
 	}
-	if err := Wait(context.Background(), Config{}, nil); err != nil {
+	if err := Wait(context.Background(), Config{}, quiet); err != nil {
 		t.Errorf("gate off: %v", err)
 	}
 	if err := Validate(base); err != nil {
@@ -479,7 +480,7 @@ func TestWaitUntrustedCertificateAtOnce(t *testing.T) {
 	writeFile(t, cfg.CACert, etcdtest.NewCA(t, "other").PEM)
 	cfg.Timeout = time.Minute
 	start := time.Now()
-	err := Wait(context.Background(), cfg, nil)
+	err := Wait(context.Background(), cfg, quiet)
 	if !errors.Is(err, ErrTLS) {
 		t.Fatalf("err = %v, want ErrTLS", err)
 	}
@@ -487,3 +488,10 @@ func TestWaitUntrustedCertificateAtOnce(t *testing.T) {
 		t.Fatalf("took %s", d)
 	}
 }
+
+// quiet is the logger of tests that do not read the log.
+var quiet = func() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -60,7 +61,8 @@ func (p *prober) compareJWKS(u string, body []byte, log logrus.FieldLogger) erro
 	for _, k := range doc.Keys {
 		served[k.Kid] = true
 	}
-	missing, extra := diff(p.wantKIDs, served), diff(served, p.wantKIDs)
+	missing := slices.DeleteFunc(slices.Sorted(maps.Keys(p.wantKIDs)), func(k string) bool { return served[k] })
+	extra := slices.DeleteFunc(slices.Sorted(maps.Keys(served)), func(k string) bool { return p.wantKIDs[k] })
 	if len(missing) == 0 && len(extra) == 0 {
 		log.WithField("kids", len(served)).Info("kube-apiserver serves exactly the expected service-account keys")
 		return nil
@@ -74,16 +76,4 @@ func (p *prober) compareJWKS(u string, body []byte, log logrus.FieldLogger) erro
 	}
 	// Served kids are the server's text; scrub them like any body.
 	return fmt.Errorf("%w: %s: key IDs differ from the key files: %s", ErrJWKS, u, p.redact(strings.Join(parts, "; ")))
-}
-
-// diff returns the sorted members of a not in b.
-func diff(a, b map[string]bool) []string {
-	var out []string
-	for k := range a {
-		if !b[k] {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -95,8 +95,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	retry := time.Second
 	for {
 		err := w.reconcile(ctx, TriggerStart)
-		var refused *Refused
-		if errors.As(err, &refused) {
+		if _, refused := errors.AsType[*Refused](err); refused {
 			return err
 		}
 		if err == nil {
@@ -121,7 +120,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if w.Notify != nil {
 			w.Notify.Stopping()
 		}
-		w.withdraw()
+		if w.alive != nil {
+			if err := w.alive.Withdraw(); err != nil {
+				w.Log.WithError(err).Warn("alive record not removed")
+			}
+			w.Metrics.setAlive(false)
+		}
 	}()
 	for _, run := range w.Runners {
 		wg.Go(func() {
@@ -193,7 +197,7 @@ func (w *Watcher) filesDigest() string {
 // reconcile makes etcd hold the host's current keys and every tombstone
 // this master knows.
 func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
-	w.Metrics.reconcile(trigger)
+	w.Metrics.reconciles.WithLabelValues(trigger).Inc()
 	log := w.Log.WithField("trigger", trigger)
 	rctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
 	defer cancel()
@@ -250,7 +254,7 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 		}
 	}
 	w.Metrics.setKeys(current, len(res.Record.Superseded), len(res.Record.Retired))
-	w.Metrics.ok(time.Now())
+	w.Metrics.lastOK.Set(float64(time.Now().Unix()))
 	if restored != nil {
 		log.WithField("keys", keystate.KIDs(res.Items)).Info("etcd restore handled: this host's keys and every tombstone seen are in etcd")
 	}
@@ -417,11 +421,9 @@ func (w *Watcher) loadTombstones() {
 	w.tombs = t
 }
 
-// remember adds tombstones seen and reports whether any was new.
-func (w *Watcher) remember(host string, more map[string]time.Time) bool {
-	changed := w.tombs.add(host, more)
-	w.unsaved = w.unsaved || changed
-	return changed
+// remember adds tombstones seen; a new one is unsaved.
+func (w *Watcher) remember(host string, more map[string]time.Time) {
+	w.unsaved = w.tombs.add(host, more) || w.unsaved
 }
 
 // saveTombstones writes the tombstone file when it changed. A failure is
@@ -460,17 +462,6 @@ func (w *Watcher) announce(ctx context.Context) {
 	w.alive = a
 	w.Metrics.setAlive(true)
 	w.Log.WithField("key", a.Key()).WithField("ttl", w.TTL).Info("alive record written")
-}
-
-func (w *Watcher) withdraw() {
-	if w.alive == nil {
-		return
-	}
-	if err := w.alive.Withdraw(); err != nil {
-		w.Log.WithError(err).Warn("alive record not removed")
-	}
-	w.alive = nil
-	w.Metrics.setAlive(false)
 }
 
 // watch wakes the loop when etcd's copy changes: this host's value, or any

@@ -1,12 +1,11 @@
 package keywatch
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/keysync/confd/internal/etcdrestore"
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Repair reasons: why a reconcile wrote what it wrote. Each is a value of
@@ -112,8 +111,6 @@ func counterVec(name, label string, values []string, help string) *prometheus.Co
 
 func (m *Metrics) repair(reason string) { m.repairs.WithLabelValues(reason).Inc() }
 
-func (m *Metrics) reconcile(trigger string) { m.reconciles.WithLabelValues(trigger).Inc() }
-
 // SampleFailed counts a failed stale-token sample (the sampler runs
 // beside the loop, as one of its Runners).
 func (m *Metrics) SampleFailed() { m.fail(ErrStaleTokens) }
@@ -132,12 +129,4 @@ func (m *Metrics) setKeys(current, superseded, retired int) {
 	m.keys.WithLabelValues("retired").Set(float64(retired))
 }
 
-func (m *Metrics) setAlive(up bool) {
-	v := 0.0
-	if up {
-		v = 1
-	}
-	m.alive.Set(v)
-}
-
-func (m *Metrics) ok(at time.Time) { m.lastOK.Set(float64(at.Unix())) }
+func (m *Metrics) setAlive(up bool) { m.alive.Set(promserve.Bool(up)) }

@@ -22,11 +22,6 @@ const TombstonesFile = "tombstones.json"
 // key may be compromised. Public key IDs only.
 type tombstones map[string]map[string]time.Time
 
-type tombstonesJSON struct {
-	// Hosts: host -> key ID -> when it was retired.
-	Hosts tombstones `json:"hosts"`
-}
-
 // readTombstones reads path; a missing file is an empty set.
 func readTombstones(path string) (tombstones, error) {
 	data, err := os.ReadFile(path)
@@ -36,7 +31,9 @@ func readTombstones(path string) (tombstones, error) {
 	if err != nil {
 		return tombstones{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	var f tombstonesJSON
+	var f struct {
+		Hosts tombstones `json:"hosts"`
+	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		return tombstones{}, fmt.Errorf("%s is not a tombstone file (%v): it is rewritten from etcd's tombstones; remove it if that fails too", path, err)
 	}
@@ -51,7 +48,7 @@ func (t tombstones) write(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("state directory %s: %w", filepath.Dir(path), err)
 	}
-	data, err := json.MarshalIndent(tombstonesJSON{Hosts: t}, "", "  ")
+	data, err := json.MarshalIndent(map[string]tombstones{"hosts": t}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ package tokenprobe
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/keysync/confd/internal/promserve"
 )
 
 // Defaults of the publisher's flags.
@@ -149,17 +152,9 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Host == "" {
 		return nil, errors.New("token probe: no host name (--host)")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
+	cfg.Interval, cfg.Timeout = cmp.Or(cfg.Interval, DefaultInterval), cmp.Or(cfg.Timeout, DefaultTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = logrus.StandardLogger()
 	}
 	ns, name, err := ParseServiceAccount(cfg.ServiceAccount)
 	if err != nil {
@@ -263,11 +258,7 @@ func (p *Prober) Once(ctx context.Context) {
 			if p.outcome(ctx, ErrReview+" "+tg.Host, "presenting the token to "+tg.Host, err) {
 				return
 			}
-			v := 0.0
-			if ok {
-				v = 1
-			}
-			p.accepted.WithLabelValues(p.cfg.Host, tg.Host).Set(v)
+			p.accepted.WithLabelValues(p.cfg.Host, tg.Host).Set(promserve.Bool(ok))
 			p.timestamp.WithLabelValues(p.cfg.Host, tg.Host).Set(float64(p.cfg.Now().UnixNano()) / 1e9)
 		})
 	}
@@ -329,11 +320,7 @@ func (p *Prober) forgetVanished(targets []Target) {
 // token asks this host's apiserver for a token for the probe service
 // account. The token is returned and never put in an error.
 func (p *Prober) token(ctx context.Context) (string, error) {
-	exp := int64(ExpirationSeconds)
-	body, _ := json.Marshal(authenticationv1.TokenRequest{
-		TypeMeta: metav1.TypeMeta{APIVersion: "authentication.k8s.io/v1", Kind: "TokenRequest"},
-		Spec:     authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp},
-	})
+	body := fmt.Appendf(nil, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":%d}}`, ExpirationSeconds)
 	u := p.server + "/api/v1/namespaces/" + url.PathEscape(p.namespace) + "/serviceaccounts/" + url.PathEscape(p.name) + "/token"
 	resp, data, err := p.call(ctx, p.api, http.MethodPost, u, body, "", 1<<20)
 	if err != nil {
@@ -401,8 +388,11 @@ func (p *Prober) call(ctx context.Context, c *http.Client, method, u string, bod
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err // url.Error quotes the method and URL, named here already
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, u, unwrapURL(err))
+		return nil, nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
@@ -410,24 +400,6 @@ func (p *Prober) call(ctx context.Context, c *http.Client, method, u string, bod
 		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
 	}
 	return resp, data, nil
-}
-
-// endpointSlices is the part of an EndpointSliceList the probe reads
-// (decoded here rather than through discovery/v1's types, which would
-// link core/v1 into the helper).
-type endpointSlices struct {
-	Items []struct {
-		Ports []struct {
-			Name *string `json:"name"`
-			Port *int32  `json:"port"`
-		} `json:"ports"`
-		Endpoints []struct {
-			Addresses  []string `json:"addresses"`
-			Conditions struct {
-				Ready *bool `json:"ready"`
-			} `json:"conditions"`
-		} `json:"endpoints"`
-	} `json:"items"`
 }
 
 // endpoints reads the kubernetes Service's EndpointSlices from this
@@ -443,7 +415,23 @@ func (p *Prober) endpoints(ctx context.Context) ([]Target, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s%s (the kubeconfig's identity needs list on endpointslices in default, or set --token-probe-apiservers)", u, resp.Status, statusMessage(data))
 	}
-	var list endpointSlices
+	// The part of an EndpointSliceList the probe reads (decoded here
+	// rather than through discovery/v1's types, which would link core/v1
+	// into the helper).
+	var list struct {
+		Items []struct {
+			Ports []struct {
+				Name *string `json:"name"`
+				Port *int32  `json:"port"`
+			} `json:"ports"`
+			Endpoints []struct {
+				Addresses  []string `json:"addresses"`
+				Conditions struct {
+					Ready *bool `json:"ready"`
+				} `json:"conditions"`
+			} `json:"endpoints"`
+		} `json:"items"`
+	}
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fmt.Errorf("GET %s: no EndpointSliceList: %w", u, err)
 	}
@@ -491,14 +479,4 @@ func statusMessage(data []byte) string {
 		m = m[:300] + "..."
 	}
 	return ": " + m
-}
-
-// unwrapURL drops url.Error's quoting of the method and URL, which the
-// caller already names.
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
