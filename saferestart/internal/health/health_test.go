@@ -190,12 +190,15 @@ func TestTimeout(t *testing.T) {
 		http.Error(w, "[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\nreadyz check failed", http.StatusServiceUnavailable)
 	}, nil)
 	cfg := s.config()
-	cfg.Timeout = 100 * time.Millisecond
+	// The assertions need the body of at least one answer: a timeout of
+	// 1 s leaves room for the first TLS handshake on a loaded 2-core
+	// machine (100 ms did not, under -race beside other suites).
+	cfg.Timeout = time.Second
 	err := Wait(context.Background(), cfg, quiet)
 	if !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want ErrNotReady and DeadlineExceeded", err)
 	}
-	for _, s := range []string{"within 100ms", "503 Service Unavailable: [-]etcd failed: reason withheld", "/readyz"} {
+	for _, s := range []string{"within 1s", "503 Service Unavailable: [-]etcd failed: reason withheld", "/readyz"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
@@ -208,7 +211,7 @@ func TestTimeout(t *testing.T) {
 func TestTimeoutWhileSettling(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }, nil)
 	cfg := s.config()
-	cfg.Settle, cfg.Timeout = time.Hour, 100*time.Millisecond
+	cfg.Settle, cfg.Timeout = time.Hour, time.Second
 	err := Wait(context.Background(), cfg, quiet)
 	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "settle time") {
 		t.Fatalf("err = %v, want ErrNotReady explaining the settle", err)
@@ -248,7 +251,7 @@ func TestBearerTokenSentAndNeverShown(t *testing.T) {
 			s := newServer(t, echo(code), nil)
 			cfg := s.config()
 			cfg.TokenFile = tokenFile
-			cfg.Timeout = 100 * time.Millisecond
+			cfg.Timeout = time.Second
 			log, buf := captureLog()
 			err := Wait(context.Background(), cfg, log)
 			if err == nil {
