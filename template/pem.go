@@ -179,14 +179,11 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // are one key) and sorted by key ID, so the result depends only on the set
 // of keys published.
 //
-// A certificate authority's key in a value (pemcheck.CAs: `cat leaf.crt
-// ca.crt` published as one value) is dropped and the rest of the value
-// kept: kube-apiserver trusts every key in the bundle, so the CA's key there
-// would let whoever holds the CA's private key mint tokens every apiserver
-// accepts. The drop is told to the render's Options.Warn (confd logs it);
-// kube-apiserver-sa-signer, which reads the same values, logs it too, and
-// publish-key refuses such a file. A value left with no key is an error,
-// as a value with nothing but a private key is.
+// A certificate authority's key in a value (`cat leaf.crt ca.crt`) is
+// dropped (pemcheck's PublishedKeys, as kube-apiserver-sa-signer does) and
+// told to the render's Options.Warn (confd logs it); publish-key refuses
+// such a file. A value left with no key is an error, as a value with
+// nothing but a private key is.
 //
 // The template function is bound to its render's warn (funcMap); warn may be nil.
 func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
@@ -233,28 +230,24 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 			errs = append(errs, err)
 			continue
 		}
-		ca, err := caBlocks(f)
+		blocks, dropped, err := f.PublishedKeys()
+		for _, ca := range dropped {
+			if warn != nil {
+				warn(fmt.Sprintf("publicKeys: %s %s: a certificate authority's key (%s): left out of the render, since every apiserver would trust tokens its holder signs; publish the leaf certificate alone", n.name, ca.Block, ca.Reason))
+			}
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, b := range f.Blocks {
-			if reason, ok := ca[b.Index]; ok {
-				if warn != nil {
-					warn(fmt.Sprintf("publicKeys: %s %s: a certificate authority's key (%s): left out of the render, since every apiserver would trust tokens its holder signs; publish the leaf certificate alone", n.name, b, reason))
-				}
-				continue
-			}
-			// A certificate counts as its public key: kube-apiserver takes
-			// certificates in --service-account-key-file and trusts exactly
-			// their key (neither name nor expiry means anything there), and
-			// PKIs that renew a master's certificate publish it, not the key.
+		// A certificate counts as its public key: kube-apiserver takes
+		// certificates in --service-account-key-file and trusts exactly
+		// their key (neither name nor expiry means anything there), and
+		// PKIs that renew a master's certificate publish it, not the key.
+		for _, b := range blocks {
 			p, err := normalizeBlock(n.name, b)
 			if err != nil {
 				errs = append(errs, err)
-				continue
-			}
-			if p == nil {
 				continue
 			}
 			id, err := pemcheck.KeyID(b.Public)
@@ -283,30 +276,6 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out, nil
-}
-
-// caBlocks returns the indexes of f's blocks that hold a certificate
-// authority's key, to drop, and an error when nothing else would be left.
-// A private key is never in the set: it stays an error of its own, never
-// dropped in silence.
-func caBlocks(f *pemcheck.File) (map[int]string, error) {
-	cas := f.CAs()
-	if len(cas) == 0 {
-		return nil, nil
-	}
-	out := map[int]string{}
-	for _, ca := range cas {
-		if ca.Block.Kind != pemcheck.PrivateKey {
-			out[ca.Block.Index] = ca.Reason
-		}
-	}
-	for _, b := range f.Blocks {
-		if _, isCA := out[b.Index]; b.Public != nil && !isCA {
-			return out, nil
-		}
-	}
-	ca := cas[0]
-	return nil, blockErr(f.Name, ca.Block, fmt.Errorf("%w: %s, and the value holds no other key", pemcheck.ErrCA, ca.Reason))
 }
 
 // oneLine is an error (errors.Join's) on one line: a render error ends up
