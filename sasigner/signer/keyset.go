@@ -184,6 +184,13 @@ func (ks *KeySet) Hosts() map[string][]Key {
 	return maps.Clone(ks.hosts)
 }
 
+// Host returns host's published keys, shared: they are never modified.
+func (ks *KeySet) Host(host string) []Key {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.hosts[host]
+}
+
 // Restore seeds a new set from a cache: the hosts' keys, and the time the
 // cached set of IDs was current, kept if the set built now has the same IDs
 // (a restart changes nothing the apiserver sees).
