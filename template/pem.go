@@ -51,20 +51,9 @@ func pemFuncs() map[string]any {
 	}
 }
 
-// parseValue names the value "value" in errors; callers that know the
-// key pass it instead.
-func parseValue(name, value string) ([]pemcheck.Block, error) {
-	f, err := pemcheck.Parse(name, []byte(value))
-	if err != nil {
-		return nil, err
-	}
-	return f.Blocks, nil
-}
-
 // pemBlocks returns the blocks of a PEM value in order.
 func pemBlocks(value string) ([]PEMBlock, error) {
-	const name = "value"
-	blocks, err := parseValue(name, value)
+	blocks, name, err := blocksOf("pemBlocks", value)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +62,7 @@ func pemBlocks(value string) ([]PEMBlock, error) {
 		pb := PEMBlock{Type: b.Type, Kind: b.Kind.String(), source: name, block: b}
 		if b.Kind != pemcheck.ECParameters {
 			if pb.Bytes, err = b.DER(); err != nil {
-				return nil, blockErr(name, b, err)
+				return nil, pemcheck.BlockError(name, &b, err)
 			}
 		}
 		out = append(out, pb)
@@ -81,29 +70,30 @@ func pemBlocks(value string) ([]PEMBlock, error) {
 	return out, nil
 }
 
-func blockErr(name string, b pemcheck.Block, err error) error {
-	return &pemcheck.Error{File: name, Block: b.Index, Line: b.Line, Type: b.Type, Err: err}
-}
-
 // blocksOf accepts what a template may hold: a PEM string, one block from
 // pemBlocks, or a key from publicKeys.
+// A value is named "value" in errors, a pair by its key.
 func blocksOf(fn string, v any) ([]pemcheck.Block, string, error) {
+	var name, value string
 	switch x := v.(type) {
-	case string:
-		bs, err := parseValue("value", x)
-		return bs, "value", err
 	case PEMBlock:
 		return []pemcheck.Block{x.block}, x.source, nil
 	case *PEMBlock:
 		return []pemcheck.Block{x.block}, x.source, nil
+	case string:
+		name, value = "value", x
 	case PublicKey:
-		bs, err := parseValue("key "+x.KeyID, x.PEM)
-		return bs, "key " + x.KeyID, err
+		name, value = "key "+x.KeyID, x.PEM
 	case memkv.KVPair:
-		bs, err := parseValue(x.Key, x.Value)
-		return bs, x.Key, err
+		name, value = x.Key, x.Value
+	default:
+		return nil, "", fmt.Errorf("%s: cannot read PEM from a %T", fn, v)
 	}
-	return nil, "", fmt.Errorf("%s: cannot read PEM from a %T", fn, v)
+	f, err := pemcheck.Parse(name, []byte(value))
+	if err != nil {
+		return nil, name, err
+	}
+	return f.Blocks, name, nil
 }
 
 // keyID returns the key ID kube-apiserver gives the key in v (a public key,
@@ -121,7 +111,7 @@ func keyID(v any) (string, error) {
 		}
 		kid, err := pemcheck.KeyID(b.Public)
 		if err != nil {
-			return "", blockErr(name, b, err)
+			return "", pemcheck.BlockError(name, &b, err)
 		}
 		if id != "" && kid != id {
 			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, id, kid)
@@ -160,14 +150,14 @@ func pemNormalize(v any) (string, error) {
 // normalizeBlock returns nil for blocks that carry no key (EC PARAMETERS).
 func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 	if b.Kind == pemcheck.PrivateKey {
-		return nil, blockErr(name, b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
+		return nil, pemcheck.BlockError(name, &b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
 	}
 	if b.Public == nil {
 		return nil, nil
 	}
 	p, err := pemcheck.PublicPEM(b.Public)
 	if err != nil {
-		return nil, blockErr(name, b, err)
+		return nil, pemcheck.BlockError(name, &b, err)
 	}
 	return p, nil
 }
@@ -252,7 +242,7 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 			}
 			id, err := pemcheck.KeyID(b.Public)
 			if err != nil {
-				errs = append(errs, blockErr(n.name, b, err))
+				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
 				continue
 			}
 			k, ok := byID[id]

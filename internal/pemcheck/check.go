@@ -62,27 +62,27 @@ func (f *File) Check(opts Options) error {
 		if b.Kind&allow == 0 {
 			switch {
 			case b.Kind == PrivateKey && opts.ForbidPrivate:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
 			case b.Kind == PrivateKey:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: want %s", ErrPrivateKey, allow&keyOrCert)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: want %s", ErrPrivateKey, allow&keyOrCert)))
 			default:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: %s, want %s", ErrKind, b.Kind, allow&keyOrCert)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: %s, want %s", ErrKind, b.Kind, allow&keyOrCert)))
 			}
 			continue
 		}
 		if b.Cert != nil {
 			if err := validAt(b.Cert, now); err != nil {
-				errs = append(errs, blockError(f.Name, b, err))
+				errs = append(errs, BlockError(f.Name, b, err))
 			}
 		}
 		if opts.Validate != nil {
 			if err := opts.Validate(*b); err != nil {
-				errs = append(errs, blockError(f.Name, b, err))
+				errs = append(errs, BlockError(f.Name, b, err))
 				continue
 			}
 		}
 		if opts.APIServerSAKeys && !loadedAt(f.apiserverKeys, b) {
-			errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
+			errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
 		}
 	}
 	if opts.ForbidCA {
@@ -146,7 +146,7 @@ func MatchPair(certs, keys *File) error {
 		return &Error{File: keys.Name, Err: fmt.Errorf("%w: no private key", ErrMissingKind)}
 	}
 	if err := MatchKey(leaf.Cert, key.Private); err != nil {
-		return blockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w", keys.Name, key, err))
+		return BlockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w", keys.Name, key, err))
 	}
 	return nil
 }

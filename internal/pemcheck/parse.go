@@ -164,7 +164,7 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		b := Block{Index: index, Line: line, Type: p.Type}
 		if err := parseBlock(&b, p); err != nil {
-			errs = append(errs, blockError(name, &b, err))
+			errs = append(errs, BlockError(name, &b, err))
 		} else {
 			f.Blocks = append(f.Blocks, b)
 		}
