@@ -104,24 +104,19 @@ func keyID(v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	id := ""
-	for _, b := range blocks {
-		if b.Public == nil {
-			continue
-		}
-		kid, err := pemcheck.KeyID(b.Public)
-		if err != nil {
-			return "", pemcheck.BlockError(name, &b, err)
-		}
-		if id != "" && kid != id {
-			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, id, kid)
-		}
-		id = kid
+	ids, err := (&pemcheck.File{Name: name, Blocks: blocks}).KeyIDs()
+	if err != nil {
+		return "", err
 	}
-	if id == "" {
+	if len(ids) == 0 {
 		return "", fmt.Errorf("keyID: %s: %w", name, pemcheck.ErrNoKey)
 	}
-	return id, nil
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, ids[0], id)
+		}
+	}
+	return ids[0], nil
 }
 
 // pemNormalize re-encodes every public key in v canonically (PKIX
