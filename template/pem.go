@@ -130,9 +130,15 @@ func pemNormalize(v any) (string, error) {
 	}
 	var out []byte
 	for _, b := range blocks {
-		p, err := normalizeBlock(name, b)
+		if b.Kind == pemcheck.PrivateKey {
+			return "", pemcheck.BlockError(name, &b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
+		}
+		if b.Public == nil {
+			continue // EC PARAMETERS
+		}
+		p, err := pemcheck.PublicPEM(b.Public)
 		if err != nil {
-			return "", err
+			return "", pemcheck.BlockError(name, &b, err)
 		}
 		out = append(out, p...)
 	}
@@ -140,21 +146,6 @@ func pemNormalize(v any) (string, error) {
 		return "", fmt.Errorf("pemNormalize: %s: %w", name, pemcheck.ErrNoKey)
 	}
 	return string(out), nil
-}
-
-// normalizeBlock returns nil for blocks that carry no key (EC PARAMETERS).
-func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
-	if b.Kind == pemcheck.PrivateKey {
-		return nil, pemcheck.BlockError(name, &b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
-	}
-	if b.Public == nil {
-		return nil, nil
-	}
-	p, err := pemcheck.PublicPEM(b.Public)
-	if err != nil {
-		return nil, pemcheck.BlockError(name, &b, err)
-	}
-	return p, nil
 }
 
 // publicKeys collects the public keys of every value given (strings, lists
@@ -230,9 +221,9 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 		// their key (neither name nor expiry means anything there), and
 		// PKIs that renew a master's certificate publish it, not the key.
 		for _, b := range blocks {
-			p, err := normalizeBlock(n.name, b)
+			p, err := pemcheck.PublicPEM(b.Public)
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
 				continue
 			}
 			id, err := pemcheck.KeyID(b.Public)
