@@ -1,6 +1,7 @@
 package pemcheck
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -43,10 +44,7 @@ func (f *File) Check(opts Options) error {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	allow := opts.Allow
-	if allow == 0 {
-		allow = keyOrCert
-	}
+	allow := cmp.Or(opts.Allow, keyOrCert)
 	if opts.ForbidPrivate {
 		allow &^= PrivateKey
 	}

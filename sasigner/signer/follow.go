@@ -16,6 +16,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/etcdrestore"
+	"github.com/keysync/confd/internal/pemcheck"
 )
 
 // Follower keeps a KeySet's published keys current from one etcd prefix:
@@ -291,7 +292,7 @@ func (f *Follower) accept(host, key string, value []byte, rev int64, prev []Key)
 	// refuse the tokens it signed; retire it instead.
 	for _, k := range keys {
 		pub, _ := x509.ParsePKIXPublicKey(k.DER)
-		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 && !f.weak[k.ID] {
+		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < pemcheck.MinRSABits && !f.weak[k.ID] {
 			f.weak[k.ID] = true
 			f.Metrics.weakKeys.Inc()
 			f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).

@@ -77,7 +77,7 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	case *rsa.PrivateKey:
 		// kube-apiserver refuses shorter RSA keys nowhere, but a 1024-bit key
 		// would sign tokens anyone could forge: refuse what Go refuses too.
-		if p.N.BitLen() < 2048 {
+		if p.N.BitLen() < pemcheck.MinRSABits {
 			return nil, fmt.Errorf("RSA key of %d bits: want at least 2048", p.N.BitLen())
 		}
 		k.signer, k.Alg, k.hash = p, "RS256", crypto.SHA256
