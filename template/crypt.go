@@ -80,45 +80,36 @@ func cryptFuncs(b *binding) texttemplate.FuncMap {
 		}
 		return p, nil
 	}
+	// On an error text/template drops the result, so a half-decrypted
+	// list is never seen.
 	return texttemplate.FuncMap{
 		"cget": func(key string) (memkv.KVPair, error) {
 			kv, err := b.store.Get(key)
-			if err != nil {
-				return kv, err
+			if err == nil {
+				kv.Value, err = dec("cget", kv.Key, kv.Value)
 			}
-			kv.Value, err = dec("cget", kv.Key, kv.Value)
 			return kv, err
 		},
 		"cgets": func(pattern string) (memkv.KVPairs, error) {
 			kvs, err := b.store.GetAll(pattern)
-			if err != nil {
-				return kvs, err
+			for i := 0; i < len(kvs) && err == nil; i++ {
+				kvs[i].Value, err = dec("cgets", kvs[i].Key, kvs[i].Value)
 			}
-			for i := range kvs {
-				if kvs[i].Value, err = dec("cgets", kvs[i].Key, kvs[i].Value); err != nil {
-					return nil, err
-				}
-			}
-			return kvs, nil
+			return kvs, err
 		},
 		"cgetv": func(key string) (string, error) {
 			v, err := b.store.GetValue(key)
-			if err != nil {
-				return "", err
+			if err == nil {
+				v, err = dec("cgetv", key, v)
 			}
-			return dec("cgetv", key, v)
+			return v, err
 		},
 		"cgetvs": func(pattern string) ([]string, error) {
 			vs, err := b.store.GetAllValues(pattern)
-			if err != nil {
-				return vs, err
+			for i := 0; i < len(vs) && err == nil; i++ {
+				vs[i], err = dec("cgetvs", pattern, vs[i])
 			}
-			for i := range vs {
-				if vs[i], err = dec("cgetvs", pattern, vs[i]); err != nil {
-					return nil, err
-				}
-			}
-			return vs, nil
+			return vs, err
 		},
 	}
 }

@@ -51,20 +51,9 @@ func pemFuncs() map[string]any {
 	}
 }
 
-// parseValue names the value "value" in errors; callers that know the
-// key pass it instead.
-func parseValue(name, value string) ([]pemcheck.Block, error) {
-	f, err := pemcheck.Parse(name, []byte(value))
-	if err != nil {
-		return nil, err
-	}
-	return f.Blocks, nil
-}
-
 // pemBlocks returns the blocks of a PEM value in order.
 func pemBlocks(value string) ([]PEMBlock, error) {
-	const name = "value"
-	blocks, err := parseValue(name, value)
+	blocks, name, err := blocksOf("pemBlocks", value)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +62,7 @@ func pemBlocks(value string) ([]PEMBlock, error) {
 		pb := PEMBlock{Type: b.Type, Kind: b.Kind.String(), source: name, block: b}
 		if b.Kind != pemcheck.ECParameters {
 			if pb.Bytes, err = b.DER(); err != nil {
-				return nil, blockErr(name, b, err)
+				return nil, pemcheck.BlockError(name, &b, err)
 			}
 		}
 		out = append(out, pb)
@@ -81,29 +70,30 @@ func pemBlocks(value string) ([]PEMBlock, error) {
 	return out, nil
 }
 
-func blockErr(name string, b pemcheck.Block, err error) error {
-	return &pemcheck.Error{File: name, Block: b.Index, Line: b.Line, Type: b.Type, Err: err}
-}
-
 // blocksOf accepts what a template may hold: a PEM string, one block from
 // pemBlocks, or a key from publicKeys.
+// A value is named "value" in errors, a pair by its key.
 func blocksOf(fn string, v any) ([]pemcheck.Block, string, error) {
+	var name, value string
 	switch x := v.(type) {
-	case string:
-		bs, err := parseValue("value", x)
-		return bs, "value", err
 	case PEMBlock:
 		return []pemcheck.Block{x.block}, x.source, nil
 	case *PEMBlock:
 		return []pemcheck.Block{x.block}, x.source, nil
+	case string:
+		name, value = "value", x
 	case PublicKey:
-		bs, err := parseValue("key "+x.KeyID, x.PEM)
-		return bs, "key " + x.KeyID, err
+		name, value = "key "+x.KeyID, x.PEM
 	case memkv.KVPair:
-		bs, err := parseValue(x.Key, x.Value)
-		return bs, x.Key, err
+		name, value = x.Key, x.Value
+	default:
+		return nil, "", fmt.Errorf("%s: cannot read PEM from a %T", fn, v)
 	}
-	return nil, "", fmt.Errorf("%s: cannot read PEM from a %T", fn, v)
+	f, err := pemcheck.Parse(name, []byte(value))
+	if err != nil {
+		return nil, name, err
+	}
+	return f.Blocks, name, nil
 }
 
 // keyID returns the key ID kube-apiserver gives the key in v (a public key,
@@ -114,24 +104,19 @@ func keyID(v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	id := ""
-	for _, b := range blocks {
-		if b.Public == nil {
-			continue
-		}
-		kid, err := pemcheck.KeyID(b.Public)
-		if err != nil {
-			return "", blockErr(name, b, err)
-		}
-		if id != "" && kid != id {
-			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, id, kid)
-		}
-		id = kid
+	ids, err := (&pemcheck.File{Name: name, Blocks: blocks}).KeyIDs()
+	if err != nil {
+		return "", err
 	}
-	if id == "" {
+	if len(ids) == 0 {
 		return "", fmt.Errorf("keyID: %s: %w", name, pemcheck.ErrNoKey)
 	}
-	return id, nil
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			return "", fmt.Errorf("keyID: %s holds more than one key (%s and %s); use pemBlocks or publicKeys", name, ids[0], id)
+		}
+	}
+	return ids[0], nil
 }
 
 // pemNormalize re-encodes every public key in v canonically (PKIX
@@ -145,9 +130,15 @@ func pemNormalize(v any) (string, error) {
 	}
 	var out []byte
 	for _, b := range blocks {
-		p, err := normalizeBlock(name, b)
+		if b.Kind == pemcheck.PrivateKey {
+			return "", pemcheck.BlockError(name, &b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
+		}
+		if b.Public == nil {
+			continue // EC PARAMETERS
+		}
+		p, err := pemcheck.PublicPEM(b.Public)
 		if err != nil {
-			return "", err
+			return "", pemcheck.BlockError(name, &b, err)
 		}
 		out = append(out, p...)
 	}
@@ -157,21 +148,6 @@ func pemNormalize(v any) (string, error) {
 	return string(out), nil
 }
 
-// normalizeBlock returns nil for blocks that carry no key (EC PARAMETERS).
-func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
-	if b.Kind == pemcheck.PrivateKey {
-		return nil, blockErr(name, b, fmt.Errorf("%w: a private key must never be published", pemcheck.ErrPrivateKey))
-	}
-	if b.Public == nil {
-		return nil, nil
-	}
-	p, err := pemcheck.PublicPEM(b.Public)
-	if err != nil {
-		return nil, blockErr(name, b, err)
-	}
-	return p, nil
-}
-
 // publicKeys collects the public keys of every value given (strings, lists
 // of strings as getvs returns, or key/value pairs as gets returns, whose
 // keys then name the value in errors; a certificate gives its public key),
@@ -179,14 +155,11 @@ func normalizeBlock(name string, b pemcheck.Block) ([]byte, error) {
 // are one key) and sorted by key ID, so the result depends only on the set
 // of keys published.
 //
-// A certificate authority's key in a value (pemcheck.CAs: `cat leaf.crt
-// ca.crt` published as one value) is dropped and the rest of the value
-// kept: kube-apiserver trusts every key in the bundle, so the CA's key there
-// would let whoever holds the CA's private key mint tokens every apiserver
-// accepts. The drop is told to the render's Options.Warn (confd logs it);
-// kube-apiserver-sa-signer, which reads the same values, logs it too, and
-// publish-key refuses such a file. A value left with no key is an error,
-// as a value with nothing but a private key is.
+// A certificate authority's key in a value (`cat leaf.crt ca.crt`) is
+// dropped (pemcheck's PublishedKeys, as kube-apiserver-sa-signer does) and
+// told to the render's Options.Warn (confd logs it); publish-key refuses
+// such a file. A value left with no key is an error, as a value with
+// nothing but a private key is.
 //
 // The template function is bound to its render's warn (funcMap); warn may be nil.
 func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
@@ -233,33 +206,29 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 			errs = append(errs, err)
 			continue
 		}
-		ca, err := caBlocks(f)
+		blocks, dropped, err := f.PublishedKeys()
+		for _, ca := range dropped {
+			if warn != nil {
+				warn(fmt.Sprintf("publicKeys: %s %s: a certificate authority's key (%s): left out of the render, since every apiserver would trust tokens its holder signs; publish the leaf certificate alone", n.name, ca.Block, ca.Reason))
+			}
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, b := range f.Blocks {
-			if reason, ok := ca[b.Index]; ok {
-				if warn != nil {
-					warn(fmt.Sprintf("publicKeys: %s %s: a certificate authority's key (%s): left out of the render, since every apiserver would trust tokens its holder signs; publish the leaf certificate alone", n.name, b, reason))
-				}
-				continue
-			}
-			// A certificate counts as its public key: kube-apiserver takes
-			// certificates in --service-account-key-file and trusts exactly
-			// their key (neither name nor expiry means anything there), and
-			// PKIs that renew a master's certificate publish it, not the key.
-			p, err := normalizeBlock(n.name, b)
+		// A certificate counts as its public key: kube-apiserver takes
+		// certificates in --service-account-key-file and trusts exactly
+		// their key (neither name nor expiry means anything there), and
+		// PKIs that renew a master's certificate publish it, not the key.
+		for _, b := range blocks {
+			p, err := pemcheck.PublicPEM(b.Public)
 			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if p == nil {
+				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
 				continue
 			}
 			id, err := pemcheck.KeyID(b.Public)
 			if err != nil {
-				errs = append(errs, blockErr(n.name, b, err))
+				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
 				continue
 			}
 			k, ok := byID[id]
@@ -283,30 +252,6 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out, nil
-}
-
-// caBlocks returns the indexes of f's blocks that hold a certificate
-// authority's key, to drop, and an error when nothing else would be left.
-// A private key is never in the set: it stays an error of its own, never
-// dropped in silence.
-func caBlocks(f *pemcheck.File) (map[int]string, error) {
-	cas := f.CAs()
-	if len(cas) == 0 {
-		return nil, nil
-	}
-	out := map[int]string{}
-	for _, ca := range cas {
-		if ca.Block.Kind != pemcheck.PrivateKey {
-			out[ca.Block.Index] = ca.Reason
-		}
-	}
-	for _, b := range f.Blocks {
-		if _, isCA := out[b.Index]; b.Public != nil && !isCA {
-			return out, nil
-		}
-	}
-	ca := cas[0]
-	return nil, blockErr(f.Name, ca.Block, fmt.Errorf("%w: %s, and the value holds no other key", pemcheck.ErrCA, ca.Reason))
 }
 
 // oneLine is an error (errors.Join's) on one line: a render error ends up

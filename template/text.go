@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"slices"
 )
 
 // Text is a render's output in the pieces it was written in, or, beyond
@@ -110,15 +112,8 @@ func (t Text) WriteTo(w io.Writer) (int64, error) {
 		}
 		return n, err
 	}
-	var n int64
-	for _, p := range t.pieces {
-		k, err := w.Write(p)
-		n += int64(k)
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	bufs := net.Buffers(slices.Clone(t.pieces)) // WriteTo consumes its copy
+	return bufs.WriteTo(w)
 }
 
 // maxPiece is the largest piece a render's output grows by.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // MinRSABits is the smallest RSA modulus a key may be published with:
@@ -82,11 +83,38 @@ func sameKey(a, b crypto.PublicKey) bool {
 	return ok && eq.Equal(b)
 }
 
+// PublishedKeys reads f as a published service-account value, as confd's
+// publicKeys and kube-apiserver-sa-signer serve it: the blocks whose keys
+// are served, in order, and the CA blocks dropped (see ErrCA), to be told.
+// Each private key is an error, never dropped in silence (dropped is still
+// returned); so is a value whose only keys are CAs'. No key at all is left
+// to the caller.
+func (f *File) PublishedKeys() (keys []Block, dropped []CA, err error) {
+	cas := f.CAs()
+	var errs []error
+	for i := range f.Blocks {
+		b := &f.Blocks[i]
+		ca := slices.IndexFunc(cas, func(c CA) bool { return c.Block.Index == b.Index })
+		switch {
+		case b.Kind == PrivateKey:
+			errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
+		case ca >= 0:
+			dropped = append(dropped, cas[ca])
+		case b.Public != nil:
+			keys = append(keys, *b)
+		}
+	}
+	if len(keys) == 0 && len(errs) == 0 && len(dropped) > 0 {
+		return nil, nil, BlockError(f.Name, &dropped[0].Block, fmt.Errorf("%w: %s, and the value holds no other key", ErrCA, dropped[0].Reason))
+	}
+	return keys, dropped, errors.Join(errs...)
+}
+
 // caErrors returns an error naming each CA block of f.
 func (f *File) caErrors() []error {
 	var errs []error
 	for _, ca := range f.CAs() {
-		errs = append(errs, blockError(f.Name, &ca.Block, fmt.Errorf(
+		errs = append(errs, BlockError(f.Name, &ca.Block, fmt.Errorf(
 			"%w: %s; whoever holds its private key could sign tokens every apiserver accepts: publish the leaf certificate alone", ErrCA, ca.Reason)))
 	}
 	return errs
@@ -101,7 +129,7 @@ func (f *File) WeakKeys() []error {
 	for i := range f.Blocks {
 		b := &f.Blocks[i]
 		if k, ok := b.Public.(*rsa.PublicKey); ok && k.N.BitLen() < MinRSABits {
-			errs = append(errs, blockError(f.Name, b, fmt.Errorf(
+			errs = append(errs, BlockError(f.Name, b, fmt.Errorf(
 				"%w: %d bits; kube-apiserver-sa-signer signs with %d or more: replace it (rotate-key with a new key)", ErrWeakKey, k.N.BitLen(), MinRSABits)))
 		}
 	}
@@ -123,7 +151,7 @@ func CheckPublishable(f *File) error {
 			continue
 		}
 		if leaf != nil {
-			errs = append(errs, blockError(f.Name, b, fmt.Errorf(
+			errs = append(errs, BlockError(f.Name, b, fmt.Errorf(
 				"%w: block %d is one too; publish this host's certificate alone", ErrLeaves, leaf.Index)))
 			continue
 		}

@@ -1,7 +1,7 @@
 package pemcheck
 
 import (
-	"crypto"
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -44,10 +44,7 @@ func (f *File) Check(opts Options) error {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	allow := opts.Allow
-	if allow == 0 {
-		allow = keyOrCert
-	}
+	allow := cmp.Or(opts.Allow, keyOrCert)
 	if opts.ForbidPrivate {
 		allow &^= PrivateKey
 	}
@@ -62,27 +59,27 @@ func (f *File) Check(opts Options) error {
 		if b.Kind&allow == 0 {
 			switch {
 			case b.Kind == PrivateKey && opts.ForbidPrivate:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
 			case b.Kind == PrivateKey:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: want %s", ErrPrivateKey, allow&keyOrCert)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: want %s", ErrPrivateKey, allow&keyOrCert)))
 			default:
-				errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: %s, want %s", ErrKind, b.Kind, allow&keyOrCert)))
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: %s, want %s", ErrKind, b.Kind, allow&keyOrCert)))
 			}
 			continue
 		}
 		if b.Cert != nil {
 			if err := validAt(b.Cert, now); err != nil {
-				errs = append(errs, blockError(f.Name, b, err))
+				errs = append(errs, BlockError(f.Name, b, err))
 			}
 		}
 		if opts.Validate != nil {
 			if err := opts.Validate(*b); err != nil {
-				errs = append(errs, blockError(f.Name, b, err))
+				errs = append(errs, BlockError(f.Name, b, err))
 				continue
 			}
 		}
 		if opts.APIServerSAKeys && !loadedAt(f.apiserverKeys, b) {
-			errs = append(errs, blockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
+			errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
 		}
 	}
 	if opts.ForbidCA {
@@ -135,7 +132,9 @@ func (f *File) First(k Kind) *Block {
 
 // MatchPair checks that the first certificate in certs (the leaf, as Go's
 // tls.X509KeyPair takes it) belongs to the first private key in keys. The
-// two may be the same File, for combined cert-and-key files.
+// two may be the same File, for combined cert-and-key files. On a mismatch
+// it names both key IDs, which are hashes of public keys and so safe to
+// print, to help find which file is stale.
 func MatchPair(certs, keys *File) error {
 	leaf := certs.First(Certificate)
 	if leaf == nil {
@@ -145,32 +144,13 @@ func MatchPair(certs, keys *File) error {
 	if key == nil {
 		return &Error{File: keys.Name, Err: fmt.Errorf("%w: no private key", ErrMissingKind)}
 	}
-	if err := MatchKey(leaf.Cert, key.Private); err != nil {
-		return blockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w", keys.Name, key, err))
-	}
-	return nil
-}
-
-// MatchKey reports whether cert was issued for key's public half. On a
-// mismatch it names both key IDs, which are hashes of public keys and so
-// safe to print, to help find which file is stale.
-func MatchKey(cert *x509.Certificate, key crypto.PrivateKey) error {
-	signer, ok := key.(interface{ Public() crypto.PublicKey })
-	if !ok {
-		return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, key)
-	}
-	pub := signer.Public()
-	eq, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
-	if !ok {
-		return fmt.Errorf("%w: certificate public key of type %T cannot be compared", ErrUnsupported, cert.PublicKey)
-	}
-	if eq.Equal(pub) {
+	if sameKey(leaf.Public, key.Public) {
 		return nil
 	}
-	certID, _ := KeyID(cert.PublicKey)
-	keyID, _ := KeyID(pub)
-	return fmt.Errorf("%w (certificate %q has key ID %s, private key has key ID %s)",
-		ErrMismatch, cert.Subject.String(), certID, keyID)
+	certID, _ := KeyID(leaf.Public)
+	keyID, _ := KeyID(key.Public)
+	return BlockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w (certificate %q has key ID %s, private key has key ID %s)",
+		keys.Name, key, ErrMismatch, leaf.Cert.Subject.String(), certID, keyID))
 }
 
 // loadedAt reports whether kube-apiserver loads block b: a key from the same

@@ -24,7 +24,8 @@ func PublicPEM(pub crypto.PublicKey) ([]byte, error) {
 // DER returns the block's content re-encoded from what was parsed, in the
 // encoding it was found in (b.Encoding). For a well-formed block this is the
 // block's own DER; it is derived rather than kept so that the parser stays
-// the one place that reads PEM. An EC PARAMETERS block has none.
+// the one place that reads PEM. An EC PARAMETERS block has none. Parse
+// gives PKCS#1 to RSA keys only and SEC1 to EC keys only.
 func (b Block) DER() ([]byte, error) {
 	switch {
 	case b.Cert != nil:
@@ -32,34 +33,13 @@ func (b Block) DER() ([]byte, error) {
 	case b.Kind == PublicKey && b.Encoding == PKIX:
 		return x509.MarshalPKIXPublicKey(b.Public)
 	case b.Kind == PublicKey && b.Encoding == PKCS1:
-		return marshalPKCS1Public(b.Public)
+		return x509.MarshalPKCS1PublicKey(b.Public.(*rsa.PublicKey)), nil
 	case b.Kind == PrivateKey && b.Encoding == PKCS8:
 		return x509.MarshalPKCS8PrivateKey(b.Private)
 	case b.Kind == PrivateKey && b.Encoding == PKCS1:
-		return marshalPKCS1Private(b.Private)
+		return x509.MarshalPKCS1PrivateKey(b.Private.(*rsa.PrivateKey)), nil
 	case b.Kind == PrivateKey && b.Encoding == SEC1:
-		return marshalSEC1(b.Private)
+		return x509.MarshalECPrivateKey(b.Private.(*ecdsa.PrivateKey))
 	}
 	return nil, fmt.Errorf("%w: %s has no DER content", ErrUnsupported, b)
-}
-
-func marshalPKCS1Public(k crypto.PublicKey) ([]byte, error) {
-	if rk, ok := k.(*rsa.PublicKey); ok {
-		return x509.MarshalPKCS1PublicKey(rk), nil
-	}
-	return nil, fmt.Errorf("%w: PKCS#1 public key of type %T", ErrUnsupported, k)
-}
-
-func marshalPKCS1Private(k crypto.PrivateKey) ([]byte, error) {
-	if rk, ok := k.(*rsa.PrivateKey); ok {
-		return x509.MarshalPKCS1PrivateKey(rk), nil
-	}
-	return nil, fmt.Errorf("%w: PKCS#1 private key of type %T", ErrUnsupported, k)
-}
-
-func marshalSEC1(k crypto.PrivateKey) ([]byte, error) {
-	if ek, ok := k.(*ecdsa.PrivateKey); ok {
-		return x509.MarshalECPrivateKey(ek)
-	}
-	return nil, fmt.Errorf("%w: SEC1 private key of type %T", ErrUnsupported, k)
 }

@@ -50,6 +50,7 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-func blockError(file string, b *Block, err error) error {
+// BlockError is err located at block b of file.
+func BlockError(file string, b *Block, err error) error {
 	return &Error{File: file, Block: b.Index, Line: b.Line, Type: b.Type, Err: err}
 }

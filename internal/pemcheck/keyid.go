@@ -34,7 +34,7 @@ func (f *File) KeyIDs() ([]string, error) {
 		}
 		id, err := KeyID(b.Public)
 		if err != nil {
-			return nil, blockError(f.Name, &b, err)
+			return nil, BlockError(f.Name, &b, err)
 		}
 		out = append(out, id)
 	}

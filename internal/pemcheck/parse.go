@@ -164,7 +164,7 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		b := Block{Index: index, Line: line, Type: p.Type}
 		if err := parseBlock(&b, p); err != nil {
-			errs = append(errs, blockError(name, &b, err))
+			errs = append(errs, BlockError(name, &b, err))
 		} else {
 			f.Blocks = append(f.Blocks, b)
 		}
@@ -271,11 +271,8 @@ func parseKey(b *Block, p *pem.Block, tries []parser) error {
 			continue
 		}
 		if kind == PrivateKey {
-			signer, ok := k.(interface{ Public() crypto.PublicKey })
-			if !ok {
-				return fmt.Errorf("%w: private key of type %T has no public key", ErrUnsupported, k)
-			}
-			b.Private, k = k, signer.Public()
+			// Every private key type x509 parses has its public half.
+			b.Private, k = k, k.(interface{ Public() crypto.PublicKey }).Public()
 		}
 		b.Kind, b.Encoding, b.Public = kind, t.enc, k
 		return nil

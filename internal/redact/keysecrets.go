@@ -7,10 +7,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/pem"
 	"math/big"
 	"strings"
+
+	"golang.org/x/crypto/cryptobyte"
 )
 
 // KeySecrets returns the secret values of the private keys in PEM blocks
@@ -135,37 +136,26 @@ func privateParts(der []byte) [][2]int {
 // opensshPrivate finds the private section of an openssh-key-v1 key:
 // magic, cipher, KDF, KDF options, key count, public keys, then it.
 func opensshPrivate(der []byte) [][2]int {
-	i := len(opensshMagic)
-	str := func() (int, int, bool) {
-		if i+4 > len(der) {
-			return 0, 0, false
-		}
-		n := int(binary.BigEndian.Uint32(der[i:]))
-		if n < 0 || i+4+n > len(der) {
-			return 0, 0, false
-		}
-		s := i + 4
-		i = s + n
-		return s, i, true
+	s := cryptobyte.String(der[len(opensshMagic):])
+	var field []byte
+	str := func() bool {
+		var n uint32
+		return s.ReadUint32(&n) && s.ReadBytes(&field, int(n))
 	}
 	for range 3 { // cipher, KDF, KDF options
-		if _, _, ok := str(); !ok {
+		if !str() {
 			return nil
 		}
 	}
-	if i+4 > len(der) {
+	var nkeys uint32
+	if !s.ReadUint32(&nkeys) {
 		return nil
 	}
-	nkeys := int(binary.BigEndian.Uint32(der[i:]))
-	i += 4
-	for range nkeys {
-		if _, _, ok := str(); !ok {
+	for range int(nkeys) + 1 { // the public keys, then the private section
+		if !str() {
 			return nil
 		}
 	}
-	s, e, ok := str()
-	if !ok {
-		return nil
-	}
-	return [][2]int{{s, e}}
+	start := len(der) - len(s) - len(field)
+	return [][2]int{{start, start + len(field)}}
 }

@@ -45,7 +45,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, hook := logtest.NewNullLogger()
-			f := &Follower{Log: l, Metrics: NewMetrics(), good: map[string][]Key{}, bad: map[string]int64{}}
+			f := &Follower{Log: l, Metrics: NewMetrics(), bad: map[string]int64{}}
 			logged := func() string {
 				var b strings.Builder
 				for _, e := range hook.AllEntries() {
@@ -53,8 +53,8 @@ func TestParsePublishedDropsCA(t *testing.T) {
 				}
 				return b.String()
 			}
-			f.accept("m1\nforged", "/keys/m1", tc.value, 1)
-			_, ok := f.good["m1\nforged"] // accepted: the host's keys are served
+			served := f.accept("m1\nforged", "/keys/m1", tc.value, 1, nil)
+			ok := served != nil // accepted: the host's keys are served
 			if tc.err != nil {
 				_, err := ParsePublished("/keys/m1", tc.value, "", nil)
 				if ok || !errors.Is(err, tc.err) || !strings.Contains(err.Error(), "/keys/m1") {
@@ -69,7 +69,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 				t.Fatalf("refused: %s", logged())
 			}
 			var got []string
-			for _, k := range f.good["m1\nforged"] {
+			for _, k := range served {
 				got = append(got, k.ID)
 			}
 			if !slices.Equal(got, tc.kids) {

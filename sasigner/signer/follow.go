@@ -16,6 +16,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/etcdkey"
 	"github.com/keysync/confd/internal/etcdrestore"
+	"github.com/keysync/confd/internal/pemcheck"
 )
 
 // Follower keeps a KeySet's published keys current from one etcd prefix:
@@ -43,10 +44,6 @@ type Follower struct {
 	Probe   time.Duration
 	Metrics *Metrics
 
-	// good is each host's last good keys: a value that fails the check
-	// keeps the host's previous keys served, as confd keeps the live
-	// bundle when a render fails its check.
-	good map[string][]Key
 	// bad holds, by etcd key, the revision of the value refused now, so
 	// that a refusal is logged once, and its end once.
 	bad  map[string]int64
@@ -66,7 +63,6 @@ func (f *Follower) Run(ctx context.Context, synced func()) {
 	if f.Probe <= 0 {
 		f.Probe = 5 * time.Second
 	}
-	f.good = f.Keys.Hosts()
 	f.bad = map[string]int64{}
 	f.weak = map[string]bool{}
 	delay := f.Retry
@@ -157,9 +153,9 @@ func (f *Follower) list(ctx context.Context, cli *clientv3.Client) (int64, error
 	for _, kv := range resp.Kvs {
 		f.put(hosts, kv, false)
 	}
-	for host := range f.good {
+	for host := range f.Keys.Hosts() {
 		if _, ok := hosts[host]; !ok {
-			f.withdraw(host)
+			delete(f.bad, f.Prefix+host)
 			hosts[host] = nil
 		}
 	}
@@ -250,37 +246,42 @@ func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel cont
 }
 
 // put records in hosts the keys its host publishes in kv (deleted: none);
-// a value refused leaves the host's previous keys.
+// a value refused leaves the host's previous keys: those of an earlier
+// event in hosts, else those served, as confd keeps the live bundle when
+// a render fails its check.
 func (f *Follower) put(hosts map[string][]Key, kv *mvccpb.KeyValue, deleted bool) {
 	host := etcdkey.Host(f.Prefix, string(kv.Key))
+	prev, seen := hosts[host]
 	switch {
 	case host == "":
-		return
 	case deleted:
-		f.withdraw(host)
+		delete(f.bad, string(kv.Key))
+		hosts[host] = nil
+	case seen:
+		hosts[host] = f.accept(host, string(kv.Key), kv.Value, kv.ModRevision, prev)
 	default:
-		f.accept(host, string(kv.Key), kv.Value, kv.ModRevision)
+		hosts[host] = f.accept(host, string(kv.Key), kv.Value, kv.ModRevision, f.Keys.Host(host))
 	}
-	hosts[host] = f.good[host]
 }
 
-// accept checks one published value (of revision rev). The etcd key is
+// accept checks one published value (of revision rev) and returns the
+// host's keys: the value's, or prev when it is refused. The etcd key is
 // quoted wherever it is logged: anyone who may publish may put a newline
 // in it, and the text log format prints fields raw.
-func (f *Follower) accept(host, key string, value []byte, rev int64) {
+func (f *Follower) accept(host, key string, value []byte, rev int64, prev []Key) []Key {
 	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
 	if err != nil {
 		f.Metrics.rejected.Inc()
 		if f.bad[key] != rev {
 			f.bad[key] = rev
 			l := f.Log.WithField("key", strconv.Quote(key)).WithError(err)
-			if prev := f.good[host]; len(prev) > 0 {
+			if len(prev) > 0 {
 				l.WithField("kept", len(prev)).Error("published value refused: serving the host's previous keys")
 			} else {
 				l.Error("published value refused: the host has no key served")
 			}
 		}
-		return
+		return prev
 	}
 	if _, ok := f.bad[key]; ok {
 		delete(f.bad, key)
@@ -291,19 +292,14 @@ func (f *Follower) accept(host, key string, value []byte, rev int64) {
 	// refuse the tokens it signed; retire it instead.
 	for _, k := range keys {
 		pub, _ := x509.ParsePKIXPublicKey(k.DER)
-		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < 2048 && !f.weak[k.ID] {
+		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < pemcheck.MinRSABits && !f.weak[k.ID] {
 			f.weak[k.ID] = true
 			f.Metrics.weakKeys.Inc()
 			f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
 				Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
 		}
 	}
-	f.good[host] = keys
-}
-
-func (f *Follower) withdraw(host string) {
-	delete(f.good, host)
-	delete(f.bad, f.Prefix+host)
+	return keys
 }
 
 // probeError is a failed read while a watch was open: etcd is unreachable.

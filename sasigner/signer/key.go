@@ -77,7 +77,7 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	case *rsa.PrivateKey:
 		// kube-apiserver refuses shorter RSA keys nowhere, but a 1024-bit key
 		// would sign tokens anyone could forge: refuse what Go refuses too.
-		if p.N.BitLen() < 2048 {
+		if p.N.BitLen() < pemcheck.MinRSABits {
 			return nil, fmt.Errorf("RSA key of %d bits: want at least 2048", p.N.BitLen())
 		}
 		k.signer, k.Alg, k.hash = p, "RS256", crypto.SHA256
@@ -96,21 +96,17 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	default:
 		return nil, fmt.Errorf("%T: want an RSA or ECDSA private key", key)
 	}
-	pk, err := newKey(k.signer.Public())
-	if err != nil {
-		return nil, fmt.Errorf("public half: %w", err)
-	}
+	// Neither encoding fails: the key is RSA or ECDSA on a named curve,
+	// the header three strings.
+	pk, _ := newKey(k.signer.Public())
 	k.KeyID, k.PublicDER = pk.ID, pk.DER
 	// Only alg, kid and typ: kube-apiserver refuses any other header field
 	// (plugin.validateJWTHeader decodes with DisallowUnknownFields).
-	h, err := json.Marshal(struct {
+	h, _ := json.Marshal(struct {
 		Alg string `json:"alg"`
 		Kid string `json:"kid"`
 		Typ string `json:"typ"`
 	}{k.Alg, k.KeyID, "JWT"})
-	if err != nil {
-		return nil, err
-	}
 	k.header = base64.RawURLEncoding.EncodeToString(h)
 	return k, nil
 }

@@ -48,23 +48,19 @@ func (s *Snapshot) IDs() []string {
 // bundle (template publicKeys) reads it: every public key as PKIX, a
 // certificate's key even expired; a private key, a key kube-apiserver
 // cannot verify with, or no key refuses the value. A certificate
-// authority's key (pemcheck.CAs) is dropped, its holder could mint tokens
-// every apiserver accepts, and logged to log (nil: silent) with host
-// quoted against forged log lines. Errors name name, never the value.
+// authority's key (pemcheck's PublishedKeys) is dropped and logged to log
+// (nil: silent) with host quoted against forged log lines. Errors name name, never the value.
 func ParsePublished(name string, value []byte, host string, log logrus.FieldLogger) ([]Key, error) {
 	f, err := pemcheck.Parse(name, value)
 	if err != nil {
 		return nil, err
 	}
-	cas := f.CAs()
+	blocks, cas, err := f.PublishedKeys()
+	if err != nil {
+		return nil, err
+	}
 	var out []Key
-	for _, b := range f.Blocks {
-		if b.Kind == pemcheck.PrivateKey {
-			return nil, fmt.Errorf("%s %s: %w: a private key must never be published", name, b, pemcheck.ErrPrivateKey)
-		}
-		if b.Public == nil || slices.ContainsFunc(cas, func(c pemcheck.CA) bool { return c.Block.Index == b.Index }) {
-			continue // EC PARAMETERS, or a CA's key
-		}
+	for _, b := range blocks {
 		switch pub := b.Public.(type) {
 		case *rsa.PublicKey:
 		case *ecdsa.PublicKey:
@@ -81,9 +77,6 @@ func ParsePublished(name string, value []byte, host string, log logrus.FieldLogg
 		if !slices.ContainsFunc(out, func(o Key) bool { return o.ID == k.ID }) {
 			out = append(out, k)
 		}
-	}
-	if len(out) == 0 && len(cas) > 0 {
-		return nil, fmt.Errorf("%s %s: %w: %s, and the value holds no other key", name, cas[0].Block, pemcheck.ErrCA, cas[0].Reason)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: %w", name, pemcheck.ErrNoKey)
@@ -189,6 +182,13 @@ func (ks *KeySet) Hosts() map[string][]Key {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	return maps.Clone(ks.hosts)
+}
+
+// Host returns host's published keys, shared: they are never modified.
+func (ks *KeySet) Host(host string) []Key {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.hosts[host]
 }
 
 // Restore seeds a new set from a cache: the hosts' keys, and the time the
