@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -214,21 +213,12 @@ type commandRunner struct {
 }
 
 func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
-	status, statusW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
-	}
 	// env is the guard's, which the command inherits: on no command line.
-	w := groupguard.NewWatch(status, killGrace)
-	spec := groupguard.Wrap(runner.Spec{
+	p, w, err := groupguard.Start(context.Background(), runner.Spec{
 		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
 		Timeout: r.timeout, Grace: killGrace,
-	}, groupguard.Options{Status: statusW})
-	spec.OnExit = w.OnExit
-	p, err := runner.Start(context.Background(), spec)
-	_ = statusW.Close()
+	}, groupguard.Options{})
 	if err != nil {
-		_ = status.Close()
 		return nil, err
 	}
 	// The guard's first word: the command runs, or could not start (not
@@ -237,19 +227,15 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	// Nothing (EOF) is a guard that died first: Wait tells.
 	if why, ok := strings.CutPrefix(w.First(), "notrun "); ok {
 		<-p.Done()
-		_ = status.Close()
 		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(argv), strings.TrimSpace(why))
 	}
-	return runnerProcess{Process: p, watch: w, file: status, once: new(sync.Once), err: new(error)}, nil
+	return runnerProcess{Process: p, watch: w}, nil
 }
 
 // runnerProcess is a guarded restart command as restart.Process.
 type runnerProcess struct {
 	*runner.Process
 	watch *groupguard.Watch // the guard's report, read as soon as it exits
-	file  *os.File
-	once  *sync.Once
-	err   *error
 }
 
 // Wait returns the command's error. A guard that ended without reporting
@@ -259,26 +245,21 @@ type runnerProcess struct {
 // within killGrace, the error also wraps restart.ErrGroupAlive, and the
 // lock must be kept until its lease runs out.
 func (p runnerProcess) Wait() error {
-	p.once.Do(func() {
-		res := p.Process.Wait()
-		_ = p.file.Close()
-		err := res.Err
-		if p.watch.Status.Reported {
-			*p.err = err
-			return
-		}
-		if err == nil {
-			err = errors.New("the command's group guard ended without reporting the command's end")
-		}
-		if !res.TimedOut && !res.Terminated {
-			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
-		}
-		if p.watch.GroupAlive {
-			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
-		}
-		*p.err = err
-	})
-	return *p.err
+	res := p.Process.Wait()
+	err := res.Err
+	if p.watch.Reported {
+		return err
+	}
+	if err == nil {
+		err = errors.New("the command's group guard ended without reporting the command's end")
+	}
+	if !res.TimedOut && !res.Terminated {
+		err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
+	}
+	if p.watch.GroupAlive {
+		err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
+	}
+	return err
 }
 
 // healthGate is the health package as restart.Gate.
