@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
 )
 
 // Code is the process exit status; each outcome has its own.
@@ -54,13 +56,13 @@ type Session interface {
 	// Margin is how long before the lease can expire on the server Done
 	// closes: the time the command has to be stopped in.
 	Margin() time.Duration
-	// LeaseID is the session's lease, recorded in the intent: the intent
-	// is live as long as the lease is.
-	LeaseID() int64
+	// Lease is the session's lease, recorded in the intent: the intent is
+	// live as long as the lease is.
+	Lease() clientv3.LeaseID
 }
 
 // ErrLost is what a Session's Lock wraps when the lease was lost.
-var ErrLost = errors.New("lock lost")
+var ErrLost = lock.ErrLeaseLost
 
 // ErrGuardDied is what Process.Wait wraps when the command's group guard
 // died on its own (SIGKILL, say) while the command ran: the group was
@@ -405,7 +407,7 @@ func (r *Restarter) setIntent(ctx context.Context, sess Session) error {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
 	defer cancel()
 	return r.holds.SetIntent(ictx, hold.Intent{
-		Host: r.cfg.Host, PID: r.cfg.PID, Lease: sess.LeaseID(), LockKey: sess.Key(),
+		Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
 		Started: time.Now(), What: runner.Quote(r.cfg.Argv),
 	})
 }

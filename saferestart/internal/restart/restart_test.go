@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 )
@@ -56,10 +57,10 @@ func (s *fakeSession) Lost() bool {
 		return false
 	}
 }
-func (s *fakeSession) Key() string           { return "lock/1" }
-func (s *fakeSession) Env() []string         { return []string{"ETCD_LOCK_KEY=lock/1"} }
-func (s *fakeSession) Margin() time.Duration { return 500 * time.Millisecond }
-func (s *fakeSession) LeaseID() int64        { return s.lease }
+func (s *fakeSession) Key() string             { return "lock/1" }
+func (s *fakeSession) Env() []string           { return []string{"ETCD_LOCK_KEY=lock/1"} }
+func (s *fakeSession) Margin() time.Duration   { return 500 * time.Millisecond }
+func (s *fakeSession) Lease() clientv3.LeaseID { return clientv3.LeaseID(s.lease) }
 
 type fakeLocker struct {
 	sess   *fakeSession

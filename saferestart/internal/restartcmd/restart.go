@@ -165,7 +165,7 @@ func (l *etcdLocker) Open(ctx context.Context) (restart.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return etcdSession{s}, nil
+	return s, nil
 }
 
 func (l *etcdLocker) Holder(ctx context.Context) string {
@@ -184,20 +184,6 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 		line += "; " + a
 	}
 	return line + "; `kube-apiserver-safe-restart status` shows the queue"
-}
-
-// etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.
-type etcdSession struct{ *lock.Session }
-
-// LeaseID is the session's lease as the restart intent records it.
-func (s etcdSession) LeaseID() int64 { return int64(s.Session.Lease()) }
-
-func (s etcdSession) Lock(ctx context.Context) error {
-	err := s.Session.Lock(ctx)
-	if errors.Is(err, lock.ErrLeaseLost) {
-		return fmt.Errorf("%w: %w", restart.ErrLost, err)
-	}
-	return err
 }
 
 // commandRunner runs the restart command with the shared runner: its own
