@@ -714,10 +714,6 @@ type Durations struct {
 	// FleetTimeout is the fleet check's wait before queueing, for the other
 	// apiservers to be live (0: no fleet check).
 	FleetTimeout time.Duration
-	// KubeletBackoff is how long, in a static-pod restart, the kubelet may
-	// take to start the new container after the old one stopped, its
-	// restart back-off included; each attempt (0: not a static-pod restart).
-	KubeletBackoff time.Duration
 }
 
 // Wait is one bounded wait of a run: Each, Times times.
@@ -753,7 +749,6 @@ func Waits(d Durations) []Wait {
 		{"lock wait (--lock-timeout)", d.LockTimeout, 1},
 		{"restart intent write and delete", d.OpTimeout, 2},
 		{"restart command (--restart-timeout) and its kill grace", d.RestartTimeout + d.KillGrace, n},
-		{"kubelet back-off before the new container starts (static pod)", d.KubeletBackoff, n},
 		{"health gate (--health-timeout and its backstop)", d.HealthTimeout, n},
 		{"pause between attempts (--retry-delay)", d.RetryDelay, n - 1},
 		{"trust record write", d.OpTimeout, 1},

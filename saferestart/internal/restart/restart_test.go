@@ -447,10 +447,10 @@ func TestWorstCase(t *testing.T) {
 	if got := WorstCase(d); got != want {
 		t.Fatalf("WorstCase = %s, want %s", got, want)
 	}
-	// The trust gate reads once and waits up to its timeout; hostname -f,
-	// the fleet check and the kubelet's back-off (each attempt) add theirs.
-	d.TrustTimeout, d.HostnameTimeout, d.FleetTimeout, d.KubeletBackoff = 15*time.Minute, 5*time.Second, 10*time.Minute, 5*time.Minute
-	want += 5*time.Second + 15*time.Minute + 5*time.Second + 10*time.Minute + 2*5*time.Minute
+	// The trust gate reads once and waits up to its timeout; hostname -f and
+	// the fleet check add theirs.
+	d.TrustTimeout, d.HostnameTimeout, d.FleetTimeout = 15*time.Minute, 5*time.Second, 10*time.Minute
+	want += 5*time.Second + 15*time.Minute + 5*time.Second + 10*time.Minute
 	if got := WorstCase(d); got != want {
 		t.Fatalf("WorstCase with every wait = %s, want %s", got, want)
 	}

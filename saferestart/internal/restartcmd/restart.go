@@ -283,10 +283,9 @@ func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
 	d := restart.Durations{
 		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
 		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
+		// (The kubelet's back-off in static-pod mode is inside
+		// --restart-timeout: the static-pod restart is the command.)
 		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
-		// The kubelet's back-off in static-pod mode is inside
-		// --restart-timeout: the static-pod restart is the command.
-		KubeletBackoff: 0,
 	}
 	// The fleet check's wait before queueing (its last read included) and
 	// its read under the lock; none without --kubeconfig.
