@@ -140,9 +140,6 @@ type Result struct {
 	Err error
 }
 
-// OK reports success: exit status 0, not timed out, not terminated.
-func (r Result) OK() bool { return r.Err == nil }
-
 // Process is a started command.
 type Process struct {
 	spec   Spec

@@ -15,7 +15,6 @@ package cri
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,10 +37,8 @@ const StateRunning = "CONTAINER_RUNNING"
 // crictl's --namespace matches).
 const namespaceLabel = "io.kubernetes.pod.namespace"
 
-// Crictl runs crictl.
+// Crictl runs crictl, found on PATH.
 type Crictl struct {
-	// Bin is the crictl binary ("crictl": found on PATH).
-	Bin string
 	// Endpoint, when set, is passed as --runtime-endpoint; empty leaves the
 	// choice to crictl (its config file, then its default sockets).
 	Endpoint string
@@ -61,7 +58,7 @@ type Container struct {
 }
 
 func (c Crictl) base() []string {
-	argv := []string{cmp.Or(c.Bin, "crictl")}
+	argv := []string{"crictl"}
 	if c.Endpoint != "" {
 		argv = append(argv, "--runtime-endpoint", c.Endpoint)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 func TestArgv(t *testing.T) {
-	ep := Crictl{Bin: "/usr/bin/crictl", Endpoint: "unix:///run/containerd/containerd.sock"}
+	ep := Crictl{Endpoint: "unix:///run/containerd/containerd.sock"}
 	for i, tt := range []struct {
 		got  []string
 		want string
@@ -18,8 +18,8 @@ func TestArgv(t *testing.T) {
 		{Crictl{}.PsArgv("kube-apiserver", "kube-system"),
 			`crictl ps --name ^kube-apiserver$ --namespace ^kube-system$ --state running -o json`},
 		{ep.PsArgv("kube-controller-manager", "kube-system"),
-			`/usr/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock ps --name ^kube-controller-manager$ --namespace ^kube-system$ --state running -o json`},
-		{ep.StopArgv("abc", 30*time.Second), `/usr/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock stop --timeout 30 abc`},
+			`crictl --runtime-endpoint unix:///run/containerd/containerd.sock ps --name ^kube-controller-manager$ --namespace ^kube-system$ --state running -o json`},
+		{ep.StopArgv("abc", 30*time.Second), `crictl --runtime-endpoint unix:///run/containerd/containerd.sock stop --timeout 30 abc`},
 		{Crictl{}.StopArgv("abc", 1500*time.Millisecond), `crictl stop --timeout 2 abc`}, // whole seconds, rounded up
 		{Crictl{}.PsArgv("a.b", "x"), `crictl ps --name ^a\.b$ --namespace ^x$ --state running -o json`},
 	} {
