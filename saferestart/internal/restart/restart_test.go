@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -434,54 +433,6 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 	}
 	if len(f.adds) != 0 {
 		t.Fatal("hold written")
-	}
-}
-
-func TestWorstCase(t *testing.T) {
-	d := Durations{Attempts: 2, LockTimeout: 10 * time.Minute, RestartTimeout: 3 * time.Minute, KillGrace: 5 * time.Second,
-		HealthTimeout: 3 * time.Minute, RetryDelay: 5 * time.Second, OpTimeout: 5 * time.Second, PreflightTimeout: 30 * time.Second}
-	// 90s preflight + 5s probe + 5s hold + 10s session and hold + 10m + 10s intent + 2×(6m5s) + 5s
-	// + 5s trust record + 30s+5s hold + 10s release
-	want := 90*time.Second + 5*time.Second + 5*time.Second + 10*time.Second + 10*time.Minute + 10*time.Second + 2*(6*time.Minute+5*time.Second) +
-		5*time.Second + 5*time.Second + 35*time.Second + 10*time.Second
-	if got := WorstCase(d); got != want {
-		t.Fatalf("WorstCase = %s, want %s", got, want)
-	}
-	// The trust gate reads once and waits up to its timeout; hostname -f and
-	// the fleet check add theirs.
-	d.TrustTimeout, d.HostnameTimeout, d.FleetTimeout = 15*time.Minute, 5*time.Second, 10*time.Minute
-	want += 5*time.Second + 15*time.Minute + 5*time.Second + 10*time.Minute
-	if got := WorstCase(d); got != want {
-		t.Fatalf("WorstCase with every wait = %s, want %s", got, want)
-	}
-}
-
-// Every duration of Durations is a wait that WorstCase counts, at least
-// once: a wait added to a run (a field here) and left out of the sum fails.
-func TestWorstCaseCountsEveryWait(t *testing.T) {
-	base := WorstCase(Durations{Attempts: 2})
-	typ := reflect.TypeOf(Durations{})
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		if f.Type != reflect.TypeOf(time.Duration(0)) {
-			continue
-		}
-		d := Durations{Attempts: 2}
-		reflect.ValueOf(&d).Elem().Field(i).SetInt(int64(time.Hour))
-		// (HoldRetry is at least MinHoldRetry even when zero.)
-		if got := WorstCase(d) - base; got < time.Hour-MinHoldRetry {
-			t.Errorf("%s of 1h adds %s to the worst case, want about 1h", f.Name, got)
-		}
-	}
-	var sum time.Duration
-	for _, w := range Waits(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}) {
-		if w.Name == "" || w.Times < 0 {
-			t.Errorf("wait %+v", w)
-		}
-		sum += w.Total()
-	}
-	if got := WorstCase(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}); got != sum {
-		t.Fatalf("WorstCase %s, sum of Waits %s", got, sum)
 	}
 }
 

@@ -273,32 +273,66 @@ func (g *healthGate) Wait(ctx context.Context) error {
 	return &restart.GateError{Err: err, Final: final}
 }
 
-// WorstCase is the longest a restart with these flags can take.
-func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
-	return restart.WorstCase(durations(o, e))
+// wait is one bounded wait of a restart: each, times times.
+type wait struct {
+	name  string
+	each  time.Duration
+	times int
 }
 
-// durations are the bounded waits of a restart with these flags.
-func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
-	d := restart.Durations{
-		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
-		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		// (The kubelet's back-off in static-pod mode is inside
-		// --restart-timeout: the static-pod restart is the command.)
-		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
+// waits lists every bounded wait of a restart with these flags, in the
+// order the state machine (package restart) meets them; WorstCase is their
+// sum. A wait that cannot happen with these flags is listed with its zero
+// duration.
+func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
+	n, op := max(o.Attempts, 1), e.CommandTimeout
+	var trustRead, hostname, fleet, health time.Duration
+	if o.TrustTimeout > 0 {
+		trustRead = op
+	}
+	if o.HostName == "" {
+		hostname = fqdn.Timeout
 	}
 	// The fleet check's wait before queueing (its last read included) and
 	// its read under the lock; none without --kubeconfig.
 	if o.Kubeconfig != "" {
-		d.FleetTimeout = o.FleetTimeout + 2*e.CommandTimeout
-	}
-	if o.HostName == "" {
-		d.HostnameTimeout = fqdn.Timeout
+		fleet = o.FleetTimeout + 2*op
 	}
 	if o.HealthURL != "" {
-		d.HealthTimeout = o.HealthTimeout + e.CommandTimeout
+		health = o.HealthTimeout + op
 	}
-	return d
+	// (The kubelet's back-off in static-pod mode is inside
+	// --restart-timeout: the static-pod restart is the command.)
+	return []wait{
+		{"etcd connection (--dial-timeout)", e.DialTimeout, 1},
+		{"preflight (before queueing, and before each attempt)", preflightTimeout, n + 1},
+		{"hostname -f (no --host)", hostname, 1},
+		{"health gate probe of the running apiserver", op, 1},
+		{"hold check before queueing", op, 1},
+		{"trust gate: read key trust", trustRead, 1},
+		{"trust gate: wait for every host to trust the new signing key (--trust-timeout)", o.TrustTimeout, 1},
+		{"fleet check: wait for the other apiservers (--fleet-timeout)", fleet, 1},
+		{"etcd session and the hold check under the lock", op, 2},
+		{"lock wait (--lock-timeout)", o.LockTimeout, 1},
+		{"restart intent write and delete", op, 2},
+		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + killGrace, n},
+		{"health gate (--health-timeout and its backstop)", health, n},
+		{"pause between attempts (--retry-delay)", o.RetryDelay, n - 1},
+		{"trust record write", op, 1},
+		{"hold write, retried while etcd is away", restart.MinHoldRetry + op, 1},
+		{"unlock and lease revoke", op, 2},
+	}
+}
+
+// WorstCase is the longest a restart with these flags can take, so that a
+// caller's timeout (confd's reload_cmd_timeout, a unit's TimeoutStartSec)
+// can be set above it: the sum of its waits.
+func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
+	var sum time.Duration
+	for _, w := range waits(o, e) {
+		sum += w.each * time.Duration(w.times)
+	}
+	return sum
 }
 
 // dryRun reports what a restart would do, after preflight passed, and how
@@ -329,9 +363,9 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(durations(o, r.Etcd)) {
-		if w.Total() > 0 {
-			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
+	for _, w := range waits(o, r.Etcd) {
+		if total := w.each * time.Duration(w.times); total > 0 {
+			parts = append(parts, part{w.name, w.times, int64(total.Round(time.Second) / time.Second)})
 		}
 	}
 	if r.output == "json" {
