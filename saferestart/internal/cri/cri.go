@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,8 +98,7 @@ type psJSON struct {
 // ParsePs reads `crictl ps -o json`.
 func ParsePs(data []byte) ([]Container, error) {
 	var doc psJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("crictl ps -o json: %w", err)
 	}
 	var out []Container
@@ -196,14 +196,9 @@ func (r Restart) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	old := map[string]bool{}
-	for _, c := range cur {
-		old[c.ID] = true
-	}
-	switch {
-	case len(cur) == 0:
+	if len(cur) == 0 {
 		log.Warnf("no running %s container in %s: waiting for the kubelet to start one", r.Name, r.Namespace)
-	default:
+	} else {
 		for _, c := range cur {
 			log.Infof("stopping %s container %s (attempt %d), --timeout %s before it is killed", r.Name, short(c.ID), c.Attempt, r.StopTimeout)
 			if err := r.Crictl.Stop(ctx, c.ID, r.StopTimeout); err != nil {
@@ -225,7 +220,7 @@ func (r Restart) Run(ctx context.Context) error {
 			log.WithError(err).Debug("crictl ps failed; looking again")
 		}
 		for _, c := range now {
-			if !old[c.ID] {
+			if !slices.ContainsFunc(cur, func(o Container) bool { return o.ID == c.ID }) {
 				log.Infof("kubelet runs a new %s container %s (attempt %d)", r.Name, short(c.ID), c.Attempt)
 				return nil
 			}
@@ -239,9 +234,4 @@ func (r Restart) Run(ctx context.Context) error {
 }
 
 // short is an ID as crictl's table shows it.
-func short(id string) string {
-	if len(id) > 13 {
-		return id[:13]
-	}
-	return id
-}
+func short(id string) string { return id[:min(len(id), 13)] }
