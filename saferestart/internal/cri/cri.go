@@ -72,8 +72,8 @@ func (c Crictl) PsArgv(name, namespace string) []string {
 	return append(c.base(), "ps", "--name", exact(name), "--namespace", exact(namespace), "--state", "running", "-o", "json")
 }
 
-// StopArgv stops a container, killing it after timeout (whole seconds,
-// rounded up: crictl's --timeout is an integer number of seconds).
+// StopArgv stops a container gracefully, killing it after timeout (whole
+// seconds, rounded up: crictl's --timeout is an integer number of seconds).
 func (c Crictl) StopArgv(id string, timeout time.Duration) []string {
 	secs := int64((timeout + time.Second - 1) / time.Second)
 	return append(c.base(), "stop", "--timeout", strconv.FormatInt(secs, 10), id)
@@ -162,12 +162,6 @@ func (c Crictl) Running(ctx context.Context, name, namespace string) ([]Containe
 	return running, nil
 }
 
-// Stop stops a container gracefully.
-func (c Crictl) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	_, err := c.run(ctx, c.StopArgv(id, timeout))
-	return err
-}
-
 // Restart is one restart of a static pod's container.
 type Restart struct {
 	Crictl      Crictl
@@ -201,7 +195,7 @@ func (r Restart) Run(ctx context.Context) error {
 	} else {
 		for _, c := range cur {
 			log.Infof("stopping %s container %s (attempt %d), --timeout %s before it is killed", r.Name, short(c.ID), c.Attempt, r.StopTimeout)
-			if err := r.Crictl.Stop(ctx, c.ID, r.StopTimeout); err != nil {
+			if _, err := r.Crictl.run(ctx, r.Crictl.StopArgv(c.ID, r.StopTimeout)); err != nil {
 				return fmt.Errorf("stop %s container %s: %w", r.Name, short(c.ID), err)
 			}
 		}
