@@ -91,10 +91,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	// names do not.
 	holds := &hold.Store{C: client, HoldKey: o.HoldKeyOrDefault(), Host: r.TrustHost(ctx)}
 	if o.DryRun {
-		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
-			return code
-		}
-		return r.dryRun(ctx, client)
+		return r.dryRun(ctx, client, holds)
 	}
 	cfg := restart.Config{
 		Argv: o.Argv, Env: env,
@@ -138,20 +135,6 @@ func (r *restarter) restart(ctx context.Context) int {
 	}}
 	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: r.Etcd.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, r.Force))
-}
-
-// runPreflight is preflight for --dry-run, which runs no state machine.
-func (r *restarter) runPreflight(ctx context.Context) int {
-	o := r.o
-	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
-	defer cancel()
-	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
-		for _, e := range cmdkit.SplitErrors(err) {
-			r.Log.Errorf("preflight: %v", e)
-		}
-		return cmdkit.ExitPreflight
-	}
-	return cmdkit.ExitOK
 }
 
 // etcdLocker opens lock sessions on etcd.
@@ -335,11 +318,19 @@ func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
 	return sum
 }
 
-// dryRun reports what a restart would do, after preflight passed, and how
-// long it could take at worst (for confd's reload_cmd_timeout). It takes no
-// lock and runs nothing.
-func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
+// dryRun runs preflight (there is no state machine to), then reports what
+// a restart would do, and how long it could take at worst (for confd's
+// reload_cmd_timeout). It takes no lock and runs nothing.
+func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hold.Store) int {
 	o := r.o
+	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
+			r.Log.Errorf("preflight: %v", e)
+		}
+		return cmdkit.ExitPreflight
+	}
 	qctx, cancel := r.OpCtx(ctx)
 	defer cancel()
 	q, _, err := lock.Queue(qctx, cli, o.LockName)
@@ -347,7 +338,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the lock")
 		return cmdkit.ExitError
 	}
-	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), r.TrustHost(ctx))
+	h, err := holds.Get(qctx)
 	if err != nil {
 		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the hold")
 		return cmdkit.ExitError
