@@ -205,12 +205,10 @@ func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.Fi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(r.cfg.HolderNoteAfter)
-		defer t.Stop()
-		select {
+		select { // a timer no longer referenced is collected (Go 1.23)
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(r.cfg.HolderNoteAfter):
 		}
 		h := r.locker.Holder(ctx)
 		// Not when the wait ended meanwhile (the holder read may be us).
@@ -532,15 +530,12 @@ func (r *Restarter) attempts(ctx context.Context, force <-chan struct{}, sess Se
 			return out
 		}
 		alog.Warnf("attempt failed (%s); retrying in %s", out.failure, r.cfg.RetryDelay)
-		t := time.NewTimer(r.cfg.RetryDelay)
 		select {
-		case <-t.C:
+		case <-time.After(r.cfg.RetryDelay):
 		case <-sess.Done():
-			t.Stop()
 			log.Error("LOCK LOST between attempts")
 			return result{code: LeaseLost, ran: true, failure: joinReason("lock lost between restart attempts", out.failure)}
 		case <-ctx.Done():
-			t.Stop()
 			return result{code: Interrupted, ran: true, failure: joinReason("interrupted between restart attempts", out.failure)}
 		}
 	}

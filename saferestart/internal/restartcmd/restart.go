@@ -71,8 +71,6 @@ func (r *restarter) restart(ctx context.Context) int {
 		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.Argv))
 		return cmdkit.ExitPreflight
 	}
-	env := runner.WithoutVars(os.Environ(), SecretEnv...)
-	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
 	client := r.cli
 	if client == nil {
 		// The restart command dials only now: what needs no etcd is
@@ -94,7 +92,7 @@ func (r *restarter) restart(ctx context.Context) int {
 		return r.dryRun(ctx, client, holds)
 	}
 	cfg := restart.Config{
-		Argv: o.Argv, Env: env,
+		Argv: o.Argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...),
 		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
 		OpTimeout: r.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: r.Host, PID: os.Getpid(), LockName: o.LockName,
@@ -133,6 +131,7 @@ func (r *restarter) restart(ctx context.Context) int {
 		Name: o.LockName, TTL: o.TTL, OpTimeout: r.Etcd.CommandTimeout,
 		Info: lock.Info{Host: r.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
+	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
 	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: r.Etcd.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, r.Force))
 }
