@@ -181,11 +181,6 @@ var ErrNotRunning = errors.New("no running container")
 // it only waits for one to run.
 func (r Restart) Run(ctx context.Context) error {
 	log := r.Log
-	if log == nil {
-		l := logrus.New()
-		l.SetLevel(logrus.PanicLevel)
-		log = l
-	}
 	cur, err := r.Crictl.Running(ctx, r.Name, r.Namespace)
 	if err != nil {
 		return err

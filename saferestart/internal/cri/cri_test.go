@@ -7,7 +7,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
+
+// quiet is a logger that logs nothing.
+var quiet = func() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetLevel(logrus.PanicLevel)
+	return l
+}()
 
 func TestArgv(t *testing.T) {
 	ep := Crictl{Endpoint: "unix:///run/containerd/containerd.sock"}
@@ -151,7 +160,7 @@ func TestRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	f := &fakeRuntime{running: []string{"old"}, next: "new", afterStop: 3}
-	r := Restart{Crictl: Crictl{Endpoint: "unix:///cri.sock", Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: 30 * time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Endpoint: "unix:///cri.sock", Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: 30 * time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +190,7 @@ func TestRunningChecksTheFilter(t *testing.T) {
 // No new container before the deadline: an error, after stopping the old.
 func TestRestartNoNewContainer(t *testing.T) {
 	f := &fakeRuntime{running: []string{"old"}, next: "new", afterStop: 1 << 30}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	if err := r.Run(ctx); !errors.Is(err, ErrNotRunning) || !f.stopped {
@@ -191,7 +200,7 @@ func TestRestartNoNewContainer(t *testing.T) {
 
 func TestRestartStopFails(t *testing.T) {
 	f := &fakeRuntime{running: []string{"old"}, next: "new", stopErr: errors.New("rpc error: DeadlineExceeded")}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") {
 		t.Fatalf("Run = %v", err)
 	}
@@ -202,7 +211,7 @@ func TestRestartNothingRunning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	f := &fakeRuntime{next: "new", stopped: true, afterStop: 1}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
