@@ -230,7 +230,6 @@ type Restarter struct {
 	runner Runner
 	gate   Gate
 	holds  Holds
-	log    logrus.FieldLogger
 }
 
 // New returns a Restarter with cfg's zero values defaulted.
@@ -258,7 +257,7 @@ func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
 		l.SetLevel(logrus.PanicLevel)
 		cfg.Log = l
 	}
-	return &Restarter{cfg: cfg, locker: l, runner: r, gate: g, holds: h, log: cfg.Log}
+	return &Restarter{cfg: cfg, locker: l, runner: r, gate: g, holds: h}
 }
 
 // result is how an attempt (or the run under the lock) ended.
@@ -278,7 +277,7 @@ type result struct {
 // Run restarts once. ctx ending is the first signal (stop as soon as it
 // is safe); force closing is the second (stop now).
 func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
-	log := r.log
+	log := r.cfg.Log
 	if code := r.preflight(ctx, "before queueing"); code != OK {
 		return code
 	}
@@ -435,12 +434,12 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 			errs = j.Unwrap()
 		}
 		for _, e := range errs {
-			r.log.Errorf("preflight: %v", e)
+			r.cfg.Log.Errorf("preflight: %v", e)
 		}
-		r.log.Errorf("preflight failed %s: not restarting", when)
+		r.cfg.Log.Errorf("preflight failed %s: not restarting", when)
 		return Preflight
 	}
-	r.log.Infof("preflight passed %s", when)
+	r.cfg.Log.Infof("preflight passed %s", when)
 	return OK
 }
 
@@ -459,17 +458,17 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 	defer cancel()
 	rec, err := r.holds.Get(hctx)
 	if err != nil {
-		r.log.WithError(err).Errorf("cannot read the hold %s", when)
+		r.cfg.Log.WithError(err).Errorf("cannot read the hold %s", when)
 		return Error
 	}
 	if rec == nil {
 		return OK
 	}
 	if r.cfg.IgnoreHold {
-		r.log.WithField("hold_key", r.holds.Key()).Warnf("hold active, ignored (--ignore-hold): set by %s", rec)
+		r.cfg.Log.WithField("hold_key", r.holds.Key()).Warnf("hold active, ignored (--ignore-hold): set by %s", rec)
 		return OK
 	}
-	r.log.WithField("hold_key", r.holds.Key()).Errorf("hold active (%s): set by %s; refusing to restart. Fix the cause, then run `unhold` (or pass --ignore-hold)", when, rec)
+	r.cfg.Log.WithField("hold_key", r.holds.Key()).Errorf("hold active (%s): set by %s; refusing to restart. Fix the cause, then run `unhold` (or pass --ignore-hold)", when, rec)
 	return Held
 }
 

@@ -422,7 +422,7 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 	r := New(Config{Host: "m1"}, nil, nil, nil, f)
 	done := make(chan struct{})
 	go func() {
-		r.writeHold(context.Background(), force, result{code: LeaseLost, failure: "x"}, r.log)
+		r.writeHold(context.Background(), force, result{code: LeaseLost, failure: "x"}, r.cfg.Log)
 		close(done)
 	}()
 	close(force)
@@ -455,7 +455,7 @@ func TestEndedCommandNotTerminated(t *testing.T) {
 		force := make(chan struct{})
 		close(force)
 		r := New(Config{Argv: []string{"restart"}, Host: "m1"}, nil, endedRunner{p}, nil, &fakeHolds{})
-		out := r.attempt(context.Background(), force, sess, r.log)
+		out := r.attempt(context.Background(), force, sess, r.cfg.Log)
 		if p.terminated != 0 {
 			t.Fatalf("run %d: an ended command was terminated with grace %s", i, p.terminated)
 		}
