@@ -54,15 +54,12 @@ type File struct {
 	s *Settings
 }
 
-// New returns r's write path under s.
-func New(r *resource.Resource, s *Settings) *File { return &File{Resource: r, s: s} }
-
 // LoadNamed is resource.LoadNamed, each resource with its write path.
 func LoadNamed(s *Settings, names []string) ([]*File, []error) {
 	rs, errs := resource.LoadNamed(&s.Settings, names)
 	fs := make([]*File, len(rs))
 	for i, r := range rs {
-		fs[i] = New(r, s)
+		fs[i] = &File{Resource: r, s: s}
 	}
 	return fs, errs
 }

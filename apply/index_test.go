@@ -52,7 +52,7 @@ func TestTemplateKeyCopiesNoCleanKey(t *testing.T) {
 // key ("/p/a" and "/p/a/") leave one pair, the same one whatever order the
 // map gives them in.
 func TestIndexKeepsOneValuePerTemplateKey(t *testing.T) {
-	r := New(&resource.Resource{Prefix: "/p"}, nil)
+	r := &File{Resource: &resource.Resource{Prefix: "/p"}}
 	kvs := map[string]string{"/p/a": "2", "/p/a/": "1", "/p//a": "3", "/p/b": "x"}
 	for i := 0; i < 50; i++ {
 		ix := r.index(kvstore.PairsOf(kvs))
@@ -69,7 +69,7 @@ func TestIndexKeepsOneValuePerTemplateKey(t *testing.T) {
 // with a store key repeated, as GetPairs may give it) indexes as the same
 // snapshot given as a map.
 func TestIndexPairsAsIndexOfMap(t *testing.T) {
-	r := New(&resource.Resource{Prefix: "/p"}, nil)
+	r := &File{Resource: &resource.Resource{Prefix: "/p"}}
 	kvs := map[string]string{"/p/a": "1", "/p/b/c": "2", "/p//d": "3", "/p/b/": "4", "/p/e/./f": "5"}
 	want, err := r.index(kvstore.PairsOf(kvs)).GetAll("/*")
 	if err != nil {

@@ -65,7 +65,7 @@ func (f *fixture) load() *File {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return New(r, f.s)
+	return &File{Resource: r, s: f.s}
 }
 
 // confDir lays out confdir/conf.d and confdir/templates with the given files.

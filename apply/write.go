@@ -34,7 +34,8 @@ type Writer interface {
 	ClearOwed(dest string) error
 }
 
-// FileWriter writes to the local file systems.
+// FileWriter writes to the local file systems; Log (Settings.Logger) is
+// where an in-place write says why.
 type FileWriter struct {
 	Log logrus.FieldLogger
 }
@@ -165,12 +166,8 @@ func (w FileWriter) Replace(stage, dest string, content template.Text, mode os.F
 	if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EXDEV) {
 		return fmt.Errorf("rename %s to %s: %w", stage, dest, err)
 	}
-	log := w.Log
-	if log == nil {
-		log = logrus.StandardLogger()
-	}
-	log.Debugf("Rename failed (%v): %s is likely a mount point; writing in place", err, dest)
-	return writeInPlaceKept(dest, content, mode, uid, gid, log)
+	w.Log.Debugf("Rename failed (%v): %s is likely a mount point; writing in place", err, dest)
+	return writeInPlaceKept(dest, content, mode, uid, gid, w.Log)
 }
 
 // writeInPlace overwrites dest without ever leaving it truncated for want

@@ -2,8 +2,8 @@
 // command's whole process group when the guard's owner dies, for both
 // binaries: confd's check_cmd and reload_cmd, and
 // kube-apiserver-safe-restart's restart command. Each binary's main runs
-// Main when its first argument is Arg; Wrap turns a runner.Spec into one
-// that re-executes the running binary as the guard.
+// Main when its first argument is Arg; Start runs a runner.Spec's command
+// under the running binary re-executed as the guard.
 //
 // The kernel's parent-death signal (PR_SET_PDEATHSIG) reaches only the
 // owner's direct child: without the guard, a command's own children (a
@@ -16,6 +16,8 @@ package groupguard
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -55,18 +57,42 @@ type Options struct {
 	// and the command does not inherit, until the group is gone: an owner
 	// that takes the same lock after a crash waits for the old command.
 	Lock *os.File
-	// Status, when set, is the write end of a pipe on which the guard
-	// reports that the command started (StartedLine) or could not, and how
-	// it ended ("exit N" or "signal N") just before it ends itself. A guard
-	// that ends without a report died (or was killed) on its own: see Watch.
-	Status *os.File
+	// status is the write end of a pipe on which the guard reports that
+	// the command started (StartedLine) or could not, and how it ended
+	// ("exit N" or "signal N") just before it ends itself. A guard that
+	// ends without a report died (or was killed) on its own: see Watch.
+	status *os.File
 }
 
-// Wrap returns spec changed to run its command under a guard: the guard
+// Start starts spec's command under a guard, and returns the owner's end
+// of the guard's status pipe with it. A dead guard's group is waited for
+// up to the command's grace.
+func Start(ctx context.Context, spec runner.Spec, o Options) (*runner.Process, *Watch, error) {
+	status, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s not run: status pipe for its group guard: %w", cmp.Or(spec.Name, runner.Quote(spec.Argv)), err)
+	}
+	w := &Watch{r: bufio.NewReader(status), file: status, grace: spec.Grace}
+	if w.grace <= 0 {
+		w.grace = runner.DefaultGrace
+	}
+	o.status = statusW
+	guarded := wrap(spec, o)
+	guarded.OnExit = w.OnExit
+	p, err := runner.Start(ctx, guarded)
+	_ = statusW.Close()
+	if err != nil {
+		_ = status.Close()
+		return nil, nil, err
+	}
+	return p, w, nil
+}
+
+// wrap returns spec changed to run its command under a guard: the guard
 // re-executes this binary, carries the parent-death signal, and gets the
 // lock and status files as extra descriptors. Messages still name the
 // command, not the guard.
-func Wrap(spec runner.Spec, o Options) runner.Spec {
+func wrap(spec runner.Spec, o Options) runner.Spec {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
 	}
@@ -79,9 +105,9 @@ func Wrap(spec runner.Spec, o Options) runner.Spec {
 		args = append(args, "-lock-fd="+strconv.Itoa(3+len(extra)))
 		extra = append(extra, o.Lock)
 	}
-	if o.Status != nil {
+	if o.status != nil {
 		args = append(args, "-status-fd="+strconv.Itoa(3+len(extra)))
-		extra = append(extra, o.Status)
+		extra = append(extra, o.status)
 	}
 	if o.Grace > 0 {
 		// The command may still write while it cleans up after our death:
@@ -262,45 +288,35 @@ func killGroup() {
 // started; "notrun WHY" is the first and last when it could not start.
 const StartedLine = "started\n"
 
-// Status is what a guard reported about its command.
-type Status struct {
-	// Reported is false when the guard ended without a report ("exit N",
-	// "signal N" or "notrun WHY" after StartedLine): it died (SIGKILL, a
-	// crash) before the command ended, or never started it.
-	Reported bool
-}
-
-// readStatus reads a guard's whole report, from its status pipe.
-func readStatus(report string) Status {
+// reported is whether a guard's whole report, from its status pipe, says
+// how its command ended ("exit N", "signal N" or "notrun WHY" after
+// StartedLine). Without one, the guard died (SIGKILL, a crash) before the
+// command ended, or never started it.
+func reported(report string) bool {
 	word, _, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(report, StartedLine)), " ")
-	return Status{Reported: word == "exit" || word == "signal" || word == "notrun"}
+	return word == "exit" || word == "signal" || word == "notrun"
 }
 
-// Watch is the owner's end of a guard's status pipe. Set its OnExit as the
-// guard's runner.Spec.OnExit: it reads the guard's report as soon as the
-// guard has exited, and when there is none (the guard was killed) the
-// command's group, which nothing watches any more, is killed then rather
-// than after the command's output has been drained.
+// Watch is the owner's end of a guard's status pipe (Start). Its OnExit
+// reads the guard's report as soon as the guard has exited, and when there
+// is none (the guard was killed) the command's group, which nothing
+// watches any more, is killed then rather than after the command's output
+// has been drained.
 type Watch struct {
 	mu    sync.Mutex
 	r     *bufio.Reader
-	first string // what First read, part of the report
+	file  *os.File // closed once OnExit has read it
+	first string   // what First read, part of the report
 	grace time.Duration
 	// report is all OnExit read, once it has run (exited): a guard that
 	// ends before its owner asks for the first line (a command that could
 	// not start, on a loaded machine) leaves that line here.
 	report string
 	exited bool
-	// Status is the guard's report, GroupAlive that its group could not be
-	// confirmed gone within grace: both set once OnExit has run.
-	Status     Status
+	// Reported (see reported), and GroupAlive: its group could not be
+	// confirmed gone within grace; both set once OnExit has run.
+	Reported   bool
 	GroupAlive bool
-}
-
-// NewWatch watches the read end of a status pipe; grace bounds the wait
-// for a dead guard's group to be gone.
-func NewWatch(r io.Reader, grace time.Duration) *Watch {
-	return &Watch{r: bufio.NewReader(r), grace: grace}
 }
 
 // First reads the guard's first line: StartedLine, "notrun WHY\n", or ""
@@ -322,18 +338,21 @@ func (w *Watch) OnExit(pid int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rest, _ := io.ReadAll(w.r) // what it could read: a broken pipe is no report
+	if w.file != nil {
+		_ = w.file.Close()
+	}
 	w.report, w.exited = w.first+string(rest), true
-	w.Status = readStatus(w.report)
-	if !w.Status.Reported {
-		w.GroupAlive = !GroupGone(pid, w.grace)
+	w.Reported = reported(w.report)
+	if !w.Reported {
+		w.GroupAlive = !groupGone(pid, w.grace)
 	}
 }
 
-// GroupGone kills what is left of process group pgid with SIGKILL and
+// groupGone kills what is left of process group pgid with SIGKILL and
 // waits, up to timeout, until no process of it exists. A false return
 // means it could not confirm that (processes that do not die, or zombies
 // nobody reaps): the caller must assume the command still runs.
-func GroupGone(pgid int, timeout time.Duration) bool {
+func groupGone(pgid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		err := syscall.Kill(-pgid, syscall.SIGKILL)

@@ -1,6 +1,7 @@
 package groupguard
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"slices"
@@ -11,12 +12,12 @@ import (
 	"github.com/keysync/confd/internal/runner"
 )
 
-// Wrap's guard command line parses back into what was asked for, with the
+// wrap's guard command line parses back into what was asked for, with the
 // descriptors where runner puts the files.
 func TestWrapParses(t *testing.T) {
 	lock, status := os.NewFile(100, "lock"), os.NewFile(101, "status")
-	spec := Wrap(runner.Spec{Argv: []string{"sh", "-c", "x"}, CombinedOutput: true},
-		Options{Grace: 3 * time.Second, Lock: lock, Status: status})
+	spec := wrap(runner.Spec{Argv: []string{"sh", "-c", "x"}, CombinedOutput: true},
+		Options{Grace: 3 * time.Second, Lock: lock, status: status})
 	if spec.Argv[1] != Arg || spec.Name != "sh -c x" || spec.ParentDeathSignal != DeathSignal || !spec.ShareOutputReaders {
 		t.Fatalf("spec %+v", spec)
 	}
@@ -66,17 +67,17 @@ func TestLockKeyedByResourceAndCommand(t *testing.T) {
 // The status pipe's first line says the command started (or why not); the
 // report after it says how it ended.
 func TestReadStatus(t *testing.T) {
-	for in, want := range map[string]Status{
-		StartedLine + "exit 3\n":      {Reported: true},
-		StartedLine + "signal 9\n":    {Reported: true},
-		StartedLine:                   {},
-		"notrun exec: no such file\n": {Reported: true},
-		"exit 0\n":                    {Reported: true},
-		"":                            {},
-		StartedLine + "exi":           {},
+	for in, want := range map[string]bool{
+		StartedLine + "exit 3\n":      true,
+		StartedLine + "signal 9\n":    true,
+		StartedLine:                   false,
+		"notrun exec: no such file\n": true,
+		"exit 0\n":                    true,
+		"":                            false,
+		StartedLine + "exi":           false,
 	} {
-		if got := readStatus(in); got != want {
-			t.Errorf("%q: %+v, want %+v", in, got, want)
+		if got := reported(in); got != want {
+			t.Errorf("%q: %v, want %v", in, got, want)
 		}
 	}
 }
@@ -87,7 +88,7 @@ func TestReadStatus(t *testing.T) {
 // command that never ran for a started one.
 func TestWatchFirstAfterOnExit(t *testing.T) {
 	for _, report := range []string{"notrun fork/exec /x: no such file or directory\n", StartedLine + "exit 3\n"} {
-		w := NewWatch(strings.NewReader(report), time.Millisecond)
+		w := &Watch{r: bufio.NewReader(strings.NewReader(report)), grace: time.Millisecond}
 		w.OnExit(0) // reported: no group is killed
 		want, _, found := strings.Cut(report, "\n")
 		if found {
@@ -96,8 +97,8 @@ func TestWatchFirstAfterOnExit(t *testing.T) {
 		if got := w.First(); got != want {
 			t.Errorf("report %q: First after OnExit = %q, want %q", report, got, want)
 		}
-		if got := w.Status; got != readStatus(report) {
-			t.Errorf("report %q: Status %+v", report, got)
+		if got := w.Reported; got != reported(report) {
+			t.Errorf("report %q: Reported %v", report, got)
 		}
 	}
 }

@@ -37,11 +37,10 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
 	}
-	grace := spec.Grace
-	if grace <= 0 {
-		grace = runner.DefaultGrace
+	if spec.Grace <= 0 {
+		spec.Grace = runner.DefaultGrace
 	}
-	o := Options{Grace: grace}
+	o := Options{Grace: spec.Grace}
 	if r.LockDir != "" {
 		lock, err := r.lock(ctx, spec)
 		if err != nil {
@@ -50,17 +49,7 @@ func (r Runner) Run(ctx context.Context, spec runner.Spec) runner.Result {
 		defer lock.Close()
 		o.Lock = lock
 	}
-	status, statusW, err := os.Pipe()
-	if err != nil {
-		return runner.Result{ExitCode: -1, Err: fmt.Errorf("%s not run: status pipe for its group guard: %w", spec.Name, err)}
-	}
-	defer status.Close()
-	o.Status = statusW
-	w := NewWatch(status, grace)
-	guarded := Wrap(spec, o)
-	guarded.OnExit = w.OnExit
-	p, err := runner.Start(ctx, guarded)
-	_ = statusW.Close()
+	p, w, err := Start(ctx, spec, o)
 	if err != nil {
 		return runner.Result{ExitCode: -1, Err: err}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // TestMain lets this test binary be the guard, as the real binaries are
-// (Wrap re-executes the running binary).
+// (Start re-executes the running binary).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == Arg {
 		os.Exit(Main("groupguard.test", os.Args[2:]))
@@ -24,14 +24,8 @@ func TestMain(m *testing.M) {
 // dead, not once the command's output has been drained, which a command
 // that keeps writing would put off for ever.
 func TestWatchKillsGroupWhenGuardDies(t *testing.T) {
-	status, statusW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer status.Close()
-	w := NewWatch(status, 10*time.Second)
 	lines := make(chan string, 1000)
-	spec := Wrap(runner.Spec{
+	p, w, err := Start(t.Context(), runner.Spec{
 		Argv:      []string{"sh", "-c", `while :; do echo x; sleep 0.01; done`},
 		Grace:     10 * time.Second,
 		PipeDrain: 2 * time.Second,
@@ -41,10 +35,7 @@ func TestWatchKillsGroupWhenGuardDies(t *testing.T) {
 			default:
 			}
 		},
-	}, Options{Status: statusW, Grace: 10 * time.Second})
-	spec.OnExit = w.OnExit
-	p, err := runner.Start(t.Context(), spec)
-	_ = statusW.Close()
+	}, Options{Grace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +50,8 @@ func TestWatchKillsGroupWhenGuardDies(t *testing.T) {
 	go func() { done <- p.Wait() }()
 	select {
 	case res := <-done:
-		if w.Status.Reported || w.GroupAlive || res.PipeHeld {
-			t.Fatalf("status %+v, group alive %v, pipe held %v: want no report, the group gone before the drain", w.Status, w.GroupAlive, res.PipeHeld)
+		if w.Reported || w.GroupAlive || res.PipeHeld {
+			t.Fatalf("reported %v, group alive %v, pipe held %v: want no report, the group gone before the drain", w.Reported, w.GroupAlive, res.PipeHeld)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Wait has not returned a minute after the guard died: its command's group was left running")

@@ -140,9 +140,6 @@ type Result struct {
 	Err error
 }
 
-// OK reports success: exit status 0, not timed out, not terminated.
-func (r Result) OK() bool { return r.Err == nil }
-
 // Process is a started command.
 type Process struct {
 	spec   Spec
@@ -187,7 +184,8 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: spec.ParentDeathSignal}
-	cmd.ExtraFiles = spec.ExtraFiles
+	// (A copy: the output pipes' read ends may join them, below.)
+	cmd.ExtraFiles = slices.Clone(spec.ExtraFiles)
 	if spec.Name == "" {
 		spec.Name = Quote(spec.Argv)
 	}
@@ -205,16 +203,13 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		}
 		childEnds = append(childEnds, w)
 		p.out.pipes[s] = r
+		if spec.ShareOutputReaders {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+		}
 		p.readers.Add(1)
 		go p.read(s, r)
 	}
 	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[len(childEnds)-1]
-	if spec.ShareOutputReaders {
-		cmd.ExtraFiles = append(append([]*os.File(nil), cmd.ExtraFiles...), p.out.pipes[Stdout])
-		if !spec.CombinedOutput {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, p.out.pipes[Stderr])
-		}
-	}
 	started := make(chan error, 1)
 	go p.run(started)
 	err := <-started

@@ -30,13 +30,13 @@ func TestExitStatusEnvAndStreams(t *testing.T) {
 	var out, errOut strings.Builder
 	r := Run(context.Background(), Spec{Argv: Shell(`echo "$FOO"; echo oops >&2; exit 3`), Env: []string{"FOO=bar"},
 		Stdout: &out, Stderr: &errOut, Timeout: time.Minute})
-	if r.ExitCode != 3 || r.OK() || r.TimedOut || !strings.Contains(r.Err.Error(), "status 3") {
+	if r.ExitCode != 3 || r.Err == nil || r.TimedOut || !strings.Contains(r.Err.Error(), "status 3") {
 		t.Fatalf("result %+v", r)
 	}
 	if out.String() != "bar\n" || errOut.String() != "oops\n" {
 		t.Fatalf("stdout %q stderr %q", out.String(), errOut.String())
 	}
-	if r := Run(context.Background(), Spec{Argv: []string{"true"}}); !r.OK() || r.ExitCode != 0 {
+	if r := Run(context.Background(), Spec{Argv: []string{"true"}}); r.Err != nil || r.ExitCode != 0 {
 		t.Fatalf("true: %+v", r)
 	}
 	if _, err := Start(context.Background(), Spec{Argv: []string{"/nonexistent/cmd"}}); err == nil || !strings.Contains(err.Error(), "/nonexistent/cmd") {
@@ -49,7 +49,7 @@ func TestOwnProcessGroup(t *testing.T) {
 	r := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "ps -o pgid= -p $$; echo $$"}, OnLine: func(_ Stream, l string) {
 		lines = append(lines, strings.TrimSpace(l))
 	}})
-	if !r.OK() || len(lines) != 2 || lines[0] != lines[1] {
+	if r.Err != nil || len(lines) != 2 || lines[0] != lines[1] {
 		t.Fatalf("pgid/pid %q, %+v", lines, r)
 	}
 }
@@ -71,7 +71,7 @@ func TestBackgroundChildHoldingStdoutIsSuccess(t *testing.T) {
 			mu.Unlock()
 		},
 	})
-	if !r.OK() || !r.PipeHeld || r.ExitCode != 0 {
+	if r.Err != nil || !r.PipeHeld || r.ExitCode != 0 {
 		t.Fatalf("result %+v", r)
 	}
 	mu.Lock()
@@ -96,7 +96,7 @@ func TestTimeoutSendsTermAndWaitsForGrace(t *testing.T) {
 		Timeout: time.Second,
 		Grace:   time.Minute,
 	})
-	if !r.TimedOut || r.Killed || r.OK() || r.ExitCode != 7 || !strings.Contains(r.Err.Error(), "did not finish within 1s") {
+	if !r.TimedOut || r.Killed || r.Err == nil || r.ExitCode != 7 || !strings.Contains(r.Err.Error(), "did not finish within 1s") {
 		t.Fatalf("result %+v", r)
 	}
 	if b, err := os.ReadFile(mark); err != nil || string(b) != "term\n" {
@@ -139,7 +139,7 @@ func TestContextCancelTerminatesWithGrace(t *testing.T) {
 	cancel()
 	r := p.Wait()
 	// It finished its work in the grace and said so with status 0.
-	if !r.Terminated || r.Killed || !r.OK() {
+	if !r.Terminated || r.Killed || r.Err != nil {
 		t.Fatalf("result %+v", r)
 	}
 	if _, err := os.Stat(mark); err != nil {
@@ -149,7 +149,7 @@ func TestContextCancelTerminatesWithGrace(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
 	r = Run(ctx, Spec{Argv: []string{"sleep", "60"}})
-	if !r.Terminated || r.OK() || r.Signal != syscall.SIGTERM || !strings.Contains(r.Err.Error(), "stopped before it finished; its process group got SIGTERM") {
+	if !r.Terminated || r.Err == nil || r.Signal != syscall.SIGTERM || !strings.Contains(r.Err.Error(), "stopped before it finished; its process group got SIGTERM") {
 		t.Fatalf("result %+v", r)
 	}
 }
@@ -347,7 +347,7 @@ func TestCombinedOutputKeepsOrder(t *testing.T) {
 			got = append(got, map[Stream]string{Stdout: "stdout", Stderr: "stderr"}[s]+":"+l)
 		}})
 	want := "stdout:out1 stdout:err1 stdout:out2 stdout:err2 stdout:out3 stdout:err3 stdout:out4 stdout:err4 stdout:out5 stdout:err5 stdout:out6 stdout:err6 stdout:out7 stdout:err7 stdout:out8 stdout:err8"
-	if !r.OK() || strings.Join(got, " ") != want {
+	if r.Err != nil || strings.Join(got, " ") != want {
 		t.Fatalf("got %q, %+v", got, r)
 	}
 }
@@ -359,7 +359,7 @@ func TestSlowConsumerGetsEverything(t *testing.T) {
 	n := 0
 	r := Run(context.Background(), Spec{Argv: Shell(`seq 1 300`), PipeDrain: 50 * time.Millisecond,
 		OnLine: func(_ Stream, l string) { time.Sleep(time.Millisecond); last = l; n++ }})
-	if !r.OK() || r.PipeHeld || n != 300 || last != "300" {
+	if r.Err != nil || r.PipeHeld || n != 300 || last != "300" {
 		t.Fatalf("got %d lines, last %q, %+v", n, last, r)
 	}
 }
@@ -384,7 +384,7 @@ func TestTerminateKillsAfterItsGrace(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("not ended a minute after Terminate")
 	}
-	if r := p.Wait(); !r.Terminated || !r.Killed || r.Signal != syscall.SIGKILL || r.OK() {
+	if r := p.Wait(); !r.Terminated || !r.Killed || r.Signal != syscall.SIGKILL || r.Err == nil {
 		t.Fatalf("result %+v", r)
 	}
 }

@@ -15,12 +15,12 @@ package cri
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,10 +38,8 @@ const StateRunning = "CONTAINER_RUNNING"
 // crictl's --namespace matches).
 const namespaceLabel = "io.kubernetes.pod.namespace"
 
-// Crictl runs crictl.
+// Crictl runs crictl, found on PATH.
 type Crictl struct {
-	// Bin is the crictl binary ("crictl": found on PATH).
-	Bin string
 	// Endpoint, when set, is passed as --runtime-endpoint; empty leaves the
 	// choice to crictl (its config file, then its default sockets).
 	Endpoint string
@@ -61,7 +59,7 @@ type Container struct {
 }
 
 func (c Crictl) base() []string {
-	argv := []string{cmp.Or(c.Bin, "crictl")}
+	argv := []string{"crictl"}
 	if c.Endpoint != "" {
 		argv = append(argv, "--runtime-endpoint", c.Endpoint)
 	}
@@ -74,8 +72,8 @@ func (c Crictl) PsArgv(name, namespace string) []string {
 	return append(c.base(), "ps", "--name", exact(name), "--namespace", exact(namespace), "--state", "running", "-o", "json")
 }
 
-// StopArgv stops a container, killing it after timeout (whole seconds,
-// rounded up: crictl's --timeout is an integer number of seconds).
+// StopArgv stops a container gracefully, killing it after timeout (whole
+// seconds, rounded up: crictl's --timeout is an integer number of seconds).
 func (c Crictl) StopArgv(id string, timeout time.Duration) []string {
 	secs := int64((timeout + time.Second - 1) / time.Second)
 	return append(c.base(), "stop", "--timeout", strconv.FormatInt(secs, 10), id)
@@ -100,8 +98,7 @@ type psJSON struct {
 // ParsePs reads `crictl ps -o json`.
 func ParsePs(data []byte) ([]Container, error) {
 	var doc psJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("crictl ps -o json: %w", err)
 	}
 	var out []Container
@@ -165,12 +162,6 @@ func (c Crictl) Running(ctx context.Context, name, namespace string) ([]Containe
 	return running, nil
 }
 
-// Stop stops a container gracefully.
-func (c Crictl) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	_, err := c.run(ctx, c.StopArgv(id, timeout))
-	return err
-}
-
 // Restart is one restart of a static pod's container.
 type Restart struct {
 	Crictl      Crictl
@@ -190,26 +181,16 @@ var ErrNotRunning = errors.New("no running container")
 // it only waits for one to run.
 func (r Restart) Run(ctx context.Context) error {
 	log := r.Log
-	if log == nil {
-		l := logrus.New()
-		l.SetLevel(logrus.PanicLevel)
-		log = l
-	}
 	cur, err := r.Crictl.Running(ctx, r.Name, r.Namespace)
 	if err != nil {
 		return err
 	}
-	old := map[string]bool{}
-	for _, c := range cur {
-		old[c.ID] = true
-	}
-	switch {
-	case len(cur) == 0:
+	if len(cur) == 0 {
 		log.Warnf("no running %s container in %s: waiting for the kubelet to start one", r.Name, r.Namespace)
-	default:
+	} else {
 		for _, c := range cur {
 			log.Infof("stopping %s container %s (attempt %d), --timeout %s before it is killed", r.Name, short(c.ID), c.Attempt, r.StopTimeout)
-			if err := r.Crictl.Stop(ctx, c.ID, r.StopTimeout); err != nil {
+			if _, err := r.Crictl.run(ctx, r.Crictl.StopArgv(c.ID, r.StopTimeout)); err != nil {
 				return fmt.Errorf("stop %s container %s: %w", r.Name, short(c.ID), err)
 			}
 		}
@@ -228,7 +209,7 @@ func (r Restart) Run(ctx context.Context) error {
 			log.WithError(err).Debug("crictl ps failed; looking again")
 		}
 		for _, c := range now {
-			if !old[c.ID] {
+			if !slices.ContainsFunc(cur, func(o Container) bool { return o.ID == c.ID }) {
 				log.Infof("kubelet runs a new %s container %s (attempt %d)", r.Name, short(c.ID), c.Attempt)
 				return nil
 			}
@@ -242,9 +223,4 @@ func (r Restart) Run(ctx context.Context) error {
 }
 
 // short is an ID as crictl's table shows it.
-func short(id string) string {
-	if len(id) > 13 {
-		return id[:13]
-	}
-	return id
-}
+func short(id string) string { return id[:min(len(id), 13)] }

@@ -7,10 +7,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
+// quiet is a logger that logs nothing.
+var quiet = func() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetLevel(logrus.PanicLevel)
+	return l
+}()
+
 func TestArgv(t *testing.T) {
-	ep := Crictl{Bin: "/usr/bin/crictl", Endpoint: "unix:///run/containerd/containerd.sock"}
+	ep := Crictl{Endpoint: "unix:///run/containerd/containerd.sock"}
 	for i, tt := range []struct {
 		got  []string
 		want string
@@ -18,8 +27,8 @@ func TestArgv(t *testing.T) {
 		{Crictl{}.PsArgv("kube-apiserver", "kube-system"),
 			`crictl ps --name ^kube-apiserver$ --namespace ^kube-system$ --state running -o json`},
 		{ep.PsArgv("kube-controller-manager", "kube-system"),
-			`/usr/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock ps --name ^kube-controller-manager$ --namespace ^kube-system$ --state running -o json`},
-		{ep.StopArgv("abc", 30*time.Second), `/usr/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock stop --timeout 30 abc`},
+			`crictl --runtime-endpoint unix:///run/containerd/containerd.sock ps --name ^kube-controller-manager$ --namespace ^kube-system$ --state running -o json`},
+		{ep.StopArgv("abc", 30*time.Second), `crictl --runtime-endpoint unix:///run/containerd/containerd.sock stop --timeout 30 abc`},
 		{Crictl{}.StopArgv("abc", 1500*time.Millisecond), `crictl stop --timeout 2 abc`}, // whole seconds, rounded up
 		{Crictl{}.PsArgv("a.b", "x"), `crictl ps --name ^a\.b$ --namespace ^x$ --state running -o json`},
 	} {
@@ -151,7 +160,7 @@ func TestRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	f := &fakeRuntime{running: []string{"old"}, next: "new", afterStop: 3}
-	r := Restart{Crictl: Crictl{Endpoint: "unix:///cri.sock", Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: 30 * time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Endpoint: "unix:///cri.sock", Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: 30 * time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +190,7 @@ func TestRunningChecksTheFilter(t *testing.T) {
 // No new container before the deadline: an error, after stopping the old.
 func TestRestartNoNewContainer(t *testing.T) {
 	f := &fakeRuntime{running: []string{"old"}, next: "new", afterStop: 1 << 30}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	if err := r.Run(ctx); !errors.Is(err, ErrNotRunning) || !f.stopped {
@@ -191,7 +200,7 @@ func TestRestartNoNewContainer(t *testing.T) {
 
 func TestRestartStopFails(t *testing.T) {
 	f := &fakeRuntime{running: []string{"old"}, next: "new", stopErr: errors.New("rpc error: DeadlineExceeded")}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") {
 		t.Fatalf("Run = %v", err)
 	}
@@ -202,7 +211,7 @@ func TestRestartNothingRunning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	f := &fakeRuntime{next: "new", stopped: true, afterStop: 1}
-	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond}
+	r := Restart{Crictl: Crictl{Run: f.run}, Name: "kube-apiserver", Namespace: "kube-system", StopTimeout: time.Second, Interval: time.Millisecond, Log: quiet}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
 )
 
 // Code is the process exit status; each outcome has its own.
@@ -54,13 +56,13 @@ type Session interface {
 	// Margin is how long before the lease can expire on the server Done
 	// closes: the time the command has to be stopped in.
 	Margin() time.Duration
-	// LeaseID is the session's lease, recorded in the intent: the intent
-	// is live as long as the lease is.
-	LeaseID() int64
+	// Lease is the session's lease, recorded in the intent: the intent is
+	// live as long as the lease is.
+	Lease() clientv3.LeaseID
 }
 
 // ErrLost is what a Session's Lock wraps when the lease was lost.
-var ErrLost = errors.New("lock lost")
+var ErrLost = lock.ErrLeaseLost
 
 // ErrGuardDied is what Process.Wait wraps when the command's group guard
 // died on its own (SIGKILL, say) while the command ran: the group was
@@ -203,12 +205,10 @@ func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.Fi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(r.cfg.HolderNoteAfter)
-		defer t.Stop()
-		select {
+		select { // a timer no longer referenced is collected (Go 1.23)
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(r.cfg.HolderNoteAfter):
 		}
 		h := r.locker.Holder(ctx)
 		// Not when the wait ended meanwhile (the holder read may be us).
@@ -230,7 +230,6 @@ type Restarter struct {
 	runner Runner
 	gate   Gate
 	holds  Holds
-	log    logrus.FieldLogger
 }
 
 // New returns a Restarter with cfg's zero values defaulted.
@@ -258,7 +257,7 @@ func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
 		l.SetLevel(logrus.PanicLevel)
 		cfg.Log = l
 	}
-	return &Restarter{cfg: cfg, locker: l, runner: r, gate: g, holds: h, log: cfg.Log}
+	return &Restarter{cfg: cfg, locker: l, runner: r, gate: g, holds: h}
 }
 
 // result is how an attempt (or the run under the lock) ended.
@@ -278,7 +277,7 @@ type result struct {
 // Run restarts once. ctx ending is the first signal (stop as soon as it
 // is safe); force closing is the second (stop now).
 func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
-	log := r.log
+	log := r.cfg.Log
 	if code := r.preflight(ctx, "before queueing"); code != OK {
 		return code
 	}
@@ -405,7 +404,7 @@ func (r *Restarter) setIntent(ctx context.Context, sess Session) error {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
 	defer cancel()
 	return r.holds.SetIntent(ictx, hold.Intent{
-		Host: r.cfg.Host, PID: r.cfg.PID, Lease: sess.LeaseID(), LockKey: sess.Key(),
+		Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
 		Started: time.Now(), What: runner.Quote(r.cfg.Argv),
 	})
 }
@@ -435,12 +434,12 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 			errs = j.Unwrap()
 		}
 		for _, e := range errs {
-			r.log.Errorf("preflight: %v", e)
+			r.cfg.Log.Errorf("preflight: %v", e)
 		}
-		r.log.Errorf("preflight failed %s: not restarting", when)
+		r.cfg.Log.Errorf("preflight failed %s: not restarting", when)
 		return Preflight
 	}
-	r.log.Infof("preflight passed %s", when)
+	r.cfg.Log.Infof("preflight passed %s", when)
 	return OK
 }
 
@@ -459,17 +458,17 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 	defer cancel()
 	rec, err := r.holds.Get(hctx)
 	if err != nil {
-		r.log.WithError(err).Errorf("cannot read the hold %s", when)
+		r.cfg.Log.WithError(err).Errorf("cannot read the hold %s", when)
 		return Error
 	}
 	if rec == nil {
 		return OK
 	}
 	if r.cfg.IgnoreHold {
-		r.log.WithField("hold_key", r.holds.Key()).Warnf("hold active, ignored (--ignore-hold): set by %s", rec)
+		r.cfg.Log.WithField("hold_key", r.holds.Key()).Warnf("hold active, ignored (--ignore-hold): set by %s", rec)
 		return OK
 	}
-	r.log.WithField("hold_key", r.holds.Key()).Errorf("hold active (%s): set by %s; refusing to restart. Fix the cause, then run `unhold` (or pass --ignore-hold)", when, rec)
+	r.cfg.Log.WithField("hold_key", r.holds.Key()).Errorf("hold active (%s): set by %s; refusing to restart. Fix the cause, then run `unhold` (or pass --ignore-hold)", when, rec)
 	return Held
 }
 
@@ -530,15 +529,12 @@ func (r *Restarter) attempts(ctx context.Context, force <-chan struct{}, sess Se
 			return out
 		}
 		alog.Warnf("attempt failed (%s); retrying in %s", out.failure, r.cfg.RetryDelay)
-		t := time.NewTimer(r.cfg.RetryDelay)
 		select {
-		case <-t.C:
+		case <-time.After(r.cfg.RetryDelay):
 		case <-sess.Done():
-			t.Stop()
 			log.Error("LOCK LOST between attempts")
 			return result{code: LeaseLost, ran: true, failure: joinReason("lock lost between restart attempts", out.failure)}
 		case <-ctx.Done():
-			t.Stop()
 			return result{code: Interrupted, ran: true, failure: joinReason("interrupted between restart attempts", out.failure)}
 		}
 	}
@@ -688,85 +684,4 @@ func joinReason(a, b string) string {
 		return a
 	}
 	return a + "; " + b
-}
-
-// Durations is what WorstCase adds up: every bounded wait of a run. A zero
-// duration is a wait that does not happen with these flags.
-type Durations struct {
-	Attempts         int
-	LockTimeout      time.Duration
-	RestartTimeout   time.Duration
-	KillGrace        time.Duration
-	HealthTimeout    time.Duration // 0: gate off
-	RetryDelay       time.Duration
-	OpTimeout        time.Duration // one etcd request, or one gate probe
-	PreflightTimeout time.Duration
-	HoldRetry        time.Duration
-	// DialTimeout bounds the connection to etcd, made before anything else.
-	DialTimeout time.Duration
-	// TrustTimeout is the trust gate's wait before queueing (0: off).
-	TrustTimeout time.Duration
-	// HostnameTimeout bounds `hostname -f`, run once when --host is not
-	// given (0: --host given).
-	HostnameTimeout time.Duration
-	// FleetTimeout is the fleet check's wait before queueing, for the other
-	// apiservers to be live (0: no fleet check).
-	FleetTimeout time.Duration
-	// KubeletBackoff is how long, in a static-pod restart, the kubelet may
-	// take to start the new container after the old one stopped, its
-	// restart back-off included; each attempt (0: not a static-pod restart).
-	KubeletBackoff time.Duration
-}
-
-// Wait is one bounded wait of a run: Each, Times times.
-type Wait struct {
-	Name  string        `json:"name"`
-	Each  time.Duration `json:"-"`
-	Times int           `json:"times"`
-}
-
-// Total is the wait's share of the worst case.
-func (w Wait) Total() time.Duration { return w.Each * time.Duration(w.Times) }
-
-// Waits lists every bounded wait of a run with d's durations, in the order
-// a run meets them; WorstCase is their sum. A wait that cannot happen with
-// these flags is listed with its zero duration.
-func Waits(d Durations) []Wait {
-	n := max(d.Attempts, 1)
-	holdRetry := max(d.HoldRetry, MinHoldRetry)
-	trustRead := time.Duration(0)
-	if d.TrustTimeout > 0 {
-		trustRead = d.OpTimeout
-	}
-	return []Wait{
-		{"etcd connection (--dial-timeout)", d.DialTimeout, 1},
-		{"preflight (before queueing, and before each attempt)", d.PreflightTimeout, n + 1},
-		{"hostname -f (no --host)", d.HostnameTimeout, 1},
-		{"health gate probe of the running apiserver", d.OpTimeout, 1},
-		{"hold check before queueing", d.OpTimeout, 1},
-		{"trust gate: read key trust", trustRead, 1},
-		{"trust gate: wait for every host to trust the new signing key (--trust-timeout)", d.TrustTimeout, 1},
-		{"fleet check: wait for the other apiservers (--fleet-timeout)", d.FleetTimeout, 1},
-		{"etcd session and the hold check under the lock", d.OpTimeout, 2},
-		{"lock wait (--lock-timeout)", d.LockTimeout, 1},
-		{"restart intent write and delete", d.OpTimeout, 2},
-		{"restart command (--restart-timeout) and its kill grace", d.RestartTimeout + d.KillGrace, n},
-		{"kubelet back-off before the new container starts (static pod)", d.KubeletBackoff, n},
-		{"health gate (--health-timeout and its backstop)", d.HealthTimeout, n},
-		{"pause between attempts (--retry-delay)", d.RetryDelay, n - 1},
-		{"trust record write", d.OpTimeout, 1},
-		{"hold write, retried while etcd is away", holdRetry + d.OpTimeout, 1},
-		{"unlock and lease revoke", d.OpTimeout, 2},
-	}
-}
-
-// WorstCase is the longest a run can take, so that a caller's timeout
-// (confd's reload_cmd_timeout, a unit's TimeoutStartSec) can be set above
-// it: the sum of Waits.
-func WorstCase(d Durations) time.Duration {
-	var sum time.Duration
-	for _, w := range Waits(d) {
-		sum += w.Total()
-	}
-	return sum
 }

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/saferestart/internal/hold"
 )
@@ -56,10 +56,10 @@ func (s *fakeSession) Lost() bool {
 		return false
 	}
 }
-func (s *fakeSession) Key() string           { return "lock/1" }
-func (s *fakeSession) Env() []string         { return []string{"ETCD_LOCK_KEY=lock/1"} }
-func (s *fakeSession) Margin() time.Duration { return 500 * time.Millisecond }
-func (s *fakeSession) LeaseID() int64        { return s.lease }
+func (s *fakeSession) Key() string             { return "lock/1" }
+func (s *fakeSession) Env() []string           { return []string{"ETCD_LOCK_KEY=lock/1"} }
+func (s *fakeSession) Margin() time.Duration   { return 500 * time.Millisecond }
+func (s *fakeSession) Lease() clientv3.LeaseID { return clientv3.LeaseID(s.lease) }
 
 type fakeLocker struct {
 	sess   *fakeSession
@@ -422,7 +422,7 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 	r := New(Config{Host: "m1"}, nil, nil, nil, f)
 	done := make(chan struct{})
 	go func() {
-		r.writeHold(context.Background(), force, result{code: LeaseLost, failure: "x"}, r.log)
+		r.writeHold(context.Background(), force, result{code: LeaseLost, failure: "x"}, r.cfg.Log)
 		close(done)
 	}()
 	close(force)
@@ -433,54 +433,6 @@ func TestHoldWriteForcedGivesUp(t *testing.T) {
 	}
 	if len(f.adds) != 0 {
 		t.Fatal("hold written")
-	}
-}
-
-func TestWorstCase(t *testing.T) {
-	d := Durations{Attempts: 2, LockTimeout: 10 * time.Minute, RestartTimeout: 3 * time.Minute, KillGrace: 5 * time.Second,
-		HealthTimeout: 3 * time.Minute, RetryDelay: 5 * time.Second, OpTimeout: 5 * time.Second, PreflightTimeout: 30 * time.Second}
-	// 90s preflight + 5s probe + 5s hold + 10s session and hold + 10m + 10s intent + 2×(6m5s) + 5s
-	// + 5s trust record + 30s+5s hold + 10s release
-	want := 90*time.Second + 5*time.Second + 5*time.Second + 10*time.Second + 10*time.Minute + 10*time.Second + 2*(6*time.Minute+5*time.Second) +
-		5*time.Second + 5*time.Second + 35*time.Second + 10*time.Second
-	if got := WorstCase(d); got != want {
-		t.Fatalf("WorstCase = %s, want %s", got, want)
-	}
-	// The trust gate reads once and waits up to its timeout; hostname -f,
-	// the fleet check and the kubelet's back-off (each attempt) add theirs.
-	d.TrustTimeout, d.HostnameTimeout, d.FleetTimeout, d.KubeletBackoff = 15*time.Minute, 5*time.Second, 10*time.Minute, 5*time.Minute
-	want += 5*time.Second + 15*time.Minute + 5*time.Second + 10*time.Minute + 2*5*time.Minute
-	if got := WorstCase(d); got != want {
-		t.Fatalf("WorstCase with every wait = %s, want %s", got, want)
-	}
-}
-
-// Every duration of Durations is a wait that WorstCase counts, at least
-// once: a wait added to a run (a field here) and left out of the sum fails.
-func TestWorstCaseCountsEveryWait(t *testing.T) {
-	base := WorstCase(Durations{Attempts: 2})
-	typ := reflect.TypeOf(Durations{})
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		if f.Type != reflect.TypeOf(time.Duration(0)) {
-			continue
-		}
-		d := Durations{Attempts: 2}
-		reflect.ValueOf(&d).Elem().Field(i).SetInt(int64(time.Hour))
-		// (HoldRetry is at least MinHoldRetry even when zero.)
-		if got := WorstCase(d) - base; got < time.Hour-MinHoldRetry {
-			t.Errorf("%s of 1h adds %s to the worst case, want about 1h", f.Name, got)
-		}
-	}
-	var sum time.Duration
-	for _, w := range Waits(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}) {
-		if w.Name == "" || w.Times < 0 {
-			t.Errorf("wait %+v", w)
-		}
-		sum += w.Total()
-	}
-	if got := WorstCase(Durations{Attempts: 3, LockTimeout: time.Minute, OpTimeout: time.Second}); got != sum {
-		t.Fatalf("WorstCase %s, sum of Waits %s", got, sum)
 	}
 }
 
@@ -503,7 +455,7 @@ func TestEndedCommandNotTerminated(t *testing.T) {
 		force := make(chan struct{})
 		close(force)
 		r := New(Config{Argv: []string{"restart"}, Host: "m1"}, nil, endedRunner{p}, nil, &fakeHolds{})
-		out := r.attempt(context.Background(), force, sess, r.log)
+		out := r.attempt(context.Background(), force, sess, r.cfg.Log)
 		if p.terminated != 0 {
 			t.Fatalf("run %d: an ended command was terminated with grace %s", i, p.terminated)
 		}

@@ -21,7 +21,7 @@ import (
 )
 
 // TestMain lets this test binary be the group guard, as the real binary is
-// (groupguard.Wrap re-executes os.Executable()).
+// (groupguard.Start re-executes os.Executable()).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == groupguard.Arg {
 		os.Exit(groupguard.Main(cmdkit.ProgName, os.Args[2:]))

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -72,8 +71,6 @@ func (r *restarter) restart(ctx context.Context) int {
 		log.WithError(err).Errorf("the restart command %s cannot start: nothing was restarted, no hold written; fix the command after -- (its path, PATH, permissions)", runner.Quote(o.Argv))
 		return cmdkit.ExitPreflight
 	}
-	env := runner.WithoutVars(os.Environ(), SecretEnv...)
-	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
 	client := r.cli
 	if client == nil {
 		// The restart command dials only now: what needs no etcd is
@@ -92,13 +89,10 @@ func (r *restarter) restart(ctx context.Context) int {
 	// names do not.
 	holds := &hold.Store{C: client, HoldKey: o.HoldKeyOrDefault(), Host: r.TrustHost(ctx)}
 	if o.DryRun {
-		if code := r.runPreflight(ctx); code != cmdkit.ExitOK {
-			return code
-		}
-		return r.dryRun(ctx, client)
+		return r.dryRun(ctx, client, holds)
 	}
 	cfg := restart.Config{
-		Argv: o.Argv, Env: env,
+		Argv: o.Argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...),
 		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
 		OpTimeout: r.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
 		HoldRetry: restart.MinHoldRetry, Host: r.Host, PID: os.Getpid(), LockName: o.LockName,
@@ -137,22 +131,9 @@ func (r *restarter) restart(ctx context.Context) int {
 		Name: o.LockName, TTL: o.TTL, OpTimeout: r.Etcd.CommandTimeout,
 		Info: lock.Info{Host: r.Host, PID: os.Getpid(), Started: time.Now().UTC(), Version: version.Version},
 	}}
+	run := &commandRunner{stdout: r.Stdout, stderr: r.Stderr, timeout: o.RestartTimeout}
 	gate := &healthGate{cfg: healthConfig(&o.RestartFlags), backstop: r.Etcd.CommandTimeout, log: log}
 	return int(restart.New(cfg, locker, run, gate, holds).Run(ctx, r.Force))
-}
-
-// runPreflight is preflight for --dry-run, which runs no state machine.
-func (r *restarter) runPreflight(ctx context.Context) int {
-	o := r.o
-	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
-	defer cancel()
-	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
-		for _, e := range cmdkit.SplitErrors(err) {
-			r.Log.Errorf("preflight: %v", e)
-		}
-		return cmdkit.ExitPreflight
-	}
-	return cmdkit.ExitOK
 }
 
 // etcdLocker opens lock sessions on etcd.
@@ -166,7 +147,7 @@ func (l *etcdLocker) Open(ctx context.Context) (restart.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return etcdSession{s}, nil
+	return s, nil
 }
 
 func (l *etcdLocker) Holder(ctx context.Context) string {
@@ -187,20 +168,6 @@ func (l *etcdLocker) Holder(ctx context.Context) string {
 	return line + "; `kube-apiserver-safe-restart status` shows the queue"
 }
 
-// etcdSession adapts lock.Session's lease-loss error to restart.ErrLost.
-type etcdSession struct{ *lock.Session }
-
-// LeaseID is the session's lease as the restart intent records it.
-func (s etcdSession) LeaseID() int64 { return int64(s.Session.Lease()) }
-
-func (s etcdSession) Lock(ctx context.Context) error {
-	err := s.Session.Lock(ctx)
-	if errors.Is(err, lock.ErrLeaseLost) {
-		return fmt.Errorf("%w: %w", restart.ErrLost, err)
-	}
-	return err
-}
-
 // commandRunner runs the restart command with the shared runner: its own
 // process group under a group guard (internal/groupguard; the binary is it, saferestart.Main) that the kernel signals when
 // this process dies, and which then kills the whole group, so that a killed
@@ -214,21 +181,12 @@ type commandRunner struct {
 }
 
 func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
-	status, statusW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("status pipe for the command's group guard: %w", err)
-	}
 	// env is the guard's, which the command inherits: on no command line.
-	w := groupguard.NewWatch(status, killGrace)
-	spec := groupguard.Wrap(runner.Spec{
+	p, w, err := groupguard.Start(context.Background(), runner.Spec{
 		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
 		Timeout: r.timeout, Grace: killGrace,
-	}, groupguard.Options{Status: statusW})
-	spec.OnExit = w.OnExit
-	p, err := runner.Start(context.Background(), spec)
-	_ = statusW.Close()
+	}, groupguard.Options{})
 	if err != nil {
-		_ = status.Close()
 		return nil, err
 	}
 	// The guard's first word: the command runs, or could not start (not
@@ -237,19 +195,15 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	// Nothing (EOF) is a guard that died first: Wait tells.
 	if why, ok := strings.CutPrefix(w.First(), "notrun "); ok {
 		<-p.Done()
-		_ = status.Close()
 		return nil, fmt.Errorf("%w: %s: %s", restart.ErrNotStarted, runner.Quote(argv), strings.TrimSpace(why))
 	}
-	return runnerProcess{Process: p, watch: w, file: status, once: new(sync.Once), err: new(error)}, nil
+	return runnerProcess{Process: p, watch: w}, nil
 }
 
 // runnerProcess is a guarded restart command as restart.Process.
 type runnerProcess struct {
 	*runner.Process
 	watch *groupguard.Watch // the guard's report, read as soon as it exits
-	file  *os.File
-	once  *sync.Once
-	err   *error
 }
 
 // Wait returns the command's error. A guard that ended without reporting
@@ -259,26 +213,21 @@ type runnerProcess struct {
 // within killGrace, the error also wraps restart.ErrGroupAlive, and the
 // lock must be kept until its lease runs out.
 func (p runnerProcess) Wait() error {
-	p.once.Do(func() {
-		res := p.Process.Wait()
-		_ = p.file.Close()
-		err := res.Err
-		if p.watch.Status.Reported {
-			*p.err = err
-			return
-		}
-		if err == nil {
-			err = errors.New("the command's group guard ended without reporting the command's end")
-		}
-		if !res.TimedOut && !res.Terminated {
-			err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
-		}
-		if p.watch.GroupAlive {
-			err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
-		}
-		*p.err = err
-	})
-	return *p.err
+	res := p.Process.Wait()
+	err := res.Err
+	if p.watch.Reported {
+		return err
+	}
+	if err == nil {
+		err = errors.New("the command's group guard ended without reporting the command's end")
+	}
+	if !res.TimedOut && !res.Terminated {
+		err = fmt.Errorf("%w (%w)", restart.ErrGuardDied, err)
+	}
+	if p.watch.GroupAlive {
+		err = fmt.Errorf("%w: %w", restart.ErrGroupAlive, err)
+	}
+	return err
 }
 
 // healthGate is the health package as restart.Gate.
@@ -306,40 +255,81 @@ func (g *healthGate) Wait(ctx context.Context) error {
 	return &restart.GateError{Err: err, Final: final}
 }
 
-// WorstCase is the longest a restart with these flags can take.
-func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
-	return restart.WorstCase(durations(o, e))
+// wait is one bounded wait of a restart: each, times times.
+type wait struct {
+	name  string
+	each  time.Duration
+	times int
 }
 
-// durations are the bounded waits of a restart with these flags.
-func durations(o *cmdkit.Restarting, e *cli.Etcd) restart.Durations {
-	d := restart.Durations{
-		Attempts: o.Attempts, LockTimeout: o.LockTimeout, RestartTimeout: o.RestartTimeout, KillGrace: killGrace,
-		RetryDelay: o.RetryDelay, OpTimeout: e.CommandTimeout, PreflightTimeout: preflightTimeout, HoldRetry: restart.MinHoldRetry,
-		DialTimeout: e.DialTimeout, TrustTimeout: o.TrustTimeout,
-		// The kubelet's back-off in static-pod mode is inside
-		// --restart-timeout: the static-pod restart is the command.
-		KubeletBackoff: 0,
+// waits lists every bounded wait of a restart with these flags, in the
+// order the state machine (package restart) meets them; WorstCase is their
+// sum. A wait that cannot happen with these flags is listed with its zero
+// duration.
+func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
+	n, op := max(o.Attempts, 1), e.CommandTimeout
+	var trustRead, hostname, fleet, health time.Duration
+	if o.TrustTimeout > 0 {
+		trustRead = op
+	}
+	if o.HostName == "" {
+		hostname = fqdn.Timeout
 	}
 	// The fleet check's wait before queueing (its last read included) and
 	// its read under the lock; none without --kubeconfig.
 	if o.Kubeconfig != "" {
-		d.FleetTimeout = o.FleetTimeout + 2*e.CommandTimeout
-	}
-	if o.HostName == "" {
-		d.HostnameTimeout = fqdn.Timeout
+		fleet = o.FleetTimeout + 2*op
 	}
 	if o.HealthURL != "" {
-		d.HealthTimeout = o.HealthTimeout + e.CommandTimeout
+		health = o.HealthTimeout + op
 	}
-	return d
+	// (The kubelet's back-off in static-pod mode is inside
+	// --restart-timeout: the static-pod restart is the command.)
+	return []wait{
+		{"etcd connection (--dial-timeout)", e.DialTimeout, 1},
+		{"preflight (before queueing, and before each attempt)", preflightTimeout, n + 1},
+		{"hostname -f (no --host)", hostname, 1},
+		{"health gate probe of the running apiserver", op, 1},
+		{"hold check before queueing", op, 1},
+		{"trust gate: read key trust", trustRead, 1},
+		{"trust gate: wait for every host to trust the new signing key (--trust-timeout)", o.TrustTimeout, 1},
+		{"fleet check: wait for the other apiservers (--fleet-timeout)", fleet, 1},
+		{"etcd session and the hold check under the lock", op, 2},
+		{"lock wait (--lock-timeout)", o.LockTimeout, 1},
+		{"restart intent write and delete", op, 2},
+		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + killGrace, n},
+		{"health gate (--health-timeout and its backstop)", health, n},
+		{"pause between attempts (--retry-delay)", o.RetryDelay, n - 1},
+		{"trust record write", op, 1},
+		{"hold write, retried while etcd is away", restart.MinHoldRetry + op, 1},
+		{"unlock and lease revoke", op, 2},
+	}
 }
 
-// dryRun reports what a restart would do, after preflight passed, and how
-// long it could take at worst (for confd's reload_cmd_timeout). It takes no
-// lock and runs nothing.
-func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
+// WorstCase is the longest a restart with these flags can take, so that a
+// caller's timeout (confd's reload_cmd_timeout, a unit's TimeoutStartSec)
+// can be set above it: the sum of its waits.
+func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
+	var sum time.Duration
+	for _, w := range waits(o, e) {
+		sum += w.each * time.Duration(w.times)
+	}
+	return sum
+}
+
+// dryRun runs preflight (there is no state machine to), then reports what
+// a restart would do, and how long it could take at worst (for confd's
+// reload_cmd_timeout). It takes no lock and runs nothing.
+func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hold.Store) int {
 	o := r.o
+	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
+		for _, e := range cmdkit.SplitErrors(err) {
+			r.Log.Errorf("preflight: %v", e)
+		}
+		return cmdkit.ExitPreflight
+	}
 	qctx, cancel := r.OpCtx(ctx)
 	defer cancel()
 	q, _, err := lock.Queue(qctx, cli, o.LockName)
@@ -347,7 +337,7 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the lock")
 		return cmdkit.ExitError
 	}
-	h, err := hold.Active(qctx, cli, o.HoldKeyOrDefault(), r.TrustHost(ctx))
+	h, err := holds.Get(qctx)
 	if err != nil {
 		r.Log.WithError(r.Etcd.Err(err)).Error("dry run: read the hold")
 		return cmdkit.ExitError
@@ -363,9 +353,9 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client) int {
 		Seconds int64  `json:"seconds"`
 	}
 	var parts []part
-	for _, w := range restart.Waits(durations(o, r.Etcd)) {
-		if w.Total() > 0 {
-			parts = append(parts, part{w.Name, w.Times, int64(w.Total().Round(time.Second) / time.Second)})
+	for _, w := range waits(o, r.Etcd) {
+		if total := w.each * time.Duration(w.times); total > 0 {
+			parts = append(parts, part{w.name, w.times, int64(total.Round(time.Second) / time.Second)})
 		}
 	}
 	if r.output == "json" {

@@ -44,7 +44,7 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 		Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: o.RestartTimeout,
 		Stdout: k.Stderr, Stderr: k.Stderr, ParentDeathSignal: syscall.SIGKILL,
 	})
-	if !res.OK() {
+	if res.Err != nil {
 		return &cmdkit.CodeError{Code: cmdkit.ExitError, What: fmt.Sprintf("signer reload %s: %v", runner.Quote(argv), res.Err)}
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.TrustTimeout)

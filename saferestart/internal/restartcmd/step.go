@@ -35,9 +35,7 @@ func (k *Step) Restart(ctx context.Context) error {
 		if err := k.signerSwitch(ctx, k.Client, k.Name); err != nil {
 			return err
 		}
-		return k.restartControllerManager(ctx, k.Logger)
-	}
-	if code := k.Run(ctx); code != cmdkit.ExitOK {
+	} else if code := k.Run(ctx); code != cmdkit.ExitOK {
 		return &cmdkit.CodeError{Code: code, What: "restart through the lock failed"}
 	}
 	return k.restartControllerManager(ctx, k.Logger)

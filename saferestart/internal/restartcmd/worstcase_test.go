@@ -39,3 +39,45 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 		t.Fatalf("worst case without hostname, trust gate and health gate: %s", got)
 	}
 }
+
+// Each flag's wait counts: --kubeconfig's fleet check adds --fleet-timeout
+// and its two reads.
+func TestWorstCaseFleetCheck(t *testing.T) {
+	o, s := &Command{}, &cmdkit.Shared{}
+	parse(t, s, o, "--dry-run")
+	base := WorstCase(&o.Restarting, &s.Etcd)
+	o.Kubeconfig, o.FleetTimeout = "/etc/kubernetes/admin.conf", 10*time.Minute
+	if got := WorstCase(&o.Restarting, &s.Etcd) - base; got != 10*time.Minute+2*5*time.Second {
+		t.Fatalf("the fleet check adds %s, want 10m10s", got)
+	}
+}
+
+// Every duration a restart's flags set is a wait that WorstCase counts, at
+// least once: a wait added to a run and left out of the sum fails.
+func TestWorstCaseCountsEveryWait(t *testing.T) {
+	o, s := &Command{}, &cmdkit.Shared{}
+	parse(t, s, o, "--dry-run", "--kubeconfig", "/k", "--health-url", "https://127.0.0.1:6443/readyz")
+	base := WorstCase(&o.Restarting, &s.Etcd)
+	for name, d := range map[string]*time.Duration{
+		"--lock-timeout": &o.LockTimeout, "--restart-timeout": &o.RestartTimeout, "--retry-delay": &o.RetryDelay,
+		"--trust-timeout": &o.TrustTimeout, "--fleet-timeout": &o.FleetTimeout, "--health-timeout": &o.HealthTimeout,
+		"--dial-timeout": &s.Etcd.DialTimeout, "--command-timeout": &s.Etcd.CommandTimeout,
+	} {
+		was := *d
+		*d += time.Hour
+		if got := WorstCase(&o.Restarting, &s.Etcd) - base; got < time.Hour {
+			t.Errorf("%s 1h longer adds %s to the worst case, want at least 1h", name, got)
+		}
+		*d = was
+	}
+	var sum time.Duration
+	for _, w := range waits(&o.Restarting, &s.Etcd) {
+		if w.name == "" || w.times < 0 {
+			t.Errorf("wait %+v", w)
+		}
+		sum += w.each * time.Duration(w.times)
+	}
+	if got := WorstCase(&o.Restarting, &s.Etcd); got != sum || got != base {
+		t.Fatalf("WorstCase %s, sum of waits %s", got, sum)
+	}
+}
