@@ -76,7 +76,7 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	root := unite(keys, dests)
 	byRoot := map[int]*group{}
 	seen := map[*group]map[string]bool{}
-	s := &sched{budget: newBudget(followBudget)}
+	s := &sched{budget: &budget{left: followBudget}}
 	for i, p := range ps {
 		g, ok := byRoot[root[i]]
 		if !ok {
