@@ -316,13 +316,6 @@ func (s *Session) watchKey(ctx context.Context) {
 	}
 }
 
-// Held reports whether Lock succeeded and Release has not run.
-func (s *Session) Held() bool {
-	s.relMu.Lock()
-	defer s.relMu.Unlock()
-	return s.held
-}
-
 // Release unlocks (only if our mutex key is still the one we created) and
 // revokes the lease, removing the info record. When the lease is already
 // lost it touches nothing in etcd and returns ErrLeaseLost: a lock we no
