@@ -312,7 +312,7 @@ func TestEndpointsFromSRV(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := c.endpoints; len(got) != 1 || got[0] != s.Endpoint {
+	if got := c.cli.Endpoints(); len(got) != 1 || got[0] != s.Endpoint {
 		t.Errorf("Endpoints = %q, want [%s]", got, s.Endpoint)
 	}
 	if got, _ := getValues(t, c, "/srv"); got["/srv/k"] != "v" {
