@@ -130,9 +130,12 @@ func New(o Options) *Daemon {
 
 // Reload asks Run to re-read the configuration and process everything
 // (SIGHUP); unchanged files are left alone by resource.
-func (d *Daemon) Reload() {
+func (d *Daemon) Reload() { poke(d.hup) }
+
+// poke wakes ch's reader once, however often it is called meanwhile.
+func poke(ch chan struct{}) {
 	select {
-	case d.hup <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -165,7 +168,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	s.all(clock.Now())
 	var w *watcher
 	if d.o.Watch != nil {
-		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: d.signal}
+		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: func() { poke(d.wake) }}
 		// The watch starts at the revision etcd had before the first
 		// reads, so that nothing between a read and the watch is missed.
 		// If etcd cannot say now, the watcher re-reads all once it can.
@@ -298,13 +301,6 @@ func (d *Daemon) hold(s *sched) {
 				break
 			}
 		}
-	}
-}
-
-func (d *Daemon) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
 	}
 }
 
