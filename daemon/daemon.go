@@ -64,17 +64,6 @@ type Plan struct {
 // ErrNothingToProcess is returned by Run when no resource loaded.
 var ErrNothingToProcess = errors.New("nothing to process")
 
-// Clock is time as the daemon sees it.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Options configure a Daemon.
 type Options struct {
 	// Load reads the resources and settings; it is called at start, on
@@ -86,8 +75,8 @@ type Options struct {
 	Watch    WatchStore
 	Interval time.Duration
 	Log      logrus.FieldLogger
-	Observer Observer // nil: none
-	Clock    Clock    // nil: the real one
+	Observer Observer         // nil: none
+	Now      func() time.Time // nil: time.Now
 	// Commands is the context resources run under. It outlives Run's: the
 	// first SIGTERM stops new passes, and only the second (ending
 	// Commands) cuts a running command short.
@@ -115,8 +104,8 @@ func New(o Options) *Daemon {
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
 	}
-	if o.Clock == nil {
-		o.Clock = realClock{}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.Commands == nil {
 		o.Commands = context.Background()
@@ -152,7 +141,7 @@ func poke(ch chan struct{}) {
 // its pass runs merge into one pending pass (sched.event), so that
 // nothing queues however long a reload takes.
 func (d *Daemon) Run(ctx context.Context) error {
-	log, clock := d.o.Log, d.o.Clock
+	log, clock := d.o.Log, d.o.Now
 	load := func(full bool) Plan {
 		p := d.o.Load(full)
 		if d.o.Watch == nil {
@@ -165,10 +154,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return ErrNothingToProcess
 	}
 	s := newSched(plan.Procs, plan.Wait)
-	s.all(clock.Now())
+	s.all(clock())
 	var w *watcher
 	if d.o.Watch != nil {
-		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: func() { poke(d.wake) }}
+		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, now: clock, notify: func() { poke(d.wake) }}
 		// The watch starts at the revision etcd had before the first
 		// reads, so that nothing between a read and the watch is missed.
 		// If etcd cannot say now, the watcher re-reads all once it can.
@@ -186,7 +175,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.settle(s, <-d.reports)
 		}
 	}()
-	resyncAt := clock.Now().Add(plan.Resync)
+	resyncAt := clock().Add(plan.Resync)
 	wasReady := false
 	for {
 		if w != nil {
@@ -195,7 +184,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		now := clock.Now()
+		now := clock()
 		if plan.Resync > 0 && !now.Before(resyncAt) {
 			if d.o.Watch == nil {
 				// confd 0.16 re-read conf.d before every interval pass.
@@ -216,7 +205,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			next, ok = resyncAt, true
 		}
 		if ok {
-			timer = clock.After(next.Sub(now))
+			timer = time.After(next.Sub(now))
 		}
 		select {
 		case <-ctx.Done():
@@ -235,8 +224,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
 			s, plan = d.regroup(s, p), p
-			s.all(clock.Now())
-			resyncAt = clock.Now().Add(plan.Resync)
+			s.all(clock())
+			resyncAt = clock().Add(plan.Resync)
 			if w != nil {
 				// Other keys, from where the old watch stopped.
 				w.stop()
@@ -404,7 +393,7 @@ func (d *Daemon) work(ctx context.Context, j *job) {
 	g := j.g
 	r := passReport{j: j}
 	defer func() {
-		r.at = d.o.Clock.Now()
+		r.at = d.o.Now()
 		d.reports <- r
 	}()
 	pctx, release, ok := d.o.Limits.pass(ctx, d.o.Commands)
