@@ -15,7 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -515,21 +515,18 @@ func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.Fi
 	}
 	s := newSched(rs, waitspec.Spec{})
 	groupOf := map[string]*group{}
-	left := map[*group]int{} // members not yet processed
 	for _, g := range s.groups {
 		for _, m := range g.members {
 			groupOf[m.Name()] = g
 		}
-		left[g] = len(g.members)
 	}
 	type read struct {
 		snap snapshot
 		err  error
 	}
 	reads := map[*group]read{} // held until the group's last member is done
-	rs = append([]Processor(nil), rs...)
-	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Name() < rs[j].Name() })
-	for _, r := range rs {
+	// In file-name order, as newSched orders each group's members.
+	for _, r := range slices.SortedStableFunc(slices.Values(rs), byName) {
 		if ctx.Err() != nil {
 			fail(fmt.Errorf("%s: not processed: confd is stopping", r.Name()))
 			continue
@@ -554,7 +551,7 @@ func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.Fi
 		} else if _, err := r.Process(ctx, rd.snap); err != nil {
 			fail(err)
 		}
-		if left[g]--; left[g] == 0 {
+		if r.Name() == g.members[len(g.members)-1].Name() {
 			delete(reads, g)
 		}
 	}
