@@ -282,17 +282,16 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	})))
 	w := clientv3.NewWatcher(c.cli)
 	answers := make(chan answer, 64)
-	finished := make(chan struct{})
 	defer func() {
 		cancel()
-		close(finished)
 		_ = w.Close()
 	}()
+	// The goroutines that send stop once the watch ends (wctx).
 	send := func(a answer) bool {
 		select {
 		case answers <- a:
 			return true
-		case <-finished:
+		case <-wctx.Done():
 			return false
 		}
 	}
