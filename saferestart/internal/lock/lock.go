@@ -65,7 +65,7 @@ type Session struct {
 	cfg  Config
 	sess *concurrency.Session
 	mu   *concurrency.Mutex
-	rev  int64
+	rev  int64 // where the lock was acquired (etcdctl's ETCD_LOCK_REV)
 	// relMu serialises Release and Abandon: a signal handler and the normal
 	// path may both try to let go.
 	relMu sync.Mutex
@@ -144,9 +144,6 @@ func (s *Session) LeaseHex() string { return strconv.FormatInt(int64(s.sess.Leas
 
 // Key is the mutex key, NAME/<lease hex>; what etcdctl passes as ETCD_LOCK_KEY.
 func (s *Session) Key() string { return Prefix(s.cfg.Name) + s.LeaseHex() }
-
-// Rev is the revision at which the lock was acquired (etcdctl's ETCD_LOCK_REV).
-func (s *Session) Rev() int64 { return s.rev }
 
 // Env is what the command run under the lock gets, as with etcdctl lock.
 func (s *Session) Env() []string {
