@@ -166,10 +166,9 @@ func (c *Client) withCause(ctx context.Context, err error) error {
 	return err
 }
 
-// read is one range request and the requested key it serves, whose path
-// rule filters what the range returns.
+// read is one range request: the key from, or with prefix every key that
+// starts with it.
 type read struct {
-	key    string // the requested key
 	from   string
 	prefix bool
 }
@@ -186,10 +185,10 @@ func planReads(keys []string) []read {
 		}
 		seen[k] = true
 		if k == "" || strings.HasSuffix(k, "/") {
-			reads = append(reads, read{key: k, from: k, prefix: true})
+			reads = append(reads, read{from: k, prefix: true})
 			continue
 		}
-		reads = append(reads, read{key: k, from: k}, read{key: k, from: k + "/", prefix: true})
+		reads = append(reads, read{from: k}, read{from: k + "/", prefix: true})
 	}
 	return reads
 }

@@ -323,11 +323,11 @@ func TestEndpointsFromSRV(t *testing.T) {
 func TestPlanReads(t *testing.T) {
 	got := planReads([]string{"/foo", "/bar/", "/", "/foo", ""})
 	want := []read{
-		{key: "/foo", from: "/foo"},
-		{key: "/foo", from: "/foo/", prefix: true},
-		{key: "/bar/", from: "/bar/", prefix: true},
-		{key: "/", from: "/", prefix: true},
-		{key: "", from: "", prefix: true},
+		{from: "/foo"},
+		{from: "/foo/", prefix: true},
+		{from: "/bar/", prefix: true},
+		{from: "/", prefix: true},
+		{from: "", prefix: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("planReads = %+v\nwant %+v", got, want)
