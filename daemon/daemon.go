@@ -235,14 +235,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// carry builds the schedule for a new plan, keeping what the old one knew
-// of resources that are still there (the revision read, readiness).
-func carry(old *sched, p Plan) *sched {
+// regroup replaces old with the schedule of a new plan; a new group is
+// rendered (readiness) when all its resources were already.
+// Old groups whose pass still runs retire: they finish, but their results
+// no longer count, and each new group on one of their resources or files
+// is held until they have (hold), so that no two passes ever write one
+// file at once.
+func (d *Daemon) regroup(old *sched, p Plan) *sched {
 	s := newSched(p.Procs, p.Wait)
 	known := map[string]*group{}
 	for _, g := range old.groups {
 		for _, m := range g.members {
 			known[m.Name()] = g
+		}
+		if g.busy {
+			d.retiring[g] = true
 		}
 	}
 	for _, g := range s.groups {
@@ -250,20 +257,6 @@ func carry(old *sched, p Plan) *sched {
 		for _, m := range g.members {
 			o, ok := known[m.Name()]
 			g.rendered = g.rendered && ok && o.rendered
-		}
-	}
-	return s
-}
-
-// regroup replaces old with the schedule of a new plan. Old groups whose
-// pass still runs retire: they finish, but their results no longer count,
-// and each new group on one of their resources or files is held until
-// they have (hold), so that no two passes ever write one file at once.
-func (d *Daemon) regroup(old *sched, p Plan) *sched {
-	s := carry(old, p)
-	for _, g := range old.groups {
-		if g.busy {
-			d.retiring[g] = true
 		}
 	}
 	d.hold(s)
