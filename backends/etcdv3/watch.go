@@ -168,12 +168,7 @@ func planRanges(keys []string, limit int) []watchRange {
 		}
 		return p[:i+1]
 	}
-	depth := func(g group) int {
-		if p := parent(g); p != "" {
-			return strings.Count(p, "/")
-		}
-		return 0
-	}
+	depth := func(g group) int { return strings.Count(parent(g), "/") } // 0: too wide
 	for len(groups) > limit {
 		deepest := 0
 		for _, g := range groups {
