@@ -38,8 +38,8 @@ type watcher struct {
 	up      bool
 	gen     int64 // counts watch streams opened
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel  context.CancelFunc
+	running sync.WaitGroup // run, until stop
 }
 
 type timedEvent struct {
@@ -53,16 +53,12 @@ type timedEvent struct {
 
 func (w *watcher) start(ctx context.Context, keys []string) {
 	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		w.run(ctx, keys)
-	}()
+	w.running.Go(func() { w.run(ctx, keys) })
 }
 
 func (w *watcher) stop() {
 	w.cancel()
-	<-w.done
+	w.running.Wait()
 }
 
 // apply hands what arrived to s.
