@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -116,10 +117,5 @@ func KeyUnder(key, prefix string) bool {
 
 // KeyUnderAny reports whether key is KeyUnder at least one of prefixes.
 func KeyUnderAny(key string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if KeyUnder(key, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(prefixes, func(p string) bool { return KeyUnder(key, p) })
 }

@@ -15,7 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,17 +64,6 @@ type Plan struct {
 // ErrNothingToProcess is returned by Run when no resource loaded.
 var ErrNothingToProcess = errors.New("nothing to process")
 
-// Clock is time as the daemon sees it.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Options configure a Daemon.
 type Options struct {
 	// Load reads the resources and settings; it is called at start, on
@@ -86,8 +75,8 @@ type Options struct {
 	Watch    WatchStore
 	Interval time.Duration
 	Log      logrus.FieldLogger
-	Observer Observer // nil: none
-	Clock    Clock    // nil: the real one
+	Observer Observer         // nil: none
+	Now      func() time.Time // nil: time.Now
 	// Commands is the context resources run under. It outlives Run's: the
 	// first SIGTERM stops new passes, and only the second (ending
 	// Commands) cuts a running command short.
@@ -115,8 +104,8 @@ func New(o Options) *Daemon {
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
 	}
-	if o.Clock == nil {
-		o.Clock = realClock{}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.Commands == nil {
 		o.Commands = context.Background()
@@ -130,9 +119,12 @@ func New(o Options) *Daemon {
 
 // Reload asks Run to re-read the configuration and process everything
 // (SIGHUP); unchanged files are left alone by resource.
-func (d *Daemon) Reload() {
+func (d *Daemon) Reload() { poke(d.hup) }
+
+// poke wakes ch's reader once, however often it is called meanwhile.
+func poke(ch chan struct{}) {
 	select {
-	case d.hup <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -149,7 +141,7 @@ func (d *Daemon) Reload() {
 // its pass runs merge into one pending pass (sched.event), so that
 // nothing queues however long a reload takes.
 func (d *Daemon) Run(ctx context.Context) error {
-	log, clock := d.o.Log, d.o.Clock
+	log, clock := d.o.Log, d.o.Now
 	load := func(full bool) Plan {
 		p := d.o.Load(full)
 		if d.o.Watch == nil {
@@ -162,10 +154,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return ErrNothingToProcess
 	}
 	s := newSched(plan.Procs, plan.Wait)
-	s.all(clock.Now())
+	s.all(clock())
 	var w *watcher
 	if d.o.Watch != nil {
-		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, clock: clock, notify: d.signal}
+		w = &watcher{store: d.o.Watch, log: log, obs: d.o.Observer, now: clock, notify: func() { poke(d.wake) }}
 		// The watch starts at the revision etcd had before the first
 		// reads, so that nothing between a read and the watch is missed.
 		// If etcd cannot say now, the watcher re-reads all once it can.
@@ -183,7 +175,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.settle(s, <-d.reports)
 		}
 	}()
-	resyncAt := clock.Now().Add(plan.Resync)
+	resyncAt := clock().Add(plan.Resync)
 	wasReady := false
 	for {
 		if w != nil {
@@ -192,7 +184,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		now := clock.Now()
+		now := clock()
 		if plan.Resync > 0 && !now.Before(resyncAt) {
 			if d.o.Watch == nil {
 				// confd 0.16 re-read conf.d before every interval pass.
@@ -213,7 +205,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			next, ok = resyncAt, true
 		}
 		if ok {
-			timer = clock.After(next.Sub(now))
+			timer = time.After(next.Sub(now))
 		}
 		select {
 		case <-ctx.Done():
@@ -232,8 +224,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			log.Infof("SIGHUP: configuration re-read, %d resources; processing them all", len(p.Procs))
 			s, plan = d.regroup(s, p), p
-			s.all(clock.Now())
-			resyncAt = clock.Now().Add(plan.Resync)
+			s.all(clock())
+			resyncAt = clock().Add(plan.Resync)
 			if w != nil {
 				// Other keys, from where the old watch stopped.
 				w.stop()
@@ -243,14 +235,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// carry builds the schedule for a new plan, keeping what the old one knew
-// of resources that are still there (the revision read, readiness).
-func carry(old *sched, p Plan) *sched {
+// regroup replaces old with the schedule of a new plan; a new group is
+// rendered (readiness) when all its resources were already.
+// Old groups whose pass still runs retire: they finish, but their results
+// no longer count, and each new group on one of their resources or files
+// is held until they have (hold), so that no two passes ever write one
+// file at once.
+func (d *Daemon) regroup(old *sched, p Plan) *sched {
 	s := newSched(p.Procs, p.Wait)
 	known := map[string]*group{}
 	for _, g := range old.groups {
 		for _, m := range g.members {
 			known[m.Name()] = g
+		}
+		if g.busy {
+			d.retiring[g] = true
 		}
 	}
 	for _, g := range s.groups {
@@ -258,20 +257,6 @@ func carry(old *sched, p Plan) *sched {
 		for _, m := range g.members {
 			o, ok := known[m.Name()]
 			g.rendered = g.rendered && ok && o.rendered
-		}
-	}
-	return s
-}
-
-// regroup replaces old with the schedule of a new plan. Old groups whose
-// pass still runs retire: they finish, but their results no longer count,
-// and each new group on one of their resources or files is held until
-// they have (hold), so that no two passes ever write one file at once.
-func (d *Daemon) regroup(old *sched, p Plan) *sched {
-	s := carry(old, p)
-	for _, g := range old.groups {
-		if g.busy {
-			d.retiring[g] = true
 		}
 	}
 	d.hold(s)
@@ -298,13 +283,6 @@ func (d *Daemon) hold(s *sched) {
 				break
 			}
 		}
-	}
-}
-
-func (d *Daemon) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -408,7 +386,7 @@ func (d *Daemon) work(ctx context.Context, j *job) {
 	g := j.g
 	r := passReport{j: j}
 	defer func() {
-		r.at = d.o.Clock.Now()
+		r.at = d.o.Now()
 		d.reports <- r
 	}()
 	pctx, release, ok := d.o.Limits.pass(ctx, d.o.Commands)
@@ -530,21 +508,18 @@ func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.Fi
 	}
 	s := newSched(rs, waitspec.Spec{})
 	groupOf := map[string]*group{}
-	left := map[*group]int{} // members not yet processed
 	for _, g := range s.groups {
 		for _, m := range g.members {
 			groupOf[m.Name()] = g
 		}
-		left[g] = len(g.members)
 	}
 	type read struct {
 		snap snapshot
 		err  error
 	}
 	reads := map[*group]read{} // held until the group's last member is done
-	rs = append([]Processor(nil), rs...)
-	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Name() < rs[j].Name() })
-	for _, r := range rs {
+	// In file-name order, as newSched orders each group's members.
+	for _, r := range slices.SortedStableFunc(slices.Values(rs), byName) {
 		if ctx.Err() != nil {
 			fail(fmt.Errorf("%s: not processed: confd is stopping", r.Name()))
 			continue
@@ -569,7 +544,7 @@ func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.Fi
 		} else if _, err := r.Process(ctx, rd.snap); err != nil {
 			fail(err)
 		}
-		if left[g]--; left[g] == 0 {
+		if r.Name() == g.members[len(g.members)-1].Name() {
 			delete(reads, g)
 		}
 	}

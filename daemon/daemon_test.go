@@ -458,12 +458,9 @@ func TestSnapshotServesEachMemberItsKeys(t *testing.T) {
 	}
 }
 
-// fixedClock stands still at t0: every arrival and every replacement is
+// fixedNow stands still at t0: every arrival and every replacement is
 // then timed exactly.
-type fixedClock struct{}
-
-func (fixedClock) Now() time.Time                         { return t0 }
-func (fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func fixedNow() time.Time { return t0 }
 
 // landingObserver records what Landed is told.
 type landingObserver struct {
@@ -494,7 +491,7 @@ func TestLandedTimesChangesFromTheirArrival(t *testing.T) {
 	obs := landingObserver{landed: make(chan time.Duration, 10)}
 	log, _ := test.NewNullLogger()
 	d := New(Options{Load: func(bool) Plan { return Plan{Procs: []Processor{p}} }, Store: f, Watch: f, Log: log,
-		Observer: obs, Clock: fixedClock{}})
+		Observer: obs, Now: fixedNow})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- d.Run(ctx) }()

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/kelseyhightower/memkv"
 
@@ -148,25 +147,17 @@ func allUnder(keys []string, prefix string) bool {
 	return true
 }
 
-// budget is memory shared by concurrent passes.
-type budget struct{ left atomic.Int64 }
-
-func newBudget(n int64) *budget {
-	b := &budget{}
-	b.left.Store(n)
-	return b
-}
+// budget is the memory left for the groups' follows. Only Run's loop
+// takes and gives (dispatch, settle, the watch's events), so it needs no
+// lock.
+type budget struct{ left int64 }
 
 func (b *budget) take(n int64) bool {
-	for {
-		left := b.left.Load()
-		if n > left {
-			return false
-		}
-		if b.left.CompareAndSwap(left, left-n) {
-			return true
-		}
+	if n > b.left {
+		return false
 	}
+	b.left -= n
+	return true
 }
 
-func (b *budget) give(n int64) { b.left.Add(n) }
+func (b *budget) give(n int64) { b.left += n }

@@ -40,7 +40,7 @@ func changed(gen int64, whole string, cs ...backends.Change) timedEvent {
 // deletes, several changes in one revision, changes the read had already
 // and changes to keys outside the group's.
 func TestFollowIsTheReadAtTheLastChange(t *testing.T) {
-	b := newBudget(1 << 20)
+	b := &budget{left: 1 << 20}
 	keys := []string{"/a", "/a/sub"} // overlapping: the read lists /a/sub/x twice
 	var f follow
 	f.start([]memkv.KVPair{{Key: "/a/sub/x", Value: "x"}, {Key: "/a/2", Value: "two"}, {Key: "/a/sub/x", Value: "x"}, {Key: "/a/1", Value: "one"}}, 5, 1, b)
@@ -59,8 +59,8 @@ func TestFollowIsTheReadAtTheLastChange(t *testing.T) {
 	for _, kv := range want {
 		size += pairSize(kv.Key, kv.Value)
 	}
-	if f.size != size || b.left.Load() != 1<<20-size {
-		t.Errorf("size %d, budget left %d; want %d taken", f.size, b.left.Load(), size)
+	if f.size != size || b.left != 1<<20-size {
+		t.Errorf("size %d, budget left %d; want %d taken", f.size, b.left, size)
 	}
 }
 
@@ -96,7 +96,7 @@ func TestFollowModel(t *testing.T) {
 			read = append(read, memkv.KVPair{Key: k, Value: v})
 		}
 		var f follow
-		b := newBudget(1 << 20)
+		b := &budget{left: 1 << 20}
 		f.start(read, int64(readAt+1), 1, b)
 		// The watch may deliver events from before the read too.
 		for _, e := range events[max(readAt-3, 0):] {
@@ -133,12 +133,12 @@ func TestFollowDropsWhatCannotBeFollowed(t *testing.T) {
 		{"no values", []string{"/a"}, timedEvent{keys: []string{"/a/x"}, rev: 6, gen: 1, whole: "/a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newBudget(all)
+			b := &budget{left: all}
 			var f follow
 			f.start(read, 5, 1, b)
 			f.take(tc.e, tc.keys, b)
-			if f.on || b.left.Load() != all {
-				t.Fatalf("still following (%v) or budget not given back (%d left)", f.on, b.left.Load())
+			if f.on || b.left != all {
+				t.Fatalf("still following (%v) or budget not given back (%d left)", f.on, b.left)
 			}
 		})
 	}
@@ -155,18 +155,18 @@ func TestFollowDropsWhatCannotBeFollowed(t *testing.T) {
 	if g.fed.on {
 		t.Error("still following after a restore")
 	}
-	if got := s.budget.left.Load(); got != followBudget {
+	if got := s.budget.left; got != followBudget {
 		t.Errorf("budget left %d, want all %d", got, followBudget)
 	}
-	b := newBudget(pairSize("/a/x", "1"))
+	b := &budget{left: pairSize("/a/x", "1")}
 	var f follow
 	f.start(read, 5, 1, b)
 	if !f.on {
 		t.Fatal("a read that fits the budget is not followed")
 	}
 	f.take(changed(1, "/a", change("/a/y", "2", 6)), []string{"/a"}, b)
-	if f.on || b.left.Load() != pairSize("/a/x", "1") {
-		t.Errorf("following beyond the budget (%v, %d left)", f.on, b.left.Load())
+	if f.on || b.left != pairSize("/a/x", "1") {
+		t.Errorf("following beyond the budget (%v, %d left)", f.on, b.left)
 	}
 	f.start(read, 5, 0, b)
 	if f.on {

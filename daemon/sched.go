@@ -66,8 +66,7 @@ type sched struct {
 // below the other, as a path), or that write the same file, are in one
 // group, transitively.
 func newSched(procs []Processor, def waitspec.Spec) *sched {
-	ps := append([]Processor(nil), procs...)
-	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Name() < ps[j].Name() })
+	ps := slices.SortedStableFunc(slices.Values(procs), byName)
 	keys := make([][]string, len(ps)) // StoreKeys builds its list anew on every call
 	dests := make([]string, len(ps))
 	for i, p := range ps {
@@ -76,7 +75,7 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	root := unite(keys, dests)
 	byRoot := map[int]*group{}
 	seen := map[*group]map[string]bool{}
-	s := &sched{budget: newBudget(followBudget)}
+	s := &sched{budget: &budget{left: followBudget}}
 	for i, p := range ps {
 		g, ok := byRoot[root[i]]
 		if !ok {
@@ -108,6 +107,8 @@ func newSched(procs []Processor, def waitspec.Spec) *sched {
 	}
 	return s
 }
+
+func byName(a, b Processor) int { return strings.Compare(a.Name(), b.Name()) }
 
 // unite joins i and j, transitively, when a key of keys[i] is equal to or
 // below one of keys[j] as a path, or when dests[i] == dests[j] != "". It

@@ -26,7 +26,7 @@ type watcher struct {
 	store  WatchStore
 	log    logrus.FieldLogger
 	obs    Observer
-	clock  Clock
+	now    func() time.Time
 	notify func()
 
 	mu      sync.Mutex
@@ -38,8 +38,8 @@ type watcher struct {
 	up      bool
 	gen     int64 // counts watch streams opened
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel  context.CancelFunc
+	running sync.WaitGroup // run, until stop
 }
 
 type timedEvent struct {
@@ -53,16 +53,12 @@ type timedEvent struct {
 
 func (w *watcher) start(ctx context.Context, keys []string) {
 	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		w.run(ctx, keys)
-	}()
+	w.running.Go(func() { w.run(ctx, keys) })
 }
 
 func (w *watcher) stop() {
 	w.cancel()
-	<-w.done
+	w.running.Wait()
 }
 
 // apply hands what arrived to s.
@@ -73,7 +69,7 @@ func (w *watcher) apply(s *sched) {
 		s.forget()
 	}
 	if w.all {
-		s.all(w.clock.Now())
+		s.all(w.now())
 	}
 	switch {
 	case w.up:
@@ -105,7 +101,7 @@ func (w *watcher) deliver(ev backends.WatchEvent) {
 	w.pos = max(w.pos, ev.Resume)
 	w.current = max(w.current, ev.Revision)
 	if len(ev.Keys) > 0 {
-		w.events = append(w.events, timedEvent{keys: ev.Keys, rev: ev.Revision, at: w.clock.Now(),
+		w.events = append(w.events, timedEvent{keys: ev.Keys, rev: ev.Revision, at: w.now(),
 			changes: ev.Changes, whole: ev.Whole, gen: w.gen})
 	}
 	w.mu.Unlock()
@@ -151,7 +147,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-w.clock.After(backoff):
+		case <-time.After(backoff):
 			backoff = min(2*backoff, maxReconnect)
 			return true
 		}
@@ -161,7 +157,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 		pos := w.pos
 		w.mu.Unlock()
 		if downSince.IsZero() {
-			downSince = w.clock.Now()
+			downSince = w.now()
 			msg := fmt.Sprintf("etcd watch broken at revision %d: %v", pos, err)
 			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			if cause := w.store.Diagnose(dctx); cause != nil {
@@ -173,7 +169,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 			lastErr = err.Error()
 		} else if err.Error() != lastErr {
 			lastErr = err.Error()
-			w.log.Warnf("etcd watch still down after %s: %v", w.clock.Now().Sub(downSince).Round(time.Second), err)
+			w.log.Warnf("etcd watch still down after %s: %v", w.now().Sub(downSince).Round(time.Second), err)
 		}
 	}
 	first := true
@@ -204,7 +200,7 @@ func (w *watcher) run(ctx context.Context, keys []string) {
 			pos = rev
 		}
 		if !downSince.IsZero() {
-			w.log.Infof("etcd watch back after %s at revision %d (resuming after revision %d)", w.clock.Now().Sub(downSince).Round(time.Millisecond), rev, pos)
+			w.log.Infof("etcd watch back after %s at revision %d (resuming after revision %d)", w.now().Sub(downSince).Round(time.Millisecond), rev, pos)
 			w.obs.WatchReconnect()
 			downSince = time.Time{}
 		} else if !first {

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"maps"
 	"path"
 	"slices"
@@ -24,12 +25,11 @@ type Index struct {
 	// a map would add a third of the render's memory for lookups that a
 	// search of 17 steps answers.
 	byKey []memkv.KVPair
-	// byDir holds every key in the order of path.Dir(key): memkv's ls and
+	// dirs is every key in the order of path.Dir(key): memkv's ls and
 	// lsdir select keys by the cleaned directory, not by the raw key, so a
 	// key such as "/x/../a/b" belongs to "/a". Built on the first ls or
 	// lsdir: a template that only calls gets never pays for it.
-	byDir     []dirEntry
-	byDirOnce sync.Once
+	dirs func() []dirEntry
 }
 
 type dirEntry struct {
@@ -65,14 +65,13 @@ func FromPairs(pairs []memkv.KVPair) *Index {
 		}
 		kept = append(kept, kv)
 	}
-	return &Index{byKey: kept}
+	ix := &Index{byKey: kept}
+	ix.dirs = sync.OnceValue(ix.byDir)
+	return ix
 }
 
 func byKeyValue(a, b memkv.KVPair) int {
-	if c := strings.Compare(a.Key, b.Key); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Value, b.Value)
+	return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Value, b.Value))
 }
 
 // Pairs calls fn with every pair in key order.
@@ -91,22 +90,18 @@ func (ix *Index) lookup(key string) (string, bool) {
 	return ix.byKey[i].Value, true
 }
 
-func (ix *Index) dirs() []dirEntry {
-	ix.byDirOnce.Do(func() {
-		ix.byDir = make([]dirEntry, len(ix.byKey))
-		for i, kv := range ix.byKey {
-			ix.byDir[i] = dirEntry{dir: path.Dir(kv.Key), key: kv.Key}
-		}
-		// Keys break ties so the order is total and runs are deterministic
-		// without a stable sort (Go's is O(n log² n) in moves).
-		slices.SortFunc(ix.byDir, func(a, b dirEntry) int {
-			if c := strings.Compare(a.dir, b.dir); c != 0 {
-				return c
-			}
-			return strings.Compare(a.key, b.key)
-		})
+// byDir builds dirs' list: every key in the order of path.Dir(key).
+func (ix *Index) byDir() []dirEntry {
+	d := make([]dirEntry, len(ix.byKey))
+	for i, kv := range ix.byKey {
+		d[i] = dirEntry{dir: path.Dir(kv.Key), key: kv.Key}
+	}
+	// Keys break ties so the order is total and runs are deterministic
+	// without a stable sort (Go's is O(n log² n) in moves).
+	slices.SortFunc(d, func(a, b dirEntry) int {
+		return cmp.Or(strings.Compare(a.dir, b.dir), strings.Compare(a.key, b.key))
 	})
-	return ix.byDir
+	return d
 }
 
 // Len is the number of keys.
@@ -253,7 +248,8 @@ func (ix *Index) List(filePath string) []string {
 	c := path.Clean(filePath)
 	visit := func(e dirEntry) {
 		if e.key != filePath {
-			names[firstSegment(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"))] = true
+			name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"), "/")
+			names[name] = true
 		}
 	}
 	for _, e := range ix.dirRange(c) {
@@ -279,7 +275,8 @@ func (ix *Index) ListDir(filePath string) []string {
 		if e.dir == named || !strings.HasPrefix(e.key, filePath) {
 			continue
 		}
-		names[firstSegment(e.dir[len(under):])] = true
+		name, _, _ := strings.Cut(e.dir[len(under):], "/")
+		names[name] = true
 		named = e.dir
 	}
 	return sortedNames(names)
@@ -304,14 +301,6 @@ func (ix *Index) dirPrefixRange(prefix string) []dirEntry {
 		return !strings.HasPrefix(d[lo+i].dir, prefix)
 	})
 	return d[lo:hi]
-}
-
-// firstSegment is strings.Split(s, "/")[0] without the slice.
-func firstSegment(s string) string {
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 func sortedNames(set map[string]bool) []string {

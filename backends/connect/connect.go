@@ -5,6 +5,7 @@
 package connect
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -16,7 +17,8 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 )
 
-// Defaults applied by New to zero durations.
+// Defaults of zero durations, as etcdclient.New, etcdv3.New and Watch
+// apply them.
 const (
 	DefaultDialTimeout       = etcdclient.DefaultDialTimeout    // 5s
 	DefaultRequestTimeout    = etcdclient.DefaultRequestTimeout // 10s
@@ -27,23 +29,13 @@ const (
 // (within about cfg.DialTimeout) when no endpoint answers, instead of the
 // first read failing later.
 func New(ctx context.Context, cfg backends.Config) (backends.StoreClient, error) {
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
 	switch cfg.Backend {
 	case "etcdv3", "etcd", "":
 		// "etcd" meant the v2 API in confd; etcd on Kubernetes masters
 		// serves v3 only, so the name is kept as an alias. It was also
 		// confd's default.
-		name := cfg.Backend
-		if name == "" {
-			name = "etcd"
-		}
 		c, err := etcdv3.New(ctx, etcdv3.Config{
-			Backend:      name,
+			Backend:      cmp.Or(cfg.Backend, "etcd"),
 			Nodes:        cfg.Nodes,
 			Scheme:       cfg.Scheme,
 			SRVDomain:    cfg.SRVDomain,

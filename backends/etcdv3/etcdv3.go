@@ -69,11 +69,10 @@ const readAttempts = 3
 
 // Client is a connected etcd v3 client.
 type Client struct {
-	cli            *clientv3.Client
-	endpoints      []string
-	requestTimeout time.Duration
-	close          func() error // the client's Close, once
-	cfg            Config
+	cli   *clientv3.Client
+	where string       // "etcd ENDPOINTS", as errors name it
+	close func() error // the client's Close, once
+	cfg   Config
 	// StallTimeout is how long a watch waits for any answer before it
 	// ends with backends.ErrStalled; zero means DefaultStallTimeout.
 	StallTimeout time.Duration
@@ -104,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cli: cli, endpoints: cli.Endpoints(), requestTimeout: cfg.RequestTimeout, cfg: cfg,
+	return &Client{cli: cli, where: "etcd " + strings.Join(cli.Endpoints(), ", "), cfg: cfg,
 		close: sync.OnceValue(cli.Close), maxRanges: maxRanges, pageKeys: pageKeys, pageBytes: pageBytes}, nil
 }
 
@@ -131,7 +130,7 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 // ranges that did not fit, read at it. A render of 100k keys needs no map
 // on the way, nor a sort of what etcd already sorted.
 func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	reads := planReads(keys)
 	for attempt := 1; ; attempt++ {
@@ -142,7 +141,7 @@ func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, i
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
 		if attempt == readAttempts || !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
-			err = fmt.Errorf("etcd %s: read %s: %w", strings.Join(c.endpoints, ", "), describe(keys), err)
+			err = fmt.Errorf("%s: read %s: %w", c.where, describe(keys), err)
 			return nil, 0, c.withCause(ctx, err)
 		}
 	}
@@ -167,10 +166,9 @@ func (c *Client) withCause(ctx context.Context, err error) error {
 	return err
 }
 
-// read is one range request and the requested key it serves, whose path
-// rule filters what the range returns.
+// read is one range request: the key from, or with prefix every key that
+// starts with it.
 type read struct {
-	key    string // the requested key
 	from   string
 	prefix bool
 }
@@ -187,10 +185,10 @@ func planReads(keys []string) []read {
 		}
 		seen[k] = true
 		if k == "" || strings.HasSuffix(k, "/") {
-			reads = append(reads, read{key: k, from: k, prefix: true})
+			reads = append(reads, read{from: k, prefix: true})
 			continue
 		}
-		reads = append(reads, read{key: k, from: k}, read{key: k, from: k + "/", prefix: true})
+		reads = append(reads, read{from: k}, read{from: k + "/", prefix: true})
 	}
 	return reads
 }

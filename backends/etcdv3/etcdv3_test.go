@@ -312,7 +312,7 @@ func TestEndpointsFromSRV(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := c.endpoints; len(got) != 1 || got[0] != s.Endpoint {
+	if got := c.cli.Endpoints(); len(got) != 1 || got[0] != s.Endpoint {
 		t.Errorf("Endpoints = %q, want [%s]", got, s.Endpoint)
 	}
 	if got, _ := getValues(t, c, "/srv"); got["/srv/k"] != "v" {
@@ -323,11 +323,11 @@ func TestEndpointsFromSRV(t *testing.T) {
 func TestPlanReads(t *testing.T) {
 	got := planReads([]string{"/foo", "/bar/", "/", "/foo", ""})
 	want := []read{
-		{key: "/foo", from: "/foo"},
-		{key: "/foo", from: "/foo/", prefix: true},
-		{key: "/bar/", from: "/bar/", prefix: true},
-		{key: "/", from: "/", prefix: true},
-		{key: "", from: "", prefix: true},
+		{from: "/foo"},
+		{from: "/foo/", prefix: true},
+		{from: "/bar/", prefix: true},
+		{from: "/", prefix: true},
+		{from: "", prefix: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("planReads = %+v\nwant %+v", got, want)

@@ -168,12 +168,7 @@ func planRanges(keys []string, limit int) []watchRange {
 		}
 		return p[:i+1]
 	}
-	depth := func(g group) int {
-		if p := parent(g); p != "" {
-			return strings.Count(p, "/")
-		}
-		return 0
-	}
+	depth := func(g group) int { return strings.Count(parent(g), "/") } // 0: too wide
 	for len(groups) > limit {
 		deepest := 0
 		for _, g := range groups {
@@ -264,7 +259,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	if stall <= 0 {
 		stall = DefaultStallTimeout
 	}
-	where := fmt.Sprintf("etcd %s: watch %s after revision %d", strings.Join(c.endpoints, ", "), describe(keys), afterRev)
+	where := fmt.Sprintf("%s: watch %s after revision %d", c.where, describe(keys), afterRev)
 	if len(keys) == 0 {
 		<-ctx.Done()
 		return ctx.Err()
@@ -282,17 +277,16 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 	})))
 	w := clientv3.NewWatcher(c.cli)
 	answers := make(chan answer, 64)
-	finished := make(chan struct{})
 	defer func() {
 		cancel()
-		close(finished)
 		_ = w.Close()
 	}()
+	// The goroutines that send stop once the watch ends (wctx).
 	send := func(a answer) bool {
 		select {
 		case answers <- a:
 			return true
-		case <-finished:
+		case <-wctx.Done():
 			return false
 		}
 	}
@@ -396,7 +390,7 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			// bcrypt), within a read's deadline at least.
 			limit := stall
 			if !allOpen {
-				limit = max(stall, c.requestTimeout)
+				limit = max(stall, c.cfg.RequestTimeout)
 			}
 			if since := time.Since(last); since > limit {
 				return fmt.Errorf("%s: %w: no answer from etcd for %s (-watch-stall-timeout %s)", where, backends.ErrStalled, since.Round(time.Millisecond), limit)
@@ -508,11 +502,11 @@ func cancelReason(resp clientv3.WatchResponse) string {
 // Revision is etcd's current revision, read through key (one the caller
 // may read: least-privilege roles deny a read of "/").
 func (c *Client) Revision(ctx context.Context, key string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := c.cli.Get(ctx, key, clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("etcd %s: read revision: %w", strings.Join(c.endpoints, ", "), err)
+		return 0, fmt.Errorf("%s: read revision: %w", c.where, err)
 	}
 	return resp.Header.Revision, nil
 }

@@ -129,33 +129,21 @@ func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error)
 	return eps, nil
 }
 
-// srvServices are the services tried, in order, for SRVDomain: confd's
-// "_<backend>._tcp.<domain>", then etcd's own convention.
-func srvServices(backend string) []string {
-	backend = cmp.Or(backend, "etcdv3")
-	if backend == "etcd-client" {
-		return []string{backend}
-	}
-	return []string{backend, "etcd-client"}
-}
-
+// srvNodes looks up SRVRecord, else for SRVDomain confd's
+// "_<backend>._tcp.<domain>", then etcd's own "_etcd-client._tcp.<domain>":
+// the nodes of the first that has records.
 func srvNodes(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) {
-	type query struct{ service, proto, name string }
-	var queries []query
-	if cfg.SRVRecord != "" {
-		queries = []query{{"", "", cfg.SRVRecord}}
-	} else {
-		for _, s := range srvServices(cfg.Backend) {
-			queries = append(queries, query{s, "tcp", cfg.SRVDomain})
+	names := []string{cfg.SRVRecord}
+	if cfg.SRVRecord == "" {
+		names = []string{"_" + cmp.Or(cfg.Backend, "etcdv3") + "._tcp." + cfg.SRVDomain}
+		if cfg.Backend != "etcd-client" {
+			names = append(names, "_etcd-client._tcp."+cfg.SRVDomain)
 		}
 	}
 	var errs []error
-	for _, q := range queries {
-		name := q.name
-		if q.service != "" {
-			name = "_" + q.service + "._" + q.proto + "." + q.name
-		}
-		_, addrs, err := r.LookupSRV(ctx, q.service, q.proto, q.name)
+	for _, name := range names {
+		// With no service and proto, the name is looked up as given.
+		_, addrs, err := r.LookupSRV(ctx, "", "", name)
 		if err == nil && len(addrs) == 0 {
 			err = errors.New("no records")
 		}

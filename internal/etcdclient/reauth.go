@@ -7,7 +7,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -39,7 +38,6 @@ func freshAuthenticate(base clientv3.Config) grpc.UnaryClientInterceptor {
 		cfg := base
 		cfg.Username, cfg.Password = "", "" // no token on this connection
 		cfg.Context = ctx
-		cfg.Logger = zap.NewNop()
 		side, err := clientv3.New(cfg)
 		if err != nil {
 			return fmt.Errorf("authenticate: %w", err)

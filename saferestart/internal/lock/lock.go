@@ -65,17 +65,17 @@ type Session struct {
 	cfg  Config
 	sess *concurrency.Session
 	mu   *concurrency.Mutex
-	rev  int64
+	rev  int64 // where the lock was acquired (etcdctl's ETCD_LOCK_REV)
 	// relMu serialises Release and Abandon: a signal handler and the normal
 	// path may both try to let go.
 	relMu sync.Mutex
 	held  bool
 
-	// lost closes, once (lose), when the lock must be taken as lost: by
-	// the lease monitor (monitor) or the watch on our own mutex key
+	// lost ends (lose, idempotent) when the lock must be taken as lost:
+	// by the lease monitor (monitor) or the watch on our own mutex key
 	// (watchKey).
-	lost      chan struct{}
-	loseOnce  sync.Once
+	lost      context.Context
+	lose      context.CancelFunc
 	margin    time.Duration
 	stopWatch context.CancelFunc
 }
@@ -106,7 +106,8 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), lost: make(chan struct{}), margin: SafetyMargin(cfg.TTL)}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), margin: SafetyMargin(cfg.TTL)}
+	s.lost, s.lose = context.WithCancel(context.Background())
 	go s.monitor(granted)
 	if err := s.putInfo(ctx); err != nil {
 		sess.Orphan()
@@ -145,9 +146,6 @@ func (s *Session) LeaseHex() string { return strconv.FormatInt(int64(s.sess.Leas
 // Key is the mutex key, NAME/<lease hex>; what etcdctl passes as ETCD_LOCK_KEY.
 func (s *Session) Key() string { return Prefix(s.cfg.Name) + s.LeaseHex() }
 
-// Rev is the revision at which the lock was acquired (etcdctl's ETCD_LOCK_REV).
-func (s *Session) Rev() int64 { return s.rev }
-
 // Env is what the command run under the lock gets, as with etcdctl lock.
 func (s *Session) Env() []string {
 	return []string{"ETCD_LOCK_KEY=" + s.Key(), "ETCD_LOCK_REV=" + strconv.FormatInt(s.rev, 10)}
@@ -156,17 +154,10 @@ func (s *Session) Env() []string {
 // Done closes when the lease must be taken as lost (revoked or expired, or
 // no refresh confirmed by etcd for TTL minus SafetyMargin), or was given up
 // by Release/Abandon.
-func (s *Session) Done() <-chan struct{} { return s.lost }
+func (s *Session) Done() <-chan struct{} { return s.lost.Done() }
 
 // Lost reports whether Done is closed.
-func (s *Session) Lost() bool {
-	select {
-	case <-s.lost:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Session) Lost() bool { return s.lost.Err() != nil }
 
 // SafetyMargin is how long before the lease can expire on the server the
 // holder gives it up: a quarter of the TTL, between 250 ms and 2 s. It is
@@ -233,8 +224,6 @@ func (s *Session) monitor(lastOK time.Time) {
 	}
 }
 
-func (s *Session) lose() { s.loseOnce.Do(func() { close(s.lost) }) }
-
 // Lock queues for the mutex (FIFO by create revision) and returns once it is
 // held. It returns ctx's error when ctx ends first (the waiter key is then
 // removed, as concurrency.Mutex does), and an error wrapping ErrLeaseLost
@@ -242,13 +231,7 @@ func (s *Session) lose() { s.loseOnce.Do(func() { close(s.lost) }) }
 func (s *Session) Lock(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.lost:
-			cancel()
-		case <-lctx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.lost, cancel)()
 	errc := make(chan error, 1)
 	go func() { errc <- s.mu.Lock(lctx) }()
 	var err error
@@ -296,7 +279,7 @@ func (s *Session) watchKey(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.lost:
+		case <-s.lost.Done():
 			return
 		case resp, ok := <-wc:
 			if !ok {
@@ -314,13 +297,6 @@ func (s *Session) watchKey(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// Held reports whether Lock succeeded and Release has not run.
-func (s *Session) Held() bool {
-	s.relMu.Lock()
-	defer s.relMu.Unlock()
-	return s.held
 }
 
 // Release unlocks (only if our mutex key is still the one we created) and

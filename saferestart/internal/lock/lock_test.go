@@ -113,11 +113,11 @@ func testLockReleaseAndEnv(t *testing.T, cli *clientv3.Client) {
 	if err := sess.Lock(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(sess.Key(), "t1/") || sess.Rev() <= 0 {
-		t.Fatalf("key %q rev %d", sess.Key(), sess.Rev())
+	if !strings.HasPrefix(sess.Key(), "t1/") || sess.rev <= 0 {
+		t.Fatalf("key %q rev %d", sess.Key(), sess.rev)
 	}
 	env := strings.Join(sess.Env(), " ")
-	if !strings.Contains(env, "ETCD_LOCK_KEY="+sess.Key()) || !strings.Contains(env, fmt.Sprintf("ETCD_LOCK_REV=%d", sess.Rev())) {
+	if !strings.Contains(env, "ETCD_LOCK_KEY="+sess.Key()) || !strings.Contains(env, fmt.Sprintf("ETCD_LOCK_REV=%d", sess.rev)) {
 		t.Fatalf("env %q", env)
 	}
 	q, _, err := Queue(ctxT(t), cli, "t1")
