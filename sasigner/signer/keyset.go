@@ -300,7 +300,7 @@ func (ks *KeySet) unref(id string, d diff) {
 func (ks *KeySet) update(f func(diff)) {
 	ks.mu.Lock()
 	d := diff{}
-	signing := ks.signingID()
+	signing := ks.signer.id()
 	f(d)
 	var c Change
 	for id, was := range d {
@@ -311,7 +311,7 @@ func (ks *KeySet) update(f func(diff)) {
 			c.Removed = append(c.Removed, id)
 		}
 	}
-	c.Signing, c.Keys = ks.signingID(), len(ks.refs)
+	c.Signing, c.Keys = ks.signer.id(), len(ks.refs)
 	changed := len(c.Added)+len(c.Removed) > 0 || c.Signing != signing
 	if len(c.Added)+len(c.Removed) > 0 {
 		ks.changed = ks.now().UTC()
@@ -326,11 +326,12 @@ func (ks *KeySet) update(f func(diff)) {
 	}
 }
 
-func (ks *KeySet) signingID() string {
-	if ks.signer == nil {
+// id is the key's ID; "" for none (nil), as while no key may sign.
+func (k *SigningKey) id() string {
+	if k == nil {
 		return ""
 	}
-	return ks.signer.KeyID
+	return k.KeyID
 }
 
 // build computes the snapshot from the counted keys; it returns prev
@@ -338,7 +339,7 @@ func (ks *KeySet) signingID() string {
 // are prev's. at is the time of a snapshot with other IDs. Called with mu
 // held.
 func (ks *KeySet) build(prev *Snapshot, at time.Time) *Snapshot {
-	next := &Snapshot{Keys: make([]Key, 0, len(ks.refs)), Signing: ks.signingID()}
+	next := &Snapshot{Keys: make([]Key, 0, len(ks.refs)), Signing: ks.signer.id()}
 	for _, r := range ks.refs {
 		next.Keys = append(next.Keys, r.key)
 	}
