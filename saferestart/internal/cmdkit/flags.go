@@ -2,6 +2,7 @@ package cmdkit
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"os"
 	"reflect"
@@ -284,7 +285,10 @@ func Register(fs *pflag.FlagSet, o any) {
 		if name == "" {
 			continue
 		}
-		d := flagDefs[name]
+		d, ok := flagDefs[name]
+		if !ok {
+			panic(fmt.Sprintf("cmdkit.Register: field %s: flag %q has no row in flagDefs", sf.Name, name))
+		}
 		switch p := v.Field(i).Addr().Interface().(type) {
 		case *string:
 			fs.StringVarP(p, name, d.short, d.def.(string), d.help)
@@ -300,6 +304,10 @@ func Register(fs *pflag.FlagSet, o any) {
 			} else {
 				fs.StringArrayVar(p, name, nil, d.help)
 			}
+		default:
+			// A type added without a case here would silently register
+			// no flag: the command's tests fail at start-up instead.
+			panic(fmt.Sprintf("cmdkit.Register: field %s: flag %q of type %s has no case", sf.Name, name, sf.Type))
 		}
 	}
 }
