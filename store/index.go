@@ -53,25 +53,19 @@ func PairsOf(kvs map[string]string) []memkv.KVPair {
 // as etcd sends one, is only checked) and keeps the slice: the caller must
 // not use it afterwards. A key given twice keeps its greatest value, so
 // that the outcome does not depend on the list's order (a map behind it
-// would have kept a random one).
+// would have kept a random one): values sort greatest first, and
+// CompactFunc keeps the first of each key.
 func FromPairs(pairs []memkv.KVPair) *Index {
 	if !slices.IsSortedFunc(pairs, byKeyValue) {
 		slices.SortFunc(pairs, byKeyValue)
 	}
-	kept := pairs[:0]
-	for i, kv := range pairs {
-		if i+1 < len(pairs) && pairs[i+1].Key == kv.Key {
-			continue
-		}
-		kept = append(kept, kv)
-	}
-	ix := &Index{byKey: kept}
+	ix := &Index{byKey: slices.CompactFunc(pairs, func(a, b memkv.KVPair) bool { return a.Key == b.Key })}
 	ix.dirs = sync.OnceValue(ix.byDir)
 	return ix
 }
 
 func byKeyValue(a, b memkv.KVPair) int {
-	return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Value, b.Value))
+	return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(b.Value, a.Value))
 }
 
 // Pairs calls fn with every pair in key order.
@@ -104,9 +98,6 @@ func (ix *Index) byDir() []dirEntry {
 	return d
 }
 
-// Len is the number of keys.
-func (ix *Index) Len() int { return len(ix.byKey) }
-
 // Exists reports whether key is in the store (memkv Exists).
 func (ix *Index) Exists(key string) bool {
 	_, ok := ix.lookup(key)
@@ -126,14 +117,11 @@ func (ix *Index) Get(key string) (memkv.KVPair, error) {
 // GetValue returns the value of key; when key is missing it returns the
 // first default if one is given, else Get's error (memkv GetValue).
 func (ix *Index) GetValue(key string, v ...string) (string, error) {
-	val, ok := ix.lookup(key)
-	if !ok {
-		if len(v) > 0 {
-			return v[0], nil
-		}
-		return "", &memkv.KeyError{Key: key, Err: memkv.ErrNotExist}
+	kv, err := ix.Get(key)
+	if err != nil && len(v) > 0 {
+		return v[0], nil
 	}
-	return val, nil
+	return kv.Value, err
 }
 
 // GetAll returns the pairs whose key matches pattern (path.Match syntax),
@@ -246,17 +234,13 @@ func (ix *Index) List(filePath string) []string {
 	// terms of path.Clean(filePath): the directory is that path or lies
 	// below it.
 	c := path.Clean(filePath)
-	visit := func(e dirEntry) {
-		if e.key != filePath {
-			name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"), "/")
-			names[name] = true
+	for _, run := range [][]dirEntry{ix.dirRange(c), ix.dirPrefixRange(c + "/")} {
+		for _, e := range run {
+			if e.key != filePath {
+				name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"), "/")
+				names[name] = true
+			}
 		}
-	}
-	for _, e := range ix.dirRange(c) {
-		visit(e)
-	}
-	for _, e := range ix.dirPrefixRange(c + "/") {
-		visit(e)
 	}
 	return sortedNames(names)
 }
