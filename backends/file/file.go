@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -40,7 +42,7 @@ func New(paths []string, filter string) (*Client, error) {
 	if _, err := filepath.Match(filter, ""); err != nil {
 		return nil, fmt.Errorf("file backend: filter %q: %w", filter, err)
 	}
-	return &Client{paths: append([]string(nil), paths...), filter: filter}, nil
+	return &Client{paths: slices.Clone(paths), filter: filter}, nil
 }
 
 // GetValues reads every file, later files overriding earlier ones on the
@@ -60,11 +62,7 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 			return nil, 0, err
 		}
 	}
-	for k := range vars {
-		if !backends.KeyUnderAny(k, keys) {
-			delete(vars, k)
-		}
-	}
+	maps.DeleteFunc(vars, func(k, _ string) bool { return !backends.KeyUnderAny(k, keys) })
 	return vars, 0, nil
 }
 
@@ -320,14 +318,8 @@ func (w *walker) scalar(n *yaml.Node) (any, error) {
 		return nil, nil
 	case string:
 		return v, nil
-	case bool:
-		return strconv.FormatBool(v), nil
-	case int:
-		return strconv.Itoa(v), nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case uint64:
-		return strconv.FormatUint(v, 10), nil
+	case bool, int, int64, uint64:
+		return fmt.Sprint(v), nil
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64), nil
 	default:
