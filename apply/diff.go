@@ -31,7 +31,11 @@ func (p *Plan) Diff(dest string, showSecrets bool) []byte {
 	}
 	private := mode.Perm()&0o004 == 0 || live.exists && live.mode.Perm()&0o004 == 0
 	if private && !showSecrets {
-		removed, added := changedLines(splitLines(live.content), splitLines(content))
+		removed, added := 0, 0
+		for _, c := range changes(splitLines(live.content), splitLines(content)) {
+			removed += c.i2 - c.i1
+			added += c.j2 - c.j1
+		}
 		if removed+added > 0 {
 			fmt.Fprintf(&b, "%s: %d line(s) removed, %d line(s) added; content not shown because the file is not world-readable (-noop-show-secrets shows it)\n", dest, removed, added)
 		}
@@ -80,14 +84,6 @@ func changes(a, b []string) []change {
 		out = append(out, c)
 	}
 	return out
-}
-
-func changedLines(a, b []string) (removed, added int) {
-	for _, c := range changes(a, b) {
-		removed += c.i2 - c.i1
-		added += c.j2 - c.j1
-	}
-	return removed, added
 }
 
 // unifiedDiff prints a and b as diff -u does, from the hunk headers on:

@@ -96,16 +96,11 @@ func (r *File) compare(p *Plan) (err error) {
 		return fmt.Errorf("%s: %w", r.File, err)
 	}
 	p.inPlace = owed.inPlace != nil
-	p.ReloadOwed, p.staleOwed = false, false
-	if owed.exists && (len(owed.sums) > 0 || !owed.valid) { // not just an in-place write's line
-		// Owed only if the live file is what the recording pass installed;
-		// an unreadable record counts as owed: a spare reload is better
-		// than a lost one.
-		if !owed.valid || (p.live.exists && owed.covers(p.live.content)) {
-			p.ReloadOwed = true
-		} else {
-			p.staleOwed = true
-		}
-	}
+	recorded := owed.exists && (len(owed.sums) > 0 || !owed.valid) // not just an in-place write's line
+	// Owed only if the live file is what the recording pass installed;
+	// an unreadable record counts as owed: a spare reload is better
+	// than a lost one.
+	p.ReloadOwed = recorded && (!owed.valid || p.live.exists && owed.covers(p.live.content))
+	p.staleOwed = recorded && !p.ReloadOwed
 	return nil
 }
