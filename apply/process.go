@@ -156,8 +156,7 @@ func (r *File) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	if owe && s.SyncOnly {
 		log.Warnf("reload_cmd for %s, owed since an earlier update, is not run with -sync-only; it is retried on the next run without it", r.Dest)
-	}
-	if owe && !s.SyncOnly {
+	} else if owe {
 		if err := r.reload(ctx, stage, log); err != nil {
 			return res, err
 		}
