@@ -210,16 +210,13 @@ func literalHead(pattern string) string {
 // GetAllValues returns the values of GetAll(pattern), sorted by value
 // (memkv GetAllValues); on error the slice is empty, not nil.
 func (ix *Index) GetAllValues(pattern string) ([]string, error) {
-	vs := make([]string, 0)
-	ks, _, err := ix.getAll(pattern)
-	if err != nil {
-		return vs, err
+	ks, _, err := ix.getAll(pattern) // nil on error
+	vs := make([]string, len(ks))
+	for i, kv := range ks {
+		vs[i] = kv.Value
 	}
-	for _, kv := range ks {
-		vs = append(vs, kv.Value)
-	}
-	sort.Strings(vs)
-	return vs, nil
+	slices.Sort(vs)
+	return vs, err
 }
 
 // List returns the sorted, distinct names of the keys and directories

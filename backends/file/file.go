@@ -92,10 +92,7 @@ func (c *Client) files() ([]string, error) {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() {
-				return nil
-			}
-			if ok, _ := filepath.Match(c.filter, d.Name()); !ok {
+			if ok, _ := filepath.Match(c.filter, d.Name()); d.IsDir() || !ok {
 				return nil
 			}
 			// A symlink inside the directory counts when it leads to a file.
@@ -134,8 +131,7 @@ func readFile(name string, vars map[string]string) error {
 			// yaml's messages carry the line ("yaml: line 3: ...").
 			return fmt.Errorf("file backend: %s: %w", name, err)
 		}
-		w := walker{file: name}
-		root, err := w.value(&doc)
+		root, err := (&walker{file: name}).value(&doc)
 		if err != nil {
 			return err
 		}
