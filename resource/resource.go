@@ -183,11 +183,7 @@ func parseMode(s string) (os.FileMode, error) {
 	if v > 0o7777 {
 		return 0, fmt.Errorf("%q is larger than 07777", s)
 	}
-	return fileMode(uint32(v)), nil
-}
-
-// fileMode maps Unix permission bits, setuid/setgid/sticky included, to os.FileMode.
-func fileMode(v uint32) os.FileMode {
+	// The setuid, setgid and sticky bits are os.FileMode's own.
 	m := os.FileMode(v & 0o777)
 	if v&0o4000 != 0 {
 		m |= os.ModeSetuid
@@ -198,7 +194,7 @@ func fileMode(v uint32) os.FileMode {
 	if v&0o1000 != 0 {
 		m |= os.ModeSticky
 	}
-	return m
+	return m, nil
 }
 
 // owner resolves uid/gid. confd's default is the process's own effective

@@ -75,7 +75,6 @@ func (ix *Index) Pairs(fn func(key, value string)) {
 	}
 }
 
-// lookup finds key by binary search.
 func (ix *Index) lookup(key string) (string, bool) {
 	i, ok := slices.BinarySearchFunc(ix.byKey, key, func(kv memkv.KVPair, k string) int { return strings.Compare(kv.Key, k) })
 	if !ok {

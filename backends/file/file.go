@@ -5,6 +5,7 @@ package file
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,9 +37,7 @@ func New(paths []string, filter string) (*Client, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("file backend: no file or directory given (-file)")
 	}
-	if filter == "" {
-		filter = "*"
-	}
+	filter = cmp.Or(filter, "*")
 	if _, err := filepath.Match(filter, ""); err != nil {
 		return nil, fmt.Errorf("file backend: filter %q: %w", filter, err)
 	}
@@ -131,7 +130,7 @@ func readFile(name string, vars map[string]string) error {
 			// yaml's messages carry the line ("yaml: line 3: ...").
 			return fmt.Errorf("file backend: %s: %w", name, err)
 		}
-		root, err := (&walker{file: name}).value(&doc)
+		root, err := (&walker{file: name, visiting: map[*yaml.Node]bool{}}).value(&doc)
 		if err != nil {
 			return err
 		}
@@ -193,9 +192,6 @@ func (w *walker) value(n *yaml.Node) (any, error) {
 		}
 		return w.value(n.Content[0])
 	case yaml.AliasNode:
-		if w.visiting == nil {
-			w.visiting = make(map[*yaml.Node]bool)
-		}
 		if w.visiting[n.Alias] {
 			return nil, w.errorf(n, "alias *%s refers to itself", n.Value)
 		}
