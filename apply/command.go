@@ -2,7 +2,6 @@ package apply
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -29,13 +28,11 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Result.Err.Error())
+	msg := e.Result.Err.Error()
 	if tail := e.Result.Tail; len(tail) > 0 {
-		tail = tail[max(0, len(tail)-errorTailLines):]
-		fmt.Fprintf(&b, "; last output: %s", strings.Join(tail, " | "))
+		msg += "; last output: " + strings.Join(tail[max(0, len(tail)-errorTailLines):], " | ")
 	}
-	return b.String()
+	return msg
 }
 
 func (e *CommandError) Unwrap() error { return e.Result.Err }

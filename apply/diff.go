@@ -3,6 +3,7 @@ package apply
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/keysync/confd/internal/redact"
@@ -31,30 +32,25 @@ func (p *Plan) Diff(dest string, showSecrets bool) []byte {
 	}
 	private := mode.Perm()&0o004 == 0 || live.exists && live.mode.Perm()&0o004 == 0
 	if private && !showSecrets {
-		removed, added := changedLines(splitLines(live.content), splitLines(content))
+		removed, added := 0, 0
+		for _, c := range changes(splitLines(string(live.content)), splitLines(string(content))) {
+			removed += c.i2 - c.i1
+			added += c.j2 - c.j1
+		}
 		if removed+added > 0 {
 			fmt.Fprintf(&b, "%s: %d line(s) removed, %d line(s) added; content not shown because the file is not world-readable (-noop-show-secrets shows it)\n", dest, removed, added)
 		}
 		return b.Bytes()
 	}
 	b.WriteString(unifiedDiff(dest, dest+" (rendered)",
-		splitLines([]byte(redact.String(string(live.content)))),
-		splitLines([]byte(redact.String(string(content))))))
+		splitLines(redact.String(string(live.content))),
+		splitLines(redact.String(string(content)))))
 	return b.Bytes()
 }
 
 // splitLines cuts text after each newline; the last line has none when the
 // text does not end in one.
-func splitLines(b []byte) []string {
-	if len(b) == 0 {
-		return nil
-	}
-	lines := strings.SplitAfter(string(b), "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	return lines
-}
+func splitLines(s string) []string { return slices.Collect(strings.Lines(s)) }
 
 // change is a run of changed lines: a[i1:i2] replaced by b[j1:j2], either
 // side possibly empty.
@@ -80,14 +76,6 @@ func changes(a, b []string) []change {
 		out = append(out, c)
 	}
 	return out
-}
-
-func changedLines(a, b []string) (removed, added int) {
-	for _, c := range changes(a, b) {
-		removed += c.i2 - c.i1
-		added += c.j2 - c.j1
-	}
-	return removed, added
 }
 
 // unifiedDiff prints a and b as diff -u does, from the hunk headers on:

@@ -234,5 +234,5 @@ func hunksBoth(t *testing.T, diffPath, dir, a, b string) (got, want string) {
 		}
 		return s
 	}
-	return fromHunks(unifiedDiff("a", "b", splitLines([]byte(a)), splitLines([]byte(b)))), fromHunks(string(out))
+	return fromHunks(unifiedDiff("a", "b", splitLines(a), splitLines(b))), fromHunks(string(out))
 }

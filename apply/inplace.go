@@ -45,8 +45,7 @@ func writeInPlaceKept(dest string, content template.Text, mode os.FileMode, uid,
 		return fmt.Errorf("write %s in place: %w; %s left unchanged", dest, err, dest)
 	}
 	err = writeInPlace(dest, content, mode, uid, gid)
-	var nd *atomicfile.NotDurableError
-	if err != nil && !errors.As(err, &nd) {
+	if _, nd := errors.AsType[*atomicfile.NotDurableError](err); err != nil && !nd {
 		// Untouched, or torn: settle it now rather than on the next pass.
 		if rerr := repairInPlace(dest, log); rerr != nil {
 			log.Warnf("%v", rerr)

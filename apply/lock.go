@@ -173,10 +173,7 @@ func tryLock(p string) (*os.File, error) {
 
 // holder is the PID a lock file names, or 0.
 func holder(p string) int {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0
-	}
+	b, _ := os.ReadFile(p) // unreadable: "", which is 0
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid
 }

@@ -36,18 +36,14 @@ type Plan struct {
 // Release frees what the plan's content holds (a large render's file).
 func (p *Plan) Release() { p.Content.Release() }
 
-// PairGetter is a Getter that can also give a snapshot as a list, which
-// may repeat keys and is often already in key order (etcd's); GetPairs
-// prefers it.
-type PairGetter interface {
-	GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, int64, error)
-}
-
-// GetPairs reads a snapshot of keys from store as a list: through
-// PairGetter when store has it, so that a large snapshot needs no map on
+// GetPairs reads a snapshot of keys from store as a list: through store's
+// own GetPairs when it has one (etcd's: the list may repeat keys and is
+// often already in key order), so that a large snapshot needs no map on
 // its way to the index.
 func GetPairs(ctx context.Context, store Getter, keys []string) ([]memkv.KVPair, int64, error) {
-	if pg, ok := store.(PairGetter); ok {
+	if pg, ok := store.(interface {
+		GetPairs(context.Context, []string) ([]memkv.KVPair, int64, error)
+	}); ok {
 		return pg.GetPairs(ctx, keys)
 	}
 	kvs, rev, err := store.GetValues(ctx, keys)
@@ -96,16 +92,11 @@ func (r *File) compare(p *Plan) (err error) {
 		return fmt.Errorf("%s: %w", r.File, err)
 	}
 	p.inPlace = owed.inPlace != nil
-	p.ReloadOwed, p.staleOwed = false, false
-	if owed.exists && (len(owed.sums) > 0 || !owed.valid) { // not just an in-place write's line
-		// Owed only if the live file is what the recording pass installed;
-		// an unreadable record counts as owed: a spare reload is better
-		// than a lost one.
-		if !owed.valid || (p.live.exists && owed.covers(p.live.content)) {
-			p.ReloadOwed = true
-		} else {
-			p.staleOwed = true
-		}
-	}
+	recorded := owed.exists && (len(owed.sums) > 0 || !owed.valid) // not just an in-place write's line
+	// Owed only if the live file is what the recording pass installed;
+	// an unreadable record counts as owed: a spare reload is better
+	// than a lost one.
+	p.ReloadOwed = recorded && (!owed.valid || p.live.exists && owed.covers(p.live.content))
+	p.staleOwed = recorded && !p.ReloadOwed
 	return nil
 }

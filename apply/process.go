@@ -57,11 +57,7 @@ func (r *File) Process(ctx context.Context, store Getter) (Result, error) {
 	defer p.Release()
 	if !r.s.Noop && (p.Write || p.ReloadOwed || p.staleOwed || p.inPlace) {
 		log := r.s.Logger().WithField("resource", r.File)
-		wait := r.s.DestLockTimeout
-		if wait <= 0 {
-			wait = DefaultDestLockTimeout
-		}
-		l, err := lockDest(ctx, cmp.Or(r.s.LockDir, DefaultLockDir()), r.Dest, wait, r.s.Stop, log)
+		l, err := lockDest(ctx, cmp.Or(r.s.LockDir, DefaultLockDir()), r.Dest, cmp.Or(r.s.DestLockTimeout, DefaultDestLockTimeout), r.s.Stop, log)
 		if err != nil {
 			return Result{Revision: p.Revision}, fmt.Errorf("%s: %w", r.File, err)
 		}
@@ -139,8 +135,7 @@ func (r *File) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	log.Debugf("Overwriting target config %s", r.Dest)
 	err = w.Replace(stage, r.Dest, p.Content, p.Mode, p.UID, p.GID)
-	var nd *atomicfile.NotDurableError
-	if err != nil && !errors.As(err, &nd) {
+	if _, nd := errors.AsType[*atomicfile.NotDurableError](err); err != nil && !nd {
 		if owe && !p.ReloadOwed {
 			if cerr := w.ClearOwed(r.Dest); cerr != nil {
 				log.Warnf("%v; a spare reload_cmd may run on the next run", cerr)
@@ -161,8 +156,7 @@ func (r *File) Apply(ctx context.Context, p Plan) (Result, error) {
 	}
 	if owe && s.SyncOnly {
 		log.Warnf("reload_cmd for %s, owed since an earlier update, is not run with -sync-only; it is retried on the next run without it", r.Dest)
-	}
-	if owe && !s.SyncOnly {
+	} else if owe {
 		if err := r.reload(ctx, stage, log); err != nil {
 			return res, err
 		}
@@ -195,11 +189,9 @@ func (r *File) settleOwed(ctx context.Context, p Plan, res *Result, log logrus.F
 		return nil
 	}
 	log.Infof("Running reload_cmd for %s, owed since an earlier update", r.Dest)
-	if err := r.reload(ctx, "", log); err != nil {
-		return err
-	}
-	res.Reloaded = true
-	return nil
+	err := r.reload(ctx, "", log)
+	res.Reloaded = err == nil
+	return err
 }
 
 // index maps store keys to the template's view, as confd does ("/prefix/a/b"
@@ -250,10 +242,9 @@ func (r *File) check(ctx context.Context, stage string, log logrus.FieldLogger) 
 // daemon's first SIGTERM closed Settings.Stop (commands already running
 // keep their own context until a second signal).
 func (r *File) stopping(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
 	select {
+	case <-ctx.Done():
+		return true
 	case <-r.s.Stop:
 		return true
 	default:

@@ -144,10 +144,11 @@ func keptStagePath(dest string) string {
 // others, whatever the resource's mode.
 func keepStage(stage, dest string, mode os.FileMode) (string, error) {
 	kept := keptStagePath(dest)
-	if err := os.Chmod(stage, mode.Perm()&^0o007); err != nil {
-		return "", fmt.Errorf("keep stage file: %w", err)
+	err := os.Chmod(stage, mode.Perm()&^0o007)
+	if err == nil {
+		err = os.Rename(stage, kept)
 	}
-	if err := os.Rename(stage, kept); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("keep stage file: %w", err)
 	}
 	return kept, nil
@@ -159,8 +160,7 @@ func keepStage(stage, dest string, mode os.FileMode) (string, error) {
 // then the content is written in place, the only option left.
 func (w FileWriter) Replace(stage, dest string, content template.Text, mode os.FileMode, uid, gid int) error {
 	err := atomicfile.Replace(stage, dest)
-	var nd *atomicfile.NotDurableError
-	if err == nil || errors.As(err, &nd) {
+	if _, nd := errors.AsType[*atomicfile.NotDurableError](err); err == nil || nd {
 		return err
 	}
 	if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EXDEV) {
@@ -178,24 +178,20 @@ func writeInPlace(dest string, content template.Text, mode os.FileMode, uid, gid
 	if err != nil {
 		return fmt.Errorf("write %s in place: %w; %s left unchanged", dest, err, dest)
 	}
+	defer f.Close() // on the error paths; the last step closes it and reports
 	if err := reserve(f, int64(content.Len())); err != nil {
-		_ = f.Close()
 		return fmt.Errorf("write %s in place: cannot reserve %d bytes: %w; %s left unchanged", dest, content.Len(), err, dest)
 	}
 	if err := atomicfile.SetOwnerMode(f, mode, uid, gid); err != nil {
-		_ = f.Close()
 		return fmt.Errorf("write %s in place: %w; its content is unchanged", dest, err)
 	}
 	if _, err := content.WriteTo(io.NewOffsetWriter(f, 0)); err != nil {
-		_ = f.Close()
 		return fmt.Errorf("write %s in place: %w; the file may now be partly written", dest, err)
 	}
 	if err := f.Truncate(int64(content.Len())); err != nil {
-		_ = f.Close()
 		return fmt.Errorf("write %s in place: truncate: %w; the file may hold old bytes after the new content", dest, err)
 	}
 	if err := f.Sync(); err != nil {
-		_ = f.Close()
 		return &atomicfile.NotDurableError{Err: fmt.Errorf("fsync %s: %w", dest, err)}
 	}
 	if err := f.Close(); err != nil {

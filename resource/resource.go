@@ -4,7 +4,7 @@
 package resource
 
 import (
-	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -74,14 +74,12 @@ type tomlTemplate struct {
 	Wait          *string  `toml:"wait"`
 }
 
-type tomlFile struct {
-	Template *tomlTemplate `toml:"template"`
-}
-
 // Load reads one resource file. The error names the file and, for TOML
 // syntax errors, the line.
 func Load(file string, s *Settings) (*Resource, error) {
-	var tf tomlFile
+	var tf struct {
+		Template *tomlTemplate `toml:"template"`
+	}
 	md, err := toml.DecodeFile(file, &tf)
 	if err != nil {
 		var perr toml.ParseError
@@ -112,10 +110,7 @@ func Load(file string, s *Settings) (*Resource, error) {
 	} else if fi.IsDir() {
 		return nil, fmt.Errorf("%s: template.src %s is a directory", file, r.Src)
 	}
-	if r.Prefix = t.Prefix; s.Prefix != "" {
-		r.Prefix = s.Prefix
-	}
-	if !strings.HasPrefix(r.Prefix, "/") {
+	if r.Prefix = cmp.Or(s.Prefix, t.Prefix); !strings.HasPrefix(r.Prefix, "/") {
 		r.Prefix = "/" + r.Prefix
 	}
 	if r.Mode, err = parseMode(t.Mode); err != nil {
@@ -188,11 +183,7 @@ func parseMode(s string) (os.FileMode, error) {
 	if v > 0o7777 {
 		return 0, fmt.Errorf("%q is larger than 07777", s)
 	}
-	return fileMode(uint32(v)), nil
-}
-
-// fileMode maps Unix permission bits, setuid/setgid/sticky included, to os.FileMode.
-func fileMode(v uint32) os.FileMode {
+	// The setuid, setgid and sticky bits are os.FileMode's own.
 	m := os.FileMode(v & 0o777)
 	if v&0o4000 != 0 {
 		m |= os.ModeSetuid
@@ -203,7 +194,7 @@ func fileMode(v uint32) os.FileMode {
 	if v&0o1000 != 0 {
 		m |= os.ModeSticky
 	}
-	return m
+	return m, nil
 }
 
 // owner resolves uid/gid. confd's default is the process's own effective
@@ -241,12 +232,11 @@ func owner(t *tomlTemplate) (uid, gid int, err error) {
 	return uid, gid, nil
 }
 
+// duration reads a command timeout; without one it is the flag's, or
+// without that (zero) the built-in default.
 func duration(s string, flagDefault, builtin time.Duration) (time.Duration, error) {
 	if s == "" {
-		if flagDefault > 0 {
-			return flagDefault, nil
-		}
-		return builtin, nil
+		return cmp.Or(flagDefault, builtin), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -275,9 +265,7 @@ func ExpandCommand(name, cmd, src, dest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]string{"src": src, "dest": dest}); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+	var b strings.Builder
+	err = t.Execute(&b, map[string]string{"src": src, "dest": dest})
+	return b.String(), err
 }

@@ -20,7 +20,10 @@ var resourceKeys = []string{"src", "dest", "keys", "prefix", "owner", "group", "
 // probably meant.
 func unknownKeyError(file string, k toml.Key) error {
 	where := file
-	if line := keyLine(file, k); line > 0 {
+	// The line that defines k: a "name =" line inside k's table, or the
+	// header of a table k names.
+	data, _ := os.ReadFile(file)
+	if line := config.KeyLines(data)[strings.Join(k, ".")]; line > 0 {
 		where = fmt.Sprintf("%s:%d", file, line)
 	}
 	name := k[len(k)-1]
@@ -35,11 +38,4 @@ func unknownKeyError(file string, k toml.Key) error {
 		}
 	}
 	return fmt.Errorf("%s: unknown key %q%s (the resource is skipped)", where, k.String(), hint)
-}
-
-// keyLine finds the line that defines k: a "name =" line inside k's table,
-// or the header of a table k names; 0 means not found.
-func keyLine(file string, k toml.Key) int {
-	data, _ := os.ReadFile(file)
-	return config.KeyLines(data)[strings.Join(k, ".")]
 }

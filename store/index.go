@@ -53,25 +53,19 @@ func PairsOf(kvs map[string]string) []memkv.KVPair {
 // as etcd sends one, is only checked) and keeps the slice: the caller must
 // not use it afterwards. A key given twice keeps its greatest value, so
 // that the outcome does not depend on the list's order (a map behind it
-// would have kept a random one).
+// would have kept a random one): values sort greatest first, and
+// CompactFunc keeps the first of each key.
 func FromPairs(pairs []memkv.KVPair) *Index {
 	if !slices.IsSortedFunc(pairs, byKeyValue) {
 		slices.SortFunc(pairs, byKeyValue)
 	}
-	kept := pairs[:0]
-	for i, kv := range pairs {
-		if i+1 < len(pairs) && pairs[i+1].Key == kv.Key {
-			continue
-		}
-		kept = append(kept, kv)
-	}
-	ix := &Index{byKey: kept}
+	ix := &Index{byKey: slices.CompactFunc(pairs, func(a, b memkv.KVPair) bool { return a.Key == b.Key })}
 	ix.dirs = sync.OnceValue(ix.byDir)
 	return ix
 }
 
 func byKeyValue(a, b memkv.KVPair) int {
-	return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Value, b.Value))
+	return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(b.Value, a.Value))
 }
 
 // Pairs calls fn with every pair in key order.
@@ -81,7 +75,6 @@ func (ix *Index) Pairs(fn func(key, value string)) {
 	}
 }
 
-// lookup finds key by binary search.
 func (ix *Index) lookup(key string) (string, bool) {
 	i, ok := slices.BinarySearchFunc(ix.byKey, key, func(kv memkv.KVPair, k string) int { return strings.Compare(kv.Key, k) })
 	if !ok {
@@ -104,9 +97,6 @@ func (ix *Index) byDir() []dirEntry {
 	return d
 }
 
-// Len is the number of keys.
-func (ix *Index) Len() int { return len(ix.byKey) }
-
 // Exists reports whether key is in the store (memkv Exists).
 func (ix *Index) Exists(key string) bool {
 	_, ok := ix.lookup(key)
@@ -126,14 +116,11 @@ func (ix *Index) Get(key string) (memkv.KVPair, error) {
 // GetValue returns the value of key; when key is missing it returns the
 // first default if one is given, else Get's error (memkv GetValue).
 func (ix *Index) GetValue(key string, v ...string) (string, error) {
-	val, ok := ix.lookup(key)
-	if !ok {
-		if len(v) > 0 {
-			return v[0], nil
-		}
-		return "", &memkv.KeyError{Key: key, Err: memkv.ErrNotExist}
+	kv, err := ix.Get(key)
+	if err != nil && len(v) > 0 {
+		return v[0], nil
 	}
-	return val, nil
+	return kv.Value, err
 }
 
 // GetAll returns the pairs whose key matches pattern (path.Match syntax),
@@ -222,16 +209,13 @@ func literalHead(pattern string) string {
 // GetAllValues returns the values of GetAll(pattern), sorted by value
 // (memkv GetAllValues); on error the slice is empty, not nil.
 func (ix *Index) GetAllValues(pattern string) ([]string, error) {
-	vs := make([]string, 0)
-	ks, _, err := ix.getAll(pattern)
-	if err != nil {
-		return vs, err
+	ks, _, err := ix.getAll(pattern) // nil on error
+	vs := make([]string, len(ks))
+	for i, kv := range ks {
+		vs[i] = kv.Value
 	}
-	for _, kv := range ks {
-		vs = append(vs, kv.Value)
-	}
-	sort.Strings(vs)
-	return vs, nil
+	slices.Sort(vs)
+	return vs, err
 }
 
 // List returns the sorted, distinct names of the keys and directories
@@ -246,17 +230,13 @@ func (ix *Index) List(filePath string) []string {
 	// terms of path.Clean(filePath): the directory is that path or lies
 	// below it.
 	c := path.Clean(filePath)
-	visit := func(e dirEntry) {
-		if e.key != filePath {
-			name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"), "/")
-			names[name] = true
+	for _, run := range [][]dirEntry{ix.dirRange(c), ix.dirPrefixRange(c + "/")} {
+		for _, e := range run {
+			if e.key != filePath {
+				name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(e.key, filePath), "/"), "/")
+				names[name] = true
+			}
 		}
-	}
-	for _, e := range ix.dirRange(c) {
-		visit(e)
-	}
-	for _, e := range ix.dirPrefixRange(c + "/") {
-		visit(e)
 	}
 	return sortedNames(names)
 }

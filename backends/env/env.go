@@ -6,6 +6,7 @@ package env
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -23,16 +24,17 @@ func New(environ func() []string) *Client {
 	return &Client{environ: environ}
 }
 
-// GetValues returns every variable whose name is the transformed key or
-// lies below it (FOO_BAR for /foo/bar matches FOO_BAR and FOO_BAR_X, not
-// FOO_BARX), under its cleaned name. The revision is always 0.
+// GetValues returns every variable whose name is a key's, upper-cased with
+// "_" for "/", or lies below it (FOO_BAR for /foo/bar matches FOO_BAR and
+// FOO_BAR_X, not FOO_BARX), under its name lower-cased with "/" for "_".
+// The revision is always 0.
 func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]string, int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
-		names[i] = transform(k)
+		names[i] = strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(k, "/"), "/", "_"))
 	}
 	vars := make(map[string]string)
 	for _, kv := range c.environ() {
@@ -42,11 +44,8 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 		if !ok || name == "" {
 			continue
 		}
-		for _, want := range names {
-			if nameUnder(name, want) {
-				vars[clean(name)] = value
-				break
-			}
+		if slices.ContainsFunc(names, func(want string) bool { return nameUnder(name, want) }) {
+			vars["/"+strings.ReplaceAll(strings.ToLower(name), "_", "/")] = value
 		}
 	}
 	return vars, 0, nil
@@ -54,16 +53,6 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 
 // Close has nothing to release.
 func (c *Client) Close() error { return nil }
-
-// transform maps a key to the variable name confd looks for.
-func transform(key string) string {
-	return strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(key, "/"), "/", "_"))
-}
-
-// clean maps a variable name back to a key.
-func clean(name string) string {
-	return "/" + strings.ReplaceAll(strings.ToLower(name), "_", "/")
-}
 
 // nameUnder is the path rule of the other backends expressed on variable
 // names, where "_" stands for "/". confd used a bare string prefix here, so

@@ -5,14 +5,17 @@ package file
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -34,13 +37,11 @@ func New(paths []string, filter string) (*Client, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("file backend: no file or directory given (-file)")
 	}
-	if filter == "" {
-		filter = "*"
-	}
+	filter = cmp.Or(filter, "*")
 	if _, err := filepath.Match(filter, ""); err != nil {
 		return nil, fmt.Errorf("file backend: filter %q: %w", filter, err)
 	}
-	return &Client{paths: append([]string(nil), paths...), filter: filter}, nil
+	return &Client{paths: slices.Clone(paths), filter: filter}, nil
 }
 
 // GetValues reads every file, later files overriding earlier ones on the
@@ -60,11 +61,7 @@ func (c *Client) GetValues(ctx context.Context, keys []string) (map[string]strin
 			return nil, 0, err
 		}
 	}
-	for k := range vars {
-		if !backends.KeyUnderAny(k, keys) {
-			delete(vars, k)
-		}
-	}
+	maps.DeleteFunc(vars, func(k, _ string) bool { return !backends.KeyUnderAny(k, keys) })
 	return vars, 0, nil
 }
 
@@ -94,10 +91,7 @@ func (c *Client) files() ([]string, error) {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() {
-				return nil
-			}
-			if ok, _ := filepath.Match(c.filter, d.Name()); !ok {
+			if ok, _ := filepath.Match(c.filter, d.Name()); d.IsDir() || !ok {
 				return nil
 			}
 			// A symlink inside the directory counts when it leads to a file.
@@ -136,8 +130,7 @@ func readFile(name string, vars map[string]string) error {
 			// yaml's messages carry the line ("yaml: line 3: ...").
 			return fmt.Errorf("file backend: %s: %w", name, err)
 		}
-		w := walker{file: name}
-		root, err := w.value(&doc)
+		root, err := (&walker{file: name, visiting: map[*yaml.Node]bool{}}).value(&doc)
 		if err != nil {
 			return err
 		}
@@ -199,9 +192,6 @@ func (w *walker) value(n *yaml.Node) (any, error) {
 		}
 		return w.value(n.Content[0])
 	case yaml.AliasNode:
-		if w.visiting == nil {
-			w.visiting = make(map[*yaml.Node]bool)
-		}
 		if w.visiting[n.Alias] {
 			return nil, w.errorf(n, "alias *%s refers to itself", n.Value)
 		}
@@ -320,14 +310,8 @@ func (w *walker) scalar(n *yaml.Node) (any, error) {
 		return nil, nil
 	case string:
 		return v, nil
-	case bool:
-		return strconv.FormatBool(v), nil
-	case int:
-		return strconv.Itoa(v), nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case uint64:
-		return strconv.FormatUint(v, 10), nil
+	case bool, int, int64, uint64:
+		return fmt.Sprint(v), nil
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64), nil
 	default:

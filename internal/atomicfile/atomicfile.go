@@ -52,16 +52,13 @@ func Stage(dest string, mode os.FileMode, uid, gid int, write func(io.Writer) er
 		dir = "."
 	}
 	var f *os.File
-	for try := 0; ; try++ {
+	for try := 0; f == nil; try++ {
 		var rnd [stageRandom]byte
 		_, _ = rand.Read(rnd[:])
 		// The umask can only narrow mode.Perm(), never widen it; SetOwnerMode sets it exactly.
 		var err error
 		f, err = os.OpenFile(filepath.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode.Perm())
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) || try > 100 {
+		if err != nil && (!errors.Is(err, fs.ErrExist) || try > 100) {
 			return "", fmt.Errorf("create stage file in %s: %w", dir, err)
 		}
 	}
@@ -123,8 +120,7 @@ func WriteFile(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := Replace(stage, path); err != nil {
-		var nd *NotDurableError
-		if !errors.As(err, &nd) {
+		if _, nd := errors.AsType[*NotDurableError](err); !nd {
 			_ = os.Remove(stage)
 		}
 		return fmt.Errorf("write %s: %w", path, err)
