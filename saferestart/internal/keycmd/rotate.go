@@ -107,7 +107,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	if !o.IgnoreHold && !o.Abort {
 		hctx, cancel := k.OpCtx(ctx)
 		// Another host's orphaned restart intent counts, as for restart.
-		rec, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
+		rec, _, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
 		cancel()
 		if err != nil {
 			log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot read the hold")
