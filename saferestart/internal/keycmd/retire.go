@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -38,6 +39,11 @@ type retirer struct {
 	*cmdkit.Env
 	o   *RetireKeys
 	cli *clientv3.Client
+	// The stale-token records, read once per run (a record that does not
+	// parse is logged, its host unknown), and the hosts with an apiserver
+	// (a trust record), those without a record being unknown.
+	stale map[string]staletokens.Record
+	hosts []string
 }
 
 func (k *retirer) retireKeys(ctx context.Context) int {
@@ -52,21 +58,25 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	if err == nil {
 		recs, _, err = trust.List(lctx, cli, o.TrustPrefix)
 	}
-	var stale staleTokenEvidence
+	var problems []string
 	if err == nil {
-		stale, err = k.readStaleTokens(lctx, cli, recs, log)
+		k.stale, problems, err = staletokens.List(lctx, cli, o.RotationPrefix)
 	}
 	cancel()
 	if err != nil {
 		log.WithError(k.Etcd.Err(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
 		return cmdkit.ExitError
 	}
+	for _, p := range problems {
+		log.Warn(p)
+	}
+	k.hosts = slices.Sorted(maps.Keys(recs))
 	if o.DryRun {
 		fmt.Fprintln(k.Stdout, "dry run: nothing retired, written or removed")
 	}
 	code, retired := cmdkit.ExitOK, 0
 	for _, h := range hosts {
-		c, n := k.retireHost(ctx, store, h, recs, stale)
+		c, n := k.retireHost(ctx, store, h, recs)
 		retired += n
 		if c != cmdkit.ExitOK && (code == cmdkit.ExitOK || code == cmdkit.ExitPreflight) {
 			code = c
@@ -83,7 +93,7 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
-func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
+func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record) (int, int) {
 	o := k.o
 	cli := k.cli
 	log := k.Log.WithField("host", host)
@@ -148,7 +158,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			if c != cmdkit.ExitOK {
 				code = c
 			}
-			if !ok || !k.staleTokenGate(kid, s.Since, stale, klog) {
+			if !ok || !k.staleTokenGate(kid, s.Since, klog) {
 				continue
 			}
 			k.plan(klog, "%s: would retire key %s (superseded by %s, due since %s)", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
