@@ -85,9 +85,20 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	if retired == 0 && code == cmdkit.ExitOK && !o.DryRun {
 		log.Info("no superseded key is due on any host: nothing to retire")
 	}
-	if !o.DryRun {
-		k.trimOwn(ctx, store, self, log)
+	if o.DryRun {
+		return code
 	}
+	// The keys retired (by this run or any other) leave this host's
+	// --public-key and --signing-key's backup.
+	lctx, cancel = k.OpCtx(ctx)
+	cur, err := store.Load(lctx, self)
+	cancel()
+	if err != nil {
+		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		return code
+	}
+	// retire-keys has no --certificate: the public key file is trimmed.
+	cmdkit.TrimOwnFiles(cur.Record, o.SigningKey, o.PublicKey, "", log)
 	return code
 }
 
@@ -171,9 +182,8 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	if len(due) == 0 {
 		return k.markRotationRetired(ctx, rs, st, cur.Record, log, code), 0
 	}
-	var res keystate.Result
 	uctx, cancel := k.OpCtx(ctx)
-	res, err = store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+	res, err := store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
 		// Only what is still superseded: a key made current again
 		// meanwhile (a rollback) is not retired.
 		var still []string
@@ -237,23 +247,6 @@ func (k *retirer) ownSigning(host string) []string {
 	if host != k.TrustHost(context.Background()) || k.o.SigningKey == "" {
 		return nil
 	}
-	ids, err := trust.FileKeyIDs(k.o.SigningKey)
-	if err != nil {
-		return nil
-	}
+	ids, _ := trust.FileKeyIDs(k.o.SigningKey) // nil when unreadable
 	return ids
-}
-
-// TrimOwnFiles removes the keys retired (by this run or any other) from
-// this host's --public-key and --signing-key's backup.
-func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
-	lctx, cancel := k.OpCtx(ctx)
-	cur, err := store.Load(lctx, self)
-	cancel()
-	if err != nil {
-		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
-		return
-	}
-	// retire-keys has no --certificate: the public key file is trimmed.
-	cmdkit.TrimOwnFiles(cur.Record, k.o.SigningKey, k.o.PublicKey, "", log)
 }
