@@ -195,12 +195,11 @@ func (r *rotationKeys) Supersede(ctx context.Context, kid string, retireAfter ti
 
 // Retired reports whether kid is tombstoned in the host's key record.
 func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
-	a := r.a
-	lctx, cancel := a.OpCtx(ctx)
+	lctx, cancel := r.a.OpCtx(ctx)
 	defer cancel()
 	st, err := r.store.Load(lctx, r.host)
 	if err != nil {
-		return false, a.Etcd.Err(err)
+		return false, r.a.Etcd.Err(err)
 	}
 	_, ok := st.Record.Retired[kid]
 	return ok, nil
