@@ -99,7 +99,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
 	up := 0.0
 	if err != nil {
 		if !c.failing {
@@ -127,13 +130,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTimestamp, ts)
 	c.fleet(gauge, now)
 	c.hosts(gauge, now)
-}
-
-func (c *Collector) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
