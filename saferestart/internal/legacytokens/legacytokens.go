@@ -87,14 +87,13 @@ func (l *Lister) Holding(ctx context.Context, kid string) ([]string, error) {
 			return nil, fmt.Errorf("list %s Secrets: %w", Type, err)
 		}
 		var page secretList
-		err = func() error {
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				return fmt.Errorf("list %s Secrets: HTTP %d (the kubeconfig needs list on secrets in every namespace)", Type, resp.StatusCode)
-			}
-			return json.NewDecoder(resp.Body).Decode(&page)
-		}()
+		if resp.StatusCode == http.StatusOK {
+			err = json.NewDecoder(resp.Body).Decode(&page)
+		} else {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			err = fmt.Errorf("list %s Secrets: HTTP %d (the kubeconfig needs list on secrets in every namespace)", Type, resp.StatusCode)
+		}
+		_ = resp.Body.Close()
 		if err != nil {
 			return nil, err
 		}
