@@ -81,7 +81,6 @@ type Collector struct {
 	holderSeen time.Time
 }
 
-// Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublished, descSuperseded, descRetirementDue, descUntrusted, descLastRestart,
 		descHoldActive, descHoldInfo, descLockHeld, descLockAge, descLockInfo, descPhase, descPhaseAge, descStaleTokens,
@@ -90,7 +89,6 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the fleet state and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// Read outside the lock: concurrent scrapes each wait for their own
 	// bounded read, never for another's in a queue.

@@ -56,7 +56,6 @@ type Intent struct {
 // them.
 func IntentPrefix(holdKey string) string { return holdKey + "/intent/" }
 
-// IntentKey is host's intent key.
 func IntentKey(holdKey, host string) string { return IntentPrefix(holdKey) + host }
 
 // DeleteIntent removes host's intent; it reports whether there was one.
@@ -225,7 +224,6 @@ func (s *Store) SetIntent(ctx context.Context, in Intent) error {
 	return nil
 }
 
-// ClearIntent removes this host's intent.
 func (s *Store) ClearIntent(ctx context.Context) error {
 	_, err := DeleteIntent(ctx, s.C, s.HoldKey, s.Host)
 	return err

@@ -166,7 +166,6 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 	})
 }
 
-// readForgetPlan reads what forget-host would change.
 func (o *ForgetHost) readForgetPlan(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
 	rctx, cancel := a.OpCtx(ctx)
 	defer cancel()

@@ -77,7 +77,6 @@ func (o *PublishKey) publishSource(ctx context.Context) (name string, items []ke
 	return name, items, err
 }
 
-// run is publish-key: once, or with --watch for as long as it runs.
 func (o *PublishKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	if o.Watch {
 		return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })

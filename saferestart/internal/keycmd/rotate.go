@@ -73,7 +73,6 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 	}
 }
 
-// rotateKey is the `rotate-key` subcommand.
 func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	o := k.o
 	host := k.TrustHost(ctx)

@@ -19,7 +19,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// Run is the `trust` subcommand.
 func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
 	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		tctx, cancel := a.OpCtx(ctx)
@@ -244,7 +243,6 @@ func (w *waitingRecord) announce(ctx context.Context, cli *clientv3.Client, keys
 	return ann.Lost(), nil
 }
 
-// withdraw removes the record, if any.
 func (w *waitingRecord) withdraw() {
 	if w.ann == nil {
 		return

@@ -25,7 +25,6 @@ import (
 // Type is the Secret type kube-controller-manager fills with a token.
 const Type = "kubernetes.io/service-account-token"
 
-// pageSize bounds one list response.
 const pageSize = 500
 
 // Lister lists the token Secrets of every namespace through the apiserver
