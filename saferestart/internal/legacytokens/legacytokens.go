@@ -112,17 +112,11 @@ func (l *Lister) Holding(ctx context.Context, kid string) ([]string, error) {
 // KeyID is the "kid" of a JWT's header; "" when it has none or is no JWT.
 func KeyID(token []byte) string {
 	header, _, ok := strings.Cut(string(token), ".")
-	if !ok {
-		return ""
-	}
 	raw, err := base64.RawURLEncoding.DecodeString(header)
-	if err != nil {
-		return ""
-	}
 	var h struct {
 		Kid string `json:"kid"`
 	}
-	if json.Unmarshal(raw, &h) != nil {
+	if !ok || err != nil || json.Unmarshal(raw, &h) != nil {
 		return ""
 	}
 	return h.Kid
