@@ -183,7 +183,19 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 		for _, sk := range k.Superseded {
 			gauge(descRetirementDue, sk.RetireAfter.Sub(now).Seconds(), host, sk.KID)
 		}
-		gauge(descUntrusted, float64(s.untrusted(host, h)), host)
+		// The published keys (every host's, forgotten hosts' superseded ones
+		// included, as trust.Wait and `trust` count them) that h's trust
+		// record does not list; with no record, every one. A host
+		// forget-host removed must trust nothing (no wait waits for it): 0.
+		// A host wait-trusted waits on counts as `trust` shows it: its
+		// apiserver trusts the keys once restarted.
+		untrusted := 0
+		for _, kid := range s.Trust.Published {
+			if !k.Gone() && !h.record.Trusts(kid) {
+				untrusted++
+			}
+		}
+		gauge(descUntrusted, float64(untrusted), host)
 		// No time without a trust record (the helper writes it after its
 		// health gate): 0 would claim 1970, and a host forget-host removed
 		// would look unrestarted for good; untrusted_keys says that a host

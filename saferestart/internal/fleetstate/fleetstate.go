@@ -88,22 +88,3 @@ func (s *Snapshot) hosts() map[string]host {
 	delete(out, "")
 	return out
 }
-
-// untrusted is the number of published keys (every host's, forgotten
-// hosts' superseded ones included, as trust.Wait and `trust` count them)
-// that h's trust record does not list; with no record, every one. A host
-// forget-host removed must trust nothing (no wait waits for it): 0. A host
-// wait-trusted waits on counts as `trust` shows it: its apiserver trusts
-// the keys once restarted.
-func (s *Snapshot) untrusted(name string, h host) int {
-	if s.Trust.Lifecycle[name].Gone() {
-		return 0
-	}
-	n := 0
-	for _, kid := range s.Trust.Published {
-		if !h.record.Trusts(kid) {
-			n++
-		}
-	}
-	return n
-}
