@@ -164,7 +164,6 @@ func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	metav1.AddToGroupVersion(scheme, coordinationv1.SchemeGroupVersion)
 	cfg.GroupVersion = &coordinationv1.SchemeGroupVersion
 	cfg.APIPath = "/apis"
 	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
