@@ -35,7 +35,6 @@ const (
 	HostnameLabel = "kubernetes.io/hostname"
 )
 
-// Selector selects the apiservers' identity Leases.
 const Selector = IdentityLabel + "=" + IdentityValue
 
 // SeenWithin is how recently an apiserver must have renewed its Lease to
@@ -46,7 +45,6 @@ const SeenWithin = time.Hour
 // AllOthers as MinLive means every other apiserver seen within SeenWithin.
 const AllOthers = -1
 
-// Config is one check.
 type Config struct {
 	// Host is this host's name (--host); its Lease is the one whose
 	// hostname label equals Host or Host's first label.
@@ -109,7 +107,6 @@ type Status struct {
 // other's first label), "" when host's apiserver is not live.
 func (s Status) LiveAs(host string) string { return matching(s.Live, host) }
 
-// OK is whether enough other apiservers are live.
 func (s Status) OK() bool { return len(s.Live) >= s.Want }
 
 func (s Status) String() string {
@@ -167,7 +164,6 @@ func NewLeases(kubeconfig string, opTimeout time.Duration) (Leases, error) {
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	metav1.AddToGroupVersion(scheme, coordinationv1.SchemeGroupVersion)
 	cfg.GroupVersion = &coordinationv1.SchemeGroupVersion
 	cfg.APIPath = "/apis"
 	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()

@@ -81,7 +81,6 @@ type Collector struct {
 	holderSeen time.Time
 }
 
-// Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublished, descSuperseded, descRetirementDue, descUntrusted, descLastRestart,
 		descHoldActive, descHoldInfo, descLockHeld, descLockAge, descLockInfo, descPhase, descPhaseAge, descStaleTokens,
@@ -90,23 +89,20 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the fleet state and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
 	// Read outside the lock: concurrent scrapes each wait for their own
 	// bounded read, never for another's in a queue.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Timeout, DefaultTimeout))
 	s, err := c.Read(ctx)
 	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
 	up := 0.0
-	switch {
-	case err != nil:
+	if err != nil {
 		if !c.failing {
 			c.Log.WithError(err).Warn("publish-key --watch: cannot read the fleet state from etcd; the fleet metrics show the last read until it recovers")
 		}
@@ -114,7 +110,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if c.Failed != nil {
 			c.Failed()
 		}
-	default:
+	} else {
 		if c.failing {
 			c.Log.Info("publish-key --watch: reading the fleet state from etcd again")
 		}
@@ -132,13 +128,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTimestamp, ts)
 	c.fleet(gauge, now)
 	c.hosts(gauge, now)
-}
-
-func (c *Collector) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
@@ -189,22 +178,30 @@ func (c *Collector) hosts(gauge gaugeFunc, now time.Time) {
 	all := s.hosts()
 	for _, host := range slices.Sorted(maps.Keys(all)) {
 		h, k := all[host], s.Trust.Lifecycle[host]
-		published := 0
-		if h.trust != nil {
-			published = len(h.trust.Publishes)
-		}
-		gauge(descPublished, float64(published), host)
+		gauge(descPublished, float64(h.published), host)
 		gauge(descSuperseded, float64(len(k.Superseded)), host)
 		for _, sk := range k.Superseded {
 			gauge(descRetirementDue, sk.RetireAfter.Sub(now).Seconds(), host, sk.KID)
 		}
-		gauge(descUntrusted, float64(s.untrusted(host, h)), host)
+		// The published keys (every host's, forgotten hosts' superseded ones
+		// included, as trust.Wait and `trust` count them) that h's trust
+		// record does not list; with no record, every one. A host
+		// forget-host removed must trust nothing (no wait waits for it): 0.
+		// A host wait-trusted waits on counts as `trust` shows it: its
+		// apiserver trusts the keys once restarted.
+		untrusted := 0
+		for _, kid := range s.Trust.Published {
+			if !k.Gone() && !h.record.Trusts(kid) {
+				untrusted++
+			}
+		}
+		gauge(descUntrusted, float64(untrusted), host)
 		// No time without a trust record (the helper writes it after its
 		// health gate): 0 would claim 1970, and a host forget-host removed
 		// would look unrestarted for good; untrusted_keys says that a host
 		// has no record.
-		if h.trust != nil && h.trust.Record != nil && !h.trust.Record.Time.IsZero() {
-			gauge(descLastRestart, float64(h.trust.Record.Time.UnixNano())/1e9, host)
+		if h.record != nil && !h.record.Time.IsZero() {
+			gauge(descLastRestart, float64(h.record.Time.UnixNano())/1e9, host)
 		}
 		current := PhaseNone
 		switch r := h.rotation; {

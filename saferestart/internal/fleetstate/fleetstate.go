@@ -43,16 +43,17 @@ type Snapshot struct {
 // holdKey (its default already applied).
 func Read(ctx context.Context, kv hold.Client, p trust.Prefixes, lockName, holdKey string) (*Snapshot, error) {
 	st, err := status.Collect(ctx, kv, lockName, holdKey, p.Rotation)
-	if err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
-	}
-	s := &Snapshot{Report: *st}
-	if s.Trust, err = trust.Collect(ctx, kv, p); err != nil {
-		return nil, fmt.Errorf("fleet state: %w", err)
+	s := &Snapshot{}
+	if err == nil {
+		s.Report = *st
+		s.Trust, err = trust.Collect(ctx, kv, p)
 	}
 	// An unparseable stale-token record is left out: its sampler rewrites
 	// it, and `retire-keys` names it.
-	if s.StaleTokens, _, err = staletokens.List(ctx, kv, p.Rotation); err != nil {
+	if err == nil {
+		s.StaleTokens, _, err = staletokens.List(ctx, kv, p.Rotation)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("fleet state: %w", err)
 	}
 	return s, nil
@@ -60,8 +61,11 @@ func Read(ctx context.Context, kv hold.Client, p trust.Prefixes, lockName, holdK
 
 // host is what the snapshot says of one host.
 type host struct {
-	trust    *trust.Host          // its row in the trust report; nil: none
-	rotation rotation.HostRecords // Host "": no rotation record
+	// From its row in the trust report: how many keys it publishes, its
+	// trust record (nil: none).
+	published int
+	record    *trust.Record
+	rotation  rotation.HostRecords // Host "": no rotation record
 }
 
 // hosts is every host with a published value, a key record (the trust
@@ -73,8 +77,8 @@ func (s *Snapshot) hosts() map[string]host {
 	for h := range s.Trust.Lifecycle {
 		out[h] = host{}
 	}
-	for i := range s.Trust.Hosts {
-		out[s.Trust.Hosts[i].Host] = host{trust: &s.Trust.Hosts[i]}
+	for _, h := range s.Trust.Hosts {
+		out[h.Host] = host{published: len(h.Publishes), record: h.Record}
 	}
 	for _, r := range s.Rotations {
 		h := out[r.Host]
@@ -83,27 +87,4 @@ func (s *Snapshot) hosts() map[string]host {
 	}
 	delete(out, "")
 	return out
-}
-
-// untrusted is the number of published keys (every host's, forgotten
-// hosts' superseded ones included, as trust.Wait and `trust` count them)
-// that h's trust record does not list; with no record, every one. A host
-// forget-host removed must trust nothing (no wait waits for it): 0. A host
-// wait-trusted waits on counts as `trust` shows it: its apiserver trusts
-// the keys once restarted.
-func (s *Snapshot) untrusted(name string, h host) int {
-	if s.Trust.Lifecycle[name].Gone() {
-		return 0
-	}
-	var rec *trust.Record
-	if h.trust != nil {
-		rec = h.trust.Record
-	}
-	n := 0
-	for _, kid := range s.Trust.Published {
-		if !rec.Trusts(kid) {
-			n++
-		}
-	}
-	return n
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -63,14 +64,20 @@ func (r *Record) String() string {
 	return b.String()
 }
 
-// Decode turns a stored value into a record. A value that is not a JSON
-// object is kept in Raw rather than ignored.
-func Decode(value []byte) *Record {
-	var r Record
-	if err := json.Unmarshal(value, &r); err != nil || (r.Host == "" && r.Reason == "") {
-		return &Record{Raw: string(value)}
+// decode turns the stored key-value in kvs, if any, into a record; nil
+// when there is none. A value that is not a JSON object is kept in Raw
+// rather than ignored.
+func decode(kvs []*mvccpb.KeyValue) *Record {
+	if len(kvs) == 0 {
+		return nil
 	}
-	r.Raw = ""
+	var r Record
+	if err := json.Unmarshal(kvs[0].Value, &r); err != nil || (r.Host == "" && r.Reason == "") {
+		r = Record{Raw: string(kvs[0].Value)}
+	} else {
+		r.Raw = ""
+	}
+	r.Revision = kvs[0].ModRevision
 	return &r
 }
 
@@ -80,12 +87,7 @@ func Get(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read hold %s: %w", key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
-	r := Decode(resp.Kvs[0].Value)
-	r.Revision = resp.Kvs[0].ModRevision
-	return r, nil
+	return decode(resp.Kvs), nil
 }
 
 // Add stops the line with r, with no lease. A hold already there is never
@@ -105,9 +107,8 @@ func Add(ctx context.Context, kv clientv3.KV, key string, r Record) (*Record, er
 			return nil, fmt.Errorf("write hold %s: read: %w", key, err)
 		}
 		stored, rev := r, int64(0)
-		if len(resp.Kvs) > 0 {
-			rev = resp.Kvs[0].ModRevision
-			prev := Decode(resp.Kvs[0].Value)
+		if prev := decode(resp.Kvs); prev != nil {
+			rev = prev.Revision
 			if prev.Raw != "" {
 				// A value written by hand stays first, as a reason.
 				prev = &Record{Reason: "hold value set by hand: " + prev.Raw}
@@ -116,12 +117,14 @@ func Add(ctx context.Context, kv clientv3.KV, key string, r Record) (*Record, er
 			prev.Also = append(prev.Also, r)
 			stored = *prev
 		}
-		value, err := encode(stored)
-		if err != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // reasons quote shell commands: keep > and & readable
+		if err := enc.Encode(stored); err != nil {
 			return nil, err
 		}
 		txn, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, value)).Commit()
+			Then(clientv3.OpPut(key, strings.TrimSpace(buf.String()))).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("write hold %s: %w", key, err)
 		}
@@ -133,16 +136,6 @@ func Add(ctx context.Context, kv clientv3.KV, key string, r Record) (*Record, er
 	}
 }
 
-func encode(r Record) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // reasons quote shell commands: keep > and & readable
-	if err := enc.Encode(r); err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(buf.String()), nil
-}
-
 // Delete removes the hold and returns the record it removed, or nil when
 // there was none.
 func Delete(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
@@ -150,10 +143,5 @@ func Delete(ctx context.Context, kv clientv3.KV, key string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delete hold %s: %w", key, err)
 	}
-	if len(resp.PrevKvs) == 0 {
-		return nil, nil
-	}
-	r := Decode(resp.PrevKvs[0].Value)
-	r.Revision = resp.PrevKvs[0].ModRevision
-	return r, nil
+	return decode(resp.PrevKvs), nil
 }

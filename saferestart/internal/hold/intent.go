@@ -56,7 +56,6 @@ type Intent struct {
 // them.
 func IntentPrefix(holdKey string) string { return holdKey + "/intent/" }
 
-// IntentKey is host's intent key.
 func IntentKey(holdKey, host string) string { return IntentPrefix(holdKey) + host }
 
 // DeleteIntent removes host's intent; it reports whether there was one.
@@ -129,38 +128,32 @@ func (in Intent) AsHold() Record {
 	}
 }
 
-// Active is what stops the line for host self: the hold at holdKey, and
-// every orphaned intent of another host (see Stopping). nil: nothing holds.
-// self "" counts every orphan (status: the line is stopped for the others).
-func Active(ctx context.Context, c Client, holdKey, self string) (*Record, error) {
+// Active is what stops the line for host self, and the intents it read:
+// the hold at holdKey with every orphaned intent of a host other than self
+// (self's own is what its retry clears, so it does not stop self) after it,
+// in Also; without a hold the first orphan is the record. nil: nothing
+// holds. self "" counts every orphan (status: the line is stopped for the
+// others).
+func Active(ctx context.Context, c Client, holdKey, self string) (*Record, []Intent, error) {
 	rec, err := Get(ctx, c, holdKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	intents, err := Intents(ctx, c, holdKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return Stopping(rec, intents, self), nil
-}
-
-// Stopping is the hold rec with every orphaned intent of a host other than
-// self (self's own is what its retry clears, so it does not stop self):
-// orphans come after the hold, in Also; without a hold the first orphan is
-// the record. nil: nothing holds.
-func Stopping(rec *Record, intents []Intent, self string) *Record {
 	for _, in := range intents {
 		if !in.Orphaned || (self != "" && in.Host == self) {
 			continue
 		}
-		h := in.AsHold()
-		if rec == nil {
+		if h := in.AsHold(); rec == nil {
 			rec = &h
-			continue
+		} else {
+			rec.Also = append(rec.Also, h)
 		}
-		rec.Also = append(rec.Also, h)
 	}
-	return rec
+	return rec, intents, nil
 }
 
 // ClearOrphans removes every orphaned intent (unhold), each only if it is
@@ -202,7 +195,8 @@ func (s *Store) Key() string { return s.HoldKey }
 
 // Get is the hold, or another host's orphaned intent taken as one.
 func (s *Store) Get(ctx context.Context) (*Record, error) {
-	return Active(ctx, s.C, s.HoldKey, s.Host)
+	rec, _, err := Active(ctx, s.C, s.HoldKey, s.Host)
+	return rec, err
 }
 
 func (s *Store) Add(ctx context.Context, r Record) error {
@@ -230,7 +224,6 @@ func (s *Store) SetIntent(ctx context.Context, in Intent) error {
 	return nil
 }
 
-// ClearIntent removes this host's intent.
 func (s *Store) ClearIntent(ctx context.Context) error {
 	_, err := DeleteIntent(ctx, s.C, s.HoldKey, s.Host)
 	return err

@@ -46,7 +46,7 @@ func TestOrphanedIntentHolds(t *testing.T) {
 		t.Fatalf("the hold's exact read sees intents: %v %v", r, err)
 	}
 
-	r, err := Active(ctx, cli, "h", "m1")
+	r, _, err := Active(ctx, cli, "h", "m1")
 	if err != nil || r == nil {
 		t.Fatalf("another host: %v %v, want the orphan as a hold", r, err)
 	}
@@ -60,17 +60,17 @@ func TestOrphanedIntentHolds(t *testing.T) {
 		t.Errorf("a live intent counted as a hold: %q", s)
 	}
 	// The owner's own orphan does not hold the owner: its retry clears it.
-	if r, err := Active(ctx, cli, "h", "m2"); r != nil || err != nil {
+	if r, _, err := Active(ctx, cli, "h", "m2"); r != nil || err != nil {
 		t.Fatalf("owner: %v %v, want no hold", r, err)
 	}
 	// Beside a real hold, the orphan is listed after it.
 	if _, err := Add(ctx, cli, "h", Record{Host: "op", Reason: "maintenance"}); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := Active(ctx, cli, "h", "m2"); r == nil || r.Host != "op" || len(r.Also) != 0 {
+	if r, _, _ := Active(ctx, cli, "h", "m2"); r == nil || r.Host != "op" || len(r.Also) != 0 {
 		t.Fatalf("hold, owner: %+v", r)
 	}
-	if r, _ := Active(ctx, cli, "h", "m1"); r == nil || r.Host != "op" || len(r.Also) != 1 || r.Also[0].Host != "m2" {
+	if r, _, _ := Active(ctx, cli, "h", "m1"); r == nil || r.Host != "op" || len(r.Also) != 1 || r.Also[0].Host != "m2" {
 		t.Fatalf("hold and orphan: %+v", r)
 	}
 	if _, err := Delete(ctx, cli, "h"); err != nil {
@@ -82,7 +82,7 @@ func TestOrphanedIntentHolds(t *testing.T) {
 	if err != nil || len(gone) != 1 || gone[0].Host != "m2" {
 		t.Fatalf("cleared %+v %v, want m2's", gone, err)
 	}
-	if r, err := Active(ctx, cli, "h", ""); r != nil || err != nil {
+	if r, _, err := Active(ctx, cli, "h", ""); r != nil || err != nil {
 		t.Fatalf("after unhold: %v %v", r, err)
 	}
 	in, err := Intents(ctx, cli, "h")
@@ -103,7 +103,7 @@ func TestDeleteIntent(t *testing.T) {
 	if ok, err := DeleteIntent(ctx, cli, "h", "m2"); ok || err != nil {
 		t.Fatalf("second delete: %v %v", ok, err)
 	}
-	if r, _ := Active(ctx, cli, "h", ""); r == nil || r.Host != "m3" || len(r.Also) != 0 {
+	if r, _, _ := Active(ctx, cli, "h", ""); r == nil || r.Host != "m3" || len(r.Also) != 0 {
 		t.Fatalf("left %+v, want m3's orphan alone", r)
 	}
 }
@@ -116,7 +116,7 @@ func TestRawIntentHolds(t *testing.T) {
 	if _, err := cli.Put(ctx, "h/intent/m4", "restarting"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Active(ctx, cli, "h", "m1")
+	r, _, err := Active(ctx, cli, "h", "m1")
 	if err != nil || r == nil || r.Host != "m4" || !strings.Contains(r.String(), `"restarting"`) {
 		t.Fatalf("%+v %v", r, err)
 	}

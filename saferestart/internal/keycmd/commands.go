@@ -78,8 +78,7 @@ func (o *RotateKey) Validate(s *cmdkit.Shared) []error {
 	errs = append(errs, cmdkit.ValidateGrace(o.Grace)...)
 	errs = append(errs, cmdkit.ValidateTimeout(o.Timeout)...)
 	errs = append(errs, cli.UsageIf(o.Abort && (o.Rollback || o.DryRun), "--abort goes with neither --rollback nor --dry-run")...)
-	errs = append(errs, cli.UsageIf(o.Rollback && o.DryRun, "--rollback goes without --dry-run")...)
-	return errs
+	return append(errs, cli.UsageIf(o.Rollback && o.DryRun, "--rollback goes without --dry-run")...)
 }
 
 type RetireKeys struct {

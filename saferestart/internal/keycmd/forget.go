@@ -131,13 +131,10 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 		// The keys first: from then on the host publishes no current key and
 		// no wait counts it, whatever else a kill leaves behind (a second run
 		// finishes the rest).
-		uctx, cancel := a.OpCtx(ctx)
-		_, err = cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix).Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+		if err := cmdkit.UpdateKeys(ctx, a, cmdkit.KeyStore(cli, o.KeysPrefix, o.RotationPrefix), host, func(cur keystate.State) (keystate.State, error) {
 			return cur.Forget(byForgetHost, time.Now(), o.Grace), nil
-		})
-		cancel()
-		if err != nil {
-			log.WithError(a.Etcd.Err(err)).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
+		}); err != nil {
+			log.WithError(err).Errorf("forget-host %s: its keys were not superseded: nothing done; run forget-host again", host)
 			return cmdkit.ExitError
 		}
 		var ops []clientv3.Op
@@ -169,7 +166,6 @@ func (o *ForgetHost) Run(ctx context.Context, a *cmdkit.Env) int {
 	})
 }
 
-// readForgetPlan reads what forget-host would change.
 func (o *ForgetHost) readForgetPlan(ctx context.Context, a *cmdkit.Env, cli *clientv3.Client, host string, now time.Time) (*forgetPlan, error) {
 	rctx, cancel := a.OpCtx(ctx)
 	defer cancel()

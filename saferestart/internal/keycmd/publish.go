@@ -32,7 +32,6 @@ func (o *PublishKey) publishSource(ctx context.Context) (name string, items []ke
 		if err != nil {
 			return name, nil, err
 		}
-		var out []keystate.Item
 		for _, b := range f.Blocks {
 			if b.Kind != pemcheck.PrivateKey {
 				continue
@@ -45,15 +44,12 @@ func (o *PublishKey) publishSource(ctx context.Context) (name string, items []ke
 			if err != nil {
 				return name, nil, fmt.Errorf("%s %s: %w", name, b, err)
 			}
-			out = append(out, keystate.Item{KID: kid, PEM: p})
+			items = append(items, keystate.Item{KID: kid, PEM: p})
 		}
-		if len(out) != 1 {
-			return name, nil, fmt.Errorf("--signing-key %s: holds %d private keys, want 1", name, len(out))
+		if len(items) != 1 {
+			return name, nil, fmt.Errorf("--signing-key %s: holds %d private keys, want 1", name, len(items))
 		}
-		if err := pemcheck.CheckPublishable(f); err != nil {
-			return name, nil, err
-		}
-		return name, out, nil
+		return name, items, pemcheck.CheckPublishable(f)
 	}
 	// The same rules as `check --public-only FILE`: what confd's check
 	// would refuse in the bundle is refused here, before it is published.
@@ -77,7 +73,6 @@ func (o *PublishKey) publishSource(ctx context.Context) (name string, items []ke
 	return name, items, err
 }
 
-// run is publish-key: once, or with --watch for as long as it runs.
 func (o *PublishKey) Run(ctx context.Context, e *cmdkit.Env) int {
 	if o.Watch {
 		return e.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int { return o.publishWatch(ctx, e, cli) })

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/keystate"
+	"github.com/keysync/confd/internal/staletokens"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/rotation"
@@ -38,6 +39,11 @@ type retirer struct {
 	*cmdkit.Env
 	o   *RetireKeys
 	cli *clientv3.Client
+	// The stale-token records, read once per run (a record that does not
+	// parse is logged, its host unknown), and the hosts with an apiserver
+	// (a trust record), those without a record being unknown.
+	stale map[string]staletokens.Record
+	hosts []string
 }
 
 func (k *retirer) retireKeys(ctx context.Context) int {
@@ -52,21 +58,25 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	if err == nil {
 		recs, _, err = trust.List(lctx, cli, o.TrustPrefix)
 	}
-	var stale staleTokenEvidence
+	var problems []string
 	if err == nil {
-		stale, err = k.readStaleTokens(lctx, cli, recs, log)
+		k.stale, problems, err = staletokens.List(lctx, cli, o.RotationPrefix)
 	}
 	cancel()
 	if err != nil {
 		log.WithError(k.Etcd.Err(err)).Error("retire-keys: cannot read the key records, trust records and stale-token records: nothing retired")
 		return cmdkit.ExitError
 	}
+	for _, p := range problems {
+		log.Warn(p)
+	}
+	k.hosts = slices.Sorted(maps.Keys(recs))
 	if o.DryRun {
 		fmt.Fprintln(k.Stdout, "dry run: nothing retired, written or removed")
 	}
 	code, retired := cmdkit.ExitOK, 0
 	for _, h := range hosts {
-		c, n := k.retireHost(ctx, store, h, recs, stale)
+		c, n := k.retireHost(ctx, store, h, recs)
 		retired += n
 		if c != cmdkit.ExitOK && (code == cmdkit.ExitOK || code == cmdkit.ExitPreflight) {
 			code = c
@@ -75,15 +85,26 @@ func (k *retirer) retireKeys(ctx context.Context) int {
 	if retired == 0 && code == cmdkit.ExitOK && !o.DryRun {
 		log.Info("no superseded key is due on any host: nothing to retire")
 	}
-	if !o.DryRun {
-		k.trimOwn(ctx, store, self, log)
+	if o.DryRun {
+		return code
 	}
+	// The keys retired (by this run or any other) leave this host's
+	// --public-key and --signing-key's backup.
+	lctx, cancel = k.OpCtx(ctx)
+	cur, err := store.Load(lctx, self)
+	cancel()
+	if err != nil {
+		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
+		return code
+	}
+	// retire-keys has no --certificate: the public key file is trimmed.
+	cmdkit.TrimOwnFiles(cur.Record, o.SigningKey, o.PublicKey, "", log)
 	return code
 }
 
 // retireHost retires host's due superseded keys, and reports the exit code
 // and how many keys it retired.
-func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record, stale staleTokenEvidence) (int, int) {
+func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host string, recs map[string]trust.Record) (int, int) {
 	o := k.o
 	cli := k.cli
 	log := k.Log.WithField("host", host)
@@ -148,7 +169,7 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 			if c != cmdkit.ExitOK {
 				code = c
 			}
-			if !ok || !k.staleTokenGate(kid, s.Since, stale, klog) {
+			if !ok || !k.staleTokenGate(kid, s.Since, klog) {
 				continue
 			}
 			k.plan(klog, "%s: would retire key %s (superseded by %s, due since %s)", host, kid, s.By, s.RetireAfter.UTC().Format(time.RFC3339))
@@ -161,9 +182,8 @@ func (k *retirer) retireHost(ctx context.Context, store *keystate.Store, host st
 	if len(due) == 0 {
 		return k.markRotationRetired(ctx, rs, st, cur.Record, log, code), 0
 	}
-	var res keystate.Result
 	uctx, cancel := k.OpCtx(ctx)
-	res, err = store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
+	res, err := store.Update(uctx, host, func(cur keystate.State) (keystate.State, error) {
 		// Only what is still superseded: a key made current again
 		// meanwhile (a rollback) is not retired.
 		var still []string
@@ -227,23 +247,6 @@ func (k *retirer) ownSigning(host string) []string {
 	if host != k.TrustHost(context.Background()) || k.o.SigningKey == "" {
 		return nil
 	}
-	ids, err := trust.FileKeyIDs(k.o.SigningKey)
-	if err != nil {
-		return nil
-	}
+	ids, _ := trust.FileKeyIDs(k.o.SigningKey) // nil when unreadable
 	return ids
-}
-
-// TrimOwnFiles removes the keys retired (by this run or any other) from
-// this host's --public-key and --signing-key's backup.
-func (k *retirer) trimOwn(ctx context.Context, store *keystate.Store, self string, log logrus.FieldLogger) {
-	lctx, cancel := k.OpCtx(ctx)
-	cur, err := store.Load(lctx, self)
-	cancel()
-	if err != nil {
-		log.WithError(k.Etcd.Err(err)).Warn("retire-keys: cannot read this host's key record: its key files are not trimmed")
-		return
-	}
-	// retire-keys has no --certificate: the public key file is trimmed.
-	cmdkit.TrimOwnFiles(cur.Record, k.o.SigningKey, k.o.PublicKey, "", log)
 }

@@ -169,7 +169,7 @@ func TestStaleTokenGate(t *testing.T) {
 			var logs bytes.Buffer
 			log := logrus.New()
 			log.Out = &logs
-			ok := (&retirer{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o: o}).staleTokenGate("OLDKID", since, staleTokenEvidence{recs: tc.recs, hosts: tc.hosts}, log)
+			ok := (&retirer{Env: cmdkit.NewEnv(s, o.HostName, &logs, &logs, log), o: o, stale: tc.recs, hosts: tc.hosts}).staleTokenGate("OLDKID", since, log)
 			if ok != tc.retire {
 				t.Errorf("retire %v, want %v:\n%s", ok, tc.retire, logs.String())
 			}

@@ -73,7 +73,6 @@ func (k *keyRotation) rotator(cli *clientv3.Client, host string, log logrus.Fiel
 	}
 }
 
-// rotateKey is the `rotate-key` subcommand.
 func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	o := k.o
 	host := k.TrustHost(ctx)
@@ -107,7 +106,7 @@ func (k *keyRotation) rotateKey(ctx context.Context, cli *clientv3.Client) int {
 	if !o.IgnoreHold && !o.Abort {
 		hctx, cancel := k.OpCtx(ctx)
 		// Another host's orphaned restart intent counts, as for restart.
-		rec, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
+		rec, _, err := hold.Active(hctx, cli, o.HoldKeyOrDefault(), host)
 		cancel()
 		if err != nil {
 			log.WithError(k.Etcd.Err(err)).Error("rotate-key: cannot read the hold")
@@ -195,12 +194,11 @@ func (r *rotationKeys) Supersede(ctx context.Context, kid string, retireAfter ti
 
 // Retired reports whether kid is tombstoned in the host's key record.
 func (r *rotationKeys) Retired(ctx context.Context, kid string) (bool, error) {
-	a := r.a
-	lctx, cancel := a.OpCtx(ctx)
+	lctx, cancel := r.a.OpCtx(ctx)
 	defer cancel()
 	st, err := r.store.Load(lctx, r.host)
 	if err != nil {
-		return false, a.Etcd.Err(err)
+		return false, r.a.Etcd.Err(err)
 	}
 	_, ok := st.Record.Retired[kid]
 	return ok, nil

@@ -2,15 +2,12 @@ package keycmd
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/internal/staletokens"
-	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
@@ -31,27 +28,6 @@ func (o *PublishKey) StaleTokenSampler(ctx context.Context, a *cmdkit.Env, kv cl
 	}
 }
 
-// staleTokenEvidence is what retire-keys read about stale tokens once per
-// run: every host's sampler record, and the hosts with an apiserver (a
-// trust record), those without a record being unknown.
-type staleTokenEvidence struct {
-	recs  map[string]staletokens.Record
-	hosts []string
-}
-
-// readStaleTokens reads the sampler records; a record that does not parse
-// is logged and its host counted as unknown.
-func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts map[string]trust.Record, log logrus.FieldLogger) (staleTokenEvidence, error) {
-	recs, problems, err := staletokens.List(ctx, cli, r.o.RotationPrefix)
-	if err != nil {
-		return staleTokenEvidence{}, err
-	}
-	for _, p := range problems {
-		log.Warn(p)
-	}
-	return staleTokenEvidence{recs: recs, hosts: slices.Sorted(maps.Keys(trusts))}, nil
-}
-
 // staleTokenGate runs before retire-keys retires kid, superseded (it
 // stopped signing) at since: while any apiserver's stale-token counter grew
 // within --stale-token-window and more than an hour after since, a client
@@ -60,9 +36,9 @@ func (r *retirer) readStaleTokens(ctx context.Context, cli clientv3.KV, trusts m
 // warning naming hosts and times): the hourly timer retires kid once the
 // counters stop growing, and must not fail every hour meanwhile.
 // --ignore-stale-tokens retires it anyway, logging what it overrode.
-func (r *retirer) staleTokenGate(kid string, since time.Time, ev staleTokenEvidence, log logrus.FieldLogger) bool {
+func (r *retirer) staleTokenGate(kid string, since time.Time, log logrus.FieldLogger) bool {
 	o := r.o
-	v := staletokens.Decide(ev.recs, ev.hosts, since, time.Now(), o.StaleTokenWindow)
+	v := staletokens.Decide(r.stale, r.hosts, since, time.Now(), o.StaleTokenWindow)
 	if len(v.Unknown) > 0 {
 		log.Infof("stale-token evidence about %s unknown on %s: not counted (run the sampler: --apiserver-metrics-url)", kid, v.UnknownString())
 	}

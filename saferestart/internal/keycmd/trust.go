@@ -19,7 +19,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// Run is the `trust` subcommand.
 func (o *Trust) Run(ctx context.Context, a *cmdkit.Env) int {
 	return a.WithClient(ctx, func(ctx context.Context, cli *clientv3.Client) int {
 		tctx, cancel := a.OpCtx(ctx)
@@ -124,8 +123,8 @@ func (o *WaitTrusted) Run(ctx context.Context, a *cmdkit.Env) int {
 	case err == nil:
 		if own := rep.RecordOf(host); o.IfNewKey && own != nil && slices.Contains(kids, own.Signing) {
 			log.WithField("host", host).Infof("key %s is the one this host signed with at its last recorded restart (%s): not waiting for it", own.Signing, own.Time.UTC().Format(time.RFC3339))
-			if rest := slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return k == own.Signing }); len(rest) == 0 {
-				o.recordStart(a, ctx, cli, rep.RecordOf(host), log)
+			if len(kids) == 1 { // FileKeyIDs names each key once
+				o.recordStart(a, ctx, cli, own, log)
 				fmt.Fprintf(a.Stdout, "no new key: %s signed with %s at its last recorded restart\n", host, own.Signing)
 				return cmdkit.ExitOK
 			}
@@ -244,7 +243,6 @@ func (w *waitingRecord) announce(ctx context.Context, cli *clientv3.Client, keys
 	return ann.Lost(), nil
 }
 
-// withdraw removes the record, if any.
 func (w *waitingRecord) withdraw() {
 	if w.ann == nil {
 		return

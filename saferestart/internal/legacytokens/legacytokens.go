@@ -25,7 +25,6 @@ import (
 // Type is the Secret type kube-controller-manager fills with a token.
 const Type = "kubernetes.io/service-account-token"
 
-// pageSize bounds one list response.
 const pageSize = 500
 
 // Lister lists the token Secrets of every namespace through the apiserver
@@ -87,14 +86,13 @@ func (l *Lister) Holding(ctx context.Context, kid string) ([]string, error) {
 			return nil, fmt.Errorf("list %s Secrets: %w", Type, err)
 		}
 		var page secretList
-		err = func() error {
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				return fmt.Errorf("list %s Secrets: HTTP %d (the kubeconfig needs list on secrets in every namespace)", Type, resp.StatusCode)
-			}
-			return json.NewDecoder(resp.Body).Decode(&page)
-		}()
+		if resp.StatusCode == http.StatusOK {
+			err = json.NewDecoder(resp.Body).Decode(&page)
+		} else {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			err = fmt.Errorf("list %s Secrets: HTTP %d (the kubeconfig needs list on secrets in every namespace)", Type, resp.StatusCode)
+		}
+		_ = resp.Body.Close()
 		if err != nil {
 			return nil, err
 		}
@@ -114,17 +112,11 @@ func (l *Lister) Holding(ctx context.Context, kid string) ([]string, error) {
 // KeyID is the "kid" of a JWT's header; "" when it has none or is no JWT.
 func KeyID(token []byte) string {
 	header, _, ok := strings.Cut(string(token), ".")
-	if !ok {
-		return ""
-	}
 	raw, err := base64.RawURLEncoding.DecodeString(header)
-	if err != nil {
-		return ""
-	}
 	var h struct {
 		Kid string `json:"kid"`
 	}
-	if json.Unmarshal(raw, &h) != nil {
+	if !ok || err != nil || json.Unmarshal(raw, &h) != nil {
 		return ""
 	}
 	return h.Kid

@@ -65,7 +65,7 @@ func Collect(ctx context.Context, kv hold.Client, lockName, holdKey, rotationPre
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Lock: lockName, Revision: rev, HoldKey: holdKey, Waiters: []lock.Entry{}}
+	r := &Report{Lock: lockName, Revision: rev, HoldKey: holdKey, Waiters: []lock.Entry{}, RotationPrefix: rotationPrefix}
 	if len(entries) > 0 {
 		r.Holder = &entries[0]
 		r.Waiters = append(r.Waiters, entries[1:]...)
@@ -73,16 +73,11 @@ func Collect(ctx context.Context, kv hold.Client, lockName, holdKey, rotationPre
 		// report without it is still the report.
 		_ = lock.FillTTL(ctx, kv, r.Holder)
 	}
-	if r.Hold, err = hold.Get(ctx, kv, holdKey); err != nil {
-		return nil, err
-	}
-	if r.Intents, err = hold.Intents(ctx, kv, holdKey); err != nil {
-		return nil, err
-	}
 	// Every host's orphan counts: status speaks for the fleet, for which
 	// the line is stopped (only the owner's own retry may go on).
-	r.Hold = hold.Stopping(r.Hold, r.Intents, "")
-	r.RotationPrefix = rotationPrefix
+	if r.Hold, r.Intents, err = hold.Active(ctx, kv, holdKey, ""); err != nil {
+		return nil, err
+	}
 	if r.Rotations, err = rotation.List(ctx, kv, rotationPrefix); err != nil {
 		return nil, err
 	}
