@@ -14,9 +14,6 @@ import (
 // environment variable applied afterwards still beats the file. It returns
 // the names it set.
 func (f *File) Apply(fs *pflag.FlagSet, use func(name string) bool) ([]string, error) {
-	if f == nil {
-		return nil, nil
-	}
 	var set []string
 	for _, k := range Keys { // a fixed order: errors and results are stable
 		v, ok := f.Values[k.Name]
