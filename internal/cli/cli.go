@@ -300,13 +300,8 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) { takesValue["--"+f.Name] = true })
 	// --version is the root's, wherever it is on the line and whatever
 	// else it says: there is one version for every subcommand.
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "--version" {
-			return []string{a}, nil
-		}
+	if i := slices.Index(args, "--version"); i >= 0 && !slices.Contains(args[:i], "--") {
+		return []string{"--version"}, nil
 	}
 	help := false
 	for i := 0; i < len(args); i++ {
