@@ -129,11 +129,6 @@ func (o *checkCmd) Validate(s *cmdkit.Shared) []error {
 	return append(s.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
 
-// usesEtcd: check reads etcdctl's environment only when it talks to etcd:
-// a plain file check must not fail on an unrelated ETCDCTL_* (fileUse
-// keeps --require-signing-keys off the file).
-func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
-
 type versionCmd struct{}
 
 func (versionCmd) Validate(*cmdkit.Shared) []error { return nil }
@@ -190,7 +185,6 @@ func (o *configCmd) Args(_ *cmdkit.Shared, cmd *cobra.Command, args []string) er
 func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
 	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
-		use := cmp.Or(c.use, c.name)
 		long := c.short
 		if c.long != "" {
 			long += "\n\n" + c.long
@@ -198,17 +192,19 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 		if c.etcd {
 			long += "\n\n" + etcdHelp
 		}
-		cmd := &cobra.Command{Use: use, Short: c.short, Long: long, Args: cobra.ArbitraryArgs}
+		cmd := &cobra.Command{Use: cmp.Or(c.use, c.name), Short: c.short, Long: long, Args: cobra.ArbitraryArgs}
 		fs := cmd.Flags()
 		fs.SortFlags = false
 		if c.etcd {
 			s.Etcd.Register(fs)
 		}
 		cmdkit.Register(fs, c.opts)
-		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			// check reads etcdctl's environment only when it talks to etcd
+			// (--require-signing-keys): a plain file check must not fail on an
+			// unrelated ETCDCTL_* (fileUse keeps that flag off the file).
 			var e *cli.Etcd
-			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
+			if chk, ok := c.opts.(*checkCmd); c.etcd && (!ok || chk.RequireSigningKeys) {
 				e = &s.Etcd
 			}
 			taker, takes := c.opts.(argsTaker)

@@ -63,14 +63,11 @@ func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
 }
 
 func quoteItems(k config.Key, items []string) string {
-	if k.Kind != config.List {
-		if len(items) == 1 {
-			switch k.Kind {
-			case config.Int, config.Bool:
-				return items[0]
-			}
-			return strconv.Quote(config.Mask(k, items[0]))
+	if k.Kind != config.List && len(items) == 1 {
+		if k.Kind == config.Int || k.Kind == config.Bool {
+			return items[0]
 		}
+		return strconv.Quote(config.Mask(k, items[0]))
 	}
 	q := make([]string, len(items))
 	for i, s := range items {
