@@ -30,10 +30,7 @@ func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int {
 		if slices.Contains(config.CommandLineOnly, f.Name) {
 			return
 		}
-		k, ok := config.Lookup(f.Name)
-		if !ok {
-			k = config.Key{Name: f.Name}
-		}
+		k, _ := config.Lookup(f.Name) // not a key: a plain string, shown as it is
 		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Shared.Origin[f.Name])
 	})
 	if o.Shared.File != nil {
