@@ -51,7 +51,6 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
-// Usagef makes a UsageError.
 func Usagef(format string, a ...any) error { return &UsageError{fmt.Sprintf(format, a...)} }
 
 // UsageIf is a usage error when bad, none otherwise: a command line's
@@ -173,10 +172,8 @@ func (p *Program) readConfig(fs *pflag.FlagSet, c *Common, use func(string) bool
 	if c.ConfigPath == "" {
 		return nil
 	}
-	if !fs.Changed("config") {
-		if _, err := os.Stat(c.ConfigPath); err != nil {
-			return nil // the default, absent: no file
-		}
+	if _, err := os.Stat(c.ConfigPath); err != nil && !fs.Changed("config") {
+		return nil // the default, absent: no file
 	}
 	f, err := config.Load(c.ConfigPath)
 	if err != nil {
