@@ -317,7 +317,10 @@ func (p *Process) drain() bool {
 		}
 		// Past maxBuffered bytes since the exit, someone else is writing.
 		if p.out.idleFor(p.spec.PipeDrain) || (time.Now().After(limit) && p.out.bytesRead()-atExit > maxBuffered) {
-			p.out.stop()
+			// Lines read from now on are discarded.
+			p.out.mu.Lock()
+			p.out.stopped = true
+			p.out.mu.Unlock()
 			return true
 		}
 	}
@@ -475,13 +478,6 @@ func pending(f *os.File) bool {
 		err = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
 	}
 	return err == nil && n > 0
-}
-
-// stop ends delivery: lines read from now on are discarded.
-func (c *collector) stop() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
 }
 
 func (c *collector) bytesRead() int64 {
