@@ -122,7 +122,6 @@ type ControllerManager struct {
 	CMHealthCACert string   `flag:"controller-manager-health-cacert"`
 }
 
-// CheckFlags are check's own flags.
 type CheckFlags struct {
 	PublicOnly         bool     `flag:"public-only"`
 	KeysOnly           bool     `flag:"keys-only"`
@@ -130,14 +129,12 @@ type CheckFlags struct {
 	RequireSigningKeys bool     `flag:"require-signing-keys"`
 }
 
-// WaitTrustedFlags are wait-trusted's own flags.
 type WaitTrustedFlags struct {
 	ExcludeHosts   []string `flag:"exclude-host"`
 	SkipUnrecorded bool     `flag:"skip-unrecorded"`
 	IfNewKey       bool     `flag:"if-new-key"`
 }
 
-// RotateKeyFlags are rotate-key's own flags.
 type RotateKeyFlags struct {
 	Algorithm string `flag:"algorithm"`
 	Abort     bool   `flag:"abort"`
@@ -145,7 +142,6 @@ type RotateKeyFlags struct {
 	Signer    bool   `flag:"signer"` // this host signs through kube-apiserver-sa-signer (restartcmd.Step)
 }
 
-// PublishWatchFlags are publish-key --watch's flags.
 type PublishWatchFlags struct {
 	Watch                bool          `flag:"watch"`
 	ReconcileInterval    time.Duration `flag:"reconcile-interval"`
@@ -153,7 +149,6 @@ type PublishWatchFlags struct {
 	PublisherMetricsAddr string        `flag:"publisher-metrics-addr"`
 }
 
-// RetireKeysFlags are retire-keys' own flags.
 type RetireKeysFlags struct {
 	IgnoreLegacyTokens bool `flag:"ignore-legacy-tokens"`
 	// stale-token evidence (keycmd): retire-keys' window and override

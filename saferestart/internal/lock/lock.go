@@ -138,7 +138,6 @@ func (s *Session) putInfo(ctx context.Context) error {
 	return nil
 }
 
-// Lease is the session lease.
 func (s *Session) Lease() clientv3.LeaseID { return s.sess.Lease() }
 
 // LeaseHex is the lease as etcd tools print it (and as it ends the mutex key).
