@@ -272,7 +272,9 @@ func (p *Process) supervise(ctx context.Context) {
 	p.termMu.Unlock()
 	pipeHeld := p.drain()
 	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: pipeHeld}
-	r.Tail, r.Dropped = p.out.tail()
+	p.out.mu.Lock()
+	r.Tail, r.Dropped = slices.Clone(p.out.tailBuf), p.out.dropped
+	p.out.mu.Unlock()
 	if ps := p.cmd.ProcessState; ps != nil {
 		r.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -507,12 +509,6 @@ func (c *collector) line(s Stream, text string) {
 		c.dropped++
 	}
 	c.tailBuf = append(c.tailBuf, text)
-}
-
-func (c *collector) tail() ([]string, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.tailBuf), c.dropped
 }
 
 // WithoutVars returns env without the variables named, for commands that
