@@ -77,7 +77,6 @@ type Session struct {
 	// (watchKey).
 	lost      context.Context
 	lose      context.CancelFunc
-	margin    time.Duration
 	stopWatch context.CancelFunc
 }
 
@@ -107,7 +106,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), margin: SafetyMargin(cfg.TTL), stopWatch: func() {}}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), stopWatch: func() {}}
 	s.lost, s.lose = context.WithCancel(context.Background())
 	go s.monitor(granted)
 	if err := s.putInfo(ctx); err != nil {
@@ -168,7 +167,7 @@ func SafetyMargin(ttl int) time.Duration {
 }
 
 // Margin is this session's SafetyMargin.
-func (s *Session) Margin() time.Duration { return s.margin }
+func (s *Session) Margin() time.Duration { return SafetyMargin(s.cfg.TTL) }
 
 // monitor declares the lease lost before etcd can expire it. The client
 // library only notices a lost lease once the TTL has passed since the last
@@ -179,7 +178,7 @@ func (s *Session) Margin() time.Duration { return s.margin }
 // expiry is later still) the lease is taken as lost.
 func (s *Session) monitor(lastOK time.Time) {
 	defer s.lose() // every way out of here is the loss of the lease
-	ttl, margin := time.Duration(s.cfg.TTL)*time.Second, s.margin
+	ttl, margin := time.Duration(s.cfg.TTL)*time.Second, s.Margin()
 	period := max(ttl/5, 100*time.Millisecond)
 	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - margin)))
 	defer deadline.Stop()
