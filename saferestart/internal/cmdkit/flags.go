@@ -358,8 +358,7 @@ func (o *RestartFlags) Validate(positive map[string]time.Duration) []error {
 	errs = append(errs, cli.UsageIf(o.RetryDelay < 0 || o.HealthSettle < 0, "--retry-delay and --health-settle must not be negative")...)
 	// A gate that must stay ready for as long as it may wait can never pass.
 	errs = append(errs, cli.UsageIf(o.HealthURL != "" && o.HealthTimeout > 0 && o.HealthSettle >= o.HealthTimeout, "--health-settle %s must be shorter than --health-timeout %s", o.HealthSettle, o.HealthTimeout)...)
-	errs = append(errs, cli.UsageIf((o.HealthCert == "") != (o.HealthKey == ""), "--health-cert and --health-key go together")...)
-	return errs
+	return append(errs, cli.UsageIf((o.HealthCert == "") != (o.HealthKey == ""), "--health-cert and --health-key go together")...)
 }
 
 func (o *TTLFlag) Validate() []error {
@@ -402,7 +401,7 @@ func Hostname() string {
 }
 
 // ValidatePrefixes: the prefixes given must not be empty, and the keys'
-// and the trust records' must differ (p: flag name -> value, in order).
+// and the trust records' must differ.
 func ValidatePrefixes(keysPrefix, trustPrefix, rotationPrefix *string) []error {
 	var errs []error
 	for _, p := range []struct {
