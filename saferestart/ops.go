@@ -114,12 +114,11 @@ func (o *statusCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 			a.Log.WithError(a.Etcd.Err(err)).Error("status")
 			return cmdkit.ExitError
 		}
+		write := r.WriteText
 		if o.Output == "json" {
-			err = r.WriteJSON(a.Stdout)
-		} else {
-			err = r.WriteText(a.Stdout)
+			write = r.WriteJSON
 		}
-		if err != nil {
+		if err := write(a.Stdout); err != nil {
 			a.Log.WithError(err).Error("write status")
 			return cmdkit.ExitError
 		}

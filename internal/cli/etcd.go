@@ -176,8 +176,7 @@ func (e *Etcd) Err(err error) error {
 			msg = strings.ReplaceAll(msg, named[0]+": ", "")
 		}
 	}
-	from := cmp.Or(e.From, EndpointsDefault)
-	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
+	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), cmp.Or(e.From, EndpointsDefault), msg), err: err}
 }
 
 // etcdError is an etcd error reworded by Err; errors.Is still sees the
