@@ -12,6 +12,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
@@ -101,7 +102,10 @@ type holdCmd struct {
 func (o *holdCmd) Validate(s *cmdkit.Shared) []error {
 	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
-	return append(errs, cmdkit.ValidateReason(o.Reason)...)
+	errs = append(errs, cli.UsageIf(strings.TrimSpace(o.Reason) == "", "hold needs --reason TEXT")...)
+	// The reason is stored in etcd, readable by every host, and printed by
+	// hold and status: key material must not get there, masked or not.
+	return append(errs, cli.UsageIf(redact.HasKey(o.Reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
 }
 
 type unholdCmd struct {

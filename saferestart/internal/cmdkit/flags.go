@@ -15,7 +15,6 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdkey"
-	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/hold"
@@ -378,15 +377,6 @@ func (o *Restarting) Validate(s *Shared) []error {
 
 func (o *OutputFlag) Validate() []error {
 	return cli.UsageIf(o.Output != "text" && o.Output != "json", "--output %q: want text or json", o.Output)
-}
-
-// ValidateReason checks hold's --reason.
-//
-// The reason is stored in etcd, readable by every host, and printed by hold
-// and status: key material must not get there, masked or not.
-func ValidateReason(reason string) []error {
-	return append(cli.UsageIf(strings.TrimSpace(reason) == "", "hold needs --reason TEXT"),
-		cli.UsageIf(redact.HasKey(reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
 }
 
 func (l *Lock) HoldKeyOrDefault() string { return cmp.Or(l.HoldKey, l.LockName+"-hold") }
