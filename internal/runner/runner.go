@@ -270,8 +270,7 @@ func (p *Process) supervise(ctx context.Context) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	p.termMu.Unlock()
-	pipeHeld := p.drain()
-	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: pipeHeld}
+	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: p.drain()}
 	p.out.mu.Lock()
 	r.Tail, r.Dropped = slices.Clone(p.out.tailBuf), p.out.dropped
 	p.out.mu.Unlock()
