@@ -2,7 +2,6 @@ package saferestart
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/keysync/confd/internal/trust"
@@ -10,20 +9,15 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// errEtcdSilent is check --require-signing-keys without the trust records:
-// it cannot tell whether a bundle drops a live signing key, so it refuses,
-// as the render itself fails when etcd does not answer.
-var errEtcdSilent = errors.New("etcd did not answer")
-
 // signingKeysMissing returns, for check --require-signing-keys, one error
 // per FILE and key that a host's trust record says is signed with but the
-// FILE lacks; an error wrapping errEtcdSilent when the records cannot be
-// read. A bundle without such a key makes every apiserver that loads it
+// FILE lacks; an error when the records cannot be read: check cannot tell
+// then, so it refuses, as the render itself fails when etcd does not answer. A bundle without such a key makes every apiserver that loads it
 // refuse the tokens signed with it: the live file must stay.
 func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files []string) ([]error, error) {
 	cli, err := a.Dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.Etcd.Err(err), o.TrustPrefix)
+		return nil, fmt.Errorf("etcd did not answer (%w): cannot read the trust records under %s, so cannot tell whether the bundle drops a key a live apiserver signs with", a.Etcd.Err(err), o.TrustPrefix)
 	}
 	defer cli.Close()
 	rctx, cancel := a.OpCtx(ctx)
@@ -33,7 +27,7 @@ func (o *checkCmd) signingKeysMissing(ctx context.Context, a *cmdkit.Env, files 
 		Rotation: rotation.DefaultPrefix})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): cannot tell whether the bundle drops a key a live apiserver signs with", errEtcdSilent, a.Etcd.Err(err))
+		return nil, fmt.Errorf("etcd did not answer (%w): cannot tell whether the bundle drops a key a live apiserver signs with", a.Etcd.Err(err))
 	}
 	var out []error
 	for _, f := range files {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/config"
+	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/keycmd"
@@ -101,7 +102,10 @@ type holdCmd struct {
 func (o *holdCmd) Validate(s *cmdkit.Shared) []error {
 	errs := cmdkit.ValidateEtcd(s, &o.Lock, nil, nil)
 	errs = append(errs, o.Host.Validate()...)
-	return append(errs, cmdkit.ValidateReason(o.Reason)...)
+	errs = append(errs, cli.UsageIf(strings.TrimSpace(o.Reason) == "", "hold needs --reason TEXT")...)
+	// The reason is stored in etcd, readable by every host, and printed by
+	// hold and status: key material must not get there, masked or not.
+	return append(errs, cli.UsageIf(redact.HasKey(o.Reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
 }
 
 type unholdCmd struct {
@@ -128,11 +132,6 @@ func (o *checkCmd) Validate(s *cmdkit.Shared) []error {
 	}
 	return append(s.Etcd.Validate(), cmdkit.ValidatePrefixes(&o.KeysPrefix, &o.TrustPrefix, nil)...)
 }
-
-// usesEtcd: check reads etcdctl's environment only when it talks to etcd:
-// a plain file check must not fail on an unrelated ETCDCTL_* (fileUse
-// keeps --require-signing-keys off the file).
-func (o *checkCmd) usesEtcd() bool { return o.RequireSigningKeys }
 
 type versionCmd struct{}
 
@@ -190,7 +189,6 @@ func (o *configCmd) Args(_ *cmdkit.Shared, cmd *cobra.Command, args []string) er
 func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) int) *cobra.Command {
 	root := p.Root(&s.Common, cmdkit.ProgName, "restart kube-apiserver on one control-plane host at a time", rootHelp())
 	for _, c := range commands(s) {
-		use := cmp.Or(c.use, c.name)
 		long := c.short
 		if c.long != "" {
 			long += "\n\n" + c.long
@@ -198,17 +196,19 @@ func newRoot(p *cli.Program, s *cmdkit.Shared, act func(name string, o options) 
 		if c.etcd {
 			long += "\n\n" + etcdHelp
 		}
-		cmd := &cobra.Command{Use: use, Short: c.short, Long: long, Args: cobra.ArbitraryArgs}
+		cmd := &cobra.Command{Use: cmp.Or(c.use, c.name), Short: c.short, Long: long, Args: cobra.ArbitraryArgs}
 		fs := cmd.Flags()
 		fs.SortFlags = false
 		if c.etcd {
 			s.Etcd.Register(fs)
 		}
 		cmdkit.Register(fs, c.opts)
-		c := c
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			// check reads etcdctl's environment only when it talks to etcd
+			// (--require-signing-keys): a plain file check must not fail on an
+			// unrelated ETCDCTL_* (fileUse keeps that flag off the file).
 			var e *cli.Etcd
-			if u, ok := c.opts.(interface{ usesEtcd() bool }); c.etcd && (!ok || u.usesEtcd()) {
+			if chk, ok := c.opts.(*checkCmd); c.etcd && (!ok || chk.RequireSigningKeys) {
 				e = &s.Etcd
 			}
 			taker, takes := c.opts.(argsTaker)

@@ -30,10 +30,7 @@ func (o *configCmd) Run(_ context.Context, e *cmdkit.Env) int {
 		if slices.Contains(config.CommandLineOnly, f.Name) {
 			return
 		}
-		k, ok := config.Lookup(f.Name)
-		if !ok {
-			k = config.Key{Name: f.Name}
-		}
+		k, _ := config.Lookup(f.Name) // not a key: a plain string, shown as it is
 		fmt.Fprintf(w, "%s = %s  # %s\n", f.Name, tomlValue(k, f, o.Shared), o.Shared.Origin[f.Name])
 	})
 	if o.Shared.File != nil {
@@ -63,14 +60,11 @@ func tomlValue(k config.Key, f *pflag.Flag, o *cmdkit.Shared) string {
 }
 
 func quoteItems(k config.Key, items []string) string {
-	if k.Kind != config.List {
-		if len(items) == 1 {
-			switch k.Kind {
-			case config.Int, config.Bool:
-				return items[0]
-			}
-			return strconv.Quote(config.Mask(k, items[0]))
+	if k.Kind != config.List && len(items) == 1 {
+		if k.Kind == config.Int || k.Kind == config.Bool {
+			return items[0]
 		}
+		return strconv.Quote(config.Mask(k, items[0]))
 	}
 	q := make([]string, len(items))
 	for i, s := range items {

@@ -31,7 +31,7 @@ func Main() int {
 	}
 	ctx, force, stop := signals()
 	defer stop()
-	return run(ctx, force, os.Args[1:], os.Stdout, os.Stderr)
+	return runWith(ctx, force, os.Args[1:], os.Stdout, os.Stderr, nil)
 }
 
 // signals turns the first SIGTERM, SIGINT, SIGHUP or SIGQUIT into a

@@ -26,6 +26,9 @@ import (
 func (o *checkCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// What check accepts but an operator should fix (an RSA key under 2048
+	// bits already published: refusing it would refuse the tokens it signed).
+	warn := func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", cmdkit.ProgName, err) }
 	var errs []error
 	if len(o.Argv) > 0 {
 		errs = append(errs, preflight.CheckFiles(cctx, o.Argv, preflight.CheckOptions{
@@ -34,13 +37,13 @@ func (o *checkCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 			// these paths (the defaults publish-key reads, or the key given
 			// by --signing-key) the error says so.
 			OwnKeys: []string{cmdkit.DefaultSigningKey, cmdkit.DefaultPublicKey, o.SigningKey},
-			Now:     time.Now(), Warn: checkWarning(a),
+			Now:     time.Now(), Warn: warn,
 		}))
 	}
 	// A staged kube-apiserver flags file is checked like a restart's
 	// preflight: every PEM file it names must suit its flag.
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
-		errs = append(errs, preflight.Run(cctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, checkWarning(a))))
+		errs = append(errs, preflight.Run(cctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, warn)))
 	}
 	var etcdErr error
 	if o.RequireSigningKeys {
@@ -111,12 +114,11 @@ func (o *statusCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 			a.Log.WithError(a.Etcd.Err(err)).Error("status")
 			return cmdkit.ExitError
 		}
+		write := r.WriteText
 		if o.Output == "json" {
-			err = r.WriteJSON(a.Stdout)
-		} else {
-			err = r.WriteText(a.Stdout)
+			write = r.WriteJSON
 		}
-		if err != nil {
+		if err := write(a.Stdout); err != nil {
 			a.Log.WithError(err).Error("write status")
 			return cmdkit.ExitError
 		}
@@ -181,11 +183,4 @@ func (o *unholdCmd) Run(ctx context.Context, a *cmdkit.Env) int {
 		}
 		return cmdkit.ExitOK
 	})
-}
-
-// checkWarning reports what check accepts but an operator should fix (an
-// RSA key under 2048 bits already published: refusing it would refuse the
-// tokens it signed).
-func checkWarning(a *cmdkit.Env) func(error) {
-	return func(err error) { fmt.Fprintf(a.Stderr, "%s check: warning: %v\n", cmdkit.ProgName, err) }
 }

@@ -13,14 +13,9 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
-// run is main without the process: ctx ending means the first SIGTERM,
-// SIGINT, SIGHUP or SIGQUIT; force closing means a second one.
-func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer) int {
-	return runWith(ctx, force, args, stdout, stderr, nil)
-}
-
-// runWith is run with dial, when not nil, instead of the etcd flags'
-// client.
+// runWith is main without the process: ctx ending means the first SIGTERM,
+// SIGINT, SIGHUP or SIGQUIT; force closing means a second one. dial, when
+// not nil, replaces the etcd flags' client (tests).
 func runWith(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer, dial func(*cli.Etcd, context.Context) (*clientv3.Client, error)) int {
 	p := &cli.Program{Name: cmdkit.ProgName, Stdout: stdout, Stderr: stderr, LookupEnv: os.LookupEnv, DefaultConfig: defaultConfig}
 	s := &cmdkit.Shared{}

@@ -20,6 +20,11 @@ import (
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 )
 
+// run is runWith with the etcd flags' client.
+func run(ctx context.Context, force <-chan struct{}, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, force, args, stdout, stderr, nil)
+}
+
 // An unreachable etcd is exit 1 within the deadlines, with a JSON log line
 // naming the endpoint when --log-format json.
 func TestUnreachableEtcdJSONLog(t *testing.T) {

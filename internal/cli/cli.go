@@ -51,7 +51,6 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
-// Usagef makes a UsageError.
 func Usagef(format string, a ...any) error { return &UsageError{fmt.Sprintf(format, a...)} }
 
 // UsageIf is a usage error when bad, none otherwise: a command line's
@@ -173,10 +172,8 @@ func (p *Program) readConfig(fs *pflag.FlagSet, c *Common, use func(string) bool
 	if c.ConfigPath == "" {
 		return nil
 	}
-	if !fs.Changed("config") {
-		if _, err := os.Stat(c.ConfigPath); err != nil {
-			return nil // the default, absent: no file
-		}
+	if _, err := os.Stat(c.ConfigPath); err != nil && !fs.Changed("config") {
+		return nil // the default, absent: no file
 	}
 	f, err := config.Load(c.ConfigPath)
 	if err != nil {
@@ -300,13 +297,8 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) { takesValue["--"+f.Name] = true })
 	// --version is the root's, wherever it is on the line and whatever
 	// else it says: there is one version for every subcommand.
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "--version" {
-			return []string{a}, nil
-		}
+	if i := slices.Index(args, "--version"); i >= 0 && !slices.Contains(args[:i], "--") {
+		return []string{"--version"}, nil
 	}
 	help := false
 	for i := 0; i < len(args); i++ {

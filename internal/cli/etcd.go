@@ -131,8 +131,7 @@ func (e *Etcd) Validate() []error {
 	errs := UsageIf(e.DialTimeout <= 0, "--dial-timeout %s: must be positive", e.DialTimeout)
 	errs = append(errs, UsageIf(e.CommandTimeout <= 0, "--command-timeout %s: must be positive", e.CommandTimeout)...)
 	errs = append(errs, UsageIf(len(e.Endpoints) == 0, "--endpoints: no etcd endpoint")...)
-	errs = append(errs, UsageIf((e.Cert == "") != (e.Key == ""), "--cert and --key go together")...)
-	return errs
+	return append(errs, UsageIf((e.Cert == "") != (e.Key == ""), "--cert and --key go together")...)
 }
 
 // Client connects with the builder confd uses, so that a failure says why
@@ -177,8 +176,7 @@ func (e *Etcd) Err(err error) error {
 			msg = strings.ReplaceAll(msg, named[0]+": ", "")
 		}
 	}
-	from := cmp.Or(e.From, EndpointsDefault)
-	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), from, msg), err: err}
+	return &etcdError{msg: fmt.Sprintf("etcd %s (%s): %s", strings.Join(eps, ","), cmp.Or(e.From, EndpointsDefault), msg), err: err}
 }
 
 // etcdError is an etcd error reworded by Err; errors.Is still sees the

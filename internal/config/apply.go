@@ -14,17 +14,11 @@ import (
 // environment variable applied afterwards still beats the file. It returns
 // the names it set.
 func (f *File) Apply(fs *pflag.FlagSet, use func(name string) bool) ([]string, error) {
-	if f == nil {
-		return nil, nil
-	}
 	var set []string
 	for _, k := range Keys { // a fixed order: errors and results are stable
 		v, ok := f.Values[k.Name]
-		if !ok {
-			continue
-		}
 		fl := fs.Lookup(k.Name)
-		if fl == nil || fl.Changed || (use != nil && !use(k.Name)) {
+		if !ok || fl == nil || fl.Changed || (use != nil && !use(k.Name)) {
 			continue
 		}
 		var err error

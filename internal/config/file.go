@@ -27,14 +27,13 @@ type File struct {
 
 // Value is one key's setting in a file.
 type Value struct {
-	Key  Key
 	Line int // 0 when the line could not be found
 	// Items are the value as flag arguments: one for a scalar, one per
 	// element for a list.
 	Items []string
 }
 
-// Where is "PATH:LINE" (or PATH when the line is unknown).
+// where is "PATH:LINE" (or PATH when the line is unknown).
 func (v Value) where(path string) string {
 	if v.Line > 0 {
 		return fmt.Sprintf("%s:%d", path, v.Line)
@@ -87,15 +86,12 @@ func Parse(path string, data []byte) (*File, error) {
 		k, ok := Lookup(n)
 		if !ok {
 			hint := ""
-			switch {
-			case slices.Contains(CommandLineOnly, n):
+			if slices.Contains(CommandLineOnly, n) {
 				hint = " (a command-line choice for one run, not a setting)"
-			default:
-				if _, table := raw[n].(map[string]any); table {
-					hint = " (the file is flat: keys are flag names, no [tables])"
-				} else if m := suggest.Closest(n, Names()); m != "" {
-					hint = fmt.Sprintf("; did you mean %q?", m)
-				}
+			} else if _, table := raw[n].(map[string]any); table {
+				hint = " (the file is flat: keys are flag names, no [tables])"
+			} else if m := suggest.Closest(n, Names()); m != "" {
+				hint = fmt.Sprintf("; did you mean %q?", m)
 			}
 			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", where, n, hint))
 			continue
@@ -105,7 +101,7 @@ func Parse(path string, data []byte) (*File, error) {
 			errs = append(errs, fmt.Errorf("%s: %s: %w", where, n, err))
 			continue
 		}
-		f.Values[n] = Value{Key: k, Line: lines[n], Items: items}
+		f.Values[n] = Value{Line: lines[n], Items: items}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

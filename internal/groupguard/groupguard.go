@@ -57,11 +57,6 @@ type Options struct {
 	// and the command does not inherit, until the group is gone: an owner
 	// that takes the same lock after a crash waits for the old command.
 	Lock *os.File
-	// status is the write end of a pipe on which the guard reports that
-	// the command started (StartedLine) or could not, and how it ended
-	// ("exit N" or "signal N") just before it ends itself. A guard that
-	// ends without a report died (or was killed) on its own: see Watch.
-	status *os.File
 }
 
 // Start starts spec's command under a guard, and returns the owner's end
@@ -76,8 +71,7 @@ func Start(ctx context.Context, spec runner.Spec, o Options) (*runner.Process, *
 	if w.grace <= 0 {
 		w.grace = runner.DefaultGrace
 	}
-	o.status = statusW
-	guarded := wrap(spec, o)
+	guarded := wrap(spec, o, statusW)
 	guarded.OnExit = w.OnExit
 	p, err := runner.Start(ctx, guarded)
 	_ = statusW.Close()
@@ -91,8 +85,12 @@ func Start(ctx context.Context, spec runner.Spec, o Options) (*runner.Process, *
 // wrap returns spec changed to run its command under a guard: the guard
 // re-executes this binary, carries the parent-death signal, and gets the
 // lock and status files as extra descriptors. Messages still name the
-// command, not the guard.
-func wrap(spec runner.Spec, o Options) runner.Spec {
+// command, not the guard. status is the write end of a pipe on which the
+// guard reports that the command started (StartedLine) or could not, and
+// how it ended ("exit N" or "signal N") just before it ends itself. A
+// guard that ends without a report died (or was killed) on its own: see
+// Watch.
+func wrap(spec runner.Spec, o Options, status *os.File) runner.Spec {
 	if spec.Name == "" {
 		spec.Name = runner.Quote(spec.Argv)
 	}
@@ -105,10 +103,8 @@ func wrap(spec runner.Spec, o Options) runner.Spec {
 		args = append(args, "-lock-fd="+strconv.Itoa(3+len(extra)))
 		extra = append(extra, o.Lock)
 	}
-	if o.status != nil {
-		args = append(args, "-status-fd="+strconv.Itoa(3+len(extra)))
-		extra = append(extra, o.status)
-	}
+	args = append(args, "-status-fd="+strconv.Itoa(3+len(extra)))
+	extra = append(extra, status)
 	if o.Grace > 0 {
 		// The command may still write while it cleans up after our death:
 		// the guard then reads (and drops) its output, instead of the
@@ -325,8 +321,7 @@ func (w *Watch) First() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.exited {
-		line, _ := bufio.NewReader(strings.NewReader(w.report)).ReadString('\n')
-		return line
+		return strings.SplitAfterN(w.report, "\n", 2)[0]
 	}
 	line, _ := w.r.ReadString('\n')
 	w.first += line

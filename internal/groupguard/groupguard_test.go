@@ -17,7 +17,7 @@ import (
 func TestWrapParses(t *testing.T) {
 	lock, status := os.NewFile(100, "lock"), os.NewFile(101, "status")
 	spec := wrap(runner.Spec{Argv: []string{"sh", "-c", "x"}, CombinedOutput: true},
-		Options{Grace: 3 * time.Second, Lock: lock, status: status})
+		Options{Grace: 3 * time.Second, Lock: lock}, status)
 	if spec.Argv[1] != Arg || spec.Name != "sh -c x" || spec.ParentDeathSignal != DeathSignal || !spec.ShareOutputReaders {
 		t.Fatalf("spec %+v", spec)
 	}

@@ -270,9 +270,10 @@ func (p *Process) supervise(ctx context.Context) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	p.termMu.Unlock()
-	pipeHeld := p.drain()
-	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: pipeHeld}
-	r.Tail, r.Dropped = p.out.tail()
+	r := Result{ExitCode: -1, TimedOut: timedOut, Terminated: terminated && !timedOut, Killed: killed, PipeHeld: p.drain()}
+	p.out.mu.Lock()
+	r.Tail, r.Dropped = slices.Clone(p.out.tailBuf), p.out.dropped
+	p.out.mu.Unlock()
 	if ps := p.cmd.ProcessState; ps != nil {
 		r.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -317,7 +318,10 @@ func (p *Process) drain() bool {
 		}
 		// Past maxBuffered bytes since the exit, someone else is writing.
 		if p.out.idleFor(p.spec.PipeDrain) || (time.Now().After(limit) && p.out.bytesRead()-atExit > maxBuffered) {
-			p.out.stop()
+			// Lines read from now on are discarded.
+			p.out.mu.Lock()
+			p.out.stopped = true
+			p.out.mu.Unlock()
 			return true
 		}
 	}
@@ -477,13 +481,6 @@ func pending(f *os.File) bool {
 	return err == nil && n > 0
 }
 
-// stop ends delivery: lines read from now on are discarded.
-func (c *collector) stop() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
-}
-
 func (c *collector) bytesRead() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -511,12 +508,6 @@ func (c *collector) line(s Stream, text string) {
 		c.dropped++
 	}
 	c.tailBuf = append(c.tailBuf, text)
-}
-
-func (c *collector) tail() ([]string, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.tailBuf), c.dropped
 }
 
 // WithoutVars returns env without the variables named, for commands that

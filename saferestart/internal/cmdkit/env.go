@@ -55,13 +55,13 @@ func (e *Env) WithClient(ctx context.Context, f func(context.Context, *clientv3.
 	return f(ctx, c)
 }
 
-// opCtx is the context of one etcd request: --command-timeout, not cut
+// OpCtx is the context of one etcd request: --command-timeout, not cut
 // short by a signal (cleanup after a signal must still reach etcd).
 func (e *Env) OpCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), e.Etcd.CommandTimeout)
 }
 
-// trustHost is --host, or this host's FQDN, asked once per run.
+// TrustHost is --host, or this host's FQDN, asked once per run.
 func (e *Env) TrustHost(ctx context.Context) string {
 	if e.HostFlag != "" {
 		return e.HostFlag

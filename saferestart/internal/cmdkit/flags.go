@@ -15,7 +15,6 @@ import (
 
 	"github.com/keysync/confd/internal/cli"
 	"github.com/keysync/confd/internal/etcdkey"
-	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/fleet"
 	"github.com/keysync/confd/saferestart/internal/hold"
@@ -103,12 +102,10 @@ type Prefixes struct {
 	RotationPrefix string `flag:"rotation-prefix"`
 }
 
-// Host is --host.
 type Host struct {
 	HostName string `flag:"host"`
 }
 
-// OutputFlag is --output.
 type OutputFlag struct {
 	Output string `flag:"output"`
 }
@@ -124,7 +121,6 @@ type ControllerManager struct {
 	CMHealthCACert string   `flag:"controller-manager-health-cacert"`
 }
 
-// CheckFlags are check's own flags.
 type CheckFlags struct {
 	PublicOnly         bool     `flag:"public-only"`
 	KeysOnly           bool     `flag:"keys-only"`
@@ -132,14 +128,12 @@ type CheckFlags struct {
 	RequireSigningKeys bool     `flag:"require-signing-keys"`
 }
 
-// WaitTrustedFlags are wait-trusted's own flags.
 type WaitTrustedFlags struct {
 	ExcludeHosts   []string `flag:"exclude-host"`
 	SkipUnrecorded bool     `flag:"skip-unrecorded"`
 	IfNewKey       bool     `flag:"if-new-key"`
 }
 
-// RotateKeyFlags are rotate-key's own flags.
 type RotateKeyFlags struct {
 	Algorithm string `flag:"algorithm"`
 	Abort     bool   `flag:"abort"`
@@ -147,7 +141,6 @@ type RotateKeyFlags struct {
 	Signer    bool   `flag:"signer"` // this host signs through kube-apiserver-sa-signer (restartcmd.Step)
 }
 
-// PublishWatchFlags are publish-key --watch's flags.
 type PublishWatchFlags struct {
 	Watch                bool          `flag:"watch"`
 	ReconcileInterval    time.Duration `flag:"reconcile-interval"`
@@ -155,7 +148,6 @@ type PublishWatchFlags struct {
 	PublisherMetricsAddr string        `flag:"publisher-metrics-addr"`
 }
 
-// RetireKeysFlags are retire-keys' own flags.
 type RetireKeysFlags struct {
 	IgnoreLegacyTokens bool `flag:"ignore-legacy-tokens"`
 	// stale-token evidence (keycmd): retire-keys' window and override
@@ -257,8 +249,8 @@ var flagDefs = map[string]struct {
 	"signer":                 {def: false, help: "rotate-key: this host's apiserver signs through kube-apiserver-sa-signer: reload the signer (default command: systemctl reload kube-apiserver-sa-signer.service) instead of restarting the apiserver, and wait until it signs with the next key"},
 	"certificate":            {def: "", help: "publish-key: publish this certificate (PEM) instead of a key; a previous one with another key stays published beside it until retire-keys after --grace"},
 	"watch":                  {def: false, help: "publish-key: keep running and keep this host's keys and every tombstone seen published: reconcile at start, when the key files change, when etcd's copy changes, after an etcd restore and every --reconcile-interval (sa-key-publish.service)"},
-	"reconcile-interval":     {def: DefaultReconcileInterval, help: "publish-key --watch: reconcile at least this often (at most 30s: what etcd lost is published again within it)"},
-	"state-dir":              {def: DefaultStateDir, help: "publish-key --watch: directory of the tombstones this master has seen (" + KeywatchTombstones + "), written back to etcd when a restore loses them; unwritable: logged and counted, not fatal"},
+	"reconcile-interval":     {def: MaxReconcileInterval, help: "publish-key --watch: reconcile at least this often (at most 30s: what etcd lost is published again within it)"},
+	"state-dir":              {def: "/var/lib/kube-apiserver-safe-restart", help: "publish-key --watch: directory of the tombstones this master has seen (" + keywatch.TombstonesFile + "), written back to etcd when a restore loses them; unwritable: logged and counted, not fatal"},
 	"publisher-metrics-addr": {def: "", help: "publish-key --watch: serve Prometheus metrics (kube_apiserver_safe_restart_publisher_...) and /healthz on this address (empty: none)"},
 	"ignore-legacy-tokens":   {def: false, help: "retire-keys: with --kubeconfig, retire even while legacy token Secrets hold tokens signed with the retiring key (logged)"},
 	"stale-token-window":     {def: time.Hour, help: "retire-keys: keep a due key while any apiserver's serviceaccount_stale_tokens_total (ROTATION-PREFIX/HOST/stale-tokens) grew within this long, and more than an hour after the key stopped signing (logged, exit 0)"},
@@ -351,7 +343,7 @@ func (l *Lock) Validate() []error {
 		"--hold-key %q: its restart intents (%s) would be inside the lock's prefixes %q or %q, where they would wedge the lock queue", l.HoldKeyOrDefault(), ip, lock.Prefix(l.LockName), lock.InfoPrefix(l.LockName))...)
 }
 
-// validate checks the restart flags; their durations that must be
+// Validate checks the restart flags; their durations that must be
 // positive go to positive, to be reported in order with the others.
 func (o *RestartFlags) Validate(positive map[string]time.Duration) []error {
 	errs := o.TTLFlag.Validate()
@@ -365,15 +357,14 @@ func (o *RestartFlags) Validate(positive map[string]time.Duration) []error {
 	errs = append(errs, cli.UsageIf(o.RetryDelay < 0 || o.HealthSettle < 0, "--retry-delay and --health-settle must not be negative")...)
 	// A gate that must stay ready for as long as it may wait can never pass.
 	errs = append(errs, cli.UsageIf(o.HealthURL != "" && o.HealthTimeout > 0 && o.HealthSettle >= o.HealthTimeout, "--health-settle %s must be shorter than --health-timeout %s", o.HealthSettle, o.HealthTimeout)...)
-	errs = append(errs, cli.UsageIf((o.HealthCert == "") != (o.HealthKey == ""), "--health-cert and --health-key go together")...)
-	return errs
+	return append(errs, cli.UsageIf((o.HealthCert == "") != (o.HealthKey == ""), "--health-cert and --health-key go together")...)
 }
 
 func (o *TTLFlag) Validate() []error {
 	return cli.UsageIf(o.TTL < 1, "--ttl %d: must be at least 1 second", o.TTL)
 }
 
-// validate: the restarting commands' flags after the etcd ones.
+// Validate: the restarting commands' flags after the etcd ones.
 func (o *Restarting) Validate(s *Shared) []error {
 	positive := map[string]time.Duration{}
 	errs := ValidateEtcd(s, &o.Lock, o.RestartFlags.Validate(positive), positive)
@@ -388,15 +379,6 @@ func (o *OutputFlag) Validate() []error {
 	return cli.UsageIf(o.Output != "text" && o.Output != "json", "--output %q: want text or json", o.Output)
 }
 
-// ValidateReason checks hold's --reason.
-//
-// The reason is stored in etcd, readable by every host, and printed by hold
-// and status: key material must not get there, masked or not.
-func ValidateReason(reason string) []error {
-	return append(cli.UsageIf(strings.TrimSpace(reason) == "", "hold needs --reason TEXT"),
-		cli.UsageIf(redact.HasKey(reason), "--reason holds private key material (not shown, nothing stored); describe the problem in words and name the key's file instead")...)
-}
-
 func (l *Lock) HoldKeyOrDefault() string { return cmp.Or(l.HoldKey, l.LockName+"-hold") }
 
 // Hostname is the host name recorded in holder info and holds.
@@ -409,7 +391,7 @@ func Hostname() string {
 }
 
 // ValidatePrefixes: the prefixes given must not be empty, and the keys'
-// and the trust records' must differ (p: flag name -> value, in order).
+// and the trust records' must differ.
 func ValidatePrefixes(keysPrefix, trustPrefix, rotationPrefix *string) []error {
 	var errs []error
 	for _, p := range []struct {
@@ -437,15 +419,13 @@ func (p *Prefixes) TrustPrefixes() trust.Prefixes {
 }
 
 func (h *Host) Validate() []error {
-	if h.HostName != "" {
-		if err := etcdkey.ValidHost(h.HostName); err != nil {
-			return []error{cli.Usagef("--host: %v", err)}
-		}
+	if h.HostName == "" {
+		return nil
 	}
-	return nil
+	err := etcdkey.ValidHost(h.HostName)
+	return cli.UsageIf(err != nil, "--host: %v", err)
 }
 
-// hostFlag is --host, for the invocation's host names.
 func (h *Host) HostFlag() string { return h.HostName }
 
 // KeyFileDefaults: rotate-key and retire-keys read sa.key and sa.pub unless
@@ -469,7 +449,6 @@ func (o *PublishWatchFlags) Validate() []error {
 	return cli.UsageIf(o.ReconcileInterval <= 0 || o.ReconcileInterval > MaxReconcileInterval, "--reconcile-interval %s: must be positive and at most %s", o.ReconcileInterval, MaxReconcileInterval)
 }
 
-// ValidateFleetFlags checks the fleet check's flags.
 func ValidateFleetFlags(o *Restarting) []error {
 	if o.Kubeconfig == "" {
 		return nil
@@ -478,7 +457,6 @@ func ValidateFleetFlags(o *Restarting) []error {
 		cli.UsageIf(o.FleetTimeout < 0, "--fleet-timeout %s: must not be negative", o.FleetTimeout)...)
 }
 
-// validateControllerManagerFlags checks the controller-manager's flags.
 func (o *ControllerManager) Validate() []error {
 	return cli.UsageIf(o.CMRestartMode != ModeSystemd && o.CMRestartMode != ModeStaticPod,
 		"--controller-manager-restart-mode %q: want %s or %s", o.CMRestartMode, ModeSystemd, ModeStaticPod)
@@ -489,14 +467,9 @@ const (
 	DefaultPublicKey  = "/etc/kubernetes/pki/sa.pub"
 )
 
-const (
-	// DefaultReconcileInterval bounds how long etcd may lack what a
-	// master keeps published (issue 31: within 30 s).
-	DefaultReconcileInterval = 30 * time.Second
-	MaxReconcileInterval     = 30 * time.Second
-	DefaultStateDir          = "/var/lib/kube-apiserver-safe-restart"
-	KeywatchTombstones       = keywatch.TombstonesFile
-)
+// MaxReconcileInterval, --reconcile-interval's default and bound, is how
+// long etcd may lack what a master keeps published (issue 31: within 30 s).
+const MaxReconcileInterval = 30 * time.Second
 
 // Restart modes (--restart-mode): how kube-apiserver is restarted when no
 // command is given after --.

@@ -24,10 +24,8 @@ func (e *CodeError) Error() string { return fmt.Sprintf("%s (exit %d)", e.What, 
 func UpdateKeys(ctx context.Context, a *Env, store *keystate.Store, host string, change func(keystate.State) (keystate.State, error)) error {
 	uctx, cancel := a.OpCtx(ctx)
 	defer cancel()
-	if _, err := store.Update(uctx, host, change); err != nil {
-		return a.Etcd.Err(err)
-	}
-	return nil
+	_, err := store.Update(uctx, host, change)
+	return a.Etcd.Err(err)
 }
 
 // KeyStore is the hosts' published keys (under keysPrefix) and key

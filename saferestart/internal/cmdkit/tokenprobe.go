@@ -26,11 +26,8 @@ func (p *TokenProbe) Validate(runs bool) []error {
 		return nil
 	}
 	errs := cli.UsageIf(p.TokenProbeInterval <= 0, "--token-probe-interval %s: must be positive", p.TokenProbeInterval)
-	if _, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount); err != nil {
-		errs = append(errs, cli.Usagef("%v", err))
-	}
-	if _, err := tokenprobe.ParseTargets(p.TokenProbeAPIServers); err != nil {
-		errs = append(errs, cli.Usagef("%v", err))
-	}
-	return errs
+	_, _, err := tokenprobe.ParseServiceAccount(p.TokenProbeServiceAccount)
+	errs = append(errs, cli.UsageIf(err != nil, "%v", err)...)
+	_, err = tokenprobe.ParseTargets(p.TokenProbeAPIServers)
+	return append(errs, cli.UsageIf(err != nil, "%v", err)...)
 }

@@ -13,6 +13,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,7 +77,6 @@ type Session struct {
 	// (watchKey).
 	lost      context.Context
 	lose      context.CancelFunc
-	margin    time.Duration
 	stopWatch context.CancelFunc
 }
 
@@ -106,7 +106,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, erro
 		revoke(cli, lease.ID, cfg.OpTimeout)
 		return nil, fmt.Errorf("keep session lease %x alive: %w", lease.ID, err)
 	}
-	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), margin: SafetyMargin(cfg.TTL)}
+	s := &Session{cli: cli, cfg: cfg, sess: sess, mu: concurrency.NewMutex(sess, cfg.Name), stopWatch: func() {}}
 	s.lost, s.lose = context.WithCancel(context.Background())
 	go s.monitor(granted)
 	if err := s.putInfo(ctx); err != nil {
@@ -137,7 +137,6 @@ func (s *Session) putInfo(ctx context.Context) error {
 	return nil
 }
 
-// Lease is the session lease.
 func (s *Session) Lease() clientv3.LeaseID { return s.sess.Lease() }
 
 // LeaseHex is the lease as etcd tools print it (and as it ends the mutex key).
@@ -168,7 +167,7 @@ func SafetyMargin(ttl int) time.Duration {
 }
 
 // Margin is this session's SafetyMargin.
-func (s *Session) Margin() time.Duration { return s.margin }
+func (s *Session) Margin() time.Duration { return SafetyMargin(s.cfg.TTL) }
 
 // monitor declares the lease lost before etcd can expire it. The client
 // library only notices a lost lease once the TTL has passed since the last
@@ -178,7 +177,8 @@ func (s *Session) Margin() time.Duration { return s.margin }
 // (measured from when the confirmed request was sent, so the server's
 // expiry is later still) the lease is taken as lost.
 func (s *Session) monitor(lastOK time.Time) {
-	ttl, margin := time.Duration(s.cfg.TTL)*time.Second, s.margin
+	defer s.lose() // every way out of here is the loss of the lease
+	ttl, margin := time.Duration(s.cfg.TTL)*time.Second, s.Margin()
 	period := max(ttl/5, 100*time.Millisecond)
 	deadline := time.NewTimer(time.Until(lastOK.Add(ttl - margin)))
 	defer deadline.Stop()
@@ -193,10 +193,8 @@ func (s *Session) monitor(lastOK time.Time) {
 	for {
 		select {
 		case <-s.sess.Done():
-			s.lose()
 			return
 		case <-deadline.C:
-			s.lose()
 			return
 		case <-tick.C:
 			if inflight {
@@ -217,7 +215,6 @@ func (s *Session) monitor(lastOK time.Time) {
 				lastOK = r.sent
 				deadline.Reset(time.Until(lastOK.Add(ttl - margin)))
 			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				s.lose()
 				return
 			}
 		}
@@ -250,16 +247,13 @@ func (s *Session) Lock(ctx context.Context) error {
 	if s.Lost() || errors.Is(err, concurrency.ErrSessionExpired) {
 		return fmt.Errorf("waiting for lock %s: %w (lease %s)", s.Key(), ErrLeaseLost, s.LeaseHex())
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("waiting for lock %s: %w", s.Key(), ctx.Err())
-	}
-	if err != nil {
+	if err := cmp.Or(ctx.Err(), err); err != nil {
 		return fmt.Errorf("waiting for lock %s: %w", s.Key(), err)
 	}
 	s.rev = s.mu.Header().Revision
 	s.relMu.Lock()
 	s.held = true
-	wctx, stop := context.WithCancel(context.Background())
+	wctx, stop := context.WithCancel(s.lost)
 	s.stopWatch = stop
 	s.relMu.Unlock()
 	go s.watchKey(wctx)
@@ -277,9 +271,7 @@ func (s *Session) watchKey(ctx context.Context) {
 	wc := s.cli.Watch(ctx, s.mu.Key(), clientv3.WithRev(s.rev+1))
 	for {
 		select {
-		case <-ctx.Done():
-			return
-		case <-s.lost.Done():
+		case <-ctx.Done(): // stopped, or the lease lost
 			return
 		case resp, ok := <-wc:
 			if !ok {
@@ -306,9 +298,7 @@ func (s *Session) watchKey(ctx context.Context) {
 func (s *Session) Release(ctx context.Context) error {
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
-	if s.stopWatch != nil {
-		s.stopWatch()
-	}
+	s.stopWatch()
 	if s.Lost() {
 		s.held = false
 		return fmt.Errorf("release lock %s: %w (lease %s); not touching it", s.Key(), ErrLeaseLost, s.LeaseHex())
@@ -340,9 +330,7 @@ func (s *Session) Release(ctx context.Context) error {
 func (s *Session) Abandon() {
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
-	if s.stopWatch != nil {
-		s.stopWatch()
-	}
+	s.stopWatch()
 	s.held = false
 	s.sess.Orphan()
 }
