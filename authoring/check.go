@@ -118,8 +118,7 @@ func checkConfigFile(c ConfigFile) []Problem {
 	}
 	raw := map[string]any{}
 	if _, err := toml.Decode(string(data), &raw); err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
+		if perr, ok := errors.AsType[toml.ParseError](err); ok {
 			return []Problem{{File: c.Path, Line: perr.Position.Line, Msg: redact.ParseMessage(data, perr.Position.Line, perr.Message)}}
 		}
 		return []Problem{{File: c.Path, Msg: err.Error()}}

@@ -104,8 +104,7 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 		if errors.Is(err, fs.ErrNotExist) && !onCommandLine["config-file"] {
 			return nil // the default file is optional
 		}
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
+		if perr, ok := errors.AsType[toml.ParseError](err); ok {
 			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, redact.ParseMessage(src, perr.Position.Line, perr.Message))
 		}
 		return fmt.Errorf("config file: %w", err)

@@ -235,8 +235,7 @@ func stoppingMessage(c *Config, s os.Signal) string {
 // startError is the message for a backend that could not be reached at
 // start, when confd exits.
 func startError(backend string, err error) string {
-	var expired *etcdclient.ExpiredError
-	if errors.As(err, &expired) {
+	if expired, ok := errors.AsType[*etcdclient.ExpiredError](err); ok {
 		// Not "read again on the next connection": there is none, confd
 		// stops here.
 		return fmt.Sprintf("backend %s: cannot start: client certificate %s expired at %s, and etcd refuses it. Renew the certificate (and its key) on disk, then start confd again; a running confd picks up a renewed certificate by itself",
