@@ -166,36 +166,26 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 	if len(values) != 1 && !isList {
 		return errors.New("takes a single value, not a list")
 	}
-	if isList {
-		// A file's list replaces the flag's default rather than adding to it.
-		if err := list.Replace(nil); err != nil {
-			return err
-		}
-	}
+	var ss []string
 	for _, item := range values {
-		var s string
 		switch x := item.(type) {
 		case string:
-			s = x
+			ss = append(ss, x)
 		case bool, int64, float64:
-			s = fmt.Sprint(x)
+			ss = append(ss, fmt.Sprint(x))
 		default:
 			return fmt.Errorf("unsupported value type %T", item)
 		}
-		if isList {
-			if err := list.Append(s); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := fset.Set(name, s); err != nil {
-			if secretFlags[name] {
-				return errors.New("invalid value")
-			}
-			return err
-		}
 	}
-	return nil
+	if isList {
+		// A file's list replaces the flag's default rather than adding to it.
+		return list.Replace(ss)
+	}
+	err := fset.Set(name, ss[0])
+	if err != nil && secretFlags[name] {
+		return errors.New("invalid value")
+	}
+	return err
 }
 
 // validate rejects combinations that would fail later in a less clear way.
