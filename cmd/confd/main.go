@@ -139,7 +139,14 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		return exitUsage
 	}
 	if !c.KeepStageFile && !c.Noop {
-		loader.removeStaleStageFiles()
+		// What a killed confd left beside each destination.
+		removed, errs := apply.RemoveStaleStageFiles(loader.current, c.LockDir)
+		for _, f := range removed {
+			log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
+		}
+		for _, err := range errs {
+			log.Warn(err.Error())
+		}
 	}
 
 	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
@@ -309,16 +316,14 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		fmt.Fprintf(stderr, "confd: %v\n", err)
 		return nil, nil, 2
 	}
-	if err := authoringFlags(c); err != nil {
-		log.Error(err.Error())
-		return nil, nil, 2
+	err = authoringFlags(c)
+	if err == nil && !c.CheckConfig && !c.Validate {
+		// -check-config and -validate contact no store, so the store
+		// settings cannot stop them; -check-config reports validate's
+		// verdict as a problem.
+		err = validate(c)
 	}
-	if c.CheckConfig || c.Validate {
-		// These modes contact no store, so the store settings cannot stop
-		// them; -check-config reports validate's verdict as a problem.
-		return c, log, 0
-	}
-	if err := validate(c); err != nil {
+	if err != nil {
 		log.Error(err.Error())
 		return nil, nil, 2
 	}
@@ -400,17 +405,6 @@ func (l *resourceLoader) load(s *apply.Settings) ([]daemon.Processor, int) {
 		ps[i], l.current[i] = f, f.Resource
 	}
 	return ps, len(errs)
-}
-
-// removeStaleStageFiles clears what a killed confd left beside each dest.
-func (l *resourceLoader) removeStaleStageFiles() {
-	removed, errs := apply.RemoveStaleStageFiles(l.current, l.cfg.LockDir)
-	for _, f := range removed {
-		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
-	}
-	for _, err := range errs {
-		l.log.Warn(err.Error())
-	}
 }
 
 // sdObserver tells systemd about readiness, after the observer it wraps
