@@ -20,8 +20,6 @@ import (
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/suggest"
-
-	"github.com/keysync/confd/internal/runner"
 )
 
 // fileKeys are confd.toml's keys, in confd 0.16's spellings (the
@@ -70,11 +68,6 @@ var envKeys = []struct{ env, flag string }{
 // credentials (the client key's path included: a command has no business
 // with confd's identity); they are removed from commands' environment.
 var commandSecretEnv = []string{"CONFD_USERNAME", "CONFD_PASSWORD", "CONFD_CLIENT_KEY"}
-
-// commandEnv is the environment check_cmd and reload_cmd run with.
-func commandEnv(environ []string) []string {
-	return runner.WithoutVars(environ, commandSecretEnv...)
-}
 
 // secretFlags never have their values echoed in errors.
 var secretFlags = map[string]bool{"password": true}

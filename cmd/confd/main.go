@@ -26,6 +26,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/metrics"
@@ -351,7 +352,7 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 		Settings: resource.Settings{ConfDir: c.ConfDir, Prefix: c.Prefix, CheckTimeout: c.CheckCmdTimeout,
 			ReloadTimeout: c.ReloadCmdTimeout, Log: l.log},
 		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
-		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
+		CommandGrace: c.CommandGrace, CommandEnv: runner.WithoutVars(os.Environ(), commandSecretEnv...), DestLockTimeout: c.DestLockTimeout,
 		LockDir:         c.LockDir,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
 		Renderer: &l.renderer, Runner: l.runner,
