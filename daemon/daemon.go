@@ -278,10 +278,7 @@ func (d *Daemon) hold(s *sched) {
 	for _, g := range s.groups {
 		g.held = false
 		for i, m := range g.members {
-			if covered["r:"+m.Name()] || (g.dests[i] != "" && covered["d:"+g.dests[i]]) {
-				g.held = true
-				break
-			}
+			g.held = g.held || covered["r:"+m.Name()] || covered["d:"+g.dests[i]] // "d:" alone is never covered
 		}
 	}
 }
