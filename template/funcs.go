@@ -156,13 +156,10 @@ func createMap(pairs ...interface{}) (map[string]interface{}, error) {
 // getenv treats an empty variable like an unset one: confd templates rely
 // on `getenv "X" "fallback"` covering both.
 func getenv(key string, def ...string) string {
-	if v := os.Getenv(key); v != "" {
+	if v := os.Getenv(key); v != "" || len(def) == 0 {
 		return v
 	}
-	if len(def) > 0 {
-		return def[0]
-	}
-	return ""
+	return def[0]
 }
 
 func base64Encode(s string) string {
