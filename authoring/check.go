@@ -70,8 +70,7 @@ func (p Problem) String() string {
 // would log (an unknown key, a mode without its leading zero) counts as a
 // problem: the author asked to be told.
 func Check(ctx context.Context, opts CheckOptions) int {
-	var ps []Problem
-	ps = append(ps, checkConfigFile(opts.Config)...)
+	ps := checkConfigFile(opts.Config)
 	if opts.Validate != nil {
 		if err := opts.Validate(); err != nil {
 			ps = append(ps, Problem{Msg: err.Error()})
@@ -112,12 +111,14 @@ func checkConfigFile(c ConfigFile) []Problem {
 		if errors.Is(err, fs.ErrNotExist) && !c.Required {
 			return nil
 		}
-		return []Problem{{File: c.Path, Msg: unwrapPath(err).Error()}}
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
+		}
+		return []Problem{{File: c.Path, Msg: err.Error()}}
 	}
 	raw := map[string]any{}
 	if _, err := toml.Decode(string(data), &raw); err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
+		if perr, ok := errors.AsType[toml.ParseError](err); ok {
 			return []Problem{{File: c.Path, Line: perr.Position.Line, Msg: redact.ParseMessage(data, perr.Position.Line, perr.Message)}}
 		}
 		return []Problem{{File: c.Path, Msg: err.Error()}}
@@ -216,14 +217,6 @@ func templateProblem(src string, err error) Problem {
 		return Problem{File: src, Line: line, Msg: m[2]}
 	}
 	return Problem{File: src, Msg: strings.TrimPrefix(msg, "read template "+src+": ")}
-}
-
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
-	}
-	return err
 }
 
 // relTo shortens path for display when it lies under dir.

@@ -278,10 +278,7 @@ func (d *Daemon) hold(s *sched) {
 	for _, g := range s.groups {
 		g.held = false
 		for i, m := range g.members {
-			if covered["r:"+m.Name()] || (g.dests[i] != "" && covered["d:"+g.dests[i]]) {
-				g.held = true
-				break
-			}
+			g.held = g.held || covered["r:"+m.Name()] || covered["d:"+g.dests[i]] // "d:" alone is never covered
 		}
 	}
 }
@@ -534,13 +531,10 @@ func Once(ctx context.Context, rs []Processor, store apply.Getter, log logrus.Fi
 		rd, ok := reads[g]
 		if !ok {
 			rd.snap.pairs, rd.snap.rev, rd.err = apply.GetPairs(ctx, store, g.keys)
-			if rd.err != nil {
-				rd.err = fmt.Errorf("read keys: %w", rd.err)
-			}
 			reads[g] = rd
 		}
 		if rd.err != nil {
-			fail(fmt.Errorf("%s: %w", r.Name(), rd.err))
+			fail(fmt.Errorf("%s: read keys: %w", r.Name(), rd.err))
 		} else if _, err := r.Process(ctx, rd.snap); err != nil {
 			fail(err)
 		}

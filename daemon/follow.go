@@ -88,7 +88,8 @@ func (f *follow) drop(b *budget) {
 // in one ordered range (whole) that holds every one of keys, values
 // included.
 func followable(e timedEvent, keys []string) bool {
-	return e.whole != "" && len(e.changes) == len(e.keys) && allUnder(keys, e.whole)
+	return e.whole != "" && len(e.changes) == len(e.keys) &&
+		!slices.ContainsFunc(keys, func(k string) bool { return !backends.KeyUnder(k, e.whole) })
 }
 
 // take applies e's changes to keys, or drops f when e cannot be followed.
@@ -137,15 +138,6 @@ func (f *follow) take(e timedEvent, keys []string, b *budget) {
 
 // pairSize is what a kept pair costs: its strings and its slice entry.
 func pairSize(k, v string) int64 { return int64(len(k) + len(v) + 32) }
-
-func allUnder(keys []string, prefix string) bool {
-	for _, k := range keys {
-		if !backends.KeyUnder(k, prefix) {
-			return false
-		}
-	}
-	return true
-}
 
 // budget is the memory left for the groups' follows. Only Run's loop
 // takes and gives (dispatch, settle, the watch's events), so it needs no

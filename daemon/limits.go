@@ -80,14 +80,10 @@ func (l *Limits) Runner(next apply.Runner) apply.Runner {
 			// All slots taken: said when the wait begins and when it
 			// ends, without the command line, which may carry a secret.
 			began := time.Now()
-			if l.log != nil {
-				l.log.Infof("A command waits for its turn: %d commands run (-max-commands)", cap(l.commands))
-			}
+			l.log.Infof("A command waits for its turn: %d commands run (-max-commands)", cap(l.commands))
 			select {
 			case l.commands <- struct{}{}:
-				if l.log != nil {
-					l.log.Infof("A command starts after waiting %s for its turn (-max-commands)", time.Since(began).Round(time.Millisecond))
-				}
+				l.log.Infof("A command starts after waiting %s for its turn (-max-commands)", time.Since(began).Round(time.Millisecond))
 			case <-ctx.Done():
 				return runner.Result{ExitCode: -1, Err: fmt.Errorf("not started: %w", ctx.Err())}
 			case <-l.stop:

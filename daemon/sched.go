@@ -177,11 +177,10 @@ func unite(keys [][]string, dests []string) []int {
 			first[d] = i
 		}
 	}
-	root := make([]int, len(keys))
-	for i := range root {
-		root[i] = find(i)
+	for i := range parent {
+		find(i) // leaves parent[i] at i's representative
 	}
-	return root
+	return parent
 }
 
 // keys is every key any group reads, each once: resources that share a

@@ -287,7 +287,8 @@ func countMsg(hook *test.Hook, part string) int {
 // command slots only.
 func TestAPassLendsItsSlotToItsCommand(t *testing.T) {
 	fr := &fakeRunner{started: make(chan struct{}, maxParallel), release: make(chan struct{})}
-	l := NewLimits(maxParallel, nil, nil)
+	log, _ := test.NewNullLogger()
+	l := NewLimits(maxParallel, nil, log)
 	run := l.Runner(fr.Run)
 	var wg sync.WaitGroup
 	for i := 0; i < maxParallel; i++ {

@@ -41,13 +41,6 @@ type Metrics struct {
 	ready        atomic.Bool
 }
 
-// The result label's values, every one initialised per resource.
-var (
-	renderResults  = []string{"ok", "error"}
-	commandResults = []string{"ok", "failed"}
-	snapshotSource = []string{"etcd", "watch"}
-)
-
 // New registers every metric, with every series of the resources known at
 // start at zero: an alert on a count can then tell "never happened" from
 // "not exported" before the first event.
@@ -92,21 +85,21 @@ func New(resources ...string) *Metrics {
 	for _, r := range resources {
 		m.resource(r)
 	}
-	for _, s := range snapshotSource {
+	for _, s := range []string{"etcd", "watch"} {
 		m.snapshots.WithLabelValues(s)
 	}
 	return m
 }
 
-// resource creates name's labelled series at zero, those of a resource a
-// SIGHUP added too. Not the last-success timestamp: 0 would claim 1970;
+// resource creates name's labelled series at zero, every value of the
+// result label, those of a resource a SIGHUP added too. Not the last-success timestamp: 0 would claim 1970;
 // renders_total{result="ok"} at 0 says it never succeeded.
 func (m *Metrics) resource(name string) {
-	for _, r := range renderResults {
+	for _, r := range []string{"ok", "error"} {
 		m.passes.WithLabelValues(name, r)
 	}
 	m.writes.WithLabelValues(name)
-	for _, r := range commandResults {
+	for _, r := range []string{"ok", "failed"} {
 		m.checks.WithLabelValues(name, r)
 		m.reloads.WithLabelValues(name, r)
 	}

@@ -73,52 +73,52 @@ func funcMap(b *binding) texttemplate.FuncMap {
 
 // storelessFuncs are the functions that read no store: one map for every
 // parse (text/template copies it).
-var storelessFuncs = func() texttemplate.FuncMap {
-	m := texttemplate.FuncMap{
-		// Thin aliases of the standard library.
-		"base":       path.Base,
-		"dir":        path.Dir,
-		"split":      strings.Split,
-		"join":       strings.Join,
-		"toUpper":    strings.ToUpper,
-		"toLower":    strings.ToLower,
-		"contains":   strings.Contains,
-		"replace":    strings.Replace,
-		"trimSuffix": strings.TrimSuffix,
-		"datetime":   time.Now,
-		"parseBool":  parseBool,
-		"atoi":       atoi,
+var storelessFuncs = texttemplate.FuncMap{
+	// Thin aliases of the standard library.
+	"base":       path.Base,
+	"dir":        path.Dir,
+	"split":      strings.Split,
+	"join":       strings.Join,
+	"toUpper":    strings.ToUpper,
+	"toLower":    strings.ToLower,
+	"contains":   strings.Contains,
+	"replace":    strings.Replace,
+	"trimSuffix": strings.TrimSuffix,
+	"datetime":   time.Now,
+	"parseBool":  parseBool,
+	"atoi":       atoi,
 
-		"json":         jsonObject,
-		"jsonArray":    jsonArray,
-		"map":          createMap,
-		"getenv":       getenv,
-		"base64Encode": base64Encode,
-		"base64Decode": base64Decode,
-		"fileExists":   fileExists,
+	"json":         jsonObject,
+	"jsonArray":    jsonArray,
+	"map":          createMap,
+	"getenv":       getenv,
+	"base64Encode": base64Encode,
+	"base64Decode": base64Decode,
+	"fileExists":   fileExists,
 
-		"lookupIP":   lookupIP,
-		"lookupIPV4": lookupIPV4,
-		"lookupIPV6": lookupIPV6,
-		"lookupSRV":  lookupSRV,
+	"lookupIP":   lookupIP,
+	"lookupIPV4": lookupIPV4,
+	"lookupIPV6": lookupIPV6,
+	"lookupSRV":  lookupSRV,
 
-		// A zero divisor panics; text/template turns the panic into an
-		// execution error, which is what confd users get too.
-		"add": func(a, b int) int { return a + b },
-		"sub": func(a, b int) int { return a - b },
-		"mul": func(a, b int) int { return a * b },
-		"div": func(a, b int) int { return a / b },
-		"mod": func(a, b int) int { return a % b },
+	// A zero divisor panics; text/template turns the panic into an
+	// execution error, which is what confd users get too.
+	"add": func(a, b int) int { return a + b },
+	"sub": func(a, b int) int { return a - b },
+	"mul": func(a, b int) int { return a * b },
+	"div": func(a, b int) int { return a / b },
+	"mod": func(a, b int) int { return a % b },
 
-		"seq":            seq,
-		"reverse":        reverse,
-		"sortByLength":   sortByLength,
-		"sortKVByLength": sortKVByLength,
-	}
+	"seq":            seq,
+	"reverse":        reverse,
+	"sortByLength":   sortByLength,
+	"sortKVByLength": sortKVByLength,
+
 	// This implementation's additions; none shadows a confd name.
-	maps.Copy(m, pemFuncs())
-	return m
-}()
+	"pemBlocks":    pemBlocks,
+	"keyID":        keyID,
+	"pemNormalize": pemNormalize,
+}
 
 func jsonObject(data string) (map[string]interface{}, error) {
 	var v map[string]interface{}
@@ -156,13 +156,10 @@ func createMap(pairs ...interface{}) (map[string]interface{}, error) {
 // getenv treats an empty variable like an unset one: confd templates rely
 // on `getenv "X" "fallback"` covering both.
 func getenv(key string, def ...string) string {
-	if v := os.Getenv(key); v != "" {
+	if v := os.Getenv(key); v != "" || len(def) == 0 {
 		return v
 	}
-	if len(def) > 0 {
-		return def[0]
-	}
-	return ""
+	return def[0]
 }
 
 func base64Encode(s string) string {

@@ -1,6 +1,9 @@
 package template
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	texttemplate "text/template"
 )
@@ -36,10 +39,14 @@ type parsed struct {
 // for the caller's use alone until it puts it back: its binding is the
 // caller's render's. Two renders of one path at once each get their own.
 func (c *Renderer) get(srcPath string) (*parsed, error) {
-	src, err := readFile(srcPath)
+	// Reading the file ourselves (rather than ParseFiles) keeps "cannot
+	// read" apart from "does not parse"; ParseFiles would do exactly the
+	// Parse below on a template of the same name, so the result is the same.
+	b, err := os.ReadFile(srcPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read template %s: %w", srcPath, err)
 	}
+	src := string(b)
 	var p *parsed
 	if c != nil {
 		c.mu.Lock()
@@ -50,12 +57,12 @@ func (c *Renderer) get(srcPath string) (*parsed, error) {
 	if p != nil && p.src == src {
 		return p, nil
 	}
-	b := &binding{}
-	tmpl, err := parse(srcPath, src, funcMap(b))
+	bind := &binding{}
+	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcMap(bind)).Parse(src)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
 	}
-	return &parsed{path: srcPath, src: src, tmpl: tmpl, b: b, readOnlyGets: sharesGets(tmpl)}, nil
+	return &parsed{path: srcPath, src: src, tmpl: tmpl, b: bind, readOnlyGets: sharesGets(tmpl)}, nil
 }
 
 // put keeps p for the next render of its path. Past the bound, another

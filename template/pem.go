@@ -43,14 +43,6 @@ type PublicKey struct {
 // String is the canonical PEM, so {{.}} prints the key.
 func (k PublicKey) String() string { return k.PEM }
 
-func pemFuncs() map[string]any {
-	return map[string]any{
-		"pemBlocks":    pemBlocks,
-		"keyID":        keyID,
-		"pemNormalize": pemNormalize,
-	}
-}
-
 // pemBlocks returns the blocks of a PEM value in order.
 func pemBlocks(value string) ([]PEMBlock, error) {
 	blocks, name, err := blocksOf("pemBlocks", value)
@@ -222,11 +214,10 @@ func publicKeys(warn func(string), values ...any) ([]PublicKey, error) {
 		// PKIs that renew a master's certificate publish it, not the key.
 		for _, b := range blocks {
 			p, err := pemcheck.PublicPEM(b.Public)
-			if err != nil {
-				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
-				continue
+			var id string
+			if err == nil {
+				id, err = pemcheck.KeyID(b.Public)
 			}
-			id, err := pemcheck.KeyID(b.Public)
 			if err != nil {
 				errs = append(errs, pemcheck.BlockError(n.name, &b, err))
 				continue

@@ -5,9 +5,6 @@ package template
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	texttemplate "text/template"
 
 	kvstore "github.com/keysync/confd/store"
 )
@@ -51,30 +48,6 @@ func (c *Renderer) RenderIndex(srcPath string, store *kvstore.Index, o Options) 
 // CheckFile parses the template at srcPath without executing it, so that
 // syntax errors and unknown function names show before any key is read.
 func CheckFile(srcPath string) error {
-	src, err := readFile(srcPath)
-	if err != nil {
-		return err
-	}
-	_, err = parse(srcPath, src, FuncMap(kvstore.New(nil)))
+	_, err := (*Renderer)(nil).get(srcPath)
 	return err
-}
-
-// readFile reads a template. Reading the file ourselves (rather than
-// ParseFiles) keeps "cannot read" apart from "does not parse"; ParseFiles
-// would do exactly parse's Parse on a template of the same name, so the
-// result is the same.
-func readFile(srcPath string) (string, error) {
-	src, err := os.ReadFile(srcPath)
-	if err != nil {
-		return "", fmt.Errorf("read template %s: %w", srcPath, err)
-	}
-	return string(src), nil
-}
-
-func parse(srcPath, src string, funcs texttemplate.FuncMap) (*texttemplate.Template, error) {
-	tmpl, err := texttemplate.New(filepath.Base(srcPath)).Funcs(funcs).Parse(src)
-	if err != nil {
-		return nil, fmt.Errorf("parse template %s: %w", srcPath, err)
-	}
-	return tmpl, nil
 }

@@ -30,8 +30,7 @@ func parseBool(s string) (bool, error) {
 }
 
 func numError(fn, want string, n int, err error) error {
-	var ne *strconv.NumError
-	if errors.As(err, &ne) {
+	if ne, ok := errors.AsType[*strconv.NumError](err); ok {
 		err = ne.Err
 	}
 	return fmt.Errorf("%s: value (%d bytes, not shown) is not %s: %w", fn, n, want, err)

@@ -20,8 +20,6 @@ import (
 	"github.com/keysync/confd/internal/config"
 	"github.com/keysync/confd/internal/redact"
 	"github.com/keysync/confd/internal/suggest"
-
-	"github.com/keysync/confd/internal/runner"
 )
 
 // fileKeys are confd.toml's keys, in confd 0.16's spellings (the
@@ -71,11 +69,6 @@ var envKeys = []struct{ env, flag string }{
 // with confd's identity); they are removed from commands' environment.
 var commandSecretEnv = []string{"CONFD_USERNAME", "CONFD_PASSWORD", "CONFD_CLIENT_KEY"}
 
-// commandEnv is the environment check_cmd and reload_cmd run with.
-func commandEnv(environ []string) []string {
-	return runner.WithoutVars(environ, commandSecretEnv...)
-}
-
 // secretFlags never have their values echoed in errors.
 var secretFlags = map[string]bool{"password": true}
 
@@ -104,8 +97,7 @@ func applyFileAndEnv(fset *pflag.FlagSet, c *Config, getenv func(string) string,
 		if errors.Is(err, fs.ErrNotExist) && !onCommandLine["config-file"] {
 			return nil // the default file is optional
 		}
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
+		if perr, ok := errors.AsType[toml.ParseError](err); ok {
 			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, redact.ParseMessage(src, perr.Position.Line, perr.Message))
 		}
 		return fmt.Errorf("config file: %w", err)
@@ -167,36 +159,26 @@ func setFromTOML(fset *pflag.FlagSet, name string, v interface{}) error {
 	if len(values) != 1 && !isList {
 		return errors.New("takes a single value, not a list")
 	}
-	if isList {
-		// A file's list replaces the flag's default rather than adding to it.
-		if err := list.Replace(nil); err != nil {
-			return err
-		}
-	}
+	var ss []string
 	for _, item := range values {
-		var s string
 		switch x := item.(type) {
 		case string:
-			s = x
+			ss = append(ss, x)
 		case bool, int64, float64:
-			s = fmt.Sprint(x)
+			ss = append(ss, fmt.Sprint(x))
 		default:
 			return fmt.Errorf("unsupported value type %T", item)
 		}
-		if isList {
-			if err := list.Append(s); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := fset.Set(name, s); err != nil {
-			if secretFlags[name] {
-				return errors.New("invalid value")
-			}
-			return err
-		}
 	}
-	return nil
+	if isList {
+		// A file's list replaces the flag's default rather than adding to it.
+		return list.Replace(ss)
+	}
+	err := fset.Set(name, ss[0])
+	if err != nil && secretFlags[name] {
+		return errors.New("invalid value")
+	}
+	return err
 }
 
 // validate rejects combinations that would fail later in a less clear way.

@@ -54,9 +54,6 @@ type Config struct {
 	MaxCommands   int           // check_cmd/reload_cmd run at once, across groups
 }
 
-// DefaultResync is -resync's default: the safety net behind the watch.
-const DefaultResync = 10 * time.Minute
-
 const defaultConfigFile = "/etc/confd/confd.toml"
 
 // newFlagSet declares confd 0.16's flags (those that apply to the etcd v3,
@@ -102,7 +99,7 @@ func newFlagSet(c *Config, out io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.Store.WatchStallTimeout, "watch-stall-timeout", connect.DefaultWatchStallTimeout, "-watch: reconnect (and re-read) when etcd answers nothing, progress requests included, for this long; long enough for a defrag of a large etcd (a lost connection is noticed at once)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print version and exit")
 	fs.Var(&c.Wait, "wait", "-watch: render once MIN passed without a new change, never later than MAX after the first (Go durations, e.g. 2s:10s; MAX defaults to 4×MIN; a resource's wait overrides it)")
-	fs.DurationVar(&c.Resync, "resync", DefaultResync, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")
+	fs.DurationVar(&c.Resync, "resync", 10*time.Minute, "-watch: re-read and reconcile every resource this often as a safety net (0 = never)")
 	fs.IntVar(&c.MaxCommands, "max-commands", daemon.DefaultMaxCommands, "how many check_cmd and reload_cmd commands may run at once across independent resources (-watch, -interval); others wait for their turn")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on (off when empty)")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "check confd.toml, every resource and the templates they name (syntax, keys, functions) without contacting a store; exit 0 when all are fine, 1 otherwise")

@@ -26,6 +26,7 @@ import (
 	"github.com/keysync/confd/internal/etcdclient"
 	"github.com/keysync/confd/internal/groupguard"
 	"github.com/keysync/confd/internal/logfmt"
+	"github.com/keysync/confd/internal/runner"
 	"github.com/keysync/confd/internal/sdnotify"
 	"github.com/keysync/confd/internal/version"
 	"github.com/keysync/confd/metrics"
@@ -139,7 +140,14 @@ func run(sigs <-chan os.Signal, args []string, stdout, stderr io.Writer, getenv 
 		return exitUsage
 	}
 	if !c.KeepStageFile && !c.Noop {
-		loader.removeStaleStageFiles()
+		// What a killed confd left beside each destination.
+		removed, errs := apply.RemoveStaleStageFiles(loader.current, c.LockDir)
+		for _, f := range removed {
+			log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
+		}
+		for _, err := range errs {
+			log.Warn(err.Error())
+		}
 	}
 
 	dialCtx, cancel := context.WithTimeout(stopCtx, c.Store.DialTimeout+time.Second)
@@ -235,8 +243,7 @@ func stoppingMessage(c *Config, s os.Signal) string {
 // startError is the message for a backend that could not be reached at
 // start, when confd exits.
 func startError(backend string, err error) string {
-	var expired *etcdclient.ExpiredError
-	if errors.As(err, &expired) {
+	if expired, ok := errors.AsType[*etcdclient.ExpiredError](err); ok {
 		// Not "read again on the next connection": there is none, confd
 		// stops here.
 		return fmt.Sprintf("backend %s: cannot start: client certificate %s expired at %s, and etcd refuses it. Renew the certificate (and its key) on disk, then start confd again; a running confd picks up a renewed certificate by itself",
@@ -310,16 +317,14 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		fmt.Fprintf(stderr, "confd: %v\n", err)
 		return nil, nil, 2
 	}
-	if err := authoringFlags(c); err != nil {
-		log.Error(err.Error())
-		return nil, nil, 2
+	err = authoringFlags(c)
+	if err == nil && !c.CheckConfig && !c.Validate {
+		// -check-config and -validate contact no store, so the store
+		// settings cannot stop them; -check-config reports validate's
+		// verdict as a problem.
+		err = validate(c)
 	}
-	if c.CheckConfig || c.Validate {
-		// These modes contact no store, so the store settings cannot stop
-		// them; -check-config reports validate's verdict as a problem.
-		return c, log, 0
-	}
-	if err := validate(c); err != nil {
+	if err != nil {
 		log.Error(err.Error())
 		return nil, nil, 2
 	}
@@ -347,7 +352,7 @@ func (l *resourceLoader) settings(c *Config) *apply.Settings {
 		Settings: resource.Settings{ConfDir: c.ConfDir, Prefix: c.Prefix, CheckTimeout: c.CheckCmdTimeout,
 			ReloadTimeout: c.ReloadCmdTimeout, Log: l.log},
 		Noop: c.Noop, SyncOnly: c.SyncOnly, KeepStageFile: c.KeepStageFile, DiffOut: l.stdout,
-		CommandGrace: c.CommandGrace, CommandEnv: commandEnv(os.Environ()), DestLockTimeout: c.DestLockTimeout,
+		CommandGrace: c.CommandGrace, CommandEnv: runner.WithoutVars(os.Environ(), commandSecretEnv...), DestLockTimeout: c.DestLockTimeout,
 		LockDir:         c.LockDir,
 		NoopShowSecrets: c.NoopShowSecrets, Keyring: l.keyring, Stop: l.stop,
 		Renderer: &l.renderer, Runner: l.runner,
@@ -401,17 +406,6 @@ func (l *resourceLoader) load(s *apply.Settings) ([]daemon.Processor, int) {
 		ps[i], l.current[i] = f, f.Resource
 	}
 	return ps, len(errs)
-}
-
-// removeStaleStageFiles clears what a killed confd left beside each dest.
-func (l *resourceLoader) removeStaleStageFiles() {
-	removed, errs := apply.RemoveStaleStageFiles(l.current, l.cfg.LockDir)
-	for _, f := range removed {
-		l.log.Infof("%s: removed stale stage file %s left by an earlier confd", f.Resource.File, f.Path)
-	}
-	for _, err := range errs {
-		l.log.Warn(err.Error())
-	}
 }
 
 // sdObserver tells systemd about readiness, after the observer it wraps
