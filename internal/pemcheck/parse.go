@@ -212,7 +212,7 @@ func pemType(data []byte) string {
 }
 
 func parseBlock(b *Block, p *pem.Block) error {
-	if strings.Contains(p.Headers["Proc-Type"], "ENCRYPTED") {
+	if p.Type == "ENCRYPTED PRIVATE KEY" || strings.Contains(p.Headers["Proc-Type"], "ENCRYPTED") {
 		return ErrEncrypted
 	}
 	switch p.Type {
@@ -224,9 +224,7 @@ func parseBlock(b *Block, p *pem.Block) error {
 		b.Kind, b.Encoding, b.Cert, b.Public = Certificate, X509, c, c.PublicKey
 		return nil
 	case "PUBLIC KEY", "RSA PUBLIC KEY", "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY":
-		return parseKey(b, p, keyParsers[p.Type])
-	case "ENCRYPTED PRIVATE KEY":
-		return ErrEncrypted
+		return parseKey(b, p)
 	case "EC PARAMETERS":
 		b.Kind = ECParameters
 		return nil
@@ -258,13 +256,13 @@ var (
 	}
 )
 
-func parseKey(b *Block, p *pem.Block, tries []parser) error {
+func parseKey(b *Block, p *pem.Block) error {
 	kind, what := PublicKey, "public key"
 	if strings.HasSuffix(p.Type, "PRIVATE KEY") {
 		kind, what = PrivateKey, "private key"
 	}
 	var first error
-	for _, t := range tries {
+	for _, t := range keyParsers[p.Type] {
 		k, err := t.parse(p.Bytes)
 		if err != nil {
 			first = cmp.Or(first, err)
