@@ -236,15 +236,12 @@ func (ks *KeySet) SetSigning(signer *SigningKey, extra ...*SigningKey) {
 // only. Called with mu held.
 func (ks *KeySet) setHost(host string, keys []Key, d diff) {
 	old := ks.hosts[host]
+	if sameIDs(old, keys) {
+		return
+	}
 	if len(keys) == 0 {
-		if old == nil {
-			return
-		}
 		delete(ks.hosts, host)
 	} else {
-		if sameIDs(old, keys) {
-			return
-		}
 		ks.hosts[host] = slices.Clone(keys)
 	}
 	for _, k := range old {
