@@ -306,12 +306,11 @@ func (ks *KeySet) update(f func(diff)) {
 		ks.changed = ks.now().UTC()
 	}
 	ks.stale = ks.stale || changed
-	dcb := ks.OnDiff
 	ks.mu.Unlock()
-	if changed && dcb != nil {
+	if changed && ks.OnDiff != nil {
 		sort.Strings(c.Added)
 		sort.Strings(c.Removed)
-		dcb(c)
+		ks.OnDiff(c)
 	}
 }
 
