@@ -111,10 +111,8 @@ func (f *File) Certificates() []*x509.Certificate {
 
 // First returns the file's first block of kind k, or nil.
 func (f *File) First(k Kind) *Block {
-	for i := range f.Blocks {
-		if f.Blocks[i].Kind == k {
-			return &f.Blocks[i]
-		}
+	if i := slices.IndexFunc(f.Blocks, func(b Block) bool { return b.Kind == k }); i >= 0 {
+		return &f.Blocks[i]
 	}
 	return nil
 }

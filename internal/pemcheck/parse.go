@@ -98,8 +98,7 @@ func ReadFile(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		// The PathError's own message would repeat the path.
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
 		}
 		return nil, &Error{File: path, Err: err}
@@ -148,19 +147,16 @@ func Parse(name string, data []byte) (*File, error) {
 		// Never quote the offending bytes: they may be a key pasted
 		// without its armour.
 		if !bytes.HasPrefix(rest, beginMarker) {
-			errs = append(errs, &Error{File: name, Line: line, Err: fmt.Errorf("%w where a BEGIN line was expected", ErrNotPEM)})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Line: line, Err: fmt.Errorf("%w where a BEGIN line was expected", ErrNotPEM)})...)
 		}
 		chunk, err := nextChunk(rest)
 		if err != nil {
-			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest), Err: err})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest), Err: err})...)
 		}
 		p, after := pem.Decode(chunk)
 		if p == nil || len(bytes.TrimSpace(after)) != 0 {
-			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
-				Err: fmt.Errorf("%w: bad base64, headers or END line", ErrMalformed)})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
+				Err: fmt.Errorf("%w: bad base64, headers or END line", ErrMalformed)})...)
 		}
 		b := Block{Index: index, Line: line, Type: p.Type}
 		if err := parseBlock(&b, p); err != nil {
