@@ -157,7 +157,9 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	force.Stop()
 	km.Wait()
 	wg.Wait()
-	etcd.close()
+	if etcd.cli != nil { // every user of the connection has ended
+		_ = etcd.cli.Close()
+	}
 	return runErr
 }
 
@@ -176,12 +178,4 @@ func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
 		c.cli, err = c.o.Client(ctx) // nil on error: the next call tries again
 	}
 	return c.cli, err
-}
-
-func (c *clients) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cli != nil {
-		_ = c.cli.Close()
-	}
 }
