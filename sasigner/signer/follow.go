@@ -191,10 +191,7 @@ func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) e
 			return r
 		}
 		if err := wr.Err(); err != nil {
-			if c := context.Cause(wctx); c != nil {
-				return c
-			}
-			return err
+			return cmp.Or(context.Cause(wctx), err)
 		}
 		// One change for the response's events: a burst of publishes
 		// arrives in few responses when the watch falls behind.
@@ -206,10 +203,7 @@ func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) e
 			f.Keys.SetHosts(changes)
 		}
 	}
-	if err := context.Cause(wctx); err != nil {
-		return err
-	}
-	return errors.New("watch channel closed")
+	return cmp.Or(context.Cause(wctx), errors.New("watch channel closed"))
 }
 
 // probe reads etcd every f.Probe while the watch is open and ends the
@@ -226,17 +220,15 @@ func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel cont
 		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
 		resp, err := cli.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
 		pcancel()
-		if err != nil && wctx.Err() == nil {
-			cancel(&probeError{err})
+		if err != nil {
+			cancel(&probeError{err}) // nothing if the watch ended first: the first cause stays
 			return
 		}
 		// Serializable, from any member: its cluster ID tells, its
 		// revision is only recorded (a member may lag).
-		if err == nil {
-			if r := f.restore.Check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
-				cancel(r)
-				return
-			}
+		if r := f.restore.Check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
+			cancel(r)
+			return
 		}
 	}
 }
