@@ -40,10 +40,7 @@ func (k Kind) String() string {
 			names = append(names, name)
 		}
 	}
-	if len(names) == 0 {
-		return "nothing"
-	}
-	return strings.Join(names, " or ")
+	return cmp.Or(strings.Join(names, " or "), "nothing")
 }
 
 // Encoding is the structure a block's DER actually had, which may differ
