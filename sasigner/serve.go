@@ -120,8 +120,19 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		log.WithError(err).Warn("systemd notification failed")
 	}
 
-	watch := &fileWatch{path: o.signingKey}
-	watch.changed() // the file as it is at start
+	// changed notices a replaced or rewritten key file (rotate-key renames
+	// a new key over the old one).
+	var last os.FileInfo
+	changed := func() bool {
+		fi, err := os.Stat(o.signingKey)
+		if err != nil {
+			return false // a missing file is not a new key; the next one is
+		}
+		prev := last
+		last = fi
+		return prev == nil || !os.SameFile(prev, fi) || !prev.ModTime().Equal(fi.ModTime()) || prev.Size() != fi.Size()
+	}
+	changed() // the file as it is at start
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	var runErr error // only errors are sent on errc
@@ -130,10 +141,10 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 		case <-ctx.Done():
 		case runErr = <-errc:
 		case <-hup:
-			watch.changed() // the reload reads the file as it is now
+			changed() // the reload reads the file as it is now
 			km.Reload(ctx, "SIGHUP")
 		case <-tick.C:
-			if watch.changed() {
+			if changed() {
 				km.Reload(ctx, "file change")
 			}
 		}
@@ -146,7 +157,9 @@ func serve(ctx context.Context, o *options, log *logrus.Logger, hup <-chan os.Si
 	force.Stop()
 	km.Wait()
 	wg.Wait()
-	etcd.close()
+	if etcd.cli != nil { // every user of the connection has ended
+		_ = etcd.cli.Close()
+	}
 	return runErr
 }
 
@@ -165,29 +178,4 @@ func (c *clients) get(ctx context.Context) (*clientv3.Client, error) {
 		c.cli, err = c.o.Client(ctx) // nil on error: the next call tries again
 	}
 	return c.cli, err
-}
-
-func (c *clients) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cli != nil {
-		_ = c.cli.Close()
-	}
-}
-
-// fileWatch notices a replaced or rewritten file (rotate-key renames a new
-// key over the old one).
-type fileWatch struct {
-	path string
-	last os.FileInfo
-}
-
-func (w *fileWatch) changed() bool {
-	fi, err := os.Stat(w.path)
-	if err != nil {
-		return false // a missing file is not a new key; the next one is
-	}
-	prev := w.last
-	w.last = fi
-	return prev == nil || !os.SameFile(prev, fi) || !prev.ModTime().Equal(fi.ModTime()) || prev.Size() != fi.Size()
 }

@@ -36,24 +36,16 @@ func APIServerKeys(data []byte) []APIServerKey {
 		}
 		// keyutil on the one block: the reader itself, which returns an
 		// error when it skips the block.
-		if pub, err := keyutil.ParsePublicKeysPEM(pem.EncodeToMemory(p)); err == nil {
-			consumed := len(data) - len(before)
-			keys = append(keys, APIServerKey{Line: beginLine(data, consumed, len(data)-len(rest)), Public: pub[0]})
+		pub, err := keyutil.ParsePublicKeysPEM(pem.EncodeToMemory(p))
+		if err != nil {
+			continue
 		}
+		// The block's BEGIN is the last one before the END of what Decode took.
+		chunk := before[:len(before)-len(rest)]
+		if end := bytes.LastIndex(chunk, endMarker); end >= 0 {
+			chunk = chunk[:end]
+		}
+		begin := len(data) - len(before) + max(bytes.LastIndex(chunk, beginMarker), 0)
+		keys = append(keys, APIServerKey{Line: bytes.Count(data[:begin], []byte("\n")) + 1, Public: pub[0]})
 	}
-}
-
-// beginLine finds the 1-based line of the BEGIN of the block Decode took
-// from data[from:to].
-func beginLine(data []byte, from, to int) int {
-	chunk := data[from:to]
-	end := bytes.LastIndex(chunk, []byte("\n-----END "))
-	if end < 0 {
-		end = len(chunk)
-	}
-	begin := bytes.LastIndex(chunk[:end], []byte("-----BEGIN "))
-	if begin < 0 {
-		begin = 0
-	}
-	return bytes.Count(data[:from+begin], []byte("\n")) + 1
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // MinRSABits is the smallest RSA modulus a key may be published with:
@@ -90,16 +89,14 @@ func sameKey(a, b crypto.PublicKey) bool {
 // returned); so is a value whose only keys are CAs'. No key at all is left
 // to the caller.
 func (f *File) PublishedKeys() (keys []Block, dropped []CA, err error) {
-	cas := f.CAs()
 	var errs []error
 	for i := range f.Blocks {
 		b := &f.Blocks[i]
-		ca := slices.IndexFunc(cas, func(c CA) bool { return c.Block.Index == b.Index })
-		switch {
+		switch reason := f.caReason(*b); {
 		case b.Kind == PrivateKey:
 			errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: a private key must never be published", ErrPrivateKey)))
-		case ca >= 0:
-			dropped = append(dropped, cas[ca])
+		case reason != "":
+			dropped = append(dropped, CA{Block: *b, Reason: reason})
 		case b.Public != nil:
 			keys = append(keys, *b)
 		}

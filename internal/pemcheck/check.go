@@ -40,10 +40,7 @@ type Options struct {
 
 // Check checks f against opts and returns every problem found, joined.
 func (f *File) Check(opts Options) error {
-	now := opts.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
+	now := cmp.Or(opts.Now, time.Now())
 	allow := cmp.Or(opts.Allow, keyOrCert)
 	if opts.ForbidPrivate {
 		allow &^= PrivateKey
@@ -67,9 +64,14 @@ func (f *File) Check(opts Options) error {
 			}
 			continue
 		}
-		if b.Cert != nil {
-			if err := validAt(b.Cert, now); err != nil {
-				errs = append(errs, BlockError(f.Name, b, err))
+		if c := b.Cert; c != nil {
+			switch {
+			case now.Before(c.NotBefore):
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: %q is valid from %s (now %s)", ErrNotYetValid, c.Subject.String(),
+					c.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))))
+			case now.After(c.NotAfter):
+				errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: %q expired at %s (now %s)", ErrExpired, c.Subject.String(),
+					c.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))))
 			}
 		}
 		if opts.Validate != nil {
@@ -78,7 +80,7 @@ func (f *File) Check(opts Options) error {
 				continue
 			}
 		}
-		if opts.APIServerSAKeys && !loadedAt(f.apiserverKeys, b) {
+		if opts.APIServerSAKeys && !slices.ContainsFunc(f.apiserverKeys, func(k APIServerKey) bool { return k.Line == b.Line && sameKey(b.Public, k.Public) }) {
 			errs = append(errs, BlockError(f.Name, b, fmt.Errorf("%w: kube-apiserver would skip this block (it reads RSA keys and certificates, PKIX ECDSA public keys and SEC1 EC private keys)", ErrSkipped)))
 		}
 	}
@@ -96,19 +98,6 @@ func (f *File) Check(opts Options) error {
 	return errors.Join(errs...)
 }
 
-func validAt(c *x509.Certificate, now time.Time) error {
-	const layout = time.RFC3339
-	if now.Before(c.NotBefore) {
-		return fmt.Errorf("%w: %q is valid from %s (now %s)", ErrNotYetValid, c.Subject.String(),
-			c.NotBefore.UTC().Format(layout), now.UTC().Format(layout))
-	}
-	if now.After(c.NotAfter) {
-		return fmt.Errorf("%w: %q expired at %s (now %s)", ErrExpired, c.Subject.String(),
-			c.NotAfter.UTC().Format(layout), now.UTC().Format(layout))
-	}
-	return nil
-}
-
 // Certificates returns the file's certificates in order.
 func (f *File) Certificates() []*x509.Certificate {
 	var out []*x509.Certificate
@@ -122,10 +111,8 @@ func (f *File) Certificates() []*x509.Certificate {
 
 // First returns the file's first block of kind k, or nil.
 func (f *File) First(k Kind) *Block {
-	for i := range f.Blocks {
-		if f.Blocks[i].Kind == k {
-			return &f.Blocks[i]
-		}
+	if i := slices.IndexFunc(f.Blocks, func(b Block) bool { return b.Kind == k }); i >= 0 {
+		return &f.Blocks[i]
 	}
 	return nil
 }
@@ -151,10 +138,4 @@ func MatchPair(certs, keys *File) error {
 	keyID, _ := KeyID(key.Public)
 	return BlockError(certs.Name, leaf, fmt.Errorf("against %s %s: %w (certificate %q has key ID %s, private key has key ID %s)",
 		keys.Name, key, ErrMismatch, leaf.Cert.Subject.String(), certID, keyID))
-}
-
-// loadedAt reports whether kube-apiserver loads block b: a key from the same
-// BEGIN line with the same public key.
-func loadedAt(keys []APIServerKey, b *Block) bool {
-	return slices.ContainsFunc(keys, func(k APIServerKey) bool { return k.Line == b.Line && sameKey(b.Public, k.Public) })
 }

@@ -40,10 +40,7 @@ func (k Kind) String() string {
 			names = append(names, name)
 		}
 	}
-	if len(names) == 0 {
-		return "nothing"
-	}
-	return strings.Join(names, " or ")
+	return cmp.Or(strings.Join(names, " or "), "nothing")
 }
 
 // Encoding is the structure a block's DER actually had, which may differ
@@ -98,8 +95,7 @@ func ReadFile(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		// The PathError's own message would repeat the path.
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
 		}
 		return nil, &Error{File: path, Err: err}
@@ -148,19 +144,16 @@ func Parse(name string, data []byte) (*File, error) {
 		// Never quote the offending bytes: they may be a key pasted
 		// without its armour.
 		if !bytes.HasPrefix(rest, beginMarker) {
-			errs = append(errs, &Error{File: name, Line: line, Err: fmt.Errorf("%w where a BEGIN line was expected", ErrNotPEM)})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Line: line, Err: fmt.Errorf("%w where a BEGIN line was expected", ErrNotPEM)})...)
 		}
 		chunk, err := nextChunk(rest)
 		if err != nil {
-			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest), Err: err})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest), Err: err})...)
 		}
 		p, after := pem.Decode(chunk)
 		if p == nil || len(bytes.TrimSpace(after)) != 0 {
-			errs = append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
-				Err: fmt.Errorf("%w: bad base64, headers or END line", ErrMalformed)})
-			return nil, errors.Join(errs...)
+			return nil, errors.Join(append(errs, &Error{File: name, Block: index, Line: line, Type: pemType(rest),
+				Err: fmt.Errorf("%w: bad base64, headers or END line", ErrMalformed)})...)
 		}
 		b := Block{Index: index, Line: line, Type: p.Type}
 		if err := parseBlock(&b, p); err != nil {
@@ -212,7 +205,7 @@ func pemType(data []byte) string {
 }
 
 func parseBlock(b *Block, p *pem.Block) error {
-	if strings.Contains(p.Headers["Proc-Type"], "ENCRYPTED") {
+	if p.Type == "ENCRYPTED PRIVATE KEY" || strings.Contains(p.Headers["Proc-Type"], "ENCRYPTED") {
 		return ErrEncrypted
 	}
 	switch p.Type {
@@ -224,9 +217,7 @@ func parseBlock(b *Block, p *pem.Block) error {
 		b.Kind, b.Encoding, b.Cert, b.Public = Certificate, X509, c, c.PublicKey
 		return nil
 	case "PUBLIC KEY", "RSA PUBLIC KEY", "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY":
-		return parseKey(b, p, keyParsers[p.Type])
-	case "ENCRYPTED PRIVATE KEY":
-		return ErrEncrypted
+		return parseKey(b, p)
 	case "EC PARAMETERS":
 		b.Kind = ECParameters
 		return nil
@@ -258,13 +249,13 @@ var (
 	}
 )
 
-func parseKey(b *Block, p *pem.Block, tries []parser) error {
+func parseKey(b *Block, p *pem.Block) error {
 	kind, what := PublicKey, "public key"
 	if strings.HasSuffix(p.Type, "PRIVATE KEY") {
 		kind, what = PrivateKey, "private key"
 	}
 	var first error
-	for _, t := range tries {
+	for _, t := range keyParsers[p.Type] {
 		k, err := t.parse(p.Bytes)
 		if err != nil {
 			first = cmp.Or(first, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	logtest "github.com/sirupsen/logrus/hooks/test"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/keysync/confd/internal/keytest"
 	"github.com/keysync/confd/internal/pemcheck"
@@ -35,7 +36,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 		log   []string // in the log; none: nothing logged
 	}{
 		{"leaf + ca.crt", append(slices.Clone(leaf), caPEM...), []string{leafID}, nil,
-			[]string{`host "m1\nforged"`, "block 2 (line", "CA:TRUE", "not served", `key="/keys/m1"`}},
+			[]string{`host "m1\nforged"`, "block 2 (line", "CA:TRUE", "not served", `key="/keys/m1\nforged"`}},
 		{"ca.crt + leaf", append(slices.Clone(caPEM), leaf...), []string{leafID}, nil, []string{"block 1 (line 1, CERTIFICATE)"}},
 		{"a renewal's two leaves", append(slices.Clone(leaf), renewed...), []string{leafID, renewedID}, nil, nil},
 		{"the CA's bare key beside its leaf", append(slices.Clone(leaf), keytest.PublicPEM(t, caKey.Public())...), []string{leafID}, nil,
@@ -45,7 +46,7 @@ func TestParsePublishedDropsCA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, hook := logtest.NewNullLogger()
-			f := &Follower{Log: l, Metrics: NewMetrics(), bad: map[string]int64{}}
+			f := &Follower{Prefix: "/keys/", Keys: NewKeySet(nil, nil), Log: l, Metrics: NewMetrics(), bad: map[string]int64{}}
 			logged := func() string {
 				var b strings.Builder
 				for _, e := range hook.AllEntries() {
@@ -53,7 +54,9 @@ func TestParsePublishedDropsCA(t *testing.T) {
 				}
 				return b.String()
 			}
-			served := f.accept("m1\nforged", "/keys/m1", tc.value, 1, nil)
+			hosts := map[string][]Key{}
+			f.put(hosts, &mvccpb.KeyValue{Key: []byte("/keys/m1\nforged"), Value: tc.value, ModRevision: 1}, false)
+			served := hosts["m1\nforged"]
 			ok := served != nil // accepted: the host's keys are served
 			if tc.err != nil {
 				_, err := ParsePublished("/keys/m1", tc.value, "", nil)

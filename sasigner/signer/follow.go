@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rsa"
 	"crypto/x509"
@@ -57,12 +58,7 @@ type Follower struct {
 // Run follows etcd until ctx ends. synced, if not nil, is called once after
 // the first successful read.
 func (f *Follower) Run(ctx context.Context, synced func()) {
-	if f.Retry <= 0 {
-		f.Retry = time.Second
-	}
-	if f.Probe <= 0 {
-		f.Probe = 5 * time.Second
-	}
+	f.Retry, f.Probe = cmp.Or(f.Retry, time.Second), cmp.Or(f.Probe, 5*time.Second)
 	f.bad = map[string]int64{}
 	f.weak = map[string]bool{}
 	delay := f.Retry
@@ -195,10 +191,7 @@ func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) e
 			return r
 		}
 		if err := wr.Err(); err != nil {
-			if c := context.Cause(wctx); c != nil {
-				return c
-			}
-			return err
+			return cmp.Or(context.Cause(wctx), err)
 		}
 		// One change for the response's events: a burst of publishes
 		// arrives in few responses when the watch falls behind.
@@ -210,10 +203,7 @@ func (f *Follower) watch(ctx context.Context, cli *clientv3.Client, rev int64) e
 			f.Keys.SetHosts(changes)
 		}
 	}
-	if err := context.Cause(wctx); err != nil {
-		return err
-	}
-	return errors.New("watch channel closed")
+	return cmp.Or(context.Cause(wctx), errors.New("watch channel closed"))
 }
 
 // probe reads etcd every f.Probe while the watch is open and ends the
@@ -230,17 +220,15 @@ func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel cont
 		pctx, pcancel := context.WithTimeout(wctx, f.RequestTimeout)
 		resp, err := cli.Get(pctx, f.Prefix, clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithPrefix())
 		pcancel()
-		if err != nil && wctx.Err() == nil {
-			cancel(&probeError{err})
+		if err != nil {
+			cancel(&probeError{err}) // nothing if the watch ended first: the first cause stays
 			return
 		}
 		// Serializable, from any member: its cluster ID tells, its
 		// revision is only recorded (a member may lag).
-		if err == nil {
-			if r := f.restore.Check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
-				cancel(r)
-				return
-			}
+		if r := f.restore.Check(etcdrestore.HeaderOf(resp.Header), false); r != nil {
+			cancel(r)
+			return
 		}
 	}
 }
@@ -248,44 +236,42 @@ func (f *Follower) probe(wctx context.Context, cli *clientv3.Client, cancel cont
 // put records in hosts the keys its host publishes in kv (deleted: none);
 // a value refused leaves the host's previous keys: those of an earlier
 // event in hosts, else those served, as confd keeps the live bundle when
-// a render fails its check.
+// a render fails its check. The etcd key is quoted wherever it is logged:
+// anyone who may publish may put a newline in it, and the text log format
+// prints fields raw.
 func (f *Follower) put(hosts map[string][]Key, kv *mvccpb.KeyValue, deleted bool) {
-	host := etcdkey.Host(f.Prefix, string(kv.Key))
-	prev, seen := hosts[host]
-	switch {
-	case host == "":
-	case deleted:
-		delete(f.bad, string(kv.Key))
-		hosts[host] = nil
-	case seen:
-		hosts[host] = f.accept(host, string(kv.Key), kv.Value, kv.ModRevision, prev)
-	default:
-		hosts[host] = f.accept(host, string(kv.Key), kv.Value, kv.ModRevision, f.Keys.Host(host))
+	key, quoted := string(kv.Key), strconv.Quote(string(kv.Key))
+	host := etcdkey.Host(f.Prefix, key)
+	if host == "" {
+		return
 	}
-}
-
-// accept checks one published value (of revision rev) and returns the
-// host's keys: the value's, or prev when it is refused. The etcd key is
-// quoted wherever it is logged: anyone who may publish may put a newline
-// in it, and the text log format prints fields raw.
-func (f *Follower) accept(host, key string, value []byte, rev int64, prev []Key) []Key {
-	keys, err := ParsePublished(strconv.Quote(key), value, host, f.Log)
+	if deleted {
+		delete(f.bad, key)
+		hosts[host] = nil
+		return
+	}
+	prev, seen := hosts[host]
+	if !seen {
+		prev = f.Keys.Host(host)
+	}
+	keys, err := ParsePublished(quoted, kv.Value, host, f.Log)
 	if err != nil {
 		f.Metrics.rejected.Inc()
-		if f.bad[key] != rev {
-			f.bad[key] = rev
-			l := f.Log.WithField("key", strconv.Quote(key)).WithError(err)
+		if f.bad[key] != kv.ModRevision {
+			f.bad[key] = kv.ModRevision
+			l := f.Log.WithField("key", quoted).WithError(err)
 			if len(prev) > 0 {
 				l.WithField("kept", len(prev)).Error("published value refused: serving the host's previous keys")
 			} else {
 				l.Error("published value refused: the host has no key served")
 			}
 		}
-		return prev
+		hosts[host] = prev
+		return
 	}
 	if _, ok := f.bad[key]; ok {
 		delete(f.bad, key)
-		f.Log.WithField("key", strconv.Quote(key)).Info("published value accepted again")
+		f.Log.WithField("key", quoted).Info("published value accepted again")
 	}
 	// An RSA key under 2048 bits is warned of once: the signer refuses to
 	// sign with one, but serves it, since dropping a key at once would
@@ -295,11 +281,11 @@ func (f *Follower) accept(host, key string, value []byte, rev int64, prev []Key)
 		if r, ok := pub.(*rsa.PublicKey); ok && r.N.BitLen() < pemcheck.MinRSABits && !f.weak[k.ID] {
 			f.weak[k.ID] = true
 			f.Metrics.weakKeys.Inc()
-			f.Log.WithField("key", strconv.Quote(key)).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
+			f.Log.WithField("key", quoted).WithField("kid", k.ID).WithField("bits", r.N.BitLen()).
 				Warn("published RSA key under 2048 bits: served, as its tokens may be live, but anyone able to factor it can forge tokens; rotate that host's key and retire this one")
 		}
 	}
-	return keys
+	hosts[host] = keys
 }
 
 // probeError is a failed read while a watch was open: etcd is unreachable.

@@ -96,12 +96,11 @@ func NewSigningKey(key crypto.PrivateKey) (*SigningKey, error) {
 	default:
 		return nil, fmt.Errorf("%T: want an RSA or ECDSA private key", key)
 	}
-	// Neither encoding fails: the key is RSA or ECDSA on a named curve,
-	// the header three strings.
-	pk, _ := newKey(k.signer.Public())
+	pk := newKey(k.signer.Public())
 	k.KeyID, k.PublicDER = pk.ID, pk.DER
 	// Only alg, kid and typ: kube-apiserver refuses any other header field
-	// (plugin.validateJWTHeader decodes with DisallowUnknownFields).
+	// (plugin.validateJWTHeader decodes with DisallowUnknownFields). Three
+	// strings: the encoding cannot fail.
 	h, _ := json.Marshal(struct {
 		Alg string `json:"alg"`
 		Kid string `json:"kid"`

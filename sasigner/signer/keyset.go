@@ -70,11 +70,7 @@ func ParsePublished(name string, value []byte, host string, log logrus.FieldLogg
 		default:
 			return nil, fmt.Errorf("%s %s: %T: kube-apiserver verifies RSA and ECDSA keys only", name, b, b.Public)
 		}
-		k, err := newKey(b.Public)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, b, err)
-		}
-		if !slices.ContainsFunc(out, func(o Key) bool { return o.ID == k.ID }) {
+		if k := newKey(b.Public); !slices.ContainsFunc(out, func(o Key) bool { return o.ID == k.ID }) {
 			out = append(out, k)
 		}
 	}
@@ -89,16 +85,12 @@ func ParsePublished(name string, value []byte, host string, log logrus.FieldLogg
 	return out, nil
 }
 
-func newKey(pub crypto.PublicKey) (Key, error) {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return Key{}, err
-	}
-	id, err := pemcheck.KeyID(pub)
-	if err != nil {
-		return Key{}, err
-	}
-	return Key{ID: id, DER: der}, nil
+// newKey serves pub, an RSA key or an ECDSA key on a named curve: its
+// encodings cannot fail.
+func newKey(pub crypto.PublicKey) Key {
+	der, _ := x509.MarshalPKIXPublicKey(pub)
+	id, _ := pemcheck.KeyID(pub)
+	return Key{ID: id, DER: der}
 }
 
 // KeySet holds what FetchKeys serves: each host's last good keys and the
@@ -244,15 +236,12 @@ func (ks *KeySet) SetSigning(signer *SigningKey, extra ...*SigningKey) {
 // only. Called with mu held.
 func (ks *KeySet) setHost(host string, keys []Key, d diff) {
 	old := ks.hosts[host]
+	if sameIDs(old, keys) {
+		return
+	}
 	if len(keys) == 0 {
-		if old == nil {
-			return
-		}
 		delete(ks.hosts, host)
 	} else {
-		if sameIDs(old, keys) {
-			return
-		}
 		ks.hosts[host] = slices.Clone(keys)
 	}
 	for _, k := range old {
@@ -317,12 +306,11 @@ func (ks *KeySet) update(f func(diff)) {
 		ks.changed = ks.now().UTC()
 	}
 	ks.stale = ks.stale || changed
-	dcb := ks.OnDiff
 	ks.mu.Unlock()
-	if changed && dcb != nil {
+	if changed && ks.OnDiff != nil {
 		sort.Strings(c.Added)
 		sort.Strings(c.Removed)
-		dcb(c)
+		ks.OnDiff(c)
 	}
 }
 
@@ -373,11 +361,7 @@ func checkKey(k Key) error {
 	default:
 		return fmt.Errorf("key %s: %T, want RSA or ECDSA", k.ID, pub)
 	}
-	id, err := pemcheck.KeyID(pub)
-	if err != nil {
-		return err
-	}
-	if id != k.ID {
+	if id, _ := pemcheck.KeyID(pub); id != k.ID { // an RSA or ECDSA key parsed from PKIX encodes again
 		return fmt.Errorf("key %s: its key ID is %s", k.ID, id)
 	}
 	return nil

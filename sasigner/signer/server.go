@@ -122,9 +122,7 @@ func Listen(ctx context.Context, path string, gid int) (net.Listener, error) {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("socket %s: exists and is not a socket (%s); not removing it", path, fi.Mode().Type())
 		}
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		c, err := (&net.Dialer{}).DialContext(dctx, "unix", path)
-		cancel()
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", path)
 		if err == nil {
 			_ = c.Close()
 			return nil, fmt.Errorf("socket %s: another process is serving it", path)

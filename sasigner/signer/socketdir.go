@@ -85,16 +85,14 @@ func prepareSocketDir(sock string, gid int) error {
 			if final {
 				mode = socketDirMode
 			}
-			created := true
-			if err := unix.Mkdirat(fd, name, 0o700); errors.Is(err, unix.EEXIST) {
-				// Created meanwhile by someone else: checked as found
-				// (next turn), not chmod'ed.
-				created = false
-			} else if err != nil {
-				return fmt.Errorf("socket directory: create %s: %w", next, err)
+			// Created meanwhile by someone else (EEXIST): checked as
+			// found (next turn), not chmod'ed.
+			mkErr := unix.Mkdirat(fd, name, 0o700)
+			if mkErr != nil && !errors.Is(mkErr, unix.EEXIST) {
+				return fmt.Errorf("socket directory: create %s: %w", next, mkErr)
 			}
 			// Opened O_RDONLY whatever final is: fchmod needs it.
-			if nfd, err = openDir(fd, name, next, true); err == nil && created {
+			if nfd, err = openDir(fd, name, next, true); err == nil && mkErr == nil {
 				if err := unix.Fchmod(nfd, mode); err != nil {
 					_ = unix.Close(nfd)
 					return fmt.Errorf("socket directory: chmod %s: %w", next, err)

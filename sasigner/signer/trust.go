@@ -52,9 +52,8 @@ func (r *Recorder) wakeup() chan struct{} {
 // Run writes records until ctx ends; a failed write is retried.
 func (r *Recorder) Run(ctx context.Context) {
 	wake := r.wakeup()
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
 	var (
+		retry      <-chan time.Time // after a failed write; nil: none
 		recorded   *Snapshot
 		recordedCM string
 		failing    bool
@@ -65,7 +64,7 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-retry.C:
+		case <-retry:
 		}
 		s := r.latest.Load()
 		if s == nil {
@@ -95,7 +94,7 @@ func (r *Recorder) Run(ctx context.Context) {
 				r.Log.WithError(err).Error("trust record not written; retrying")
 			}
 			failing = true
-			retry.Reset(2 * time.Second)
+			retry = time.After(2 * time.Second)
 			continue
 		}
 		if failing {
