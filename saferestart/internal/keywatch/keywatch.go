@@ -407,13 +407,10 @@ func (w *Watcher) tombstonePath() string {
 	return filepath.Join(w.StateDir, TombstonesFile)
 }
 
+// loadTombstones reads the tombstone file; without StateDir the path is
+// "", which names no file, and the set starts empty.
 func (w *Watcher) loadTombstones() {
-	w.tombs = tombstones{}
-	path := w.tombstonePath()
-	if path == "" {
-		return
-	}
-	t, err := readTombstones(path)
+	t, err := readTombstones(w.tombstonePath())
 	if err != nil {
 		w.Metrics.fail(ErrStateDir)
 		w.Log.WithError(err).Warn("--state-dir: tombstones seen before are not known; those in etcd are kept from now on")
