@@ -141,8 +141,7 @@ func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, i
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
 		if attempt == readAttempts || !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
-			err = fmt.Errorf("%s: read %s: %w", c.where, describe(keys), err)
-			return nil, 0, c.withCause(ctx, err)
+			return nil, 0, c.withCause(ctx, fmt.Errorf("%s: read %s: %w", c.where, describe(keys), err))
 		}
 	}
 }

@@ -335,16 +335,13 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if !ok {
 				j = len(evs)
 				byKey[owner] = j
-				ev := backends.WatchEvent{}
+				evs = append(evs, backends.WatchEvent{})
 				if r.whole {
-					ev.Whole = owner
+					evs[j].Whole = owner
 				}
-				evs = append(evs, ev)
 			}
-			ch := backends.Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
-			if !ch.Deleted {
-				ch.Value = string(e.Kv.Value)
-			}
+			// A delete's key-value (a tombstone) has no value.
+			ch := backends.Change{Key: k, Value: string(e.Kv.Value), Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
 			evs[j].Keys = append(evs[j].Keys, k)
 			evs[j].Changes = append(evs[j].Changes, ch)
 			evs[j].Revision = ch.Rev
