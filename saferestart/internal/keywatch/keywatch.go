@@ -201,8 +201,7 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 	log := w.Log.WithField("trigger", trigger)
 	rctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
 	defer cancel()
-	valueKey := w.Store.ValueKey(w.Host)
-	_, restored, err := w.restore.Read(rctx, w.Client, valueKey, clientv3.WithCountOnly())
+	_, restored, err := w.restore.Read(rctx, w.Client, w.Store.ValueKey(w.Host), clientv3.WithCountOnly())
 	if err != nil {
 		w.Metrics.fail(ErrEtcd)
 		return err
@@ -478,7 +477,6 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 		}
 	}
 	valueKey := w.Store.ValueKey(w.Host)
-	recordDir := etcdkey.Dir(w.Store.RecordPrefix)
 	for ctx.Err() == nil {
 		lost := make(chan struct{}, 1)
 		sctx := etcdclient.WithStreamErrors(ctx, func(error) {
@@ -491,7 +489,7 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 		watcher := clientv3.NewWatcher(w.Client)
 		from := clientv3.WithRev(w.restore.Seen().Revision + 1)
 		values := watcher.Watch(wctx, valueKey, from)
-		records := watcher.Watch(wctx, recordDir, clientv3.WithPrefix(), from)
+		records := watcher.Watch(wctx, etcdkey.Dir(w.Store.RecordPrefix), clientv3.WithPrefix(), from)
 		disconnected := w.follow(wctx, values, records, lost, valueKey, send)
 		cancel()
 		_ = watcher.Close()
