@@ -1,6 +1,7 @@
 package etcdv3
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -478,10 +479,7 @@ func cancelReason(resp clientv3.WatchResponse) string {
 	if err := resp.Err(); err != nil {
 		return err.Error()
 	}
-	if resp.CancelReason != "" {
-		return resp.CancelReason
-	}
-	return "no reason given"
+	return cmp.Or(resp.CancelReason, "no reason given")
 }
 
 // Revision is etcd's current revision, read through key (one the caller
