@@ -35,11 +35,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// Source reads the key files: the name to log and the public items to
-// publish. Its error is a refusal (a private key, a weak key, a file that
-// does not parse): nothing is published from it.
-type Source func(ctx context.Context) (name string, items []keystate.Item, err error)
-
 // Refused is a source refused at the first reconcile: the caller exits 3.
 type Refused struct{ Err error }
 
@@ -51,7 +46,10 @@ type Watcher struct {
 	Client *clientv3.Client
 	Store  *keystate.Store
 	Host   string
-	Source Source
+	// Source reads the key files: the name to log and the public items
+	// to publish. Its error is a refusal (a private key, a weak key, a
+	// file that does not parse): nothing is published from it.
+	Source func(ctx context.Context) (name string, items []keystate.Item, err error)
 	// Files are polled (content) every Poll for a change.
 	Files []string
 	// Trim removes retired keys from the host's own key files.
