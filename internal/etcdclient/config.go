@@ -76,9 +76,7 @@ func (cfg Config) wantsTLS() bool {
 
 // scheme is the scheme given to nodes that have none.
 func (cfg Config) scheme() (string, error) {
-	switch cfg.Scheme {
-	case "", "http", "https":
-	default:
+	if cfg.Scheme != "" && cfg.Scheme != "http" && cfg.Scheme != "https" {
 		return "", fmt.Errorf("scheme %q: want http or https", cfg.Scheme)
 	}
 	// confd's -scheme defaults to "http" even when certificates are given;
@@ -172,9 +170,7 @@ func normalize(node, scheme string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("node %q: %w", node, err)
 	}
-	switch u.Scheme {
-	case "http", "https":
-	default:
+	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("node %q: scheme %q, want http or https", node, u.Scheme)
 	}
 	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
