@@ -78,9 +78,8 @@ type Watcher struct {
 	published map[string]bool
 	tombs     tombstones
 	// unsaved: tombs holds tombstones the file does not.
-	unsaved   bool
-	alive     *rotation.Announcement
-	lastFiles string
+	unsaved bool
+	alive   *rotation.Announcement
 }
 
 // Run reconciles until ctx ends. It returns a *Refused when the first
@@ -89,7 +88,7 @@ type Watcher struct {
 func (w *Watcher) Run(ctx context.Context) error {
 	w.published = map[string]bool{}
 	w.loadTombstones()
-	w.lastFiles = w.filesDigest()
+	lastFiles := w.filesDigest()
 	retry := time.Second
 	for {
 		err := w.reconcile(ctx, TriggerStart)
@@ -157,8 +156,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.Metrics.setAlive(false)
 		case <-poll.C:
 			w.Notify.Ping()
-			if d := w.filesDigest(); d != w.lastFiles {
-				w.lastFiles = d
+			if d := w.filesDigest(); d != lastFiles {
+				lastFiles = d
 				trigger = TriggerFile
 			}
 		}
