@@ -59,15 +59,6 @@ func (f *tlsFiles) currentStamp() string {
 	return s
 }
 
-// leafOf is tc's client certificate, parsed: tls.LoadX509KeyPair (in
-// clientTLS) fills Leaf in since Go 1.23.
-func leafOf(tc *tls.Config) *x509.Certificate {
-	if tc == nil || len(tc.Certificates) == 0 {
-		return nil
-	}
-	return tc.Certificates[0].Leaf
-}
-
 // config is the configuration for the next handshake.
 func (f *tlsFiles) config() (*tls.Config, error) {
 	f.mu.Lock()
@@ -78,7 +69,11 @@ func (f *tlsFiles) config() (*tls.Config, error) {
 			f.tc, f.stamp = tc, stamp
 		}
 	}
-	if err := validity(f.files.ClientCert, leafOf(f.tc), f.now()); err != nil {
+	var leaf *x509.Certificate
+	if len(f.tc.Certificates) > 0 {
+		leaf = f.tc.Certificates[0].Leaf // parsed by tls.LoadX509KeyPair since Go 1.23
+	}
+	if err := validity(f.files.ClientCert, leaf, f.now()); err != nil {
 		return nil, err
 	}
 	return f.tc.Clone(), nil
