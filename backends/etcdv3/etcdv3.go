@@ -141,8 +141,7 @@ func (c *Client) GetPairs(ctx context.Context, keys []string) ([]memkv.KVPair, i
 		// Only a compaction between our own transactions is worth a fresh
 		// start; the first transaction reads the newest revision.
 		if attempt == readAttempts || !errors.Is(err, rpctypes.ErrCompacted) || rctx.Err() != nil {
-			err = fmt.Errorf("%s: read %s: %w", c.where, describe(keys), err)
-			return nil, 0, c.withCause(ctx, err)
+			return nil, 0, c.withCause(ctx, fmt.Errorf("%s: read %s: %w", c.where, describe(keys), err))
 		}
 	}
 }
@@ -226,25 +225,18 @@ var errNoRevision = errors.New("response carries no revision")
 func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv.KVPair, int64, error) {
 	var pairs []memkv.KVPair
 	var rev int64 // 0: the first transaction reads the newest revision
-	page, maxBytes := c.pageKeys, c.pageBytes
-	// byBytes is the keys that fit maxBytes at the size of the last
-	// response's.
-	byBytes := page
-	var seenKeys, seenBytes int
-	sized := func(r rangeReply) {
-		seenKeys += r.kvs
-		seenBytes += r.bytes
-	}
-	resize := func() {
-		if seenKeys > 0 {
-			byBytes = max(maxBytes/max(seenBytes/seenKeys, 1), 1)
+	// byBytes is the keys that fit pageBytes at the size of the last
+	// response's: kvs keys of bytes bytes.
+	byBytes := c.pageKeys
+	resize := func(kvs, bytes int) {
+		if kvs > 0 {
+			byBytes = max(c.pageBytes/max(bytes/kvs, 1), 1)
 		}
-		seenKeys, seenBytes = 0, 0
 	}
 	// next is the limit of a range's next page, when rr left keys of it.
 	next := func(rr rangeReply) int {
 		rest := max(rr.count-int64(rr.kvs), 0)
-		return min(max(int(min(rest/restShare, math.MaxInt32)), page), byBytes)
+		return min(max(int(min(rest/restShare, math.MaxInt32)), c.pageKeys), byBytes)
 	}
 	requests := 0
 	after := func(counted int64) {
@@ -264,7 +256,7 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		// One transaction answers at most about one page of keys: each
 		// range gets an equal share, and a range that has more continues
 		// in pages of its own below.
-		share := int64(max(min(byBytes, page)/max(len(part), 1), 1))
+		share := int64(max(min(byBytes, c.pageKeys)/max(len(part), 1), 1))
 		ops := make([]clientv3.Op, len(part))
 		for i, r := range part {
 			key, opts := r.from, []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithLimit(share)}
@@ -287,45 +279,42 @@ func (c *Client) readAt(ctx context.Context, reads []read, attempt int) ([]memkv
 		if len(resp.Responses) != len(part) {
 			return nil, 0, fmt.Errorf("etcd answered %d of %d reads", len(resp.Responses), len(part))
 		}
-		// Ranges that did not fit, with the reply each one had.
+		// Ranges that did not fit: their ends, with the reply each one had.
 		type rest struct {
-			r  read
-			rr rangeReply
+			end string
+			rr  rangeReply
 		}
 		var more []rest
-		var counted int64
+		var counted, left int64
+		var kvs, bytes int
 		// Replies come in the order of the ops of this batch; index
 		// within the batch, never within all reads.
 		for i, op := range resp.Responses {
 			var rr rangeReply
 			pairs, rr = appendRange(pairs, op.GetResponseRange())
-			sized(rr)
+			kvs += rr.kvs
+			bytes += rr.bytes
 			counted += rr.count
 			if rr.more && rr.kvs > 0 {
-				more = append(more, rest{part[i], rr})
+				more = append(more, rest{prefixEnd(part[i].from), rr})
+				left += rr.count - int64(rr.kvs)
 			}
 		}
 		after(counted)
-		resize()
-		// The pages to come hold the rest of each range etcd counted:
-		// the list grows once, not by doubling (with the copies beside
-		// the pages at the peak of a large read). Bounded, as a count is
-		// only what etcd says.
-		var left int64
-		for _, m := range more {
-			left += m.rr.count - int64(m.rr.kvs)
-		}
+		resize(kvs, bytes)
+		// The pages to come hold the rest of each range etcd counted
+		// (left): the list grows once, not by doubling (with the copies
+		// beside the pages at the peak of a large read). Bounded, as a
+		// count is only what etcd says.
 		pairs = slices.Grow(pairs, int(min(left, maxGrow)))
 		for _, m := range more {
-			end := prefixEnd(m.r.from)
 			for rr := m.rr; rr.more && rr.kvs > 0; {
-				resp, err := c.cli.Get(ctx, rr.last+"\x00", clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(int64(next(rr))))
+				resp, err := c.cli.Get(ctx, rr.last+"\x00", clientv3.WithRange(m.end), clientv3.WithRev(rev), clientv3.WithLimit(int64(next(rr))))
 				if err != nil {
 					return nil, 0, atRev(err)
 				}
 				pairs, rr = appendRange(pairs, (*pb.RangeResponse)(resp))
-				sized(rr)
-				resize()
+				resize(rr.kvs, rr.bytes)
 				after(rr.count)
 			}
 		}

@@ -1,6 +1,7 @@
 package etcdv3
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -126,20 +127,6 @@ func oneRange(k string) watchRange {
 	return watchRange{key: k, end: k + "0", keys: []string{k}, whole: true}
 }
 
-// halves are key's two ranges, for a role granted exactly the key and
-// "key/" that refuses its one range.
-func halves(k string) []watchRange {
-	var out []watchRange
-	for _, r := range planReads([]string{k}) {
-		h := watchRange{key: r.from, keys: []string{k}}
-		if r.prefix {
-			h.key, h.end = prefixStart(r.from), prefixEnd(r.from)
-		}
-		out = append(out, h)
-	}
-	return out
-}
-
 // planRanges watches each key as its own range while there are at most
 // limit keys. Beyond that, keys are watched as the directories they share,
 // deepest first (keys under "/a/b/c/" are merged before those under
@@ -211,7 +198,8 @@ func planRanges(keys []string, limit int) []watchRange {
 }
 
 // split is what replaces r when etcd refuses it: its keys one by one, or
-// a key's halves.
+// a key's halves (the key itself and "key/", for a role granted exactly
+// those).
 func (r watchRange) split() ([]watchRange, bool) {
 	switch {
 	case len(r.keys) > 1:
@@ -221,7 +209,8 @@ func (r watchRange) split() ([]watchRange, bool) {
 		}
 		return out, true
 	case r.whole && r.end == r.key+"0":
-		return halves(r.keys[0]), true
+		k := r.keys[0]
+		return []watchRange{{key: k, keys: r.keys}, {key: k + "/", end: prefixEnd(k + "/"), keys: r.keys}}, true
 	}
 	return nil, false
 }
@@ -347,16 +336,13 @@ func (c *Client) Watch(ctx context.Context, keys []string, afterRev int64, fn fu
 			if !ok {
 				j = len(evs)
 				byKey[owner] = j
-				ev := backends.WatchEvent{}
+				evs = append(evs, backends.WatchEvent{})
 				if r.whole {
-					ev.Whole = owner
+					evs[j].Whole = owner
 				}
-				evs = append(evs, ev)
 			}
-			ch := backends.Change{Key: k, Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
-			if !ch.Deleted {
-				ch.Value = string(e.Kv.Value)
-			}
+			// A delete's key-value (a tombstone) has no value.
+			ch := backends.Change{Key: k, Value: string(e.Kv.Value), Rev: e.Kv.ModRevision, Deleted: e.Type == mvccpb.DELETE}
 			evs[j].Keys = append(evs[j].Keys, k)
 			evs[j].Changes = append(evs[j].Changes, ch)
 			evs[j].Revision = ch.Rev
@@ -493,10 +479,7 @@ func cancelReason(resp clientv3.WatchResponse) string {
 	if err := resp.Err(); err != nil {
 		return err.Error()
 	}
-	if resp.CancelReason != "" {
-		return resp.CancelReason
-	}
-	return "no reason given"
+	return cmp.Or(resp.CancelReason, "no reason given")
 }
 
 // Revision is etcd's current revision, read through key (one the caller

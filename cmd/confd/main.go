@@ -291,9 +291,9 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return nil, nil, 0
 	}
 	// A first logger for config-file warnings; the configured one replaces it.
-	log, err := logfmt.New(stderr, c.LogLevel, c.LogFormat)
+	log, err := logfmt.New(stderr, c.LogLevel, c.LogFormat, false)
 	if err != nil {
-		log, _ = logfmt.New(stderr, "", "")
+		log, _ = logfmt.New(stderr, "", "", false)
 	}
 	if c.CheckConfig {
 		// -check-config reports confd.toml's problems itself, every one
@@ -313,7 +313,7 @@ func configure(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		}
 		return nil, nil, 2
 	}
-	if log, err = logfmt.New(stderr, c.LogLevel, c.LogFormat); err != nil {
+	if log, err = logfmt.New(stderr, c.LogLevel, c.LogFormat, false); err != nil {
 		fmt.Fprintf(stderr, "confd: %v\n", err)
 		return nil, nil, 2
 	}

@@ -57,7 +57,7 @@ func TestSighupBrokenConfigKeepsEverything(t *testing.T) {
 	if c == nil {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	log, _ := logfmt.New(&logb, "", "text")
+	log, _ := logfmt.New(&logb, "", "text", false)
 	l := &resourceLoader{log: log, args: args, stderr: &errb, getenv: envOf(nil), cfg: c}
 	if err := os.WriteFile(cfg, []byte("backend = \n"), 0o600); err != nil {
 		t.Fatal(err)

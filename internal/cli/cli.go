@@ -214,10 +214,7 @@ func (c *Common) FromFile(err error) error {
 // as confd's check_cmd or reload_cmd, one line without time and host
 // under confd's own prefix.
 func (c *Common) Logger(w io.Writer, getenv func(string) string) (*logrus.Logger, error) {
-	if logfmt.UnderConfd(getenv) {
-		return logfmt.NewChild(w, c.LogLevel, c.LogFormat)
-	}
-	return logfmt.New(w, c.LogLevel, c.LogFormat)
+	return logfmt.New(w, c.LogLevel, c.LogFormat, getenv(logfmt.ResourceEnv) != "")
 }
 
 // flagError is pflag's error, with what an unknown flag probably meant.

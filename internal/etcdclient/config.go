@@ -76,9 +76,7 @@ func (cfg Config) wantsTLS() bool {
 
 // scheme is the scheme given to nodes that have none.
 func (cfg Config) scheme() (string, error) {
-	switch cfg.Scheme {
-	case "", "http", "https":
-	default:
+	if cfg.Scheme != "" && cfg.Scheme != "http" && cfg.Scheme != "https" {
 		return "", fmt.Errorf("scheme %q: want http or https", cfg.Scheme)
 	}
 	// confd's -scheme defaults to "http" even when certificates are given;
@@ -91,7 +89,7 @@ func (cfg Config) scheme() (string, error) {
 
 // endpoints returns the URLs to connect to: Nodes, else the nodes named by
 // SRV records, else DefaultNode.
-func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) {
+func endpoints(ctx context.Context, cfg Config) ([]string, error) {
 	scheme, err := cfg.scheme()
 	if err != nil {
 		return nil, err
@@ -103,7 +101,7 @@ func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error)
 		}
 	}
 	if len(nodes) == 0 && (cfg.SRVRecord != "" || cfg.SRVDomain != "") {
-		if nodes, err = srvNodes(ctx, cfg, r); err != nil {
+		if nodes, err = srvNodes(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -130,9 +128,10 @@ func endpoints(ctx context.Context, cfg Config, r SRVResolver) ([]string, error)
 }
 
 // srvNodes looks up SRVRecord, else for SRVDomain confd's
-// "_<backend>._tcp.<domain>", then etcd's own "_etcd-client._tcp.<domain>":
-// the nodes of the first that has records.
-func srvNodes(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) {
+// "_<backend>._tcp.<domain>", then etcd's own "_etcd-client._tcp.<domain>",
+// through cfg.Resolver (the system's if nil): the nodes of the first that
+// has records.
+func srvNodes(ctx context.Context, cfg Config) ([]string, error) {
 	names := []string{cfg.SRVRecord}
 	if cfg.SRVRecord == "" {
 		names = []string{"_" + cmp.Or(cfg.Backend, "etcdv3") + "._tcp." + cfg.SRVDomain}
@@ -143,7 +142,7 @@ func srvNodes(ctx context.Context, cfg Config, r SRVResolver) ([]string, error) 
 	var errs []error
 	for _, name := range names {
 		// With no service and proto, the name is looked up as given.
-		_, addrs, err := r.LookupSRV(ctx, "", "", name)
+		_, addrs, err := cmp.Or[SRVResolver](cfg.Resolver, net.DefaultResolver).LookupSRV(ctx, "", "", name)
 		if err == nil && len(addrs) == 0 {
 			err = errors.New("no records")
 		}
@@ -171,9 +170,7 @@ func normalize(node, scheme string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("node %q: %w", node, err)
 	}
-	switch u.Scheme {
-	case "http", "https":
-	default:
+	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("node %q: scheme %q, want http or https", node, u.Scheme)
 	}
 	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
@@ -196,6 +193,11 @@ func tlsConfig(cfg Config, eps []string) (*tls.Config, error) {
 	case cfg.ClientKey != "" && cfg.ClientCert == "":
 		return nil, fmt.Errorf("client key %s given without its certificate (-client-cert)", cfg.ClientKey)
 	}
+	return clientTLS(cfg)
+}
+
+// clientTLS reads cfg's TLS files as they are now.
+func clientTLS(cfg Config) (*tls.Config, error) {
 	tc, err := tlsconf.Client(cfg.ClientCAKeys, cfg.ClientCert, cfg.ClientKey)
 	if err != nil {
 		return nil, err

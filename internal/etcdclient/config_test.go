@@ -79,7 +79,8 @@ func TestEndpoints(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &fakeResolver{records: records}
-			got, err := endpoints(context.Background(), tc.cfg, r)
+			tc.cfg.Resolver = r
+			got, err := endpoints(context.Background(), tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,8 @@ func TestEndpointsErrors(t *testing.T) {
 		{"mixed schemes", Config{Nodes: []string{"http://m1:1", "https://m2:1"}}, []string{"mix"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := endpoints(context.Background(), tc.cfg, &fakeResolver{})
+			tc.cfg.Resolver = &fakeResolver{}
+			got, err := endpoints(context.Background(), tc.cfg)
 			if err == nil {
 				t.Fatalf("no error, endpoints %q", got)
 			}

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
-
-	"github.com/keysync/confd/internal/tlsconf"
 )
 
 // tlsFiles builds the TLS configuration of every new connection from the
@@ -26,29 +24,24 @@ import (
 // keeps the last good configuration. It is the connection's gRPC
 // transport credentials: every handshake takes a fresh configuration.
 type tlsFiles struct {
-	ca, cert, key string
-	insecure      bool
-	now           func() time.Time
-	info          credentials.ProtocolInfo
+	files Config // its TLS files and ClientInsecure
+	now   func() time.Time
+	info  credentials.ProtocolInfo
 
 	mu    sync.Mutex
 	stamp string
-	cfg   *tls.Config
-	leaf  *x509.Certificate
+	tc    *tls.Config
 }
 
 func newTLSFiles(cfg Config, initial *tls.Config) *tlsFiles {
-	f := &tlsFiles{ca: cfg.ClientCAKeys, cert: cfg.ClientCert, key: cfg.ClientKey, insecure: cfg.ClientInsecure, now: time.Now,
-		info: credentials.NewTLS(initial).Info()}
+	f := &tlsFiles{files: cfg, now: time.Now, info: credentials.NewTLS(initial).Info(), tc: initial}
 	f.stamp = f.currentStamp()
-	f.cfg = initial
-	f.leaf = leafOf(initial)
 	return f
 }
 
 func (f *tlsFiles) currentStamp() string {
 	var s string
-	for _, p := range []string{f.ca, f.cert, f.key} {
+	for _, p := range []string{f.files.ClientCAKeys, f.files.ClientCert, f.files.ClientKey} {
 		if p == "" {
 			continue
 		}
@@ -66,31 +59,24 @@ func (f *tlsFiles) currentStamp() string {
 	return s
 }
 
-// leafOf is tc's client certificate, parsed: tls.LoadX509KeyPair (in
-// tlsconf.Client) fills Leaf in since Go 1.23.
-func leafOf(tc *tls.Config) *x509.Certificate {
-	if tc == nil || len(tc.Certificates) == 0 {
-		return nil
-	}
-	return tc.Certificates[0].Leaf
-}
-
 // config is the configuration for the next handshake.
 func (f *tlsFiles) config() (*tls.Config, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if stamp := f.currentStamp(); stamp != f.stamp {
-		tc, err := tlsconf.Client(f.ca, f.cert, f.key)
-		if err == nil {
-			tc.InsecureSkipVerify = f.insecure
-			f.cfg, f.leaf, f.stamp = tc, leafOf(tc), stamp
+		// On an error, keep the last good files until the renewal is complete.
+		if tc, err := clientTLS(f.files); err == nil {
+			f.tc, f.stamp = tc, stamp
 		}
-		// else: keep the last good files until the renewal is complete.
 	}
-	if err := validity(f.cert, f.leaf, f.now()); err != nil {
+	var leaf *x509.Certificate
+	if len(f.tc.Certificates) > 0 {
+		leaf = f.tc.Certificates[0].Leaf // parsed by tls.LoadX509KeyPair since Go 1.23
+	}
+	if err := validity(f.files.ClientCert, leaf, f.now()); err != nil {
 		return nil, err
 	}
-	return f.cfg.Clone(), nil
+	return f.tc.Clone(), nil
 }
 
 // validity reports a client certificate outside its validity period by
@@ -155,14 +141,9 @@ func Diagnose(ctx context.Context, cfg Config) error {
 	return diagnose(ctx, cfg, eps, tc)
 }
 
-// resolve returns cfg's endpoints (SRV records looked up through
-// cfg.Resolver, the system's if nil) and their TLS configuration.
+// resolve returns cfg's endpoints and their TLS configuration.
 func resolve(ctx context.Context, cfg Config) ([]string, *tls.Config, error) {
-	r := cfg.Resolver
-	if r == nil {
-		r = net.DefaultResolver
-	}
-	eps, err := endpoints(ctx, cfg, r)
+	eps, err := endpoints(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -49,10 +49,7 @@ type Header struct {
 
 // HeaderOf is the part of an etcd response header that tells a restore.
 func HeaderOf(h *pb.ResponseHeader) Header {
-	if h == nil {
-		return Header{}
-	}
-	return Header{ClusterID: h.ClusterId, Revision: h.Revision}
+	return Header{ClusterID: h.GetClusterId(), Revision: h.GetRevision()} // zero for nil
 }
 
 // Evidence is how a restore was noticed; its string is a metric label.

@@ -46,12 +46,11 @@ func (f *ConfdFormatter) Format(e *logrus.Entry) ([]byte, error) {
 }
 
 // New returns a logger writing to w at level ("" means info) in format
-// "text" (confd's) or "json".
-func New(w io.Writer, level, format string) (*logrus.Logger, error) {
-	return newLogger(w, level, format, false)
-}
-
-func newLogger(w io.Writer, level, format string, child bool) (*logrus.Logger, error) {
+// "text" (confd's) or "json". A child is a program whose output confd logs
+// line by line (it finds ResourceEnv set): its text is "TAG[PID]: LEVEL
+// message key=value" (confd's format without the time and host that
+// confd's own prefix adds), its JSON has no time field.
+func New(w io.Writer, level, format string, child bool) (*logrus.Logger, error) {
 	l := logrus.New()
 	l.SetOutput(w)
 	if level != "" {
@@ -78,7 +77,7 @@ func newLogger(w io.Writer, level, format string, child bool) (*logrus.Logger, e
 
 // ResourceEnv is the variable confd sets for its check_cmd and reload_cmd:
 // the resource file they run for. A program that finds it logs as a child
-// (NewChild): one plain line under confd's prefix.
+// (New): one plain line under confd's prefix.
 const ResourceEnv = "CONFD_RESOURCE"
 
 // ChildEnv is env (nil: this process's) with ResourceEnv set to resource.
@@ -88,16 +87,6 @@ func ChildEnv(env []string, resource string) []string {
 	}
 	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, ResourceEnv+"=") })
 	return append(out, ResourceEnv+"="+resource)
-}
-
-// UnderConfd reports whether this process runs as a confd command.
-func UnderConfd(getenv func(string) string) bool { return getenv(ResourceEnv) != "" }
-
-// NewChild is New for a program whose output confd logs line by line:
-// text is "TAG[PID]: LEVEL message key=value" (confd's format without the
-// time and host that confd's own prefix adds), JSON has no time field.
-func NewChild(w io.Writer, level, format string) (*logrus.Logger, error) {
-	return newLogger(w, level, format, true)
 }
 
 // Printable is s as a log message shows a command's output line: as it is

@@ -24,7 +24,7 @@ func TestFormats(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var b bytes.Buffer
-		l, err := New(&b, "debug", tc.format)
+		l, err := New(&b, "debug", tc.format, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestFormats(t *testing.T) {
 		}
 	}
 	for _, bad := range [][2]string{{"loud", ""}, {"info", "xml"}} {
-		if _, err := New(&b0, bad[0], bad[1]); err == nil || !strings.Contains(err.Error(), "-log-") {
+		if _, err := New(&b0, bad[0], bad[1], false); err == nil || !strings.Contains(err.Error(), "-log-") {
 			t.Errorf("New(%q, %q) error = %v", bad[0], bad[1], err)
 		}
 	}
@@ -46,7 +46,7 @@ func TestRecordsAreRedacted(t *testing.T) {
 	key := "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBgh6/4vBhHETAcq3TpoAoGCCqGSM49\n-----END EC PRIVATE KEY-----"
 	for _, format := range []string{"text", "json"} {
 		var b bytes.Buffer
-		l, err := New(&b, "info", format)
+		l, err := New(&b, "info", format, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestLoggersMaskEncodedKeysAtEveryOffset(t *testing.T) {
 		for _, before := range []string{"", "\n", "#\n"} {
 			enc := base64.StdEncoding.EncodeToString(append([]byte(before), keyPEM...))
 			var b bytes.Buffer
-			l, err := New(&b, "", format)
+			l, err := New(&b, "", format, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,13 +26,11 @@ func New(getenv func(string) string, log logrus.FieldLogger) *Notifier {
 	if getenv("NOTIFY_SOCKET") == "" {
 		return nil
 	}
-	n := &Notifier{log: log}
-	if d, err := daemon.SdWatchdogEnabled(false); err != nil {
+	d, err := daemon.SdWatchdogEnabled(false) // 0 on an error
+	if err != nil {
 		log.Warnf("systemd watchdog settings unreadable: %v", err)
-	} else {
-		n.watchdog = d
 	}
-	return n
+	return &Notifier{log: log, watchdog: d}
 }
 
 func (n *Notifier) send(state string) {

@@ -24,6 +24,7 @@ func Closest(name string, candidates []string) string {
 	}
 	limit := min(max(len(name)/3, 1), 3)
 	best, bestD := "", limit+1
+	var prefixed []string
 	for _, c := range candidates {
 		if c == name {
 			continue
@@ -31,20 +32,14 @@ func Closest(name string, candidates []string) string {
 		if d := distance(strings.ToLower(name), strings.ToLower(c)); d < bestD {
 			best, bestD = c, d
 		}
-	}
-	if best != "" {
-		return best
-	}
-	var prefixed []string
-	for _, c := range candidates {
-		if strings.HasPrefix(c, name) && c != name {
+		if strings.HasPrefix(c, name) {
 			prefixed = append(prefixed, c)
 		}
 	}
-	if len(prefixed) == 1 {
+	if best == "" && len(prefixed) == 1 {
 		return prefixed[0]
 	}
-	return ""
+	return best
 }
 
 // distance is the Levenshtein distance (insertions, deletions and

@@ -24,10 +24,7 @@ var Version = "dev"
 // Commit is the full commit hash and Date its date, RFC 3339 in UTC. Built
 // without the Makefile, they are what `go build` recorded of the checkout
 // (vcs.revision, vcs.time), or "unknown" (go test, a source tarball).
-var (
-	Commit = ""
-	Date   = ""
-)
+var Commit, Date string
 
 func init() {
 	// -X can only set a string to a constant, so the fallback is filled

@@ -40,8 +40,12 @@ type prober struct {
 
 // newProber validates cfg and builds the client, so that a bad CA or an
 // unreadable token fails before the first request instead of looking like
-// an apiserver that is not ready.
+// an apiserver that is not ready. Without a URL the gate is off: no
+// prober, no error.
 func newProber(cfg Config) (*prober, error) {
+	if cfg.URL == "" {
+		return nil, nil
+	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		// url.Error quotes the input, which could hold userinfo.

@@ -38,11 +38,8 @@ var (
 // Any other answer, and no answer at all (the apiserver is down), is nil:
 // only the gate's own configuration is judged here.
 func Probe(ctx context.Context, cfg Config) error {
-	if cfg.URL == "" {
-		return nil
-	}
 	p, err := newProber(cfg)
-	if err != nil {
+	if p == nil {
 		return err
 	}
 	out, err := p.get(ctx, p.target.String(), excerptReadLimit)
@@ -91,9 +88,6 @@ type Config struct {
 // token or JWKS key file. Callers run it before a restart, so that a gate
 // that cannot work stops the restart instead of failing after it.
 func Validate(cfg Config) error {
-	if cfg.URL == "" {
-		return nil
-	}
 	_, err := newProber(cfg)
 	return err
 }
@@ -106,11 +100,8 @@ func Validate(cfg Config) error {
 // (no restart fixes either). The bearer token never appears in logs or
 // errors.
 func Wait(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
-	if cfg.URL == "" {
-		return nil
-	}
 	p, err := newProber(cfg)
-	if err != nil {
+	if p == nil {
 		return err
 	}
 	if cfg.Timeout > 0 {

@@ -35,11 +35,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/rotation"
 )
 
-// Source reads the key files: the name to log and the public items to
-// publish. Its error is a refusal (a private key, a weak key, a file that
-// does not parse): nothing is published from it.
-type Source func(ctx context.Context) (name string, items []keystate.Item, err error)
-
 // Refused is a source refused at the first reconcile: the caller exits 3.
 type Refused struct{ Err error }
 
@@ -51,7 +46,10 @@ type Watcher struct {
 	Client *clientv3.Client
 	Store  *keystate.Store
 	Host   string
-	Source Source
+	// Source reads the key files: the name to log and the public items
+	// to publish. Its error is a refusal (a private key, a weak key, a
+	// file that does not parse): nothing is published from it.
+	Source func(ctx context.Context) (name string, items []keystate.Item, err error)
 	// Files are polled (content) every Poll for a change.
 	Files []string
 	// Trim removes retired keys from the host's own key files.
@@ -80,9 +78,8 @@ type Watcher struct {
 	published map[string]bool
 	tombs     tombstones
 	// unsaved: tombs holds tombstones the file does not.
-	unsaved   bool
-	alive     *rotation.Announcement
-	lastFiles string
+	unsaved bool
+	alive   *rotation.Announcement
 }
 
 // Run reconciles until ctx ends. It returns a *Refused when the first
@@ -91,7 +88,7 @@ type Watcher struct {
 func (w *Watcher) Run(ctx context.Context) error {
 	w.published = map[string]bool{}
 	w.loadTombstones()
-	w.lastFiles = w.filesDigest()
+	lastFiles := w.filesDigest()
 	retry := time.Second
 	for {
 		err := w.reconcile(ctx, TriggerStart)
@@ -159,8 +156,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.Metrics.setAlive(false)
 		case <-poll.C:
 			w.Notify.Ping()
-			if d := w.filesDigest(); d != w.lastFiles {
-				w.lastFiles = d
+			if d := w.filesDigest(); d != lastFiles {
+				lastFiles = d
 				trigger = TriggerFile
 			}
 		}
@@ -201,8 +198,7 @@ func (w *Watcher) reconcile(ctx context.Context, trigger string) error {
 	log := w.Log.WithField("trigger", trigger)
 	rctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
 	defer cancel()
-	valueKey := w.Store.ValueKey(w.Host)
-	_, restored, err := w.restore.Read(rctx, w.Client, valueKey, clientv3.WithCountOnly())
+	_, restored, err := w.restore.Read(rctx, w.Client, w.Store.ValueKey(w.Host), clientv3.WithCountOnly())
 	if err != nil {
 		w.Metrics.fail(ErrEtcd)
 		return err
@@ -407,13 +403,10 @@ func (w *Watcher) tombstonePath() string {
 	return filepath.Join(w.StateDir, TombstonesFile)
 }
 
+// loadTombstones reads the tombstone file; without StateDir the path is
+// "", which names no file, and the set starts empty.
 func (w *Watcher) loadTombstones() {
-	w.tombs = tombstones{}
-	path := w.tombstonePath()
-	if path == "" {
-		return
-	}
-	t, err := readTombstones(path)
+	t, err := readTombstones(w.tombstonePath())
 	if err != nil {
 		w.Metrics.fail(ErrStateDir)
 		w.Log.WithError(err).Warn("--state-dir: tombstones seen before are not known; those in etcd are kept from now on")
@@ -481,7 +474,6 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 		}
 	}
 	valueKey := w.Store.ValueKey(w.Host)
-	recordDir := etcdkey.Dir(w.Store.RecordPrefix)
 	for ctx.Err() == nil {
 		lost := make(chan struct{}, 1)
 		sctx := etcdclient.WithStreamErrors(ctx, func(error) {
@@ -494,7 +486,7 @@ func (w *Watcher) watch(ctx context.Context, wake chan<- string) {
 		watcher := clientv3.NewWatcher(w.Client)
 		from := clientv3.WithRev(w.restore.Seen().Revision + 1)
 		values := watcher.Watch(wctx, valueKey, from)
-		records := watcher.Watch(wctx, recordDir, clientv3.WithPrefix(), from)
+		records := watcher.Watch(wctx, etcdkey.Dir(w.Store.RecordPrefix), clientv3.WithPrefix(), from)
 		disconnected := w.follow(wctx, values, records, lost, valueKey, send)
 		cancel()
 		_ = watcher.Close()

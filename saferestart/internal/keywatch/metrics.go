@@ -52,12 +52,6 @@ const (
 	ErrFleetState = "fleet-state"
 )
 
-var (
-	reasons  = []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing}
-	triggers = []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore}
-	kinds    = []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens, ErrFleetState}
-)
-
 // Metrics counts what the publisher does
 // (kube_apiserver_safe_restart_publisher_...), every series initialised
 // so that rate() and absent() work from the first scrape.
@@ -74,16 +68,15 @@ type Metrics struct {
 
 // NewMetrics registers every metric in a registry of its own.
 func NewMetrics() *Metrics {
-	evidence := []string{string(etcdrestore.RevisionBack), string(etcdrestore.ClusterChanged), string(etcdrestore.Compacted)}
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		repairs: counterVec("repairs_total", "reason", reasons,
+		repairs: counterVec("repairs_total", "reason", []string{ValueMissing, ValueInvalid, CurrentMissing, SupersededMissing, RetiredPresent, TombstoneMissing},
 			"Published values and key records repaired, by reason (value-missing, value-invalid, current-missing, superseded-missing, retired-present, tombstone-missing)."),
-		reconciles: counterVec("reconciles_total", "trigger", triggers,
+		reconciles: counterVec("reconciles_total", "trigger", []string{TriggerStart, TriggerInterval, TriggerFile, TriggerWatch, TriggerRestore},
 			"Reconciles run, by trigger (start, interval, file, watch, restore)."),
-		errors: counterVec("errors_total", "kind", kinds,
+		errors: counterVec("errors_total", "kind", []string{ErrSource, ErrEtcd, ErrStateDir, ErrAlive, ErrStaleTokens, ErrFleetState},
 			"Errors, by kind (source: key files refused; etcd; state-dir: the tombstone file; alive: the alive record; stale-tokens: a failed sample of the apiserver's /metrics; fleet-state: a failed read of the fleet state from etcd)."),
-		restores: counterVec("etcd_restores_total", "evidence", evidence,
+		restores: counterVec("etcd_restores_total", "evidence", []string{string(etcdrestore.RevisionBack), string(etcdrestore.ClusterChanged), string(etcdrestore.Compacted)},
 			"etcd restores noticed, by evidence (revision, cluster, compacted)."),
 		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ns + "keys",
 			Help: "This host's keys after the last reconcile, by state (current, superseded, retired)."}, []string{"state"}),

@@ -23,11 +23,6 @@ const (
 	ExitCodeMetric  = "kube_apiserver_safe_restart_last_run_exit_code"
 )
 
-var help = map[string]string{
-	TimestampMetric: "When the command last ended (Unix seconds).",
-	ExitCodeMetric:  "The exit code the command last ended with (0 ok; see kube-apiserver-safe-restart --help).",
-}
-
 // Write records that command ended at end with code in path, atomically
 // (node_exporter never reads half a file), keeping the samples of the
 // other commands the file holds.
@@ -50,10 +45,13 @@ func Write(path, command string, code int, end time.Time) error {
 	samples[TimestampMetric][command] = strconv.FormatFloat(float64(end.UnixMilli())/1e3, 'f', -1, 64)
 	samples[ExitCodeMetric][command] = strconv.Itoa(code)
 	var b strings.Builder
-	for _, name := range []string{TimestampMetric, ExitCodeMetric} {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, help[name], name)
-		for _, c := range slices.Sorted(maps.Keys(samples[name])) {
-			fmt.Fprintf(&b, "%s{command=%q} %s\n", name, c, samples[name][c])
+	for _, m := range []struct{ name, help string }{
+		{TimestampMetric, "When the command last ended (Unix seconds)."},
+		{ExitCodeMetric, "The exit code the command last ended with (0 ok; see kube-apiserver-safe-restart --help)."},
+	} {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", m.name, m.help, m.name)
+		for _, c := range slices.Sorted(maps.Keys(samples[m.name])) {
+			fmt.Fprintf(&b, "%s{command=%q} %s\n", m.name, c, samples[m.name][c])
 		}
 	}
 	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -124,8 +124,6 @@ type Config struct {
 	Interval time.Duration // default DefaultInterval
 	Timeout  time.Duration // per request; default DefaultTimeout
 	Log      logrus.FieldLogger
-	// Now is the clock (default time.Now).
-	Now func() time.Time
 }
 
 // Prober runs the probe; its metrics go in the registry Register is given.
@@ -153,9 +151,6 @@ func New(cfg Config) (*Prober, error) {
 		return nil, errors.New("token probe: no host name (--host)")
 	}
 	cfg.Interval, cfg.Timeout = cmp.Or(cfg.Interval, DefaultInterval), cmp.Or(cfg.Timeout, DefaultTimeout)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	ns, name, err := ParseServiceAccount(cfg.ServiceAccount)
 	if err != nil {
 		return nil, err
@@ -259,7 +254,7 @@ func (p *Prober) Once(ctx context.Context) {
 				return
 			}
 			p.accepted.WithLabelValues(p.cfg.Host, tg.Host).Set(promserve.Bool(ok))
-			p.timestamp.WithLabelValues(p.cfg.Host, tg.Host).Set(float64(p.cfg.Now().UnixNano()) / 1e9)
+			p.timestamp.WithLabelValues(p.cfg.Host, tg.Host).Set(float64(time.Now().UnixNano()) / 1e9)
 		})
 	}
 	wg.Wait()
