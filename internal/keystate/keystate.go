@@ -151,15 +151,11 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 			return Record{}, fmt.Errorf("%s: not a key record (%v): fix or delete it (etcdctl del %s), then run the command again", key, err, key)
 		}
 	}
-	if rec.Host == "" {
-		rec.Host = host
-	}
+	rec.Host = cmp.Or(rec.Host, host)
 	rec = rec.clone()
 	for kid, until := range rec.Keep {
-		if _, ok := rec.Superseded[kid]; ok {
-			continue
-		}
-		if _, ok := rec.Retired[kid]; ok {
+		_, sup := rec.Superseded[kid]
+		if _, gone := rec.Retired[kid]; sup || gone {
 			continue
 		}
 		s := Superseded{RetireAfter: until, By: Legacy}
@@ -174,14 +170,9 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 
 func (r Record) clone() Record {
 	c := r
-	c.Superseded = maps.Clone(r.Superseded)
-	c.Retired = maps.Clone(r.Retired)
-	if c.Superseded == nil {
-		c.Superseded = map[string]Superseded{}
-	}
-	if c.Retired == nil {
-		c.Retired = map[string]time.Time{}
-	}
+	c.Superseded, c.Retired = map[string]Superseded{}, map[string]time.Time{}
+	maps.Copy(c.Superseded, r.Superseded)
+	maps.Copy(c.Retired, r.Retired)
 	return c
 }
 

@@ -89,9 +89,7 @@ func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error
 			continue
 		}
 		st := get(host)
-		if st.Items, st.ValueErr = ParseValue(string(kv.Key), kv.Value, true); st.ValueErr != nil {
-			st.Items = nil
-		}
+		st.Items, st.ValueErr = ParseValue(string(kv.Key), kv.Value, true)
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		host, what, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), rdir), "/")
