@@ -179,10 +179,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		}
 	}
 	for _, h := range hosts {
-		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h]}
-		if row.Publishes == nil {
-			row.Publishes = []string{}
-		}
+		row := Host{Host: h, Publishes: append([]string{}, published[h]...), PublishError: pubErr[h]}
 		if rec, ok := records[h]; ok {
 			row.Record = &rec
 		}
@@ -202,7 +199,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 				row.Unpublished = append(row.Unpublished, k.Kid)
 			}
 		}
-		row.Stale = row.stale()
+		row.Stale = row.in(Publishers) && (row.Record == nil || len(row.Missing) > 0) || len(row.Unpublished) > 0
 		r.Hosts = append(r.Hosts, row)
 	}
 	return r
@@ -249,12 +246,8 @@ func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
 // set), as SigningKeysNotIn counts them.
 func signingKeys(h Host) []SigningKey {
 	rec := h.Record
-	if rec == nil || rec.Unparseable != "" {
-		return nil
-	}
-	replaced := len(h.Publishes) > 0 && h.PublishError == "" &&
-		!slices.ContainsFunc(h.Publishes, rec.Trusts)
-	if replaced {
+	if rec == nil || rec.Unparseable != "" ||
+		len(h.Publishes) > 0 && h.PublishError == "" && !slices.ContainsFunc(h.Publishes, rec.Trusts) { // replaced
 		return nil
 	}
 	var out []SigningKey
@@ -292,11 +285,6 @@ func (h *Host) in(a Among) bool {
 		return h.Record != nil
 	}
 	return !h.Gone() && (len(h.Current) > 0 || h.PublishError != "")
-}
-
-// stale is Host.Stale from the other fields.
-func (h *Host) stale() bool {
-	return h.in(Publishers) && (h.Record == nil || len(h.Missing) > 0) || len(h.Unpublished) > 0
 }
 
 // NotTrustingAmong returns the hosts among a (except those in exclude)
