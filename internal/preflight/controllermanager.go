@@ -21,7 +21,7 @@ func ControllerManagerKey(flagsFiles []string) (file, kid string, err error) {
 	if len(errs) > 0 {
 		return "", "", errors.Join(errs...)
 	}
-	for _, o := range effective(occ, specs) {
+	for _, o := range occ {
 		file = o.value
 	}
 	if file == "" {

@@ -245,7 +245,6 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 	specs := apiserverFlags()
 	occ, errs := readFlags(paths, specs)
 	c.errs = append(c.errs, errs...)
-	occ = effective(occ, specs)
 	if len(occ) == 0 {
 		if len(errs) == 0 {
 			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(paths, ", ")))
@@ -305,17 +304,10 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 		}
 	}
 	// Pairs are matched once both halves have been checked on their own.
+	// Only a certificate's spec names a key flag.
 	for _, o := range occ {
-		spec := specs[o.flag]
-		if spec.role != roleCert {
-			continue
-		}
-		k, ok := last[spec.key]
-		if !ok {
-			continue
-		}
-		cf, kf := c.cache[o.value], c.cache[k.value]
-		if cf != nil && kf != nil {
+		k, ok := last[specs[o.flag].key]
+		if cf, kf := c.cache[o.value], c.cache[k.value]; ok && cf != nil && kf != nil {
 			c.add(fmt.Sprintf("%s with %s", o, k), pemcheck.MatchPair(cf, kf))
 		}
 	}

@@ -17,7 +17,7 @@ func ServiceAccountFiles(flagsFiles []string) (keyFiles []string, signingKey str
 	if len(errs) > 0 {
 		return nil, "", errors.Join(errs...)
 	}
-	for _, o := range effective(occ, specs) {
+	for _, o := range occ {
 		switch specs[o.flag].role {
 		case roleSAKey:
 			keyFiles = append(keyFiles, o.value)
