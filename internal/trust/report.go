@@ -109,11 +109,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 			return nil, err
 		}
 	}
-	r := build(rev, published, pubErr, records, life)
-	for i := range r.Hosts {
-		r.Hosts[i].Warnings = warnings[r.Hosts[i].Host]
-	}
-	return r, nil
+	return build(rev, published, pubErr, warnings, records, life), nil
 }
 
 // publishedKeyIDs is the key IDs of a host's published value as the bundle
@@ -146,7 +142,7 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 	if err != nil {
 		return nil, err
 	}
-	return build(rev, nil, nil, records, nil), nil
+	return build(rev, nil, nil, nil, records, nil), nil
 }
 
 // build is Collect without etcd. life is each host's key records: a host
@@ -154,7 +150,7 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 // publishes no current key, so it is no longer a publisher that waits,
 // fleet checks and staleness count; its superseded keys stay published,
 // and every other host must still trust them until they are retired.
-func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record, life map[string]keystate.HostKeys) *Report {
+func build(rev int64, published map[string][]string, pubErr map[string]string, warnings map[string][]string, records map[string]Record, life map[string]keystate.HostKeys) *Report {
 	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}, Lifecycle: life}
 	hosts := slices.Concat(slices.Collect(maps.Keys(published)), slices.Collect(maps.Keys(records)))
 	slices.Sort(hosts)
@@ -179,7 +175,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		}
 	}
 	for _, h := range hosts {
-		row := Host{Host: h, Publishes: append([]string{}, published[h]...), PublishError: pubErr[h]}
+		row := Host{Host: h, Publishes: append([]string{}, published[h]...), PublishError: pubErr[h], Warnings: warnings[h]}
 		if rec, ok := records[h]; ok {
 			row.Record = &rec
 		}
