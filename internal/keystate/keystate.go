@@ -30,9 +30,8 @@ import (
 
 // Item is one key (or certificate) of a published value.
 type Item struct {
-	KID  string
-	PEM  []byte
-	Cert bool
+	KID string
+	PEM []byte
 }
 
 // ParseValue reads a published value (or a file to publish) the way it is
@@ -59,7 +58,7 @@ func ParseValue(name string, data []byte, keepCerts bool) ([]Item, error) {
 		}
 		it := Item{KID: kid}
 		if b.Cert != nil && keepCerts {
-			it.Cert, it.PEM = true, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Cert.Raw})
+			it.PEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Cert.Raw})
 		} else if it.PEM, err = pemcheck.PublicPEM(b.Public); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", name, b, err)
 		}
