@@ -157,11 +157,8 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 		if _, gone := rec.Retired[kid]; sup || gone {
 			continue
 		}
-		s := Superseded{RetireAfter: until, By: Legacy}
-		if it, ok := find(items, kid); ok {
-			s.PEM = string(it.PEM)
-		}
-		rec.Superseded[kid] = s
+		it, _ := find(items, kid) // no PEM when the value lacks it
+		rec.Superseded[kid] = Superseded{RetireAfter: until, PEM: string(it.PEM), By: Legacy}
 	}
 	rec.Keep = nil
 	return rec, nil
