@@ -104,8 +104,7 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	}
 	var life map[string]keystate.HostKeys
 	if p.Rotation != "" {
-		store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
-		if life, err = store.List(ctx, rev); err != nil {
+		if life, err = (&keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}).List(ctx, rev); err != nil {
 			return nil, err
 		}
 	}
