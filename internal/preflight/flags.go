@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -119,7 +120,7 @@ func extractFlags(source string, toks []token, specs map[string]flagSpec) ([]occ
 }
 
 // readFlags is the effective flags of every flags file, read in order as one command line.
-func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, []error) {
+func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, error) {
 	var out []occurrence
 	var errs []error
 	for _, p := range paths {
@@ -134,7 +135,7 @@ func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, []error
 		errs = append(errs, ferrs...)
 		out = append(out, occ...)
 	}
-	return effective(out, specs), errs
+	return effective(out, specs), errors.Join(errs...)
 }
 
 // effective applies pflag's rules: a repeated scalar flag keeps its last

@@ -241,13 +241,12 @@ func (c *checker) use(o occurrence, path string, r role) *pemcheck.File {
 }
 
 func (c *checker) checkFlags(ctx context.Context, in Input) {
-	paths := in.FlagsFiles
 	specs := apiserverFlags()
-	occ, errs := readFlags(paths, specs)
-	c.errs = append(c.errs, errs...)
+	occ, err := readFlags(in.FlagsFiles, specs)
+	c.add("", err) // one entry per problem
 	if len(occ) == 0 {
-		if len(errs) == 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(paths, ", ")))
+		if err == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(in.FlagsFiles, ", ")))
 		}
 		return
 	}
