@@ -122,9 +122,6 @@ func (f *Lines) Flush(emit func(string)) {
 
 // release judges and emits the held lines; it reports whether they were a key.
 func (f *Lines) release(emit func(string)) bool {
-	if len(f.held) == 0 {
-		return false
-	}
 	key := maskBlock(f.held)
 	for _, l := range f.held {
 		emit(l)
