@@ -239,10 +239,7 @@ func (s State) build(current []Item) []Item {
 		out = append(out, it)
 	}
 	for kid, sup := range s.Record.Superseded {
-		if have[kid] || sup.PEM == "" {
-			continue
-		}
-		if _, gone := s.Record.Retired[kid]; gone {
+		if _, gone := s.Record.Retired[kid]; gone || have[kid] || sup.PEM == "" {
 			continue
 		}
 		items, err := ParseValue(s.Host+" superseded "+kid, []byte(sup.PEM), true)
