@@ -183,10 +183,7 @@ func blockIsKey(block []string) bool {
 			trimmed.WriteString(run[1:])
 		}
 	}
-	if EncodedKey(all.String()) {
-		return true
-	}
-	return same && EncodedKey(trimmed.String())
+	return EncodedKey(all.String()) || same && EncodedKey(trimmed.String())
 }
 
 // maskRuns replaces every base64 run of at least minRun characters in l
