@@ -217,7 +217,7 @@ func TestStringIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestCredentialKey(t *testing.T) {
+func TestParseMessageNamesCredentialKeys(t *testing.T) {
 	// ParseMessage names the key of a line that assigns a credential, and
 	// passes the message of any other line on.
 	for line, want := range map[string]string{
