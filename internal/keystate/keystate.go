@@ -30,9 +30,8 @@ import (
 
 // Item is one key (or certificate) of a published value.
 type Item struct {
-	KID  string
-	PEM  []byte
-	Cert bool
+	KID string
+	PEM []byte
 }
 
 // ParseValue reads a published value (or a file to publish) the way it is
@@ -59,7 +58,7 @@ func ParseValue(name string, data []byte, keepCerts bool) ([]Item, error) {
 		}
 		it := Item{KID: kid}
 		if b.Cert != nil && keepCerts {
-			it.Cert, it.PEM = true, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Cert.Raw})
+			it.PEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Cert.Raw})
 		} else if it.PEM, err = pemcheck.PublicPEM(b.Public); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", name, b, err)
 		}
@@ -151,22 +150,15 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 			return Record{}, fmt.Errorf("%s: not a key record (%v): fix or delete it (etcdctl del %s), then run the command again", key, err, key)
 		}
 	}
-	if rec.Host == "" {
-		rec.Host = host
-	}
+	rec.Host = cmp.Or(rec.Host, host)
 	rec = rec.clone()
 	for kid, until := range rec.Keep {
-		if _, ok := rec.Superseded[kid]; ok {
+		_, sup := rec.Superseded[kid]
+		if _, gone := rec.Retired[kid]; sup || gone {
 			continue
 		}
-		if _, ok := rec.Retired[kid]; ok {
-			continue
-		}
-		s := Superseded{RetireAfter: until, By: Legacy}
-		if it, ok := find(items, kid); ok {
-			s.PEM = string(it.PEM)
-		}
-		rec.Superseded[kid] = s
+		it, _ := find(items, kid) // no PEM when the value lacks it
+		rec.Superseded[kid] = Superseded{RetireAfter: until, PEM: string(it.PEM), By: Legacy}
 	}
 	rec.Keep = nil
 	return rec, nil
@@ -174,14 +166,9 @@ func parseRecord(key, host string, data []byte, items []Item) (Record, error) {
 
 func (r Record) clone() Record {
 	c := r
-	c.Superseded = maps.Clone(r.Superseded)
-	c.Retired = maps.Clone(r.Retired)
-	if c.Superseded == nil {
-		c.Superseded = map[string]Superseded{}
-	}
-	if c.Retired == nil {
-		c.Retired = map[string]time.Time{}
-	}
+	c.Superseded, c.Retired = map[string]Superseded{}, map[string]time.Time{}
+	maps.Copy(c.Superseded, r.Superseded)
+	maps.Copy(c.Retired, r.Retired)
 	return c
 }
 
@@ -252,10 +239,7 @@ func (s State) build(current []Item) []Item {
 		out = append(out, it)
 	}
 	for kid, sup := range s.Record.Superseded {
-		if have[kid] || sup.PEM == "" {
-			continue
-		}
-		if _, gone := s.Record.Retired[kid]; gone {
+		if _, gone := s.Record.Retired[kid]; gone || have[kid] || sup.PEM == "" {
 			continue
 		}
 		items, err := ParseValue(s.Host+" superseded "+kid, []byte(sup.PEM), true)

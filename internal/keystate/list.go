@@ -67,10 +67,7 @@ func (h HostKeys) Text() string {
 // never published) is listed too. One host's unreadable value or record
 // is reported in its KeysError, not fatal.
 func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev)} // 0: the latest
 	kdir, rdir := etcdkey.Dir(s.KeysPrefix), etcdkey.Dir(s.RecordPrefix)
 	resp, err := s.KV.Txn(ctx).Then(clientv3.OpGet(kdir, opts...), clientv3.OpGet(rdir, opts...)).Commit()
 	if err != nil {
@@ -89,9 +86,7 @@ func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error
 			continue
 		}
 		st := get(host)
-		if st.Items, st.ValueErr = ParseValue(string(kv.Key), kv.Value, true); st.ValueErr != nil {
-			st.Items = nil
-		}
+		st.Items, st.ValueErr = ParseValue(string(kv.Key), kv.Value, true)
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		host, what, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), rdir), "/")
@@ -121,8 +116,7 @@ func (s *Store) List(ctx context.Context, rev int64) (map[string]HostKeys, error
 		}
 		slices.SortFunc(h.Superseded, func(a, b SupersededKey) int { return strings.Compare(a.KID, b.KID) })
 		if !rec.Forgotten.IsZero() {
-			t := rec.Forgotten
-			h.Forgotten = &t
+			h.Forgotten = &rec.Forgotten
 		}
 		out[host] = h
 	}

@@ -40,9 +40,7 @@ func (s *Store) Load(ctx context.Context, host string) (State, error) {
 	st := State{Host: host}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		st.value, st.valueRev = kvs[0].Value, kvs[0].ModRevision
-		if st.Items, st.ValueErr = ParseValue(vk, st.value, true); st.ValueErr != nil {
-			st.Items = nil
-		}
+		st.Items, st.ValueErr = ParseValue(vk, st.value, true)
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		st.recordRaw, st.recordRev = kvs[0].Value, kvs[0].ModRevision

@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/keysync/confd/internal/trust"
@@ -17,11 +16,11 @@ import (
 // controller-manager through this one function.
 func ControllerManagerKey(flagsFiles []string) (file, kid string, err error) {
 	specs := map[string]flagSpec{"service-account-private-key-file": {role: roleSigningKey}}
-	occ, errs := readFlags(flagsFiles, specs)
-	if len(errs) > 0 {
-		return "", "", errors.Join(errs...)
+	occ, err := readFlags(flagsFiles, specs)
+	if err != nil {
+		return "", "", err
 	}
-	for _, o := range effective(occ, specs) {
+	for _, o := range occ {
 		file = o.value
 	}
 	if file == "" {

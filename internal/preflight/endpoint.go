@@ -165,13 +165,12 @@ func (c *checker) checkEndpoint(ctx context.Context, ep occurrence, occ []occurr
 // public half (key ID id, PKIX DER der), or nil.
 func servesSigningKey(resp *externaljwtv1.FetchKeysResponse, id string, der []byte) error {
 	for _, k := range resp.GetKeys() {
-		if k.GetKeyId() != id {
-			continue
-		}
-		if !bytes.Equal(k.GetKey(), der) {
+		if k.GetKeyId() == id {
+			if bytes.Equal(k.GetKey(), der) {
+				return nil
+			}
 			return errors.New("is served with another public key")
 		}
-		return nil
 	}
 	return fmt.Errorf("is not among the %d keys it serves, so the apiserver would reject the tokens it issues", len(resp.GetKeys()))
 }

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -118,8 +119,8 @@ func extractFlags(source string, toks []token, specs map[string]flagSpec) ([]occ
 	return out, errs
 }
 
-// readFlags reads every flags file, in order, as parts of one command line.
-func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, []error) {
+// readFlags is the effective flags of every flags file, read in order as one command line.
+func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, error) {
 	var out []occurrence
 	var errs []error
 	for _, p := range paths {
@@ -134,7 +135,7 @@ func readFlags(paths []string, specs map[string]flagSpec) ([]occurrence, []error
 		errs = append(errs, ferrs...)
 		out = append(out, occ...)
 	}
-	return out, errs
+	return effective(out, specs), errors.Join(errs...)
 }
 
 // effective applies pflag's rules: a repeated scalar flag keeps its last

@@ -241,14 +241,12 @@ func (c *checker) use(o occurrence, path string, r role) *pemcheck.File {
 }
 
 func (c *checker) checkFlags(ctx context.Context, in Input) {
-	paths := in.FlagsFiles
 	specs := apiserverFlags()
-	occ, errs := readFlags(paths, specs)
-	c.errs = append(c.errs, errs...)
-	occ = effective(occ, specs)
+	occ, err := readFlags(in.FlagsFiles, specs)
+	c.add("", err) // one entry per problem
 	if len(occ) == 0 {
-		if len(errs) == 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(paths, ", ")))
+		if err == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w in %s", ErrNoFlags, strings.Join(in.FlagsFiles, ", ")))
 		}
 		return
 	}
@@ -305,17 +303,10 @@ func (c *checker) checkFlags(ctx context.Context, in Input) {
 		}
 	}
 	// Pairs are matched once both halves have been checked on their own.
+	// Only a certificate's spec names a key flag.
 	for _, o := range occ {
-		spec := specs[o.flag]
-		if spec.role != roleCert {
-			continue
-		}
-		k, ok := last[spec.key]
-		if !ok {
-			continue
-		}
-		cf, kf := c.cache[o.value], c.cache[k.value]
-		if cf != nil && kf != nil {
+		k, ok := last[specs[o.flag].key]
+		if cf, kf := c.cache[o.value], c.cache[k.value]; ok && cf != nil && kf != nil {
 			c.add(fmt.Sprintf("%s with %s", o, k), pemcheck.MatchPair(cf, kf))
 		}
 	}

@@ -1,9 +1,6 @@
 package preflight
 
-import (
-	"errors"
-	"maps"
-)
+import "maps"
 
 // ServiceAccountFiles returns the files a kube-apiserver started with the
 // given flags files reads its service-account keys from: every
@@ -13,11 +10,11 @@ import (
 func ServiceAccountFiles(flagsFiles []string) (keyFiles []string, signingKey string, err error) {
 	specs := apiserverFlags()
 	maps.DeleteFunc(specs, func(_ string, s flagSpec) bool { return s.role != roleSAKey && s.role != roleSigningKey })
-	occ, errs := readFlags(flagsFiles, specs)
-	if len(errs) > 0 {
-		return nil, "", errors.Join(errs...)
+	occ, err := readFlags(flagsFiles, specs)
+	if err != nil {
+		return nil, "", err
 	}
-	for _, o := range effective(occ, specs) {
+	for _, o := range occ {
 		switch specs[o.flag].role {
 		case roleSAKey:
 			keyFiles = append(keyFiles, o.value)

@@ -51,9 +51,6 @@ func runs(s string, n int) [][2]int {
 			out = append(out, [2]int{i, e})
 		}
 		i = e
-		if e == j {
-			i = j
-		}
 	}
 	return out
 }
@@ -95,11 +92,7 @@ func EncodedKey(enc string) bool {
 	for skip := 0; skip < 4 && len(norm)-skip >= 8; skip++ {
 		t := norm[skip:]
 		t = t[:len(t)/4*4]
-		n, err := base64.RawStdEncoding.Decode(buf, t)
-		if err != nil {
-			continue
-		}
-		if KeyMaterial(buf[:n]) {
+		if n, err := base64.RawStdEncoding.Decode(buf, t); err == nil && KeyMaterial(buf[:n]) {
 			return true
 		}
 	}
@@ -130,10 +123,8 @@ var (
 // are 6 to 12 fixed bytes: random data matches one about once in 2^40
 // positions, and public keys and certificates never do.)
 func KeyMaterial(b []byte) bool {
-	if bytes.Contains(b, pemPrivateEnd) || bytes.Contains(b, pemSecretEnd) || bytes.Contains(b, pemPGPEnd) {
-		return true
-	}
-	if beginRE.Match(b) || bytes.Contains(b, opensshMagic) {
+	if bytes.Contains(b, pemPrivateEnd) || bytes.Contains(b, pemSecretEnd) || bytes.Contains(b, pemPGPEnd) ||
+		beginRE.Match(b) || bytes.Contains(b, opensshMagic) {
 		return true
 	}
 	for i, c := range b {

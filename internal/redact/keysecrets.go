@@ -127,9 +127,6 @@ func privateParts(der []byte) [][2]int {
 			out = append(out, [2]int{i, i + len(v)})
 		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
 	return out
 }
 

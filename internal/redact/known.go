@@ -328,9 +328,4 @@ func (h heldLine) masked() string {
 }
 
 // Flush hands emit the lines held back; call it when the stream ends.
-func (k *Known) Flush(emit func(string)) {
-	if k.s == nil {
-		return
-	}
-	k.release(len(k.held), emit)
-}
+func (k *Known) Flush(emit func(string)) { k.release(len(k.held), emit) }

@@ -122,9 +122,6 @@ func (f *Lines) Flush(emit func(string)) {
 
 // release judges and emits the held lines; it reports whether they were a key.
 func (f *Lines) release(emit func(string)) bool {
-	if len(f.held) == 0 {
-		return false
-	}
 	key := maskBlock(f.held)
 	for _, l := range f.held {
 		emit(l)
@@ -186,10 +183,7 @@ func blockIsKey(block []string) bool {
 			trimmed.WriteString(run[1:])
 		}
 	}
-	if EncodedKey(all.String()) {
-		return true
-	}
-	return same && EncodedKey(trimmed.String())
+	return EncodedKey(all.String()) || same && EncodedKey(trimmed.String())
 }
 
 // maskRuns replaces every base64 run of at least minRun characters in l

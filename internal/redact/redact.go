@@ -58,9 +58,6 @@ func maskKeys(s string) string {
 		// One line, as a log record is: no block to judge, and no
 		// allocation unless something is masked.
 		if body := strings.TrimSuffix(s, "\n"); !strings.Contains(body, "\n") {
-			if !hasRun(body, minRun) {
-				return s
-			}
 			if m := maskRuns(body); m != body {
 				return m + s[len(body):]
 			}

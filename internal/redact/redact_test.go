@@ -217,7 +217,9 @@ func TestStringIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestCredentialKey(t *testing.T) {
+func TestParseMessageNamesCredentialKeys(t *testing.T) {
+	// ParseMessage names the key of a line that assigns a credential, and
+	// passes the message of any other line on.
 	for line, want := range map[string]string{
 		"password = hunter2":       "password",
 		`"auth_token" = "x`:        "auth_token",
@@ -227,9 +229,9 @@ func TestCredentialKey(t *testing.T) {
 		"no assignment password":   "",
 		"client_key = /etc/k.pem ": "",
 	} {
-		got, ok := CredentialKey(line)
-		if got != want || ok != (want != "") {
-			t.Errorf("CredentialKey(%q) = %q, %v; want %q", line, got, ok, want)
+		got := ParseMessage([]byte("a = 1\n"+line+"\n"), 2, "msg")
+		if want == "" && got != "msg" || want != "" && !strings.HasPrefix(got, `the value of "`+want+`" does not parse`) {
+			t.Errorf("ParseMessage(%q) = %q; want key %q", line, got, want)
 		}
 	}
 }

@@ -154,10 +154,7 @@ func Observe(prev *Record, host string, s Sample, now time.Time) Record {
 // changed says whether r says something prev did not, beyond a later
 // sample time: what makes the Sampler write before the heartbeat is due.
 func changed(prev *Record, r Record) bool {
-	if prev == nil {
-		return true
-	}
-	return prev.Counter != r.Counter || prev.Absent != r.Absent || !prev.LastGrowth.Equal(r.LastGrowth) ||
+	return prev == nil || prev.Counter != r.Counter || prev.Absent != r.Absent || !prev.LastGrowth.Equal(r.LastGrowth) ||
 		!prev.StartTime.Equal(r.StartTime) || prev.Host != r.Host
 }
 

@@ -104,16 +104,11 @@ func Collect(ctx context.Context, kv clientv3.KV, p Prefixes) (*Report, error) {
 	}
 	var life map[string]keystate.HostKeys
 	if p.Rotation != "" {
-		store := &keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}
-		if life, err = store.List(ctx, rev); err != nil {
+		if life, err = (&keystate.Store{KV: kv, KeysPrefix: p.Keys, RecordPrefix: p.Rotation}).List(ctx, rev); err != nil {
 			return nil, err
 		}
 	}
-	r := build(rev, published, pubErr, records, life)
-	for i := range r.Hosts {
-		r.Hosts[i].Warnings = warnings[r.Hosts[i].Host]
-	}
-	return r, nil
+	return build(rev, published, pubErr, warnings, records, life), nil
 }
 
 // publishedKeyIDs is the key IDs of a host's published value as the bundle
@@ -146,7 +141,7 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 	if err != nil {
 		return nil, err
 	}
-	return build(rev, nil, nil, records, nil), nil
+	return build(rev, nil, nil, nil, records, nil), nil
 }
 
 // build is Collect without etcd. life is each host's key records: a host
@@ -154,7 +149,7 @@ func CollectRecorded(ctx context.Context, kv clientv3.KV, trustPrefix string) (*
 // publishes no current key, so it is no longer a publisher that waits,
 // fleet checks and staleness count; its superseded keys stay published,
 // and every other host must still trust them until they are retired.
-func build(rev int64, published map[string][]string, pubErr map[string]string, records map[string]Record, life map[string]keystate.HostKeys) *Report {
+func build(rev int64, published map[string][]string, pubErr map[string]string, warnings map[string][]string, records map[string]Record, life map[string]keystate.HostKeys) *Report {
 	r := &Report{Revision: rev, Keys: []string{}, Published: []string{}, Hosts: []Host{}, Lifecycle: life}
 	hosts := slices.Concat(slices.Collect(maps.Keys(published)), slices.Collect(maps.Keys(records)))
 	slices.Sort(hosts)
@@ -179,10 +174,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 		}
 	}
 	for _, h := range hosts {
-		row := Host{Host: h, Publishes: published[h], PublishError: pubErr[h]}
-		if row.Publishes == nil {
-			row.Publishes = []string{}
-		}
+		row := Host{Host: h, Publishes: append([]string{}, published[h]...), PublishError: pubErr[h], Warnings: warnings[h]}
 		if rec, ok := records[h]; ok {
 			row.Record = &rec
 		}
@@ -202,7 +194,7 @@ func build(rev int64, published map[string][]string, pubErr map[string]string, r
 				row.Unpublished = append(row.Unpublished, k.Kid)
 			}
 		}
-		row.Stale = row.stale()
+		row.Stale = row.in(Publishers) && (row.Record == nil || len(row.Missing) > 0) || len(row.Unpublished) > 0
 		r.Hosts = append(r.Hosts, row)
 	}
 	return r
@@ -249,12 +241,8 @@ func (r *Report) SigningKeysNotIn(kids []string) []SigningKey {
 // set), as SigningKeysNotIn counts them.
 func signingKeys(h Host) []SigningKey {
 	rec := h.Record
-	if rec == nil || rec.Unparseable != "" {
-		return nil
-	}
-	replaced := len(h.Publishes) > 0 && h.PublishError == "" &&
-		!slices.ContainsFunc(h.Publishes, rec.Trusts)
-	if replaced {
+	if rec == nil || rec.Unparseable != "" ||
+		len(h.Publishes) > 0 && h.PublishError == "" && !slices.ContainsFunc(h.Publishes, rec.Trusts) { // replaced
 		return nil
 	}
 	var out []SigningKey
@@ -292,11 +280,6 @@ func (h *Host) in(a Among) bool {
 		return h.Record != nil
 	}
 	return !h.Gone() && (len(h.Current) > 0 || h.PublishError != "")
-}
-
-// stale is Host.Stale from the other fields.
-func (h *Host) stale() bool {
-	return h.in(Publishers) && (h.Record == nil || len(h.Missing) > 0) || len(h.Unpublished) > 0
 }
 
 // NotTrustingAmong returns the hosts among a (except those in exclude)

@@ -90,7 +90,7 @@ func TestSigningKeysNotIn(t *testing.T) {
 			bundle: []string{"k1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := build(1, tc.published, tc.pubErr, tc.records, nil)
+			r := build(1, tc.published, tc.pubErr, nil, tc.records, nil)
 			var got []string
 			for _, k := range r.SigningKeysNotIn(tc.bundle) {
 				got = append(got, fmt.Sprintf("%s/%s/%s", k.Host, k.Kid, k.Signer))
@@ -107,7 +107,7 @@ func TestSigningKeysNotIn(t *testing.T) {
 
 // `trust` names a host signing with a key no host publishes, and the key.
 func TestTrustReportsAnUnpublishedSigningKey(t *testing.T) {
-	r := build(1, map[string][]string{"m1": {"k1"}}, nil, map[string]Record{
+	r := build(1, map[string][]string{"m1": {"k1"}}, nil, nil, map[string]Record{
 		"m1": {Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k1"},
 		"m2": {Host: "m2", Trusted: []string{"k1", "k2"}, Signing: "k2"},
 	}, nil)

@@ -82,7 +82,7 @@ func TestReportStaleAndNotTrusting(t *testing.T) {
 		"b":   {Host: "b", Trusted: []string{"K1", "K3", "K4", "K0"}, Signing: "K3"},
 		"old": {Host: "old", Trusted: []string{"K0"}},
 	}
-	r := build(7, published, map[string]string{}, records, nil)
+	r := build(7, published, map[string]string{}, nil, records, nil)
 	if got := strings.Join(r.Keys, ","); got != "K1,K2,K3,K4,K0" {
 		t.Fatalf("keys %s", got)
 	}
@@ -314,7 +314,7 @@ func TestGarbageRecordIsUnparseable(t *testing.T) {
 // TestTrustShowsModes: `trust` names signer hosts (records written by
 // kube-apiserver-sa-signer) and bundle hosts side by side.
 func TestTrustShowsModes(t *testing.T) {
-	rep := build(1, map[string][]string{"m1": {"k1"}, "m2": {"k2"}}, nil, map[string]Record{
+	rep := build(1, map[string][]string{"m1": {"k1"}, "m2": {"k2"}}, nil, nil, map[string]Record{
 		"m1": {Host: "m1", Trusted: []string{"k1", "k2"}, Signing: "k1"},
 		"m2": {Host: "m2", Trusted: []string{"k1", "k2"}, Signing: "k2", Source: SignerSource},
 	}, nil)
@@ -351,7 +351,7 @@ func TestControllerManagerSigning(t *testing.T) {
 	if got := ControllerManagersSigningWith(recs, ""); len(got) != 0 {
 		t.Fatalf("controller-managers signing with no key: %v", got)
 	}
-	rep := build(1, map[string][]string{"m1": {"k2"}, "m2": {"k1"}}, nil, recs, nil)
+	rep := build(1, map[string][]string{"m1": {"k2"}, "m2": {"k1"}}, nil, nil, recs, nil)
 	var b strings.Builder
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)

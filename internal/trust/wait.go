@@ -150,10 +150,7 @@ func Wait(ctx context.Context, cli *clientv3.Client, o WaitOptions) (*Report, er
 // waitedFor is o.Keys without the key o.SkipSigningOf signed with at its
 // last recorded restart.
 func (o *WaitOptions) waitedFor(rep *Report) []string {
-	if o.SkipSigningOf == "" {
-		return o.Keys
-	}
-	own := rep.RecordOf(o.SkipSigningOf)
+	own := rep.RecordOf(o.SkipSigningOf) // nil for "": no host is named ""
 	if own == nil || own.Signing == "" {
 		return o.Keys
 	}
