@@ -41,8 +41,8 @@ const (
 
 // Session is one participant in the lock (lock.Session).
 type Session interface {
-	// Lock waits for the lock; an error wrapping ErrLost means the lease was
-	// lost while waiting.
+	// Lock waits for the lock; an error wrapping lock.ErrLeaseLost means the
+	// lease was lost while waiting.
 	Lock(ctx context.Context) error
 	Release(ctx context.Context) error
 	// Abandon lets go without touching etcd: for a lock that may be someone
@@ -60,9 +60,6 @@ type Session interface {
 	// live as long as the lease is.
 	Lease() clientv3.LeaseID
 }
-
-// ErrLost is what a Session's Lock wraps when the lease was lost.
-var ErrLost = lock.ErrLeaseLost
 
 // ErrGuardDied is what Process.Wait wraps when the command's group guard
 // died on its own (SIGKILL, say) while the command ran: the group was
@@ -234,24 +231,12 @@ type Restarter struct {
 
 // New returns a Restarter with cfg's zero values defaulted.
 func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
-	if cfg.Attempts < 1 {
-		cfg.Attempts = 1
-	}
-	if cfg.OpTimeout <= 0 {
-		cfg.OpTimeout = 5 * time.Second
-	}
-	if cfg.HoldRetry < MinHoldRetry {
-		cfg.HoldRetry = MinHoldRetry
-	}
-	if cfg.KillGrace <= 0 {
-		cfg.KillGrace = 5 * time.Second
-	}
-	if cfg.PreflightTimeout <= 0 {
-		cfg.PreflightTimeout = 30 * time.Second
-	}
-	if cfg.HolderNoteAfter <= 0 {
-		cfg.HolderNoteAfter = DefaultHolderNoteAfter
-	}
+	cfg.Attempts = max(cfg.Attempts, 1)
+	cfg.HoldRetry = max(cfg.HoldRetry, MinHoldRetry)
+	cfg.OpTimeout = cmp.Or(cfg.OpTimeout, 5*time.Second)
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, 5*time.Second)
+	cfg.PreflightTimeout = cmp.Or(cfg.PreflightTimeout, 30*time.Second)
+	cfg.HolderNoteAfter = cmp.Or(cfg.HolderNoteAfter, DefaultHolderNoteAfter)
 	if cfg.Log == nil {
 		l := logrus.New()
 		l.SetLevel(logrus.PanicLevel)
@@ -285,13 +270,12 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		log.WithError(err).Error("health gate: the running apiserver refuses the gate's TLS settings or credentials; the gate could never pass: not restarting")
 		return Preflight
 	}
-	if code := r.checkHold(ctx, "before queueing"); code != OK {
-		return code
+	code := r.checkHold(ctx, "before queueing")
+	if code == OK && r.cfg.BeforeQueue != nil {
+		code = r.cfg.BeforeQueue(ctx)
 	}
-	if r.cfg.BeforeQueue != nil {
-		if code := r.cfg.BeforeQueue(ctx); code != OK {
-			return code
-		}
+	if code != OK {
+		return code
 	}
 	sess, err := r.locker.Open(ctx)
 	if err != nil {
@@ -312,37 +296,31 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	switch {
 	case err == nil && ctx.Err() != nil:
 		log.Warn("interrupted just as the lock was acquired: releasing it, nothing was run")
-		r.release(ctx, sess, log)
-		return Interrupted
+		code = Interrupted
 	case err == nil:
-	case errors.Is(err, ErrLost):
+		log.Info("lock acquired")
+		code = r.checkHold(ctx, "after acquiring the lock")
+	case errors.Is(err, lock.ErrLeaseLost):
 		log.WithError(err).Error("LOCK LOST while waiting for it: giving up, touching nothing")
 		sess.Abandon()
 		return LeaseLost
 	case ctx.Err() != nil:
 		log.Warn("interrupted while waiting for the lock: leaving the queue")
-		r.release(ctx, sess, log)
-		return Interrupted
+		code = Interrupted
 	case errors.Is(err, context.DeadlineExceeded):
 		holder := r.locker.Holder(context.WithoutCancel(ctx))
 		log.WithField("holder", holder).Errorf("lock not acquired within the lock timeout %s; held by %s", r.cfg.LockTimeout, holder)
-		r.release(ctx, sess, log)
-		return LockTimeout
+		code = LockTimeout
 	default:
 		log.WithError(err).Error("cannot acquire the lock")
-		r.release(ctx, sess, log)
-		return Error
+		code = Error
 	}
-	log.Info("lock acquired")
-	if code := r.checkHold(ctx, "after acquiring the lock"); code != OK {
+	if code == OK && r.cfg.UnderLock != nil {
+		code = r.cfg.UnderLock(ctx)
+	}
+	if code != OK {
 		r.release(ctx, sess, log)
 		return code
-	}
-	if r.cfg.UnderLock != nil {
-		if code := r.cfg.UnderLock(ctx); code != OK {
-			r.release(ctx, sess, log)
-			return code
-		}
 	}
 	var succeeded func(context.Context)
 	if r.cfg.Locked != nil {
@@ -369,7 +347,6 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		} else {
 			log.Info("restart done and ready; lock released")
 		}
-		return OK
 	case out.code == LeaseLost:
 		// The lock may be someone else's now: touch nothing of it. But if
 		// the command ran, this apiserver's state is unknown, and the next
@@ -379,23 +356,21 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 			r.clearIntent(ctx, log)
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
-		return LeaseLost
 	case out.ran:
 		if r.writeHold(ctx, force, out, log) {
 			r.clearIntent(ctx, log)
 		}
-		if !out.groupAlive {
+		if out.groupAlive {
+			sess.Abandon()
+			log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
+		} else {
 			r.release(ctx, sess, log)
-			return out.code
 		}
-		sess.Abandon()
-		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
-		return out.code
 	default:
 		r.clearIntent(ctx, log)
 		r.release(ctx, sess, log)
-		return out.code
 	}
+	return out.code
 }
 
 // setIntent records this host's restart as under way, before the command
@@ -609,13 +584,9 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 	cmdErr := p.Wait()
 	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
-	if cmdErr != nil {
-		failure = cmdErr.Error()
-	}
-	switch {
-	case cmdErr == nil:
+	if cmdErr == nil {
 		log.Info("restart command succeeded")
-	case !notStarted:
+	} else if failure = cmdErr.Error(); !notStarted {
 		log.Error(failure)
 	}
 	if !lost && sess.Lost() {
