@@ -22,20 +22,13 @@ import (
 // back-off.
 const StaticPodArg = "__static-pod-restart"
 
-// kubeletMaxBackOff is the kubelet's longest restart back-off for a
-// container that exited (CrashLoopBackOff's cap, 5 minutes): a static pod
-// restart may wait that long for the kubelet after the stop.
-const kubeletMaxBackOff = 5 * time.Minute
-
-// staticPodSlack is the time beyond the stop timeout and the kubelet's
-// back-off that the default --restart-timeout of static-pod mode allows
-// (pod sync, container creation, crictl calls).
-const staticPodSlack = 30 * time.Second
-
 // staticPodRestartTimeout is static-pod mode's default --restart-timeout:
-// the graceful stop, the kubelet's back-off at worst, and some slack.
+// the graceful stop, the kubelet's longest restart back-off for a container
+// that exited (CrashLoopBackOff's cap, 5 minutes: a static pod restart may
+// wait that long for the kubelet after the stop), and 30 s of slack (pod
+// sync, container creation, crictl calls).
 func staticPodRestartTimeout(stop time.Duration) time.Duration {
-	return stop + kubeletMaxBackOff + staticPodSlack
+	return stop + 5*time.Minute + 30*time.Second
 }
 
 // applyRestartMode checks --restart-mode and gives static-pod mode its
