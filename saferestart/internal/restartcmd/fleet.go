@@ -31,13 +31,11 @@ type fleetCheck struct {
 	leases fleet.Leases
 	cfg    fleet.Config
 	log    logrus.FieldLogger
-	// trusted is the keys this restart makes this apiserver trust.
-	trusted func(ctx context.Context) []string
 }
 
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
-func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
+func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
 	o := r.o
 	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
@@ -47,7 +45,7 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	if err != nil {
 		return nil, err
 	}
-	return &fleetCheck{restarter: r, client: cli, leases: leases, log: log, trusted: trusted, cfg: fleet.Config{
+	return &fleetCheck{restarter: r, client: cli, leases: leases, log: log, cfg: fleet.Config{
 		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
 		Interval: fleetInterval, OpTimeout: r.Etcd.CommandTimeout, Log: log,
 	}}, nil
@@ -87,8 +85,11 @@ func (c *fleetCheck) waiting(ctx context.Context, when string) []string {
 		if h.Waiting == nil || h.Host == c.cfg.Host {
 			continue
 		}
-		if will == nil {
-			will = c.trusted(ctx)
+		if will == nil { // what this restart makes this apiserver trust
+			will = []string{}
+			if snap := TrustSnapshot(ctx, c.Env, c.o.Preflight, c.o.CMFlagsFiles, c.log); snap != nil {
+				will = snap.Trusted
+			}
 		}
 		if len(h.Waiting.Keys) > 0 && !slices.ContainsFunc(h.Waiting.Keys, func(k string) bool { return !slices.Contains(will, k) }) {
 			out = append(out, h.Host)

@@ -106,12 +106,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log, func(ctx context.Context) []string {
-		if snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log); snap != nil {
-			return snap.Trusted
-		}
-		return []string{}
-	})
+	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log)
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return cmdkit.ExitPreflight
