@@ -154,20 +154,13 @@ type Config struct {
 	RetryDelay  time.Duration
 	LockTimeout time.Duration
 	// OpTimeout bounds one etcd request.
-	OpTimeout time.Duration
-	// KillGrace is SIGTERM→SIGKILL for a forced stop (second signal).
-	KillGrace  time.Duration
+	OpTimeout  time.Duration
 	IgnoreHold bool
-	// HoldRetry is how long a hold write is retried while etcd is
-	// unreachable (at least 30 s: other hosts must be stopped).
-	HoldRetry time.Duration
-	Host      string
-	PID       int
-	LockName  string
+	Host       string
+	PID        int
+	LockName   string
 	// Preflight checks the files the new apiserver will read; nil: none.
 	Preflight func(ctx context.Context) error
-	// PreflightTimeout bounds one Preflight.
-	PreflightTimeout time.Duration
 	// BeforeQueue, when set, runs after the hold check and before queueing
 	// for the lock; a code other than OK ends the run with it. (The trust
 	// gate: a new signing key waits here, holding no lock.)
@@ -217,8 +210,16 @@ func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.Fi
 	return done
 }
 
-// MinHoldRetry is the least time a hold write is retried.
-const MinHoldRetry = 30 * time.Second
+// HoldRetry is how long a hold write is retried while etcd is unreachable
+// (at least 30 s: other hosts must be stopped).
+const HoldRetry = 30 * time.Second
+
+// KillGrace is how long a timed-out (or force-stopped: second signal)
+// command's process group has between SIGTERM and SIGKILL.
+const KillGrace = 5 * time.Second
+
+// PreflightTimeout bounds one preflight run.
+const PreflightTimeout = 30 * time.Second
 
 // Restarter runs the state machine.
 type Restarter struct {
@@ -232,10 +233,7 @@ type Restarter struct {
 // New returns a Restarter with cfg's zero values defaulted.
 func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
 	cfg.Attempts = max(cfg.Attempts, 1)
-	cfg.HoldRetry = max(cfg.HoldRetry, MinHoldRetry)
 	cfg.OpTimeout = cmp.Or(cfg.OpTimeout, 5*time.Second)
-	cfg.KillGrace = cmp.Or(cfg.KillGrace, 5*time.Second)
-	cfg.PreflightTimeout = cmp.Or(cfg.PreflightTimeout, 30*time.Second)
 	cfg.HolderNoteAfter = cmp.Or(cfg.HolderNoteAfter, DefaultHolderNoteAfter)
 	if cfg.Log == nil {
 		l := logrus.New()
@@ -400,7 +398,7 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	if r.cfg.Preflight == nil {
 		return OK
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PreflightTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PreflightTimeout)
 	defer cancel()
 	if err := r.cfg.Preflight(pctx); err != nil {
 		// Each problem errors.Join joined gets its own line.
@@ -454,7 +452,7 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) bool {
 	reason := cmp.Or(out.failure, fmt.Sprintf("exit code %d", out.code))
 	rec := hold.Record{Host: r.cfg.Host, PID: r.cfg.PID, Reason: reason, Time: time.Now(), Lock: r.cfg.LockName, ExitCode: int(out.code)}
-	deadline := time.Now().Add(r.cfg.HoldRetry)
+	deadline := time.Now().Add(HoldRetry)
 	for try := 1; ; try++ {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
 		err := r.holds.Add(hctx, rec)
@@ -467,10 +465,10 @@ func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out re
 			return true
 		}
 		if try == 1 {
-			log.WithError(err).Errorf("cannot write the hold; retrying for %s", r.cfg.HoldRetry)
+			log.WithError(err).Errorf("cannot write the hold; retrying for %s", HoldRetry)
 		}
 		if time.Now().After(deadline) {
-			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", r.cfg.HoldRetry, reason)
+			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", HoldRetry, reason)
 			return false
 		}
 		select {
@@ -578,7 +576,7 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 			}
 			forced = true
 			log.Warn("second signal: terminating the restart command now")
-			p.Terminate(r.cfg.KillGrace)
+			p.Terminate(KillGrace)
 		}
 	}
 	cmdErr := p.Wait()

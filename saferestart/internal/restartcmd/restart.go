@@ -31,13 +31,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/restart"
 )
 
-// killGrace is how long a timed-out (or force-stopped) command's process
-// group has between SIGTERM and SIGKILL.
-const killGrace = 5 * time.Second
-
-// preflightTimeout bounds one preflight run.
-const preflightTimeout = 30 * time.Second
-
 // SecretEnv are the variables that must not reach the restart command.
 var SecretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
@@ -94,9 +87,8 @@ func (r *restarter) restart(ctx context.Context) int {
 	cfg := restart.Config{
 		Argv: o.Argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...),
 		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
-		OpTimeout: r.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
-		HoldRetry: restart.MinHoldRetry, Host: r.Host, PID: os.Getpid(), LockName: o.LockName,
-		PreflightTimeout: preflightTimeout, Log: log,
+		OpTimeout: r.Etcd.CommandTimeout, IgnoreHold: o.IgnoreHold,
+		Host: r.Host, PID: os.Getpid(), LockName: o.LockName, Log: log,
 	}
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
@@ -179,7 +171,7 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	// env is the guard's, which the command inherits: on no command line.
 	p, w, err := groupguard.Start(context.Background(), runner.Spec{
 		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, Grace: killGrace,
+		Timeout: r.timeout, Grace: restart.KillGrace,
 	}, groupguard.Options{})
 	if err != nil {
 		return nil, err
@@ -205,7 +197,7 @@ type runnerProcess struct {
 // how the command ended died on its own (killed by someone): the command's
 // group may still run. It is killed and confirmed gone (restart.ErrGuardDied)
 // before the helper may release the lock; if that cannot be confirmed
-// within killGrace, the error also wraps restart.ErrGroupAlive, and the
+// within restart.KillGrace, the error also wraps restart.ErrGroupAlive, and the
 // lock must be kept until its lease runs out.
 func (p runnerProcess) Wait() error {
 	res := p.Process.Wait()
@@ -282,7 +274,7 @@ func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
 	// --restart-timeout: the static-pod restart is the command.)
 	return []wait{
 		{"etcd connection (--dial-timeout)", e.DialTimeout, 1},
-		{"preflight (before queueing, and before each attempt)", preflightTimeout, n + 1},
+		{"preflight (before queueing, and before each attempt)", restart.PreflightTimeout, n + 1},
 		{"hostname -f (no --host)", hostname, 1},
 		{"health gate probe of the running apiserver", op, 1},
 		{"hold check before queueing", op, 1},
@@ -292,11 +284,11 @@ func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
 		{"etcd session and the hold check under the lock", op, 2},
 		{"lock wait (--lock-timeout)", o.LockTimeout, 1},
 		{"restart intent write and delete", op, 2},
-		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + killGrace, n},
+		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + restart.KillGrace, n},
 		{"health gate (--health-timeout and its backstop)", health, n},
 		{"pause between attempts (--retry-delay)", o.RetryDelay, n - 1},
 		{"trust record write", op, 1},
-		{"hold write, retried while etcd is away", restart.MinHoldRetry + op, 1},
+		{"hold write, retried while etcd is away", restart.HoldRetry + op, 1},
 		{"unlock and lease revoke", op, 2},
 	}
 }
@@ -317,7 +309,7 @@ func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
 // reload_cmd_timeout). It takes no lock and runs nothing.
 func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hold.Store) int {
 	o := r.o
-	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	pctx, cancel := context.WithTimeout(ctx, restart.PreflightTimeout)
 	defer cancel()
 	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
 		for _, e := range cmdkit.SplitErrors(err) {
