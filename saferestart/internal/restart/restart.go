@@ -324,7 +324,13 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if r.cfg.Locked != nil {
 		succeeded = r.cfg.Locked(ctx, sess.Key())
 	}
-	if err := r.setIntent(ctx, sess); err != nil {
+	// This host's restart recorded as under way, before the command starts
+	// (see hold.Intent).
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	err = r.holds.SetIntent(ictx, hold.Intent{Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
+		Started: time.Now(), What: runner.Quote(r.cfg.Argv)})
+	cancel()
+	if err != nil {
 		// Without the intent, this helper's death mid-restart would free
 		// the lock with no hold: run nothing.
 		log.WithError(err).Error("cannot record the restart intent: releasing the lock, nothing was run")
@@ -369,17 +375,6 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		r.release(ctx, sess, log)
 	}
 	return out.code
-}
-
-// setIntent records this host's restart as under way, before the command
-// starts (see hold.Intent).
-func (r *Restarter) setIntent(ctx context.Context, sess Session) error {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
-	defer cancel()
-	return r.holds.SetIntent(ictx, hold.Intent{
-		Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
-		Started: time.Now(), What: runner.Quote(r.cfg.Argv),
-	})
 }
 
 // clearIntent removes this host's intent once the restart's end is known
