@@ -371,35 +371,34 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hol
 		}
 		return cmdkit.ExitOK
 	}
-	var b strings.Builder
-	b.WriteString("dry run: no lock taken, nothing run\n")
-	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.PreflightFiles)+len(o.PreflightFlagsFiles))
+	w := r.Stdout
+	fmt.Fprintln(w, "dry run: no lock taken, nothing run")
+	fmt.Fprintf(w, "preflight: passed (%d files)\n", len(o.PreflightFiles)+len(o.PreflightFlagsFiles))
 	if h != nil {
-		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.HoldKeyOrDefault(), h)
+		fmt.Fprintf(w, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.HoldKeyOrDefault(), h)
 	} else {
-		fmt.Fprintf(&b, "hold: none at %s\n", o.HoldKeyOrDefault())
+		fmt.Fprintf(w, "hold: none at %s\n", o.HoldKeyOrDefault())
 	}
 	if len(q) == 0 {
-		fmt.Fprintf(&b, "would take lock %s (free now; TTL %ds)\n", o.LockName, o.TTL)
+		fmt.Fprintf(w, "would take lock %s (free now; TTL %ds)\n", o.LockName, o.TTL)
 	} else {
-		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.LockName, len(q), q[0], o.LockTimeout)
+		fmt.Fprintf(w, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.LockName, len(q), q[0], o.LockTimeout)
 	}
-	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.Argv), o.RestartTimeout, o.Attempts)
+	fmt.Fprintf(w, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.Argv), o.RestartTimeout, o.Attempts)
 	if o.HealthURL == "" {
-		b.WriteString("health gate: off\n")
+		fmt.Fprintln(w, "health gate: off")
 	} else {
-		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.HealthURL, o.HealthSettle, o.HealthTimeout)
+		fmt.Fprintf(w, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.HealthURL, o.HealthSettle, o.HealthTimeout)
 	}
-	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.HoldKeyOrDefault())
-	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
+	fmt.Fprintf(w, "on failure: would write a hold at %s\n", o.HoldKeyOrDefault())
+	fmt.Fprintf(w, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
 	for _, p := range parts {
-		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
+		fmt.Fprintf(w, "  %6ds  %s", p.Seconds, p.Name)
 		if p.Times > 1 {
-			fmt.Fprintf(&b, " (%d times)", p.Times)
+			fmt.Fprintf(w, " (%d times)", p.Times)
 		}
-		b.WriteString("\n")
+		fmt.Fprintln(w)
 	}
-	_, _ = r.Stdout.Write([]byte(b.String()))
 	return cmdkit.ExitOK
 }
 
