@@ -31,25 +31,6 @@ func staticPodRestartTimeout(stop time.Duration) time.Duration {
 	return stop + 5*time.Minute + 30*time.Second
 }
 
-// applyRestartMode checks --restart-mode and gives static-pod mode its
-// default --restart-timeout.
-func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
-	switch o.RestartMode {
-	case cmdkit.ModeSystemd:
-	case cmdkit.ModeStaticPod:
-		if o.StaticPodStopTimeout < time.Second {
-			return cli.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
-		}
-		// Unless given (by a flag or the file).
-		if origin["restart-timeout"] == "default" {
-			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
-		}
-	default:
-		return cli.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
-	}
-	return nil
-}
-
 // staticPodCommand runs this binary as the restart command of container
 // name's static pod.
 func staticPodCommand(endpoint, name string, stop time.Duration) []string {
