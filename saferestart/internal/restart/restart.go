@@ -264,9 +264,14 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if code := r.preflight(ctx, "before queueing"); code != OK {
 		return code
 	}
-	if err := r.probe(ctx); err != nil {
-		log.WithError(err).Error("health gate: the running apiserver refuses the gate's TLS settings or credentials; the gate could never pass: not restarting")
-		return Preflight
+	if r.gate != nil && r.gate.Enabled() {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		err := r.gate.Probe(pctx)
+		cancel()
+		if err != nil {
+			log.WithError(err).Error("health gate: the running apiserver refuses the gate's TLS settings or credentials; the gate could never pass: not restarting")
+			return Preflight
+		}
 	}
 	code := r.checkHold(ctx, "before queueing")
 	if code == OK && r.cfg.BeforeQueue != nil {
@@ -409,15 +414,6 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	}
 	r.cfg.Log.Infof("preflight passed %s", when)
 	return OK
-}
-
-func (r *Restarter) probe(ctx context.Context) error {
-	if r.gate == nil || !r.gate.Enabled() {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-	defer cancel()
-	return r.gate.Probe(pctx)
 }
 
 // checkHold refuses (Held) while a hold is active, unless IgnoreHold.
