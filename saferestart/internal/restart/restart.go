@@ -210,8 +210,8 @@ func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.Fi
 	return done
 }
 
-// HoldRetry is how long a hold write is retried while etcd is unreachable
-// (at least 30 s: other hosts must be stopped).
+// HoldRetry is how long a hold write is retried while etcd is unreachable:
+// other hosts must be stopped.
 const HoldRetry = 30 * time.Second
 
 // KillGrace is how long a timed-out (or force-stopped: second signal)
