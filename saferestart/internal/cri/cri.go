@@ -15,13 +15,13 @@ package cri
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -81,23 +81,20 @@ func (c Crictl) StopArgv(id string, timeout time.Duration) []string {
 
 func exact(s string) string { return "^" + regexp.QuoteMeta(s) + "$" }
 
-// psJSON is crictl ps -o json: protojson of ListContainersResponse.
-type psJSON struct {
-	Containers []struct {
-		ID       string `json:"id"`
-		Metadata *struct {
-			Name    string `json:"name"`
-			Attempt uint32 `json:"attempt"`
-		} `json:"metadata"`
-		State     string            `json:"state"`
-		CreatedAt string            `json:"createdAt"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"containers"`
-}
-
-// ParsePs reads `crictl ps -o json`.
+// ParsePs reads `crictl ps -o json`: protojson of ListContainersResponse.
 func ParsePs(data []byte) ([]Container, error) {
-	var doc psJSON
+	var doc struct {
+		Containers []struct {
+			ID       string `json:"id"`
+			Metadata *struct {
+				Name    string `json:"name"`
+				Attempt uint32 `json:"attempt"`
+			} `json:"metadata"`
+			State     string            `json:"state"`
+			CreatedAt string            `json:"createdAt"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"containers"`
+	}
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("crictl ps -o json: %w", err)
 	}
@@ -150,15 +147,12 @@ func (c Crictl) Running(ctx context.Context, name, namespace string) ([]Containe
 	if err != nil {
 		return nil, err
 	}
-	var running []Container
-	for _, ct := range all {
-		// A runtime without the name filter must not make us stop another
-		// container.
-		if ct.State == StateRunning && ct.Name == name && (ct.Namespace == "" || ct.Namespace == namespace) {
-			running = append(running, ct)
-		}
-	}
-	sort.SliceStable(running, func(i, j int) bool { return running[i].CreatedAt > running[j].CreatedAt })
+	// A runtime without the name filter must not make us stop another
+	// container.
+	running := slices.DeleteFunc(all, func(ct Container) bool {
+		return !(ct.State == StateRunning && ct.Name == name && (ct.Namespace == "" || ct.Namespace == namespace))
+	})
+	slices.SortStableFunc(running, func(a, b Container) int { return cmp.Compare(b.CreatedAt, a.CreatedAt) })
 	return running, nil
 }
 
@@ -168,7 +162,7 @@ type Restart struct {
 	Name        string // container name, e.g. kube-apiserver
 	Namespace   string // pod namespace, kube-system
 	StopTimeout time.Duration
-	// Interval is the pause between looks for the new container.
+	// Interval is the pause between looks for the new container (0: 1s).
 	Interval time.Duration
 	Log      logrus.FieldLogger
 }
@@ -180,37 +174,32 @@ var ErrNotRunning = errors.New("no running container")
 // kubelet to run one with another ID. With none running (crash-looping),
 // it only waits for one to run.
 func (r Restart) Run(ctx context.Context) error {
-	log := r.Log
 	cur, err := r.Crictl.Running(ctx, r.Name, r.Namespace)
 	if err != nil {
 		return err
 	}
 	if len(cur) == 0 {
-		log.Warnf("no running %s container in %s: waiting for the kubelet to start one", r.Name, r.Namespace)
+		r.Log.Warnf("no running %s container in %s: waiting for the kubelet to start one", r.Name, r.Namespace)
 	} else {
 		for _, c := range cur {
-			log.Infof("stopping %s container %s (attempt %d), --timeout %s before it is killed", r.Name, short(c.ID), c.Attempt, r.StopTimeout)
+			r.Log.Infof("stopping %s container %s (attempt %d), --timeout %s before it is killed", r.Name, short(c.ID), c.Attempt, r.StopTimeout)
 			if _, err := r.Crictl.run(ctx, r.Crictl.StopArgv(c.ID, r.StopTimeout)); err != nil {
 				return fmt.Errorf("stop %s container %s: %w", r.Name, short(c.ID), err)
 			}
 		}
-		log.Infof("%s stopped; waiting for the kubelet to run a new container (its restart back-off included)", r.Name)
+		r.Log.Infof("%s stopped; waiting for the kubelet to run a new container (its restart back-off included)", r.Name)
 	}
-	interval := r.Interval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	t := time.NewTicker(interval)
+	t := time.NewTicker(cmp.Or(r.Interval, time.Second))
 	defer t.Stop()
 	for {
 		now, err := r.Crictl.Running(ctx, r.Name, r.Namespace)
 		if err != nil && ctx.Err() == nil {
 			// The runtime may be busy with the restart; the next look decides.
-			log.WithError(err).Debug("crictl ps failed; looking again")
+			r.Log.WithError(err).Debug("crictl ps failed; looking again")
 		}
 		for _, c := range now {
 			if !slices.ContainsFunc(cur, func(o Container) bool { return o.ID == c.ID }) {
-				log.Infof("kubelet runs a new %s container %s (attempt %d)", r.Name, short(c.ID), c.Attempt)
+				r.Log.Infof("kubelet runs a new %s container %s (attempt %d)", r.Name, short(c.ID), c.Attempt)
 				return nil
 			}
 		}

@@ -41,8 +41,8 @@ const (
 
 // Session is one participant in the lock (lock.Session).
 type Session interface {
-	// Lock waits for the lock; an error wrapping ErrLost means the lease was
-	// lost while waiting.
+	// Lock waits for the lock; an error wrapping lock.ErrLeaseLost means the
+	// lease was lost while waiting.
 	Lock(ctx context.Context) error
 	Release(ctx context.Context) error
 	// Abandon lets go without touching etcd: for a lock that may be someone
@@ -60,9 +60,6 @@ type Session interface {
 	// live as long as the lease is.
 	Lease() clientv3.LeaseID
 }
-
-// ErrLost is what a Session's Lock wraps when the lease was lost.
-var ErrLost = lock.ErrLeaseLost
 
 // ErrGuardDied is what Process.Wait wraps when the command's group guard
 // died on its own (SIGKILL, say) while the command ran: the group was
@@ -157,20 +154,13 @@ type Config struct {
 	RetryDelay  time.Duration
 	LockTimeout time.Duration
 	// OpTimeout bounds one etcd request.
-	OpTimeout time.Duration
-	// KillGrace is SIGTERM→SIGKILL for a forced stop (second signal).
-	KillGrace  time.Duration
+	OpTimeout  time.Duration
 	IgnoreHold bool
-	// HoldRetry is how long a hold write is retried while etcd is
-	// unreachable (at least 30 s: other hosts must be stopped).
-	HoldRetry time.Duration
-	Host      string
-	PID       int
-	LockName  string
+	Host       string
+	PID        int
+	LockName   string
 	// Preflight checks the files the new apiserver will read; nil: none.
 	Preflight func(ctx context.Context) error
-	// PreflightTimeout bounds one Preflight.
-	PreflightTimeout time.Duration
 	// BeforeQueue, when set, runs after the hold check and before queueing
 	// for the lock; a code other than OK ends the run with it. (The trust
 	// gate: a new signing key waits here, holding no lock.)
@@ -220,8 +210,16 @@ func (r *Restarter) noteHolder(ctx context.Context, ownKey string, log logrus.Fi
 	return done
 }
 
-// MinHoldRetry is the least time a hold write is retried.
-const MinHoldRetry = 30 * time.Second
+// HoldRetry is how long a hold write is retried while etcd is unreachable:
+// other hosts must be stopped.
+const HoldRetry = 30 * time.Second
+
+// KillGrace is how long a timed-out (or force-stopped: second signal)
+// command's process group has between SIGTERM and SIGKILL.
+const KillGrace = 5 * time.Second
+
+// PreflightTimeout bounds one preflight run.
+const PreflightTimeout = 30 * time.Second
 
 // Restarter runs the state machine.
 type Restarter struct {
@@ -234,24 +232,9 @@ type Restarter struct {
 
 // New returns a Restarter with cfg's zero values defaulted.
 func New(cfg Config, l Locker, r Runner, g Gate, h Holds) *Restarter {
-	if cfg.Attempts < 1 {
-		cfg.Attempts = 1
-	}
-	if cfg.OpTimeout <= 0 {
-		cfg.OpTimeout = 5 * time.Second
-	}
-	if cfg.HoldRetry < MinHoldRetry {
-		cfg.HoldRetry = MinHoldRetry
-	}
-	if cfg.KillGrace <= 0 {
-		cfg.KillGrace = 5 * time.Second
-	}
-	if cfg.PreflightTimeout <= 0 {
-		cfg.PreflightTimeout = 30 * time.Second
-	}
-	if cfg.HolderNoteAfter <= 0 {
-		cfg.HolderNoteAfter = DefaultHolderNoteAfter
-	}
+	cfg.Attempts = max(cfg.Attempts, 1)
+	cfg.OpTimeout = cmp.Or(cfg.OpTimeout, 5*time.Second)
+	cfg.HolderNoteAfter = cmp.Or(cfg.HolderNoteAfter, DefaultHolderNoteAfter)
 	if cfg.Log == nil {
 		l := logrus.New()
 		l.SetLevel(logrus.PanicLevel)
@@ -281,17 +264,21 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	if code := r.preflight(ctx, "before queueing"); code != OK {
 		return code
 	}
-	if err := r.probe(ctx); err != nil {
-		log.WithError(err).Error("health gate: the running apiserver refuses the gate's TLS settings or credentials; the gate could never pass: not restarting")
-		return Preflight
-	}
-	if code := r.checkHold(ctx, "before queueing"); code != OK {
-		return code
-	}
-	if r.cfg.BeforeQueue != nil {
-		if code := r.cfg.BeforeQueue(ctx); code != OK {
-			return code
+	if r.gate != nil && r.gate.Enabled() {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		err := r.gate.Probe(pctx)
+		cancel()
+		if err != nil {
+			log.WithError(err).Error("health gate: the running apiserver refuses the gate's TLS settings or credentials; the gate could never pass: not restarting")
+			return Preflight
 		}
+	}
+	code := r.checkHold(ctx, "before queueing")
+	if code == OK && r.cfg.BeforeQueue != nil {
+		code = r.cfg.BeforeQueue(ctx)
+	}
+	if code != OK {
+		return code
 	}
 	sess, err := r.locker.Open(ctx)
 	if err != nil {
@@ -312,43 +299,43 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 	switch {
 	case err == nil && ctx.Err() != nil:
 		log.Warn("interrupted just as the lock was acquired: releasing it, nothing was run")
-		r.release(ctx, sess, log)
-		return Interrupted
+		code = Interrupted
 	case err == nil:
-	case errors.Is(err, ErrLost):
+		log.Info("lock acquired")
+		code = r.checkHold(ctx, "after acquiring the lock")
+	case errors.Is(err, lock.ErrLeaseLost):
 		log.WithError(err).Error("LOCK LOST while waiting for it: giving up, touching nothing")
 		sess.Abandon()
 		return LeaseLost
 	case ctx.Err() != nil:
 		log.Warn("interrupted while waiting for the lock: leaving the queue")
-		r.release(ctx, sess, log)
-		return Interrupted
+		code = Interrupted
 	case errors.Is(err, context.DeadlineExceeded):
 		holder := r.locker.Holder(context.WithoutCancel(ctx))
 		log.WithField("holder", holder).Errorf("lock not acquired within the lock timeout %s; held by %s", r.cfg.LockTimeout, holder)
-		r.release(ctx, sess, log)
-		return LockTimeout
+		code = LockTimeout
 	default:
 		log.WithError(err).Error("cannot acquire the lock")
-		r.release(ctx, sess, log)
-		return Error
+		code = Error
 	}
-	log.Info("lock acquired")
-	if code := r.checkHold(ctx, "after acquiring the lock"); code != OK {
+	if code == OK && r.cfg.UnderLock != nil {
+		code = r.cfg.UnderLock(ctx)
+	}
+	if code != OK {
 		r.release(ctx, sess, log)
 		return code
-	}
-	if r.cfg.UnderLock != nil {
-		if code := r.cfg.UnderLock(ctx); code != OK {
-			r.release(ctx, sess, log)
-			return code
-		}
 	}
 	var succeeded func(context.Context)
 	if r.cfg.Locked != nil {
 		succeeded = r.cfg.Locked(ctx, sess.Key())
 	}
-	if err := r.setIntent(ctx, sess); err != nil {
+	// This host's restart recorded as under way, before the command starts
+	// (see hold.Intent).
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	err = r.holds.SetIntent(ictx, hold.Intent{Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
+		Started: time.Now(), What: runner.Quote(r.cfg.Argv)})
+	cancel()
+	if err != nil {
 		// Without the intent, this helper's death mid-restart would free
 		// the lock with no hold: run nothing.
 		log.WithError(err).Error("cannot record the restart intent: releasing the lock, nothing was run")
@@ -369,7 +356,6 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 		} else {
 			log.Info("restart done and ready; lock released")
 		}
-		return OK
 	case out.code == LeaseLost:
 		// The lock may be someone else's now: touch nothing of it. But if
 		// the command ran, this apiserver's state is unknown, and the next
@@ -379,34 +365,21 @@ func (r *Restarter) Run(ctx context.Context, force <-chan struct{}) Code {
 			r.clearIntent(ctx, log)
 		}
 		log.Error("LOCK LOST: exiting without unlocking or revoking: the lock may belong to another host now")
-		return LeaseLost
 	case out.ran:
 		if r.writeHold(ctx, force, out, log) {
 			r.clearIntent(ctx, log)
 		}
-		if !out.groupAlive {
+		if out.groupAlive {
+			sess.Abandon()
+			log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
+		} else {
 			r.release(ctx, sess, log)
-			return out.code
 		}
-		sess.Abandon()
-		log.Error("the restart command may still run: keeping the lock (not released, not revoked) until its lease runs out, so that no other host restarts beside it")
-		return out.code
 	default:
 		r.clearIntent(ctx, log)
 		r.release(ctx, sess, log)
-		return out.code
 	}
-}
-
-// setIntent records this host's restart as under way, before the command
-// starts (see hold.Intent).
-func (r *Restarter) setIntent(ctx context.Context, sess Session) error {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
-	defer cancel()
-	return r.holds.SetIntent(ictx, hold.Intent{
-		Host: r.cfg.Host, PID: r.cfg.PID, Lease: int64(sess.Lease()), LockKey: sess.Key(),
-		Started: time.Now(), What: runner.Quote(r.cfg.Argv),
-	})
+	return out.code
 }
 
 // clearIntent removes this host's intent once the restart's end is known
@@ -425,7 +398,7 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	if r.cfg.Preflight == nil {
 		return OK
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PreflightTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PreflightTimeout)
 	defer cancel()
 	if err := r.cfg.Preflight(pctx); err != nil {
 		// Each problem errors.Join joined gets its own line.
@@ -441,15 +414,6 @@ func (r *Restarter) preflight(ctx context.Context, when string) Code {
 	}
 	r.cfg.Log.Infof("preflight passed %s", when)
 	return OK
-}
-
-func (r *Restarter) probe(ctx context.Context) error {
-	if r.gate == nil || !r.gate.Enabled() {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-	defer cancel()
-	return r.gate.Probe(pctx)
 }
 
 // checkHold refuses (Held) while a hold is active, unless IgnoreHold.
@@ -479,7 +443,7 @@ func (r *Restarter) checkHold(ctx context.Context, when string) Code {
 func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out result, log logrus.FieldLogger) bool {
 	reason := cmp.Or(out.failure, fmt.Sprintf("exit code %d", out.code))
 	rec := hold.Record{Host: r.cfg.Host, PID: r.cfg.PID, Reason: reason, Time: time.Now(), Lock: r.cfg.LockName, ExitCode: int(out.code)}
-	deadline := time.Now().Add(r.cfg.HoldRetry)
+	deadline := time.Now().Add(HoldRetry)
 	for try := 1; ; try++ {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
 		err := r.holds.Add(hctx, rec)
@@ -492,10 +456,10 @@ func (r *Restarter) writeHold(ctx context.Context, force <-chan struct{}, out re
 			return true
 		}
 		if try == 1 {
-			log.WithError(err).Errorf("cannot write the hold; retrying for %s", r.cfg.HoldRetry)
+			log.WithError(err).Errorf("cannot write the hold; retrying for %s", HoldRetry)
 		}
 		if time.Now().After(deadline) {
-			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", r.cfg.HoldRetry, reason)
+			log.WithError(err).Errorf("the hold could NOT be written within %s: other hosts are stopped only by this host's restart intent, once its lock lease is gone; reason was: %s", HoldRetry, reason)
 			return false
 		}
 		select {
@@ -603,19 +567,15 @@ func (r *Restarter) attempt(ctx context.Context, force <-chan struct{}, sess Ses
 			}
 			forced = true
 			log.Warn("second signal: terminating the restart command now")
-			p.Terminate(r.cfg.KillGrace)
+			p.Terminate(KillGrace)
 		}
 	}
 	cmdErr := p.Wait()
 	notStarted := errors.Is(cmdErr, ErrNotStarted)
 	var failure string
-	if cmdErr != nil {
-		failure = cmdErr.Error()
-	}
-	switch {
-	case cmdErr == nil:
+	if cmdErr == nil {
 		log.Info("restart command succeeded")
-	case !notStarted:
+	} else if failure = cmdErr.Error(); !notStarted {
 		log.Error(failure)
 	}
 	if !lost && sess.Lost() {

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/keysync/confd/saferestart/internal/hold"
+	"github.com/keysync/confd/saferestart/internal/lock"
 )
 
 // fakeSession is a lock session whose loss the test triggers.
@@ -228,7 +229,7 @@ func TestRun(t *testing.T) {
 			f.sess.lockErr = func(ctx context.Context) error { return context.DeadlineExceeded }
 		}, want{code: LockTimeout, released: true}},
 		{"lock lost while waiting", func(f *fixture) {
-			f.sess.lockErr = func(ctx context.Context) error { return fmt.Errorf("waiting: %w", ErrLost) }
+			f.sess.lockErr = func(ctx context.Context) error { return fmt.Errorf("waiting: %w", lock.ErrLeaseLost) }
 		}, want{code: LeaseLost, abandoned: true}},
 		{"signal while waiting", func(f *fixture) {
 			f.sess.lockErr = func(ctx context.Context) error { f.signal(); <-ctx.Done(); return ctx.Err() }

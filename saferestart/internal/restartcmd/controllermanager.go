@@ -13,6 +13,7 @@ import (
 	"github.com/keysync/confd/internal/trust"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
 	"github.com/keysync/confd/saferestart/internal/health"
+	"github.com/keysync/confd/saferestart/internal/restart"
 )
 
 // The controller-manager's restart command in systemd mode.
@@ -54,7 +55,7 @@ func (k *Step) restartControllerManager(ctx context.Context, log logrus.FieldLog
 	}
 	log.WithField("command", runner.Quote(argv)).Infof("kube-controller-manager signs with the rotated key (%s): restarting it", keyFile)
 	res := runner.Run(ctx, runner.Spec{Argv: argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...), Timeout: timeout,
-		Grace: killGrace, Stdout: k.Stderr, Stderr: k.Stderr, ParentDeathSignal: syscall.SIGKILL})
+		Grace: restart.KillGrace, Stdout: k.Stderr, Stderr: k.Stderr, ParentDeathSignal: syscall.SIGKILL})
 	if res.Err != nil {
 		return &cmdkit.CodeError{Code: cmdkit.ExitRestart, What: fmt.Sprintf("kube-controller-manager restart: %v", res.Err)}
 	}

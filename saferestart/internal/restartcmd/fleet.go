@@ -26,20 +26,16 @@ const fleetInterval = 2 * time.Second
 // once more under the lock (not waiting). Nil when --kubeconfig is not
 // given.
 type fleetCheck struct {
+	*restarter
+	client *clientv3.Client
 	leases fleet.Leases
 	cfg    fleet.Config
 	log    logrus.FieldLogger
-	// expected names the hosts whose apiserver must be live besides those
-	// the Leases show (fleet.Config.Expected), and those forget-host
-	// removed, whose Leases do not count (fleet.Config.Gone).
-	expected func(ctx context.Context) (expected, gone []string, err error)
-	// waiting names the hosts left out (fleet.Config.Waiting).
-	waiting func(ctx context.Context) ([]string, error)
 }
 
 // newFleetCheck loads --kubeconfig; without it the check is skipped, said
 // once. A kubeconfig that cannot be loaded is a setting to fix (exit 3).
-func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger, trusted func(context.Context) []string) (*fleetCheck, error) {
+func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.FieldLogger) (*fleetCheck, error) {
 	o := r.o
 	if o.Kubeconfig == "" {
 		log.Info("fleet check skipped: no --kubeconfig to read the apiservers' identity Leases with")
@@ -49,51 +45,59 @@ func (r *restarter) newFleetCheck(host string, cli *clientv3.Client, log logrus.
 	if err != nil {
 		return nil, err
 	}
-	// The masters that publish keys and record trust run an apiserver:
-	// each must be live too, even once a graceful stop deleted its Lease.
-	// A master forget-host removed publishes no current key (not
-	// expected) and its lingering Lease is not a member's.
-	expected := func(ctx context.Context) ([]string, []string, error) {
-		rctx, cancel := r.OpCtx(ctx)
-		defer cancel()
-		rep, err := trust.Collect(rctx, cli, o.TrustPrefixes())
-		if err != nil {
-			return nil, nil, r.Etcd.Err(err)
-		}
-		return rep.Publishers(rep.Unrecorded()), rep.Gone(), nil
-	}
-	// A master whose apiserver waits (wait-trusted's waiting record) for
-	// keys this restart makes this apiserver trust is down until this
-	// restart: counting it would refuse the one restart that brings it
-	// back (a reimaged master's new key).
-	waiting := func(ctx context.Context) ([]string, error) {
-		rctx, cancel := r.OpCtx(ctx)
-		defer cancel()
-		recs, err := rotation.List(rctx, cli, o.RotationPrefix)
-		if err != nil {
-			return nil, r.Etcd.Err(err)
-		}
-		var out []string
-		var will []string
-		for _, h := range recs {
-			if h.Waiting == nil || h.Host == host {
-				continue
-			}
-			if will == nil {
-				will = trusted(ctx)
-			}
-			if len(h.Waiting.Keys) > 0 && !slices.ContainsFunc(h.Waiting.Keys, func(k string) bool { return !slices.Contains(will, k) }) {
-				out = append(out, h.Host)
-			} else {
-				log.Infof("fleet check: %s: this restart does not make this apiserver trust every key it waits for, so it still counts", h.Waiting)
-			}
-		}
-		return out, nil
-	}
-	return &fleetCheck{leases: leases, log: log, expected: expected, waiting: waiting, cfg: fleet.Config{
+	return &fleetCheck{restarter: r, client: cli, leases: leases, log: log, cfg: fleet.Config{
 		Host: host, LeaseAge: o.FleetLeaseAge, MinLive: o.MinLiveAPIServers, Timeout: o.FleetTimeout,
 		Interval: fleetInterval, OpTimeout: r.Etcd.CommandTimeout, Log: log,
 	}}, nil
+}
+
+// expected names the hosts whose apiserver must be live besides those the
+// Leases show (fleet.Config.Expected), and those forget-host removed, whose
+// Leases do not count (fleet.Config.Gone). The masters that publish keys
+// and record trust run an apiserver: each must be live too, even once a
+// graceful stop deleted its Lease. A master forget-host removed publishes
+// no current key (not expected) and its lingering Lease is not a member's.
+func (c *fleetCheck) expected(ctx context.Context, when string) (expected, gone []string) {
+	rctx, cancel := c.OpCtx(ctx)
+	defer cancel()
+	rep, err := trust.Collect(rctx, c.client, c.o.TrustPrefixes())
+	if err != nil {
+		c.log.WithError(c.Etcd.Err(err)).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
+		return nil, nil
+	}
+	return rep.Publishers(rep.Unrecorded()), rep.Gone()
+}
+
+// waiting names the hosts left out (fleet.Config.Waiting). A master whose
+// apiserver waits (wait-trusted's waiting record) for keys this restart
+// makes this apiserver trust is down until this restart: counting it would
+// refuse the one restart that brings it back (a reimaged master's new key).
+func (c *fleetCheck) waiting(ctx context.Context, when string) []string {
+	rctx, cancel := c.OpCtx(ctx)
+	defer cancel()
+	recs, err := rotation.List(rctx, c.client, c.o.RotationPrefix)
+	if err != nil {
+		c.log.WithError(c.Etcd.Err(err)).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)
+		return nil
+	}
+	var out, will []string
+	for _, h := range recs {
+		if h.Waiting == nil || h.Host == c.cfg.Host {
+			continue
+		}
+		if will == nil { // what this restart makes this apiserver trust
+			will = []string{}
+			if snap := TrustSnapshot(ctx, c.Env, c.o.Preflight, c.o.CMFlagsFiles, c.log); snap != nil {
+				will = snap.Trusted
+			}
+		}
+		if len(h.Waiting.Keys) > 0 && !slices.ContainsFunc(h.Waiting.Keys, func(k string) bool { return !slices.Contains(will, k) }) {
+			out = append(out, h.Host)
+		} else {
+			c.log.Infof("fleet check: %s: this restart does not make this apiserver trust every key it waits for, so it still counts", h.Waiting)
+		}
+	}
+	return out
 }
 
 // run checks the fleet; wait says whether to wait for it. Exit 5 when too
@@ -103,18 +107,10 @@ func (c *fleetCheck) run(ctx context.Context, wait bool, when string) restart.Co
 	if c == nil {
 		return restart.OK
 	}
-	if c.cfg.MinLive < 0 && c.expected != nil {
+	if c.cfg.MinLive < 0 {
 		lists := func(ctx context.Context) (expected, waiting []string) {
-			exp, gone, err := c.expected(ctx)
-			if err != nil {
-				c.log.WithError(err).Warnf("fleet check %s: cannot read which masters record trust: counting the identity Leases only", when)
-			}
-			c.cfg.Gone = gone
-			w, err := c.waiting(ctx)
-			if err != nil {
-				c.log.WithError(err).Warnf("fleet check %s: cannot read the waiting records under --rotation-prefix: every master counts", when)
-			}
-			return exp, w
+			expected, c.cfg.Gone = c.expected(ctx, when)
+			return expected, c.waiting(ctx, when)
 		}
 		c.cfg.Expected, c.cfg.Waiting = lists(ctx)
 		// Read again at each look while waiting: a reimaged master's

@@ -31,13 +31,6 @@ import (
 	"github.com/keysync/confd/saferestart/internal/restart"
 )
 
-// killGrace is how long a timed-out (or force-stopped) command's process
-// group has between SIGTERM and SIGKILL.
-const killGrace = 5 * time.Second
-
-// preflightTimeout bounds one preflight run.
-const preflightTimeout = 30 * time.Second
-
 // SecretEnv are the variables that must not reach the restart command.
 var SecretEnv = []string{"ETCDCTL_PASSWORD", "ETCDCTL_USER"}
 
@@ -94,9 +87,8 @@ func (r *restarter) restart(ctx context.Context) int {
 	cfg := restart.Config{
 		Argv: o.Argv, Env: runner.WithoutVars(os.Environ(), SecretEnv...),
 		Attempts: o.Attempts, RetryDelay: o.RetryDelay, LockTimeout: o.LockTimeout,
-		OpTimeout: r.Etcd.CommandTimeout, KillGrace: killGrace, IgnoreHold: o.IgnoreHold,
-		HoldRetry: restart.MinHoldRetry, Host: r.Host, PID: os.Getpid(), LockName: o.LockName,
-		PreflightTimeout: preflightTimeout, Log: log,
+		OpTimeout: r.Etcd.CommandTimeout, IgnoreHold: o.IgnoreHold,
+		Host: r.Host, PID: os.Getpid(), LockName: o.LockName, Log: log,
 	}
 	if len(o.PreflightFiles)+len(o.PreflightFlagsFiles) > 0 {
 		cfg.Preflight = func(ctx context.Context) error {
@@ -106,12 +98,7 @@ func (r *restarter) restart(ctx context.Context) int {
 	// A new signing key waits, without the lock, until the others trust it;
 	// the trust record is read just before the command and written once the
 	// apiserver is ready.
-	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log, func(ctx context.Context) []string {
-		if snap := TrustSnapshot(ctx, r.Env, o.Preflight, o.CMFlagsFiles, log); snap != nil {
-			return snap.Trusted
-		}
-		return []string{}
-	})
+	fc, err := r.newFleetCheck(r.TrustHost(ctx), client, log)
 	if err != nil {
 		log.WithError(err).Error("preflight failed: not taking the lock, not restarting")
 		return cmdkit.ExitPreflight
@@ -184,7 +171,7 @@ func (r *commandRunner) Start(argv, env []string) (restart.Process, error) {
 	// env is the guard's, which the command inherits: on no command line.
 	p, w, err := groupguard.Start(context.Background(), runner.Spec{
 		Argv: argv, Env: env, Stdout: r.stdout, Stderr: r.stderr,
-		Timeout: r.timeout, Grace: killGrace,
+		Timeout: r.timeout, Grace: restart.KillGrace,
 	}, groupguard.Options{})
 	if err != nil {
 		return nil, err
@@ -210,7 +197,7 @@ type runnerProcess struct {
 // how the command ended died on its own (killed by someone): the command's
 // group may still run. It is killed and confirmed gone (restart.ErrGuardDied)
 // before the helper may release the lock; if that cannot be confirmed
-// within killGrace, the error also wraps restart.ErrGroupAlive, and the
+// within restart.KillGrace, the error also wraps restart.ErrGroupAlive, and the
 // lock must be kept until its lease runs out.
 func (p runnerProcess) Wait() error {
 	res := p.Process.Wait()
@@ -287,7 +274,7 @@ func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
 	// --restart-timeout: the static-pod restart is the command.)
 	return []wait{
 		{"etcd connection (--dial-timeout)", e.DialTimeout, 1},
-		{"preflight (before queueing, and before each attempt)", preflightTimeout, n + 1},
+		{"preflight (before queueing, and before each attempt)", restart.PreflightTimeout, n + 1},
 		{"hostname -f (no --host)", hostname, 1},
 		{"health gate probe of the running apiserver", op, 1},
 		{"hold check before queueing", op, 1},
@@ -297,11 +284,11 @@ func waits(o *cmdkit.Restarting, e *cli.Etcd) []wait {
 		{"etcd session and the hold check under the lock", op, 2},
 		{"lock wait (--lock-timeout)", o.LockTimeout, 1},
 		{"restart intent write and delete", op, 2},
-		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + killGrace, n},
+		{"restart command (--restart-timeout) and its kill grace", o.RestartTimeout + restart.KillGrace, n},
 		{"health gate (--health-timeout and its backstop)", health, n},
 		{"pause between attempts (--retry-delay)", o.RetryDelay, n - 1},
 		{"trust record write", op, 1},
-		{"hold write, retried while etcd is away", restart.MinHoldRetry + op, 1},
+		{"hold write, retried while etcd is away", restart.HoldRetry + op, 1},
 		{"unlock and lease revoke", op, 2},
 	}
 }
@@ -322,7 +309,7 @@ func WorstCase(o *cmdkit.Restarting, e *cli.Etcd) time.Duration {
 // reload_cmd_timeout). It takes no lock and runs nothing.
 func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hold.Store) int {
 	o := r.o
-	pctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	pctx, cancel := context.WithTimeout(ctx, restart.PreflightTimeout)
 	defer cancel()
 	if err := preflight.Run(pctx, cmdkit.PreflightInput(o.Preflight, o.SigningKey, func(err error) { r.Log.Warnf("preflight: %v", err) })); err != nil {
 		for _, e := range cmdkit.SplitErrors(err) {
@@ -384,35 +371,34 @@ func (r *restarter) dryRun(ctx context.Context, cli *clientv3.Client, holds *hol
 		}
 		return cmdkit.ExitOK
 	}
-	var b strings.Builder
-	b.WriteString("dry run: no lock taken, nothing run\n")
-	fmt.Fprintf(&b, "preflight: passed (%d files)\n", len(o.PreflightFiles)+len(o.PreflightFlagsFiles))
+	w := r.Stdout
+	fmt.Fprintln(w, "dry run: no lock taken, nothing run")
+	fmt.Fprintf(w, "preflight: passed (%d files)\n", len(o.PreflightFiles)+len(o.PreflightFlagsFiles))
 	if h != nil {
-		fmt.Fprintf(&b, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.HoldKeyOrDefault(), h)
+		fmt.Fprintf(w, "hold: ACTIVE at %s, ignored (--ignore-hold): %s\n", o.HoldKeyOrDefault(), h)
 	} else {
-		fmt.Fprintf(&b, "hold: none at %s\n", o.HoldKeyOrDefault())
+		fmt.Fprintf(w, "hold: none at %s\n", o.HoldKeyOrDefault())
 	}
 	if len(q) == 0 {
-		fmt.Fprintf(&b, "would take lock %s (free now; TTL %ds)\n", o.LockName, o.TTL)
+		fmt.Fprintf(w, "would take lock %s (free now; TTL %ds)\n", o.LockName, o.TTL)
 	} else {
-		fmt.Fprintf(&b, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.LockName, len(q), q[0], o.LockTimeout)
+		fmt.Fprintf(w, "would queue for lock %s behind %d (holder %s), waiting up to %s\n", o.LockName, len(q), q[0], o.LockTimeout)
 	}
-	fmt.Fprintf(&b, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.Argv), o.RestartTimeout, o.Attempts)
+	fmt.Fprintf(w, "would run: %s (timeout %s, up to %d attempts)\n", runner.Quote(o.Argv), o.RestartTimeout, o.Attempts)
 	if o.HealthURL == "" {
-		b.WriteString("health gate: off\n")
+		fmt.Fprintln(w, "health gate: off")
 	} else {
-		fmt.Fprintf(&b, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.HealthURL, o.HealthSettle, o.HealthTimeout)
+		fmt.Fprintf(w, "would hold the lock until %s is ready (settle %s, timeout %s)\n", o.HealthURL, o.HealthSettle, o.HealthTimeout)
 	}
-	fmt.Fprintf(&b, "on failure: would write a hold at %s\n", o.HoldKeyOrDefault())
-	fmt.Fprintf(&b, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
+	fmt.Fprintf(w, "on failure: would write a hold at %s\n", o.HoldKeyOrDefault())
+	fmt.Fprintf(w, "worst case: %s (%.0f seconds); set confd's reload_cmd_timeout and the unit's TimeoutStartSec above it. It adds up:\n", worst, worst.Seconds())
 	for _, p := range parts {
-		fmt.Fprintf(&b, "  %6ds  %s", p.Seconds, p.Name)
+		fmt.Fprintf(w, "  %6ds  %s", p.Seconds, p.Name)
 		if p.Times > 1 {
-			fmt.Fprintf(&b, " (%d times)", p.Times)
+			fmt.Fprintf(w, " (%d times)", p.Times)
 		}
-		b.WriteString("\n")
+		fmt.Fprintln(w)
 	}
-	_, _ = r.Stdout.Write([]byte(b.String()))
 	return cmdkit.ExitOK
 }
 

@@ -27,8 +27,8 @@ var signerReloadCommand = []string{"systemctl", "reload", "kube-apiserver-sa-sig
 // barrier holds the switch until every recorded host's apiserver fetched
 // the key; at --trust-timeout the previous key keeps signing and this
 // exits 5 naming the hosts that did not fetch it.
-func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host string) error {
-	o := k.Opts
+func (k *Step) signerSwitch(ctx context.Context) error {
+	o, cli, host := k.Opts, k.Client, k.Name
 	ids, err := trust.FileKeyIDs(o.SigningKey)
 	if err != nil || len(ids) != 1 {
 		return fmt.Errorf("installed signing key %s: %v (want one key)", o.SigningKey, err)
@@ -73,19 +73,16 @@ func (k *Step) signerSwitch(ctx context.Context, cli *clientv3.Client, host stri
 			if cmdkit.Interrupted(ctx) {
 				return ctx.Err()
 			}
+			var notFetched string // the hosts whose trust record does not list kid
+			nctx, ncancel := k.OpCtx(context.Background())
+			defer ncancel()
+			if rep, err := trust.CollectRecorded(nctx, cli, o.TrustPrefix); err != nil {
+				notFetched = "(unknown: " + err.Error() + ")"
+			} else {
+				notFetched = strings.Join(rep.NotTrustingAmong(trust.Recorded, []string{kid}, nil), ", ")
+			}
 			return &cmdkit.CodeError{Code: cmdkit.ExitLockTimeout, What: fmt.Sprintf("the signer does not sign with %s within --trust-timeout %s; still signing with the previous key; hosts whose apiserver has not fetched it: %s",
-				kid, o.TrustTimeout, strings.Join(notFetched(k.Env, cli, o.TrustPrefix, kid), ", "))}
+				kid, o.TrustTimeout, notFetched)}
 		}
 	}
-}
-
-// notFetched names the hosts whose trust record does not list kid.
-func notFetched(a *cmdkit.Env, cli *clientv3.Client, trustPrefix, kid string) []string {
-	ctx, cancel := a.OpCtx(context.Background())
-	defer cancel()
-	rep, err := trust.CollectRecorded(ctx, cli, trustPrefix)
-	if err != nil {
-		return []string{"(unknown: " + err.Error() + ")"}
-	}
-	return rep.NotTrustingAmong(trust.Recorded, []string{kid}, nil)
 }

@@ -22,39 +22,13 @@ import (
 // back-off.
 const StaticPodArg = "__static-pod-restart"
 
-// kubeletMaxBackOff is the kubelet's longest restart back-off for a
-// container that exited (CrashLoopBackOff's cap, 5 minutes): a static pod
-// restart may wait that long for the kubelet after the stop.
-const kubeletMaxBackOff = 5 * time.Minute
-
-// staticPodSlack is the time beyond the stop timeout and the kubelet's
-// back-off that the default --restart-timeout of static-pod mode allows
-// (pod sync, container creation, crictl calls).
-const staticPodSlack = 30 * time.Second
-
 // staticPodRestartTimeout is static-pod mode's default --restart-timeout:
-// the graceful stop, the kubelet's back-off at worst, and some slack.
+// the graceful stop, the kubelet's longest restart back-off for a container
+// that exited (CrashLoopBackOff's cap, 5 minutes: a static pod restart may
+// wait that long for the kubelet after the stop), and 30 s of slack (pod
+// sync, container creation, crictl calls).
 func staticPodRestartTimeout(stop time.Duration) time.Duration {
-	return stop + kubeletMaxBackOff + staticPodSlack
-}
-
-// applyRestartMode checks --restart-mode and gives static-pod mode its
-// default --restart-timeout.
-func applyRestartMode(o *cmdkit.Restarting, origin map[string]string) error {
-	switch o.RestartMode {
-	case cmdkit.ModeSystemd:
-	case cmdkit.ModeStaticPod:
-		if o.StaticPodStopTimeout < time.Second {
-			return cli.Usagef("--static-pod-stop-timeout %s: must be at least 1s (crictl stop takes whole seconds)", o.StaticPodStopTimeout)
-		}
-		// Unless given (by a flag or the file).
-		if origin["restart-timeout"] == "default" {
-			o.RestartTimeout = staticPodRestartTimeout(o.StaticPodStopTimeout)
-		}
-	default:
-		return cli.Usagef("--restart-mode %q: want %s or %s", o.RestartMode, cmdkit.ModeSystemd, cmdkit.ModeStaticPod)
-	}
-	return nil
+	return stop + 5*time.Minute + 30*time.Second
 }
 
 // staticPodCommand runs this binary as the restart command of container

@@ -32,7 +32,7 @@ func (k *Step) Restart(ctx context.Context) error {
 		// key; kube-controller-manager has no external signer and still
 		// signs legacy tokens from its key file: restarted as in bundle
 		// mode, after every apiserver trusts the key.
-		if err := k.signerSwitch(ctx, k.Client, k.Name); err != nil {
+		if err := k.signerSwitch(ctx); err != nil {
 			return err
 		}
 	} else if code := k.Run(ctx); code != cmdkit.ExitOK {

@@ -44,12 +44,10 @@ func TrustSnapshot(ctx context.Context, a *cmdkit.Env, p cmdkit.Preflight, cmFla
 // of the restarted apiserver: from the flags files when there are any,
 // otherwise the --preflight-file files holding keys (public ones are
 // trusted, a private one is the signing key).
-func ServiceAccountFiles(o cmdkit.Preflight) ([]string, string, error) {
+func ServiceAccountFiles(o cmdkit.Preflight) (keyFiles []string, signing string, err error) {
 	if len(o.PreflightFlagsFiles) > 0 {
 		return preflight.ServiceAccountFiles(o.PreflightFlagsFiles)
 	}
-	var keyFiles []string
-	signing := ""
 	for _, p := range o.PreflightFiles {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -74,15 +72,15 @@ func (r *restarter) writeTrust(ctx context.Context, cli *clientv3.Client, log lo
 	}
 	tctx, cancel := r.OpCtx(ctx)
 	defer cancel()
-	if err := trust.Put(tctx, cli, r.o.TrustPrefix, lockKey, *rec); errors.Is(err, trust.ErrLockGone) {
+	switch err := trust.Put(tctx, cli, r.o.TrustPrefix, lockKey, *rec); {
+	case errors.Is(err, trust.ErrLockGone):
 		log.WithError(err).Error("restart done, but the lock was lost before the trust record was written: not recording it; this host shows as stale until its next restart")
-		return
-	} else if err != nil {
+	case err != nil:
 		log.WithError(r.Etcd.Err(err)).Error("restart done, but the trust record could NOT be written: this host shows as stale until its next restart")
-		return
+	default:
+		log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
+			Info("trust record written")
 	}
-	log.WithFields(logrus.Fields{"trust_key": trust.Key(r.o.TrustPrefix, rec.Host), "trusted": strings.Join(rec.Trusted, ","), "signing": rec.Signing, "controller_manager_signing": rec.ControllerManagerSigning}).
-		Info("trust record written")
 }
 
 // trustGate runs before queueing for the lock: when this host is about to

@@ -6,6 +6,7 @@ import (
 
 	"github.com/keysync/confd/internal/fqdn"
 	"github.com/keysync/confd/saferestart/internal/cmdkit"
+	"github.com/keysync/confd/saferestart/internal/restart"
 )
 
 // The worst case a dry run prints is every bounded wait of a restart with
@@ -15,7 +16,7 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 	parse(t, s, o, "--dry-run")
 	const op = 5 * time.Second // --command-timeout
 	want := 2*time.Second +    // --dial-timeout
-		3*preflightTimeout + // before queueing, before each of 2 attempts
+		3*restart.PreflightTimeout + // before queueing, before each of 2 attempts
 		fqdn.Timeout + // hostname -f: no --host
 		op + // the gate's probe of the running apiserver
 		op + // hold check
@@ -23,7 +24,7 @@ func TestWorstCaseSumsEveryWait(t *testing.T) {
 		2*op + // etcd session, hold check under the lock
 		2*op + // restart intent write and delete
 		10*time.Minute + // --lock-timeout
-		2*(3*time.Minute+killGrace) + // 2 × (--restart-timeout + kill grace)
+		2*(3*time.Minute+restart.KillGrace) + // 2 × (--restart-timeout + kill grace)
 		2*(3*time.Minute+op) + // 2 × (--health-timeout + its backstop)
 		5*time.Second + // --retry-delay
 		op + // trust record

@@ -84,7 +84,14 @@ func (r *Rotator) Abort(ctx context.Context) error {
 		}
 		log.Infof("next key %s withdrawn from %s and from this host's published value", st.Next, r.Files.PublicKey)
 	}
-	if err := r.removeNext(); err != nil {
+	// The next key's files go, the private key scrubbed.
+	if err := scrub(r.Files.NextKey(), r.Files.SigningKey); err != nil {
+		return err
+	}
+	if err := os.Remove(r.Files.NextPub()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(r.Files.NextPub())); err != nil {
 		return err
 	}
 	// Last: a rotation killed before this is aborted again by a re-run.
@@ -108,17 +115,6 @@ func (r *Rotator) withoutKey(kid string) ([]byte, error) {
 		return nil, fmt.Errorf("%s holds no key but %s: not publishing an empty value", r.Files.PublicKey, kid)
 	}
 	return r.Files.writePublic(data, keep)
-}
-
-// removeNext removes the next key's files: the private key scrubbed.
-func (r *Rotator) removeNext() error {
-	if err := scrub(r.Files.NextKey(), r.Files.SigningKey); err != nil {
-		return err
-	}
-	if err := os.Remove(r.Files.NextPub()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return atomicfile.SyncDir(filepath.Dir(r.Files.NextPub()))
 }
 
 // Rollback puts the previous signing key back after an install, while the

@@ -159,9 +159,8 @@ func Acquire(ctx context.Context, cli *clientv3.Client, prefix, host, self strin
 		}
 		// Sleep on the owner key until it changes or the wait is over.
 		wctx, cancel := context.WithTimeout(ctx, left)
-		rev := resp.Header.Revision
 		select {
-		case <-cli.Watch(wctx, key, clientv3.WithRev(rev+1)):
+		case <-cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)):
 		case <-wctx.Done():
 		}
 		cancel()
