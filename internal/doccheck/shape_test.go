@@ -183,3 +183,44 @@ func modulePath(t *testing.T, root string) string {
 	t.Fatal("go.mod: no module line")
 	return ""
 }
+
+// maxPackageLines is the most lines the non-test Go files of one of the
+// binaries' packages may have: past it a package does several jobs (the
+// safe-restart main package once had 3,200 lines and 38 methods on one type).
+const maxPackageLines = 2000
+
+// TestNoPackageOver2000Lines counts the lines of the files `go list` builds
+// into each of the module's packages the three binaries import (build tags
+// as the binaries are built, test files left out).
+func TestNoPackageOver2000Lines(t *testing.T) {
+	root := moduleRoot(t)
+	modPath := modulePath(t, root)
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{.Dir}}{{range .GoFiles}} {{.}}{{end}}", "./cmd/...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/...: %v", err)
+	}
+	packages := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !strings.HasPrefix(fields[0], modPath+"/") {
+			continue
+		}
+		packages++
+		lines := 0
+		for _, name := range fields[2:] {
+			data, err := os.ReadFile(filepath.Join(fields[1], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines += strings.Count(string(data), "\n")
+		}
+		if lines > maxPackageLines {
+			t.Errorf("package %s has %d lines of non-test Go, over %d: split its jobs", fields[0], lines, maxPackageLines)
+		}
+	}
+	if packages < 30 {
+		t.Fatalf("found only %d of the module's packages: the walk is broken", packages)
+	}
+}
