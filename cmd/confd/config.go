@@ -201,14 +201,19 @@ func validate(c *Config) error {
 	if (c.Store.ClientCert == "") != (c.Store.ClientKey == "") {
 		return errors.New("-client-cert and -client-key go together")
 	}
-	for name, d := range map[string]interface{ Seconds() float64 }{
-		"-check-cmd-timeout": c.CheckCmdTimeout, "-reload-cmd-timeout": c.ReloadCmdTimeout,
-		"-command-grace": c.CommandGrace, "-dest-lock-timeout": c.DestLockTimeout,
-		"-dial-timeout": c.Store.DialTimeout, "-request-timeout": c.Store.RequestTimeout,
-		"-watch-stall-timeout": c.Store.WatchStallTimeout,
+	// In --help's order, so that of several bad values the same one is
+	// named at every run (a map's order is random).
+	for _, d := range []struct {
+		name string
+		v    interface{ Seconds() float64 }
+	}{
+		{"-check-cmd-timeout", c.CheckCmdTimeout}, {"-command-grace", c.CommandGrace},
+		{"-dest-lock-timeout", c.DestLockTimeout}, {"-dial-timeout", c.Store.DialTimeout},
+		{"-reload-cmd-timeout", c.ReloadCmdTimeout}, {"-request-timeout", c.Store.RequestTimeout},
+		{"-watch-stall-timeout", c.Store.WatchStallTimeout},
 	} {
-		if d.Seconds() <= 0 {
-			return fmt.Errorf("%s must be positive", name)
+		if d.v.Seconds() <= 0 {
+			return fmt.Errorf("%s must be positive", d.name)
 		}
 	}
 	// A relative one would be another directory for each working

@@ -153,3 +153,16 @@ func TestChildOutputLoggedPlain(t *testing.T) {
 		}
 	}
 }
+
+// Of several durations that are not positive, the error names the first in
+// --help's order, at every run: a flag table kept in a map named a random one.
+func TestBadDurationsNamedInHelpOrder(t *testing.T) {
+	args := []string{"-backend", "env", "-watch-stall-timeout", "0s", "-request-timeout", "-1s", "-dial-timeout", "0s", "-reload-cmd-timeout", "0s"}
+	for range 20 {
+		var out, errb bytes.Buffer
+		_, log, code := configure(args, &out, &errb, envOf(nil))
+		if log != nil || code != 2 || !strings.Contains(errb.String(), "-dial-timeout must be positive") {
+			t.Fatalf("configure(%v): exit %d, stderr %q, want exit 2 naming -dial-timeout", args, code, errb.String())
+		}
+	}
+}
