@@ -330,29 +330,6 @@ func (s *Server) EtcdctlEnv() []string {
 	return env
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int { return freePorts(t, 1)[0] }
-
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // UnusedEndpoint is a loopback URL where nothing listens, for unreachable-etcd tests.
 func UnusedEndpoint(t testing.TB) string {
 	return fmt.Sprintf("http://127.0.0.1:%d", FreePort(t))

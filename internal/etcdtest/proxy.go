@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -39,7 +40,8 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		}
 		p.target, p.scheme = u.Host, u.Scheme
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A reserved port, not :0: Restore listens on the same address again.
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", FreePort(t)))
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
