@@ -297,16 +297,22 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 	if i := slices.Index(args, "--version"); i >= 0 && !slices.Contains(args[:i], "--") {
 		return []string{"--version"}, nil
 	}
-	help := false
+	// help: the line asks for help; ofDef: it is def's (a command after
+	// --, or a flag only the commands take), so def's help is the one it
+	// asks for, as the same line without --help would run def.
+	help, ofDef := false, false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
 		case a == "--":
-			i = len(args)
+			i, ofDef = len(args), true
 		case a == "-h" || a == "--help":
 			help = true
 		case strings.HasPrefix(a, "-") && len(a) > 1:
 			name, _, hasValue := strings.Cut(a, "=")
+			if long, ok := strings.CutPrefix(name, "--"); !ok || root.PersistentFlags().Lookup(long) == nil {
+				ofDef = true
+			}
 			v, known := takesValue[name]
 			if !known && strings.HasPrefix(name, "--") {
 				// No command has it: what follows may be its value or
@@ -338,7 +344,7 @@ func Dispatch(root *cobra.Command, args []string, def string) ([]string, error) 
 			return nil, Usagef("unknown subcommand %q (want one of %s; put a %s command after --)", a, strings.Join(names, ", "), def)
 		}
 	}
-	if help {
+	if help && !ofDef {
 		return args, nil // the root's help, which lists the commands
 	}
 	return append([]string{def}, args...), nil

@@ -88,6 +88,16 @@ func TestHelp(t *testing.T) {
 	if err != nil || p.Execute(root, args) != ExitOK || !strings.Contains(out.String(), "status") || errb.Len() != 0 {
 		t.Fatalf("--help: %v stdout %q stderr %q", err, out.String(), errb.String())
 	}
+	// A line that, without --help, would run the default command asks for
+	// its help: one with its flags, or with a command after --.
+	for _, line := range [][]string{{"--ttl", "3", "--help"}, {"--dry", "-h"}, {"--help", "--", "true"}} {
+		out.Reset()
+		root = tree(p, &Common{}, &Etcd{}, &ran)
+		args, err = Dispatch(root, line, "run")
+		if err != nil || p.Execute(root, args) != ExitOK || !strings.Contains(out.String(), "--ttl") || errb.Len() != 0 {
+			t.Fatalf("%q: %v stdout %q stderr %q", line, err, out.String(), errb.String())
+		}
+	}
 	out.Reset()
 	root = tree(p, &Common{}, &Etcd{}, &ran)
 	args, _ = Dispatch(root, []string{"status", "-h"}, "run")
