@@ -224,7 +224,7 @@ var flagDefs = map[string]struct {
 	"timeout":         {def: 15 * time.Minute, help: "wait-trusted, rotate-key: how long to wait for every host to trust the key"},
 	"kubeconfig":      {def: "", help: "kubeconfig of the local apiserver: restart, rotate-key: before going down, count the live apiservers from their identity Leases (needs list on leases in kube-system); retire-keys: refuse while legacy token Secrets hold the retiring key (needs list on secrets); forget-host: refuse while HOST's apiserver's identity Lease is live (needs list on leases); empty: none of these"},
 	"grace":           {def: 24 * time.Hour, help: "rotate-key, publish-key, forget-host: how long a superseded public key (the previous key, one the published source no longer holds, or a forgotten host's) stays published before retire-keys retires it; fixed when superseded (0: at the next retire-keys)"},
-	"output":          {def: "text", short: "o", help: "status, --dry-run: text or json"},
+	"output":          {def: "text", short: "o", help: "status, trust, restart --dry-run: text or json"},
 
 	"controller-manager-flags-file":    {help: "rotate-key: kube-controller-manager's flags file, EnvironmentFile or static-pod manifest (repeatable); when its --service-account-private-key-file holds the rotated key, it is restarted after the apiserver"},
 	"controller-manager-restart-mode":  {def: ModeSystemd, help: "rotate-key: systemd (systemctl restart kube-controller-manager.service) or static-pod (its container, through crictl)"},
