@@ -656,9 +656,30 @@ func checkHelperConfig(t *testing.T, s tomlSnippet) {
 	if code, _, errs := run(t, helperBin, "config", "--config", path); code != 0 || errs != "" {
 		t.Errorf("%s: %s config --config exits %d: %s", s.where, helperBin, code, strings.TrimSpace(errs))
 	}
+	// The settings it shows commented out, for the operator to take, load
+	// too once taken.
+	if on := uncomment(s.data); on != s.data {
+		writeFile(t, path, on)
+		if code, _, errs := run(t, helperBin, "config", "--config", path); code != 0 || errs != "" {
+			t.Errorf("%s, its commented settings taken: %s config --config exits %d: %s", s.where, helperBin, code, strings.TrimSpace(errs))
+		}
+		writeFile(t, path, s.data)
+	}
 	want := signerBin + `: --socket "relative": want an absolute path`
 	code, _, errs := run(t, signerBin, "--config", path, "--socket", "relative")
 	if first, _, _ := strings.Cut(errs, "\n"); code != 2 || first != want {
 		t.Errorf("%s: %s --config exits %d (want 2 and only the refused --socket: the file read and valid): %s", s.where, signerBin, code, strings.TrimSpace(errs))
 	}
+}
+
+// uncomment takes every setting a configuration shows commented out.
+func uncomment(data string) string {
+	lines := strings.SplitAfter(data, "\n")
+	for i, l := range lines {
+		if commentedSetting.MatchString(l) {
+			_, after, _ := strings.Cut(l, "#")
+			lines[i] = strings.TrimLeft(after, " \t")
+		}
+	}
+	return strings.Join(lines, "")
 }
