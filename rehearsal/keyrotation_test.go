@@ -213,33 +213,38 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 
 	signing := func() string { return keyKidOfPrivate(t, m1.read("/etc/kubernetes/pki/sa.key")) }
 	run := m1.rotateKeyArgs(t, "--timeout", "4m", "--grace", "40s")
-	killedAt := func(step, msg, wantPhase string, resumed bool) {
+	// wantPhase: the states the kill may leave. The kill lands a moment
+	// after the line is read, and the helper goes on meanwhile.
+	killedAt := func(step, msg string, resumed bool, wantPhase ...string) {
 		t.Helper()
 		out := m1.helperKilledAt(t, msg, run...)
 		if resumed != strings.Contains(out, "resuming the rotation") {
 			t.Errorf("rotate-key killed at %s: resumed = %v, want %v:\n%s", step, !resumed, resumed, tail(out, 4000))
 		}
-		if phase, _ := f.rotationState(t, m1); phase != wantPhase {
-			t.Errorf("rotate-key killed at %s: state %q, want %q", step, phase, wantPhase)
+		if phase, _ := f.rotationState(t, m1); !slices.Contains(wantPhase, phase) {
+			t.Errorf("rotate-key killed at %s: state %q, want one of %q", step, phase, wantPhase)
 		}
 		t.Logf("rotate-key SIGKILLed at %s", step)
-	}
-	killedAt("generate", "next key pair ready", "generated", false)
-	_, next := f.rotationState(t, m1)
-	if signing() != old {
-		t.Fatal("m1's signing key changed at the generate step")
 	}
 	// m3's confd goes down before the next key is published: a later stop
 	// could come after m3 rendered it and its apiserver restarted trusting
 	// it (the killed runs below may get that far before SIGKILL lands), and
 	// the rotation would then not wait for m3.
 	m3.stopConfd(t)
-	killedAt("publish", "published the current and the next public key", "published", true)
+	// After generate, publishing is two quick etcd writes, which a loaded
+	// machine may let the helper finish before the kill lands: either
+	// state resumes through the publish step, which the next kill checks.
+	killedAt("generate", "next key pair ready", false, "generated", "published")
+	_, next := f.rotationState(t, m1)
+	if signing() != old {
+		t.Fatal("m1's signing key changed at the generate step")
+	}
+	killedAt("publish", "published the current and the next public key", true, "published")
 	if pub, err := pemcheck.Parse("published", []byte(f.etcdKeys(t, keyPrefix+m1.name)[keyPrefix+m1.name])); err != nil || len(pub.Blocks) != 2 {
 		t.Errorf("m1's published value after the publish step: %v, want the current and the next key", err)
 	}
 
-	killedAt("wait-trusted", "waiting until every host's apiserver trusts the next key", "published", true)
+	killedAt("wait-trusted", "waiting until every host's apiserver trusts the next key", true, "published")
 	code, out := m1.rotateKey(t, "--timeout", "45s", "--grace", "40s")
 	if code != 5 || !strings.Contains(out, "m3.fleet.test") {
 		t.Fatalf("rotate-key with m3 down: exit %d, want 5 naming m3:\n%s", code, tail(out, 4000))
@@ -253,7 +258,7 @@ func (f *fleet) saKeyRotation(t *testing.T) {
 	}
 
 	m3.startConfd(t)
-	killedAt("install", "next key installed as the signing key", "installing", true)
+	killedAt("install", "next key installed as the signing key", true, "installing")
 	if got := signing(); got != next {
 		t.Fatalf("m1 signs with %s after the install step, want the next key %s", got, next)
 	}
