@@ -659,11 +659,11 @@ func checkHelperConfig(t *testing.T, s tomlSnippet) {
 	// The settings it shows commented out, for the operator to take, load
 	// too once taken.
 	if on := uncomment(s.data); on != s.data {
-		writeFile(t, path, on)
-		if code, _, errs := run(t, helperBin, "config", "--config", path); code != 0 || errs != "" {
+		taken := filepath.Join(t.TempDir(), s.name)
+		writeFile(t, taken, on)
+		if code, _, errs := run(t, helperBin, "config", "--config", taken); code != 0 || errs != "" {
 			t.Errorf("%s, its commented settings taken: %s config --config exits %d: %s", s.where, helperBin, code, strings.TrimSpace(errs))
 		}
-		writeFile(t, path, s.data)
 	}
 	want := signerBin + `: --socket "relative": want an absolute path`
 	code, _, errs := run(t, signerBin, "--config", path, "--socket", "relative")

@@ -28,7 +28,8 @@ import (
 // dies with its process, so a killed test leaves nothing reserved.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, release, err := reservePort(portDir(), candidatePorts())
+	from, to := candidatePorts()
+	p, release, err := reservePort(portDir(), from, to)
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
@@ -51,10 +52,10 @@ func portDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("keysync-test-ports-%d", os.Getuid()))
 }
 
-// candidatePorts are the unprivileged ports outside the kernel's ephemeral
-// range (net.ipv4.ip_local_port_range; Linux's default 32768–60999 when it
-// cannot be read), the larger side first.
-func candidatePorts() []int {
+// candidatePorts is the span of unprivileged ports outside the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range; Linux's default
+// 32768–60999 when it cannot be read), the larger of the two sides.
+func candidatePorts() (from, to int) {
 	lo, hi := 32768, 60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -65,30 +66,22 @@ func candidatePorts() []int {
 			}
 		}
 	}
-	below, above := portSpan(1024, lo-1), portSpan(hi+1, 65535)
-	if len(above) > len(below) {
-		return above
+	if 65535-hi > lo-1024 {
+		return hi + 1, 65535
 	}
-	return below
+	return 1024, lo - 1
 }
 
-func portSpan(from, to int) []int {
-	var ps []int
-	for p := from; p <= to; p++ {
-		ps = append(ps, p)
-	}
-	return ps
-}
-
-// reservePort takes the first port of candidates, from a random start, that
+// reservePort takes the first port in from..to, from a random start, that
 // no test holds and nothing listens on; release gives it back.
-func reservePort(dir string, candidates []int) (port int, release func(), err error) {
+func reservePort(dir string, from, to int) (port int, release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, nil, fmt.Errorf("port lock directory: %w", err)
 	}
-	start := rand.IntN(len(candidates))
-	for i := range candidates {
-		p := candidates[(start+i)%len(candidates)]
+	n := to - from + 1
+	start := rand.IntN(n)
+	for i := range n {
+		p := from + (start+i)%n
 		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return 0, nil, fmt.Errorf("port lock file: %w", err)
@@ -108,5 +101,5 @@ func reservePort(dir string, candidates []int) (port int, release func(), err er
 		ln.Close()
 		return p, func() { f.Close() }, nil
 	}
-	return 0, nil, fmt.Errorf("all %d candidate ports are held by other tests or in use", len(candidates))
+	return 0, nil, fmt.Errorf("every port in %d-%d is held by another test or in use", from, to)
 }

@@ -29,16 +29,16 @@ func TestFreePortOutsideEphemeralRange(t *testing.T) {
 // else, even while nothing listens on it, until its test releases it.
 func TestReservePortHeldUntilReleased(t *testing.T) {
 	dir := t.TempDir()
-	cand := []int{FreePort(t)}
-	p, release, err := reservePort(dir, cand)
-	if err != nil || p != cand[0] {
-		t.Fatalf("first reservation = %d, %v; want %d", p, err, cand[0])
+	want := FreePort(t)
+	p, release, err := reservePort(dir, want, want)
+	if err != nil || p != want {
+		t.Fatalf("first reservation = %d, %v; want %d", p, err, want)
 	}
-	if p2, _, err := reservePort(dir, cand); err == nil {
+	if p2, _, err := reservePort(dir, want, want); err == nil {
 		t.Fatalf("port %d handed out twice", p2)
 	}
 	release()
-	if _, release, err := reservePort(dir, cand); err != nil {
+	if _, release, err := reservePort(dir, want, want); err != nil {
 		t.Fatalf("after release: %v", err)
 	} else {
 		release()
@@ -52,7 +52,8 @@ func TestReservePortSkipsListened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if p, _, err := reservePort(t.TempDir(), []int{ln.Addr().(*net.TCPAddr).Port}); err == nil {
+	port := ln.Addr().(*net.TCPAddr).Port
+	if p, _, err := reservePort(t.TempDir(), port, port); err == nil {
 		t.Fatalf("port %d, which is listened on, was handed out", p)
 	}
 }
